@@ -1,0 +1,362 @@
+"""Read the runs that W&B writes offline, without an account or a network.
+
+wandb (0.31 at the time of writing) ships no public reader for offline runs and writes no
+``wandb-summary.json`` in offline mode. Everything the run logged lives in the transaction
+log ``<save_dir>/wandb/offline-run-<date>-<id>/run-<id>.wandb``. This module reads that log
+so that tests, notebooks and sweep post-processing can look at offline runs directly.
+
+File format (a LevelDB-style record log, as written by wandb-core):
+
+* a 7-byte file header: ``b":W&B"``, a little-endian ``uint16`` magic ``0xBEE1`` and a
+  ``uint8`` version ``0``;
+* the file is divided into 32 KiB blocks (the file header counts towards block 0);
+* each block holds chunks, each with a 7-byte header ``<IHB``: CRC-32 (zlib/IEEE, computed
+  over the chunk-type byte followed by the payload), payload length, chunk type;
+* chunk types: 1 FULL, 2 FIRST, 3 MIDDLE, 4 LAST; a record larger than the space left in a
+  block is split into FIRST, MIDDLE..., LAST chunks;
+* a block tail shorter than a chunk header is zero padding;
+* every reassembled payload is a serialized ``wandb.proto.wandb_internal_pb2.Record``.
+
+Typical use (needs a real run on disk, so written as plain text)::
+
+    from beyondlabels.io import find_offline_runs, read_offline_run
+
+    for path in find_offline_runs("multirun/2024-05-01/12-00-00"):
+        run = read_offline_run(path)
+        print(run.name, run.config["lr"], run.summary["val/recall@1"])
+        steps_and_values = run.series("val/recall@1")
+
+Nested values are kept as wandb stores them: ``wandb.log({"a": {"b": 1}})`` is stored under
+the nested key path ``("a", "b")`` and read back as ``{"a": {"b": 1}}``; a flat key that
+contains a slash (``"val/recall@1"``, the usual Lightning style) stays one flat key. Media and
+tables logged with ``wandb.log`` come back as wandb's JSON descriptor dict, e.g.
+``run.summary["table"]["_type"] == "table-file"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "OfflineRun",
+    "find_offline_runs",
+    "iter_record_bytes",
+    "iter_records",
+    "read_offline_run",
+]
+
+FILE_HEADER_LEN = 7
+FILE_IDENT = b":W&B"
+FILE_MAGIC = 0xBEE1
+FILE_VERSION = 0
+BLOCK_LEN = 32 * 1024
+CHUNK_HEADER_LEN = 7
+
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+_FILE_HEADER = struct.Struct("<4sHB")
+_CHUNK_HEADER = struct.Struct("<IHB")
+# CRC-32 of the chunk-type byte alone: the seed the payload's CRC continues from.
+_TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (_FULL, _FIRST, _MIDDLE, _LAST)}
+
+# Internal bookkeeping wandb keeps under this top-level key in config and summary.
+_INTERNAL_KEY = "_wandb"
+
+
+class _Truncated(Exception):
+    """The log ends inside a record: normal for a run that is still being written."""
+
+
+def _corrupt(path: Path, offset: int, what: str) -> ValueError:
+    return ValueError(f"{path}: corrupt W&B run log at byte {offset}: {what}")
+
+
+def _check_file_header(path: Path, header: bytes) -> None:
+    if len(header) < FILE_HEADER_LEN:
+        raise ValueError(
+            f"{path}: not a W&B run log (only {len(header)} bytes, "
+            f"shorter than the {FILE_HEADER_LEN}-byte file header)"
+        )
+    ident, magic, version = _FILE_HEADER.unpack(header)
+    if ident != FILE_IDENT or magic != FILE_MAGIC:
+        raise ValueError(
+            f"{path}: not a W&B run log (file header {header!r} does not start with "
+            f"{FILE_IDENT!r} and magic 0x{FILE_MAGIC:04X})"
+        )
+    if version != FILE_VERSION:
+        raise ValueError(
+            f"{path}: unsupported W&B run log version {version} (this reader knows {FILE_VERSION})"
+        )
+
+
+def _iter_chunks(path: Path, fp: Any) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(offset, chunk_type, payload)`` for each chunk; raise ``_Truncated`` at a cut."""
+    block_start = 0
+    start = FILE_HEADER_LEN  # the file header occupies the start of block 0
+    block = _check_and_read_first_block(path, fp)
+    while block:
+        full_block = len(block) == BLOCK_LEN
+        off = start
+        while True:
+            left = len(block) - off
+            if left < CHUNK_HEADER_LEN:
+                if not full_block:
+                    # End of file. Leftover bytes are a chunk header still being written.
+                    if left:
+                        raise _Truncated
+                    return
+                if block[off:].strip(b"\x00"):
+                    raise _corrupt(path, block_start + off, "non-zero block padding")
+                break
+            checksum, length, ctype = _CHUNK_HEADER.unpack_from(block, off)
+            pos = block_start + off
+            end = off + CHUNK_HEADER_LEN + length
+            if ctype not in _TYPE_CRC:
+                raise _corrupt(path, pos, f"unknown chunk type {ctype}")
+            if end > len(block):
+                if not full_block:
+                    raise _Truncated  # payload not written yet
+                raise _corrupt(path, pos, f"chunk of {length} bytes runs past its block")
+            payload = block[off + CHUNK_HEADER_LEN : end]
+            if zlib.crc32(payload, _TYPE_CRC[ctype]) != checksum:
+                raise _corrupt(path, pos, "checksum mismatch")
+            yield pos, ctype, payload
+            off = end
+        block_start += BLOCK_LEN
+        start = 0
+        block = fp.read(BLOCK_LEN)
+
+
+def _check_and_read_first_block(path: Path, fp: Any) -> bytes:
+    block = fp.read(BLOCK_LEN)
+    _check_file_header(path, block[:FILE_HEADER_LEN])
+    return block
+
+
+def iter_record_bytes(path: str | os.PathLike[str], *, strict: bool = False) -> Iterator[bytes]:
+    """Yield the serialized payload of every record in a ``.wandb`` log, in order.
+
+    Chunks are reassembled and their CRCs checked. A log that ends inside a record (a run
+    that is still being written, or a copy taken mid-write) stops cleanly after the last
+    complete record; pass ``strict=True`` to raise ``ValueError`` instead. A file that is
+    not a W&B log, or one with a bad checksum, chunk type or padding, raises ``ValueError``
+    naming the path.
+    """
+    path = _resolve_log(path)
+    with open(path, "rb") as fp:
+        parts: list[bytes] = []
+        first_pos = 0
+        try:
+            for pos, ctype, payload in _iter_chunks(path, fp):
+                if ctype == _FULL:
+                    if parts:
+                        raise _corrupt(path, pos, "FULL chunk inside a split record")
+                    yield payload
+                elif ctype == _FIRST:
+                    if parts:
+                        raise _corrupt(path, pos, "FIRST chunk inside a split record")
+                    parts = [payload]
+                    first_pos = pos
+                else:
+                    if not parts:
+                        raise _corrupt(path, pos, "MIDDLE/LAST chunk without a FIRST chunk")
+                    parts.append(payload)
+                    if ctype == _LAST:
+                        yield b"".join(parts)
+                        parts = []
+            if parts:
+                raise _Truncated
+        except _Truncated:
+            if strict:
+                where = f"the record starting at byte {first_pos}" if parts else "a record"
+                raise ValueError(
+                    f"{path}: truncated W&B run log: the file ends inside {where} "
+                    f"({os.path.getsize(path)} bytes)"
+                ) from None
+
+
+def iter_records(path: str | os.PathLike[str], *, strict: bool = False) -> Iterator[Any]:
+    """Yield every record of a ``.wandb`` log as a ``wandb_internal_pb2.Record``.
+
+    ``path`` is the ``.wandb`` file or a run directory holding one. See
+    :func:`iter_record_bytes` for how truncated and corrupt logs are handled; a payload
+    that is not a valid ``Record`` also raises ``ValueError`` naming the path.
+    """
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2
+
+    path = _resolve_log(path)
+    for index, payload in enumerate(iter_record_bytes(path, strict=strict)):
+        record = wandb_internal_pb2.Record()
+        try:
+            record.ParseFromString(payload)
+        except DecodeError as exc:
+            raise ValueError(
+                f"{path}: corrupt W&B run log: record #{index} is not a valid Record ({exc})"
+            ) from exc
+        yield record
+
+
+def find_offline_runs(root: str | os.PathLike[str]) -> list[Path]:
+    """Return every ``.wandb`` log under ``root`` (e.g. a Hydra multirun folder), sorted.
+
+    Symlinked directories such as wandb's ``latest-run`` are not followed, so each run is
+    listed once. ``root`` may also be a ``.wandb`` file itself.
+    """
+    root = Path(root)
+    if root.is_file():
+        return [root] if root.suffix == ".wandb" else []
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such directory")
+    found = [
+        Path(dirpath) / name
+        for dirpath, _dirnames, filenames in os.walk(root)  # followlinks=False
+        for name in filenames
+        if name.endswith(".wandb") and not (Path(dirpath) / name).is_symlink()
+    ]
+    return sorted(found)
+
+
+def _resolve_log(path: str | os.PathLike[str]) -> Path:
+    """Map a run directory (or a folder holding exactly one run) to its ``.wandb`` file."""
+    path = Path(path)
+    if not path.is_dir():
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file or directory")
+        return path
+    direct = sorted(p for p in path.glob("*.wandb") if p.is_file())
+    candidates = direct or find_offline_runs(path)
+    if len(candidates) != 1:
+        raise ValueError(
+            f"{path}: expected one .wandb run log, found {len(candidates)}; "
+            "pass the .wandb file or use find_offline_runs()"
+        )
+    return candidates[0]
+
+
+@dataclass
+class OfflineRun:
+    """What one offline run logged, decoded from its ``.wandb`` log.
+
+    ``config``, each ``history`` row and ``summary`` are plain dicts of JSON-decoded values;
+    wandb's own bookkeeping under ``"_wandb"`` is dropped. History rows carry wandb's
+    ``_step``, ``_runtime`` and ``_timestamp`` next to the logged keys (Lightning's
+    ``WandbLogger`` adds ``trainer/global_step``). ``summary`` replays the log: every history
+    row updates it and explicit summary updates (``run.summary[k] = v``) override it, so it
+    ends with the last value of every key. ``exit_code`` is ``None`` while the run has not
+    finished.
+    """
+
+    path: Path
+    run_id: str = ""
+    project: str = ""
+    name: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+
+    def keys(self, *, internal: bool = False) -> list[str]:
+        """Sorted top-level keys that appear in any history row.
+
+        wandb's own ``_step``/``_runtime``/``_timestamp`` are left out unless
+        ``internal=True``.
+
+        >>> rows = [{"_step": 0, "loss": 1.0}, {"_step": 1, "acc": 0.5}]
+        >>> OfflineRun(Path("x.wandb"), history=rows).keys()
+        ['acc', 'loss']
+        >>> OfflineRun(Path("x.wandb"), history=rows).keys(internal=True)
+        ['_step', 'acc', 'loss']
+        """
+        seen = {k for row in self.history for k in row}
+        return sorted(k for k in seen if internal or not k.startswith("_"))
+
+    def series(self, key: str) -> list[tuple[int, Any]]:
+        """``(_step, value)`` for every history row that logged ``key``.
+
+        >>> rows = [{"_step": 0, "loss": 1.0}, {"_step": 1}, {"_step": 2, "loss": 0.5}]
+        >>> OfflineRun(Path("x.wandb"), history=rows).series("loss")
+        [(0, 1.0), (2, 0.5)]
+        """
+        return [(row.get("_step"), row[key]) for row in self.history if key in row]
+
+
+def _item_path(item: Any) -> Sequence[str]:
+    """The key path of a history/summary/config item: ``nested_key`` if set, else ``key``."""
+    return tuple(item.nested_key) or (item.key,)
+
+
+def _set_path(target: dict[str, Any], keys: Sequence[str], value: Any) -> None:
+    for key in keys[:-1]:
+        child = target.get(key)
+        if not isinstance(child, dict):
+            child = target[key] = {}
+        target = child
+    target[keys[-1]] = value
+
+
+def _del_path(target: dict[str, Any], keys: Sequence[str]) -> None:
+    for key in keys[:-1]:
+        target = target.get(key)
+        if not isinstance(target, dict):
+            return
+    target.pop(keys[-1], None)
+
+
+def _decode(path: Path, item: Any) -> Any:
+    try:
+        return json.loads(item.value_json)
+    except ValueError as exc:
+        raise ValueError(
+            f"{path}: value of {'/'.join(_item_path(item))!r} is not valid JSON ({exc})"
+        ) from exc
+
+
+def _apply_updates(path: Path, target: dict[str, Any], record: Any) -> None:
+    """Apply a ConfigRecord or SummaryRecord (``update`` and ``remove`` items) to ``target``."""
+    for item in record.update:
+        _set_path(target, _item_path(item), _decode(path, item))
+    for item in record.remove:
+        _del_path(target, _item_path(item))
+
+
+def read_offline_run(path_or_run_dir: str | os.PathLike[str]) -> OfflineRun:
+    """Read an offline run: its ``.wandb`` file, its run directory, or a folder with one run.
+
+    A run that is still being written is read up to its last complete record.
+    """
+    path = _resolve_log(path_or_run_dir)
+    run = OfflineRun(path=path)
+    for record in iter_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            r = record.run
+            run.run_id = r.run_id or run.run_id
+            run.project = r.project or run.project
+            run.name = r.display_name or run.name
+            _apply_updates(path, run.config, r.config)
+        elif kind == "config":
+            _apply_updates(path, run.config, record.config)
+        elif kind == "history":
+            row: dict[str, Any] = {}
+            for item in record.history.item:
+                keys = _item_path(item)
+                value = _decode(path, item)
+                _set_path(row, keys, value)
+                _set_path(run.summary, keys, value)
+            if "_step" not in row and record.history.HasField("step"):
+                row["_step"] = record.history.step.num
+            run.history.append(row)
+        elif kind == "summary":
+            _apply_updates(path, run.summary, record.summary)
+        elif kind == "exit":
+            run.exit_code = record.exit.exit_code
+    run.config.pop(_INTERNAL_KEY, None)
+    run.summary.pop(_INTERNAL_KEY, None)
+    return run
