@@ -1,0 +1,152 @@
+"""A tiny open_clip CLIP (small ViT for 32 px pictures + small text transformer) as a LightningModule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import pytorch_lightning as pl
+import torch
+from open_clip.loss import ClipLoss
+from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
+from open_clip.tokenizer import SimpleTokenizer
+
+
+class TinyCLIP(pl.LightningModule):
+    """CLIP trained from scratch with open_clip's ``ClipLoss`` on image-caption pairs.
+
+    The module exposes the two methods evaluation callbacks call: :meth:`encode_image` (pictures in
+    [0, 1], N×3×H×W → L2-normalised N×``embed_dim``) and :meth:`encode_text` (strings → the same space).
+
+    Validation logs ``val/loss`` (the contrastive loss) and, when class prompts are known,
+    ``val/zeroshot_acc``: the fraction of pictures whose most similar class prompt is their class.
+    Prompts come from ``class_prompts`` or, when that is None, from the datamodule's ``class_prompts``.
+
+    Args:
+        embed_dim: joint embedding width.
+        image_size, patch_size, vision_width, vision_layers, vision_head_width: the ViT.
+        context_length, text_width, text_heads, text_layers: the text transformer.
+        lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0 over the run.
+        class_prompts: one prompt per class, in label order, for zero-shot accuracy.
+        image_mean, image_std: per-channel normalisation applied inside :meth:`encode_image`.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int = 64,
+        image_size: int = 32,
+        patch_size: int = 4,
+        vision_width: int = 128,
+        vision_layers: int = 3,
+        vision_head_width: int = 32,
+        context_length: int = 16,
+        text_width: int = 128,
+        text_heads: int = 4,
+        text_layers: int = 2,
+        lr: float = 2e-3,
+        weight_decay: float = 0.05,
+        warmup_steps: int = 40,
+        class_prompts: Sequence[str] | None = None,
+        image_mean: Sequence[float] = (0.25, 0.25, 0.25),
+        image_std: Sequence[float] = (0.25, 0.25, 0.25),
+    ) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"patch_size ({patch_size}) must divide image_size ({image_size})")
+        self.save_hyperparameters()
+        vision = CLIPVisionCfg(
+            layers=vision_layers,
+            width=vision_width,
+            head_width=vision_head_width,
+            patch_size=patch_size,
+            image_size=image_size,
+        )
+        text = CLIPTextCfg(context_length=context_length, width=text_width, heads=text_heads, layers=text_layers)
+        self.clip = CLIP(embed_dim=embed_dim, vision_cfg=vision, text_cfg=text)
+        self.tokenizer = SimpleTokenizer(context_length=context_length)
+        self.register_buffer("image_mean", torch.tensor(image_mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("image_std", torch.tensor(image_std).view(1, -1, 1, 1), persistent=False)
+        self.class_prompts = list(class_prompts) if class_prompts else None
+        self.loss_fn = ClipLoss()
+        self._zeroshot_text: torch.Tensor | None = None
+        self._zeroshot_hits = 0
+        self._zeroshot_total = 0
+
+    # ---- the interface evaluation callbacks use -------------------------------------------------
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised embeddings of pictures with values in [0, 1], shape (N, 3, H, W)."""
+        images = (images.to(self.image_mean.dtype) - self.image_mean) / self.image_std
+        return self.clip.encode_image(images, normalize=True)
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """L2-normalised embeddings of strings (tokenised with open_clip's tokenizer)."""
+        tokens = self.tokenizer(list(texts)).to(self.device)
+        return self.clip.encode_text(tokens, normalize=True)
+
+    # ---- training ---------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        world_size = self.trainer.world_size if self._trainer is not None else 1
+        if world_size > 1:
+            self.loss_fn = ClipLoss(gather_with_grad=True, rank=self.global_rank, world_size=world_size)
+        if self.class_prompts is None and self._trainer is not None:
+            prompts = getattr(self.trainer.datamodule, "class_prompts", None)
+            self.class_prompts = list(prompts) if prompts else None
+
+    def _contrastive_loss(self, batch: dict[str, Any]) -> torch.Tensor:
+        image_features = self.encode_image(batch["image"])
+        text_features = self.encode_text(batch["caption"])
+        return self.loss_fn(image_features, text_features, self.clip.logit_scale.exp())
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = self._contrastive_loss(batch)
+        bs = batch["image"].shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=bs)
+        self.log("train/logit_scale", self.clip.logit_scale.exp().detach(), batch_size=bs)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self._zeroshot_hits = self._zeroshot_total = 0
+        if self.class_prompts:
+            self._zeroshot_text = self.encode_text(self.class_prompts)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        bs = batch["image"].shape[0]
+        image_features = self.encode_image(batch["image"])
+        text_features = self.encode_text(batch["caption"])
+        loss = self.loss_fn(image_features, text_features, self.clip.logit_scale.exp())
+        self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
+        if self._zeroshot_text is not None:
+            predicted = (image_features @ self._zeroshot_text.T).argmax(dim=1)
+            self._zeroshot_hits += int((predicted == batch["label"]).sum())
+            self._zeroshot_total += bs
+
+    def on_validation_epoch_end(self) -> None:
+        if self._zeroshot_text is None:
+            return
+        counts = torch.tensor([self._zeroshot_hits, self._zeroshot_total], device=self.device, dtype=torch.float64)
+        counts = self.trainer.strategy.reduce(counts, reduce_op="sum")
+        self.log("val/zeroshot_acc", (counts[0] / counts[1].clamp_min(1)).float(), sync_dist=False)
+        self._zeroshot_text = None
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            if not param.requires_grad:
+                continue
+            (no_decay if param.ndim < 2 or "logit_scale" in name else decay).append(param)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.hparams.lr,
+            betas=(0.9, 0.98),
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = min(self.hparams.warmup_steps, max(1, total // 10))
+
+        def schedule(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            progress = (step - warmup) / max(1, total - warmup)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

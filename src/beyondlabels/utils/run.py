@@ -1,0 +1,74 @@
+"""Helpers around one training run: the objective for sweepers, a closing summary, W&B clean-up."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Plain floats of every scalar entry (tensors of one element or numbers), sorted by key.
+
+    Example:
+        >>> scalar_metrics({"b": torch.tensor(0.5), "a": 2, "curve": torch.ones(3)})
+        {'a': 2.0, 'b': 0.5}
+    """
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            out[key] = float(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = float(value)
+    return dict(sorted(out.items()))
+
+
+def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
+    """The value of the sweep objective ``name``; None when no objective is configured.
+
+    Raises:
+        KeyError: if ``name`` was not logged; the message lists the keys that were.
+    """
+    if not name:
+        return None
+    scalars = scalar_metrics(metrics)
+    if name not in scalars:
+        raise KeyError(
+            f"optimized_metric={name!r} was not logged by this run; logged scalars: {sorted(scalars)}. "
+            "Set optimized_metric to one of them (or null)."
+        )
+    value = scalars[name]
+    return value if math.isfinite(value) else float("nan")
+
+
+def print_run_summary(output_dir: str | Path, metrics: Mapping[str, Any], prefixes: tuple[str, ...] = ("val/", "retrieval/")) -> None:
+    """Print where the run's results are and its final validation numbers as a table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="final validation metrics")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in scalar_metrics(metrics).items():
+        if key.startswith(prefixes):
+            table.add_row(key, f"{value:.4f}")
+    console.print(table)
+    output_dir = Path(output_dir)
+    console.print(f"results: {output_dir}")
+    for pattern, what in (("wandb/offline-run-*", "W&B offline run (upload with `wandb sync`)"), ("csv/metrics.csv", "CSV log"), ("checkpoints", "checkpoints")):
+        for path in sorted(output_dir.glob(pattern)):
+            console.print(f"  {what}: {path}")
+
+
+def close_wandb() -> None:
+    """Finish the active W&B run, if any, so the next job of a multirun starts its own run."""
+    try:
+        import wandb
+    except ImportError:  # pragma: no cover - wandb is a dependency, kept defensive for slim installs
+        return
+    if wandb.run is not None:
+        wandb.finish()

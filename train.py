@@ -1,0 +1,67 @@
+"""Fit a model with beyondlabels evaluation callbacks attached (Hydra entry point).
+
+    python train.py                       # the embedded demo, offline W&B + CSV logs under logs/
+    python train.py trainer=gpu logger=csv
+    python train.py -m seed=1,2 model.lr=1e-3,3e-3      # a multirun sweep
+    python train.py hparams_search=shapes_optuna        # Optuna search (extra: beyondlabels[sweep])
+
+Returns the value of ``optimized_metric`` so Hydra sweepers can optimise it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import hydra
+import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf
+
+from beyondlabels.utils import (
+    close_wandb,
+    instantiate_callbacks,
+    instantiate_loggers,
+    metric_value,
+    print_run_summary,
+)
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Instantiate data, model, callbacks, loggers and trainer from ``cfg``; fit; return metrics and objects."""
+    pl.seed_everything(cfg.seed, workers=True)
+    log.info("data: %s", cfg.data._target_)
+    datamodule: pl.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    log.info("model: %s", cfg.model._target_)
+    model: pl.LightningModule = hydra.utils.instantiate(cfg.model)
+    callbacks = instantiate_callbacks(cfg.get("callbacks"))
+    loggers = instantiate_loggers(cfg.get("logger"))
+    trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    objects = {"cfg": cfg, "datamodule": datamodule, "model": model, "callbacks": callbacks, "loggers": loggers, "trainer": trainer}
+
+    for logger in trainer.loggers:
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+
+    if cfg.get("train", True):
+        trainer.fit(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    else:
+        trainer.validate(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    return dict(trainer.callback_metrics), objects
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        metrics, objects = train(cfg)
+        if objects["trainer"].is_global_zero:
+            print_run_summary(cfg.paths.output_dir, metrics)
+        if objects["trainer"].fast_dev_run:
+            return None
+        return metric_value(metrics, cfg.get("optimized_metric"))
+    finally:
+        close_wandb()
+
+
+if __name__ == "__main__":
+    main()
