@@ -59,7 +59,7 @@ class ShapesDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        train_per_class: int = 160,
+        train_per_class: int = 480,
         val_per_class: int = 32,
         test_per_class: int = 32,
         seed: int = 0,

@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh machine (Python 3.10+):
+#   make train   create .venv if missing, install the package, run the embedded demo (offline)
+#   make test    create .venv if missing, install the package with test extras, run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: train test test-fast install install-test bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+train: $(VENV)/.installed
+	WANDB_MODE=offline $(PY) train.py $(ARGS)
+
+test: $(VENV)/.installed-test
+	WANDB_MODE=offline OMP_NUM_THREADS=2 $(PY) -m pytest $(PYTEST_ARGS)
+
+# Everything but the slow end-to-end runs (train.py subprocesses, multi-process DDP).
+test-fast: $(VENV)/.installed-test
+	WANDB_MODE=offline OMP_NUM_THREADS=2 $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-test
+	$(PY) benchmarks/bench_retrieval.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -1,0 +1,34 @@
+"""PNG plots written without a display (matplotlib's Agg backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def save_precision_curve_png(curves: Mapping[str, Sequence[float]], path: str | Path, title: str = "precision@k") -> Path:
+    """Plot one precision@k-vs-k line per entry of ``curves`` (``name -> [p@1, p@2, ...]``) into ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
+    try:
+        for name, curve in curves.items():
+            ks = range(1, len(curve) + 1)
+            ax.plot(ks, list(curve), marker="o", markersize=3, label=name)
+        ax.set_xlabel("k")
+        ax.set_ylabel("precision@k")
+        ax.set_ylim(0.0, 1.02)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if len(curves) > 1:
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

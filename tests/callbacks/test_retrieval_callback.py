@@ -1,0 +1,146 @@
+"""RetrievalEvalCallback inside real Trainer runs: values, schedule, failures, resume, W&B media."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger, WandbLogger
+
+sys.path.insert(0, str(Path(__file__).parent))
+from toy import LinearEncoder, PointDataModule, brute_force_precision_at_1_and_r_precision  # noqa: E402
+
+from beyondlabels.callbacks import RetrievalEvalCallback
+from beyondlabels.io import read_offline_run
+
+
+def _trainer(tmp_path: Path, callbacks: list, max_epochs: int = 2, logger=False, **kwargs) -> pl.Trainer:
+    return pl.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        devices=1,
+        callbacks=callbacks,
+        logger=logger,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        **kwargs,
+    )
+
+
+def _final_embeddings(model: LinearEncoder, dm: PointDataModule) -> tuple[np.ndarray, np.ndarray]:
+    with torch.no_grad():
+        emb = model.proj(torch.from_numpy(dm.eval_set.points)).numpy()
+    return emb, dm.eval_set.labels
+
+
+def test_logged_values_match_a_brute_force_oracle_on_the_final_model(tmp_path: Path):
+    dm, model = PointDataModule(), LinearEncoder()
+    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 5), num_mismatches=0)
+    trainer = _trainer(tmp_path, [callback], max_epochs=3, logger=CSVLogger(tmp_path), num_sanity_val_steps=2)
+    trainer.fit(model, dm)
+    assert [h["epoch"] for h in callback.history] == [0, 1, 2], "one evaluation per epoch, none for the sanity check"
+    p1, rp = brute_force_precision_at_1_and_r_precision(*_final_embeddings(model, dm))
+    last = callback.history[-1]
+    assert last["precision@1"] == pytest.approx(p1, abs=1e-9)
+    assert last["r_precision"] == pytest.approx(rp, abs=1e-9)
+    assert last["num_queries"] == 37 and last["num_lone_queries"] == 0
+    assert float(trainer.callback_metrics["retrieval/precision@1"]) == pytest.approx(p1, abs=1e-6)
+    csv_text = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
+    assert "retrieval/precision@1" in csv_text and "retrieval/map@r" in csv_text
+
+
+def test_every_n_steps_schedule(tmp_path: Path):
+    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=3, num_mismatches=0)
+    _trainer(tmp_path, [callback], max_epochs=2).fit(LinearEncoder(), PointDataModule())  # 8 steps per epoch
+    assert [h["step"] for h in callback.history] == [3, 6, 9, 12, 15]
+
+
+def test_a_failing_evaluation_is_logged_and_training_continues(tmp_path: Path, caplog):
+    model = LinearEncoder(fail_on_call=1)  # first encode call of the first evaluation raises
+    callback = RetrievalEvalCallback(every_n_epochs=1, num_mismatches=0)
+    trainer = _trainer(tmp_path, [callback], max_epochs=2)
+    trainer.fit(model, PointDataModule())
+    assert trainer.current_epoch == 2, "training ran to the end"
+    assert "error" in callback.history[0] and "encoder exploded" in callback.history[0]["error"]
+    assert "precision@1" in callback.history[1]
+    assert "failed and was skipped" in caplog.text
+
+
+def test_strict_mode_raises(tmp_path: Path):
+    callback = RetrievalEvalCallback(every_n_epochs=1, strict=True, num_mismatches=0)
+    with pytest.raises(RuntimeError, match="encoder exploded"):
+        _trainer(tmp_path, [callback]).fit(LinearEncoder(fail_on_call=1), PointDataModule())
+
+
+def test_resume_from_checkpoint_continues_the_same_history(tmp_path: Path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    first = RetrievalEvalCallback(every_n_epochs=1, num_mismatches=0)
+    _trainer(tmp_path, [first, checkpoint], max_epochs=2).fit(LinearEncoder(), PointDataModule())
+    assert [h["epoch"] for h in first.history] == [0, 1]
+
+    resumed = RetrievalEvalCallback(every_n_epochs=1, num_mismatches=0)
+    trainer = _trainer(tmp_path, [resumed, ModelCheckpoint(dirpath=tmp_path / "ckpt2")], max_epochs=4)
+    trainer.fit(LinearEncoder(), PointDataModule(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    assert [h["epoch"] for h in resumed.history] == [0, 1, 2, 3]
+    assert resumed.history[:2] == first.history
+
+
+def test_load_state_dict_ignores_garbage():
+    callback = RetrievalEvalCallback()
+    callback.load_state_dict({"history": "not a list", "last_step_evaluated": "x"})
+    assert callback.history == [] and callback.state_dict()["last_step_evaluated"] == -1
+
+
+def test_state_key_distinguishes_instances():
+    a = RetrievalEvalCallback(prefix="retrieval")
+    b = RetrievalEvalCallback(prefix="retrieval_text", encode_method="encode_text")
+    assert a.state_key != b.state_key
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"every_n_epochs": 1, "every_n_steps": 5}, "exactly one of every_n_epochs and every_n_steps"),
+        ({"every_n_epochs": None}, "exactly one of every_n_epochs and every_n_steps"),
+        ({"every_n_epochs": 0}, "every_n_epochs"),
+        ({"limit_batches": -1}, "limit_batches"),
+        ({"num_mismatches": -1}, "num_mismatches"),
+        ({"prefix": "retrieval/"}, "prefix"),
+        ({"ks": (0,)}, "k"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RetrievalEvalCallback(**kwargs)
+
+
+def test_missing_encode_method_is_reported_at_setup(tmp_path: Path):
+    callback = RetrievalEvalCallback(encode_method="embed")
+    with pytest.raises(AttributeError, match="encode_method"):
+        _trainer(tmp_path, [callback]).fit(LinearEncoder(), PointDataModule())
+
+
+@pytest.mark.slow
+def test_wandb_media_and_scalars_reach_the_offline_run(tmp_path: Path):
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="beyondlabels-test")
+    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 5), num_mismatches=4)
+    try:
+        _trainer(tmp_path, [callback], max_epochs=2, logger=logger, log_every_n_steps=1).fit(LinearEncoder(), PointDataModule())
+    finally:
+        import wandb
+
+        wandb.finish()
+    run = read_offline_run(tmp_path)
+    keys = set(run.keys())
+    assert {"retrieval/precision@1", "retrieval/r_precision", "retrieval/map@r", "retrieval/precision@5"} <= keys
+    assert {"retrieval/precision_at_k_curve", "retrieval/worst_mismatches"} <= {k.split(".")[0] for k in keys} | keys
+    assert run.summary["retrieval/precision@1"] == pytest.approx(callback.history[-1]["precision@1"], abs=1e-6)
+    table = run.summary["retrieval/worst_mismatches"]
+    assert table["_type"] == "table-file" and table["nrows"] <= 4

@@ -1,0 +1,25 @@
+"""Run the Hydra entry points in a subprocess, the way users do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(script: str, *overrides: str, cwd: Path = REPO_ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="2")
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / script), *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"{script} {' '.join(overrides)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}")
+    return result

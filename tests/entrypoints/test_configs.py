@@ -1,0 +1,74 @@
+"""Every config group composes, and the composed configs instantiate what they name."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import hydra
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf, open_dict
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+GROUPS = ["data", "model", "callbacks", "logger", "trainer", "experiment", "hparams_search", "debug", "paths", "hydra"]
+
+
+def _has_optuna_sweeper() -> bool:
+    try:
+        return importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+HAS_OPTUNA = _has_optuna_sweeper()
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def _compose(config_name: str, overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def test_every_group_has_options():
+    for group in GROUPS:
+        assert _options(group), f"conf/{group}/ is empty"
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in _options(g)])
+def test_group_option_composes(group: str, option: str, tmp_path: Path):
+    if group == "hparams_search" and not HAS_OPTUNA:
+        pytest.skip("hydra-optuna-sweeper is an optional extra (pip install 'beyondlabels[sweep]')")
+    cfg = _compose("train", [f"{group}={option}", f"paths.log_dir={tmp_path}"])
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path)  # ${hydra:runtime.output_dir} exists only inside a run
+        del cfg["hydra"]
+    container = OmegaConf.to_container(cfg, resolve=True)
+    assert container["seed"] is not None and "optimized_metric" in container
+
+
+def test_evaluate_config_composes(tmp_path: Path):
+    cfg = _compose("evaluate", ["task=retrieval", "input=x.npz", f"paths.log_dir={tmp_path}"])
+    assert cfg.k == [1, 5, 10] and cfg.eval.precision == "fp32"
+
+
+def test_default_train_config_instantiates_everything(tmp_path: Path):
+    cfg = _compose("train", [f"paths.log_dir={tmp_path}"])
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path)
+    assert cfg.logger.wandb.offline is True, "W&B must be offline by default"
+    assert set(cfg.logger) == {"wandb", "csv"}
+    datamodule = hydra.utils.instantiate(cfg.data)
+    model = hydra.utils.instantiate(cfg.model)
+    assert callable(model.encode_image) and callable(model.encode_text)
+    assert len(datamodule.class_names) >= 12
+    for name, callback in cfg.callbacks.items():
+        assert hydra.utils.instantiate(callback) is not None, name
