@@ -286,6 +286,26 @@ def test_fast_mode_equals_fp32_on_random_data(precision):
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("noise", [0.3, 3.0])
+def test_fast_mode_takes_both_rescoring_paths(precision, noise, monkeypatch):
+    """Separated classes rescore a small candidate union; crowded ones rescore whole chunks. Both equal fp32."""
+    import beyondlabels.functional.retrieval as kernel
+
+    emb, labels = clustered(800, 64, 40, seed=12, noise=noise)
+    ref = embedding_retrieval_metrics(emb, labels, ks=KS, chunk_size=200)
+    widths = []
+    real = kernel._scores
+    monkeypatch.setattr(kernel, "_scores", lambda q, g: widths.append(g.shape[0]) or real(q, g))
+    fast = embedding_retrieval_metrics(emb, labels, ks=KS, chunk_size=50, precision=precision)
+    for key in ref:
+        assert torch.equal(ref[key], fast[key]), key
+    if noise < 1:
+        assert max(widths) < 400  # union of candidates
+    else:
+        assert max(widths) == 800  # whole gallery
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_fast_mode_equals_fp32_on_near_ties(precision):
     # Items within 1e-4..1e-3 (far below bf16 resolution) of a few anchors, labels alternating: ranks hinge on
     # differences the coarse search cannot see.

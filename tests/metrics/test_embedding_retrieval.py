@@ -1,0 +1,227 @@
+"""Tests of the EmbeddingRetrieval metric: agreement with the kernel, update splitting, deduplication by id,
+validation, and a two-process gloo run that must equal the single-process result exactly."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
+
+from retrieval_data import clustered  # noqa: E402
+
+from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
+from beyondlabels.metrics import EmbeddingRetrieval  # noqa: E402
+
+KS = (1, 5, 10)
+
+
+@pytest.fixture(scope="module")
+def data():
+    emb, labels = clustered(150, 16, 9, seed=5, noise=1.5)
+    ids = torch.randperm(150, generator=torch.Generator().manual_seed(0)) + 1000
+    return emb, labels, ids
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_class_attributes():
+    assert EmbeddingRetrieval.is_differentiable is False
+    assert EmbeddingRetrieval.higher_is_better is True
+    assert EmbeddingRetrieval.full_state_update is False
+
+
+def test_equals_kernel_in_id_order(data):
+    emb, labels, ids = data
+    m = EmbeddingRetrieval(ks=KS)
+    m.update(emb, labels, ids)
+    order = torch.argsort(ids)
+    ref = embedding_retrieval_metrics(emb[order], labels[order], ids[order], ks=KS)
+    assert_same(m.compute(), ref)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_update_splitting_and_order_do_not_matter(data, batch):
+    emb, labels, ids = data
+    whole = EmbeddingRetrieval(ks=KS, curve_max_k=15)
+    whole.update(emb, labels, ids)
+    split = EmbeddingRetrieval(ks=KS, curve_max_k=15, chunk_size=33)
+    perm = torch.randperm(150, generator=torch.Generator().manual_seed(batch))
+    for s in range(0, 150, batch):
+        p = perm[s : s + batch]
+        split.update(emb[p], labels[p], ids[p])
+    assert_same(whole.compute(), split.compute())
+
+
+def test_repeated_samples_are_deduplicated(data):
+    emb, labels, ids = data
+    ref = EmbeddingRetrieval(ks=KS)
+    ref.update(emb, labels, ids)
+    rep = EmbeddingRetrieval(ks=KS)
+    rep.update(emb, labels, ids)
+    rep.update(emb[:20], labels[:20], ids[:20])  # the padding a DistributedSampler adds
+    assert_same(ref.compute(), rep.compute())
+    assert int(rep.compute()["num_queries"]) + int(rep.compute()["num_lone_queries"]) == 150
+
+
+def test_conflicting_labels_for_one_id_raise(data):
+    emb, labels, ids = data
+    m = EmbeddingRetrieval(ks=(1,))
+    m.update(emb, labels, ids)
+    m.update(emb[:1], labels[:1] + 1, ids[:1])
+    with pytest.raises(ValueError, match="`labels` disagree"):
+        m.compute()
+
+
+def test_without_ids_on_one_process(data):
+    emb, labels, _ = data
+    m = EmbeddingRetrieval(ks=KS)
+    m.update(emb[:100], labels[:100])
+    m.update(emb[100:], labels[100:])
+    assert_same(m.compute(), embedding_retrieval_metrics(emb, labels, ks=KS))
+    m.reset()
+    m.update(emb, labels)
+    assert_same(m.compute(), embedding_retrieval_metrics(emb, labels, ks=KS))
+    with pytest.raises(ValueError, match="`ids`"):
+        m.update(emb[:3], labels[:3], torch.arange(3))
+
+
+def test_fast_mode_equals_fp32(data):
+    emb, labels, ids = data
+    a, b = EmbeddingRetrieval(ks=KS), EmbeddingRetrieval(ks=KS, precision="bf16")
+    a.update(emb, labels, ids)
+    b.update(emb, labels, ids)
+    assert_same(a.compute(), b.compute())
+
+
+def test_return_neighbors(data):
+    emb, labels, ids = data
+    m = EmbeddingRetrieval(ks=(1,), return_neighbors=3)
+    m.update(emb, labels, ids)
+    out = m.compute()
+    assert torch.equal(out["query_ids"], torch.sort(ids).values)
+    assert out["neighbor_ids"].shape == (150, 3) and out["neighbor_scores"].shape == (150, 3)
+    assert not bool((out["neighbor_ids"] == out["query_ids"][:, None]).any())
+    p1 = (out["neighbor_labels"][:, 0] == out["query_labels"]).double()
+    lone = out["per_query_num_relevant"] == 0
+    assert float(p1[~lone].mean()) == float(out["precision@1"])
+
+
+def test_state_is_per_sample(data):
+    emb, labels, ids = data
+    m = EmbeddingRetrieval()
+    m.update(emb, labels, ids)
+    sizes = [t.numel() for name in ("embeddings", "labels", "ids") for t in getattr(m, name)]
+    assert sum(sizes) == 150 * 16 + 150 + 150
+    assert m._reductions["embeddings"].__name__ == "dim_zero_cat"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"ks": (0,)}, "ks"),
+        ({"ks": ()}, "ks"),
+        ({"ks": "5"}, "ks"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"chunk_size": 2.5}, "chunk_size"),
+        ({"precision": "fp64"}, "precision"),
+        ({"curve_max_k": -1}, "curve_max_k"),
+        ({"return_neighbors": -2}, "return_neighbors"),
+    ],
+)
+def test_init_validation(kwargs, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        EmbeddingRetrieval(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        ((torch.randn(4), torch.arange(4), torch.arange(4)), "embeddings"),
+        ((torch.ones(4, 3, dtype=torch.long), torch.arange(4), torch.arange(4)), "embeddings"),
+        ((torch.full((4, 3), float("nan")), torch.arange(4), torch.arange(4)), "embeddings"),
+        ((torch.randn(4, 3), torch.arange(3), torch.arange(4)), "labels"),
+        ((torch.randn(4, 3), torch.arange(4).float(), torch.arange(4)), "labels"),
+        ((torch.randn(4, 3), torch.arange(4), torch.arange(5)), "ids"),
+        ((torch.randn(4, 3), torch.arange(4), torch.arange(4).float()), "ids"),
+    ],
+)
+def test_update_validation(args, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        EmbeddingRetrieval().update(*args)
+
+
+def test_update_validation_across_calls():
+    m = EmbeddingRetrieval(ks=(1,))
+    m.update(torch.randn(4, 3), torch.arange(4), torch.arange(4))
+    with pytest.raises(ValueError, match="`embeddings`"):
+        m.update(torch.randn(4, 5), torch.arange(4), torch.arange(4, 8))
+    with pytest.raises(ValueError, match="`ids`"):
+        m.update(torch.randn(4, 3), torch.arange(4))
+
+
+@pytest.mark.filterwarnings("ignore:The ``compute`` method")
+def test_compute_errors():
+    with pytest.raises(ValueError, match="before any sample"):
+        EmbeddingRetrieval().compute()
+    m = EmbeddingRetrieval(ks=(5,))
+    m.update(torch.randn(4, 3), torch.tensor([0, 0, 1, 1]), torch.arange(4))
+    with pytest.raises(ValueError, match="`ks`"):
+        m.compute()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# two processes (gloo)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, precision: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        emb, labels, ids = shards[rank]
+        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, precision=precision, return_neighbors=2)
+        for s in range(0, len(ids), 11):  # uneven batches
+            m.update(emb[s : s + 11], labels[s : s + 11], ids[s : s + 11])
+        out = m.compute()
+        torch.save(out, f"{out_path}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_process_gloo_equals_single_process(data, tmp_path):
+    emb, labels, ids = data
+    # Uneven shards, as a DistributedSampler pads them: rank 0 gets 80 samples, rank 1 the other 70 plus 10 repeats
+    # of rank 0's samples; the ranks also see their samples in different orders.
+    perm = torch.randperm(150, generator=torch.Generator().manual_seed(1))
+    r0 = perm[:80]
+    r1 = torch.cat([perm[80:], perm[:10]])
+    shards = [(emb[r], labels[r], ids[r]) for r in (r0, r1)]
+    single = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2)
+    single.update(emb, labels, ids)
+    ref = single.compute()
+    out_path = str(tmp_path / "out")
+    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, "fp32"), nprocs=2, join=True)
+    for rank in range(2):
+        got = torch.load(f"{out_path}.{rank}")
+        assert_same(got, ref)
