@@ -99,7 +99,7 @@ class RetrievalEvalCallback(pl.Callback):
         self.class_names = list(class_names) if class_names else None
         self.strict = strict
         # Built here so that argument errors surface when the config is instantiated, not mid-run.
-        self.metric = EmbeddingRetrieval(ks=ks, chunk_size=chunk_size, precision=precision, keep_neighbors=num_mismatches > 0)
+        self.metric = EmbeddingRetrieval(ks=ks, chunk_size=chunk_size, precision=precision, return_neighbors=1 if num_mismatches else 0)
         self.history: list[dict[str, Any]] = []
         self._last_step_evaluated = -1
         self._eval_dataset: Any = None
@@ -172,7 +172,7 @@ class RetrievalEvalCallback(pl.Callback):
             self.metric.reset()
             return None
 
-        scalars = {k: v for k, v in results.items() if v.numel() == 1}
+        scalars = {k: v for k, v in results.items() if v.ndim == 0}
         for key, value in scalars.items():
             pl_module.log(f"{self.prefix}/{key}", value.float(), on_step=self.every_n_steps is not None, on_epoch=self.every_n_steps is None, sync_dist=False)
         record = {"step": step, "epoch": epoch, **{k: float(v) for k, v in scalars.items()}}
@@ -254,22 +254,23 @@ class RetrievalEvalCallback(pl.Callback):
             return
         try:
             media = WandbMedia(logger, step=trainer.global_step, prefix=self.prefix)
-            media.define_metrics([k for k, v in results.items() if v.numel() == 1])
+            media.define_metrics([k for k, v in results.items() if v.ndim == 0])
             curve = results.get("precision_curve")
             if curve is not None and curve.numel() > 0:
                 media.precision_curve(curve.tolist())
-            if self.num_mismatches and self.metric.neighbors is not None:
-                media.mismatch_table(self._mismatch_rows(trainer))
+            if self.num_mismatches and "neighbor_ids" in results:
+                media.mismatch_table(self._mismatch_rows(trainer, results))
         except Exception:  # noqa: BLE001 - media are best effort, never worth a run
             if self.strict:
                 raise
             log.exception("%s: logging W&B media failed; scalars were logged", self.prefix)
 
-    def _mismatch_rows(self, trainer: pl.Trainer) -> list[dict[str, Any]]:
+    def _mismatch_rows(self, trainer: pl.Trainer, results: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
         """The most confident wrong top-1 neighbours, with thumbnails looked up by id in the dataset."""
-        neighbors = self.metric.neighbors
-        wrong = (neighbors["neighbor_labels"][:, 0] != neighbors["labels"]).nonzero().flatten()
-        order = wrong[neighbors["scores"][wrong, 0].argsort(descending=True)][: self.num_mismatches]
+        query_ids, query_labels = results["query_ids"], results["query_labels"]
+        neighbor_ids, neighbor_labels, scores = results["neighbor_ids"], results["neighbor_labels"], results["neighbor_scores"]
+        wrong = (neighbor_labels[:, 0] != query_labels).nonzero().flatten()
+        order = wrong[scores[wrong, 0].argsort(descending=True, stable=True)][: self.num_mismatches]
         names = self.class_names or getattr(trainer.datamodule, "class_names", None)
         dataset = self._eval_dataset
 
@@ -278,14 +279,14 @@ class RetrievalEvalCallback(pl.Callback):
 
         rows = []
         for q in order.tolist():
-            qid, nid = int(neighbors["ids"][q]), int(neighbors["neighbor_ids"][q, 0])
+            qid, nid = int(query_ids[q]), int(neighbor_ids[q, 0])
             rows.append(
                 {
                     "query_id": qid,
-                    "query_label": label_name(int(neighbors["labels"][q])),
+                    "query_label": label_name(int(query_labels[q])),
                     "retrieved_id": nid,
-                    "retrieved_label": label_name(int(neighbors["neighbor_labels"][q, 0])),
-                    "cosine": float(neighbors["scores"][q, 0]),
+                    "retrieved_label": label_name(int(neighbor_labels[q, 0])),
+                    "cosine": float(scores[q, 0]),
                     "query_image": _thumbnail(dataset, qid, self.input_key),
                     "retrieved_image": _thumbnail(dataset, nid, self.input_key),
                 }

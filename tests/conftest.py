@@ -30,3 +30,7 @@ def repo_root() -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+# Scripts that tests launch in subprocesses (DDP) are not test modules.
+collect_ignore_glob = ["*_script.py"]

@@ -31,6 +31,7 @@ def main() -> None:
         devices=devices,
         strategy="ddp" if devices > 1 else "auto",
         max_epochs=1,
+        callbacks=[callback],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

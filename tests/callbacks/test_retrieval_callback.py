@@ -140,7 +140,10 @@ def test_wandb_media_and_scalars_reach_the_offline_run(tmp_path: Path):
     run = read_offline_run(tmp_path)
     keys = set(run.keys())
     assert {"retrieval/precision@1", "retrieval/r_precision", "retrieval/map@r", "retrieval/precision@5"} <= keys
-    assert {"retrieval/precision_at_k_curve", "retrieval/worst_mismatches"} <= {k.split(".")[0] for k in keys} | keys
+    # a custom chart is stored as its data table, "<key>_table"
+    assert {"retrieval/precision_at_k_curve_table", "retrieval/worst_mismatches"} <= keys
+    curve = run.summary["retrieval/precision_at_k_curve_table"]
+    assert curve["_type"] == "table-file" and curve["nrows"] == 5  # k = 1..5
     assert run.summary["retrieval/precision@1"] == pytest.approx(callback.history[-1]["precision@1"], abs=1e-6)
     table = run.summary["retrieval/worst_mismatches"]
     assert table["_type"] == "table-file" and table["nrows"] <= 4

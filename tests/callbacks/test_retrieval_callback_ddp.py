@@ -28,7 +28,11 @@ def test_two_process_ddp_equals_single_process(tmp_path: Path):
     ranks = _run(tmp_path, 2)
     assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
     assert single["history"][0]["num_queries"] == 37, "the padded repeat was dropped"
+    def values(history: list[dict]) -> list[dict]:  # each rank takes fewer optimiser steps, so drop "step"
+        return [{k: v for k, v in h.items() if k != "step"} for h in history]
+
     for rank in ranks:
         # identical values on every rank, and identical to world size 1
         assert rank["logged"] == single["logged"]
-        assert rank["history"] == single["history"]
+        assert values(rank["history"]) == values(single["history"])
+        assert "error" not in rank["history"][0]
