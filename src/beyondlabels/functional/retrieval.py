@@ -72,7 +72,6 @@ Low-precision fast mode (``precision="bf16"`` or ``"fp16"``)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 
 import torch
