@@ -16,6 +16,7 @@ from typing import Any
 import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import LearningRateMonitor
 
 from beyondlabels.utils import (
     close_wandb,
@@ -37,6 +38,9 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     model: pl.LightningModule = hydra.utils.instantiate(cfg.model)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     loggers = instantiate_loggers(cfg.get("logger"))
+    if not loggers:
+        # LearningRateMonitor refuses to run without a logger; with logger=none there is nothing to monitor into.
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     objects = {"cfg": cfg, "datamodule": datamodule, "model": model, "callbacks": callbacks, "loggers": loggers, "trainer": trainer}
 

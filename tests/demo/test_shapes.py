@@ -94,7 +94,7 @@ def test_profiles_cover_every_class_with_valid_values():
 
 
 def test_datamodule_items_and_ids():
-    dm = ShapesDataModule(train_per_class=2, val_per_class=1, test_per_class=1, batch_size=8, seed=5)
+    dm = ShapesDataModule(train_per_class=2, val_per_class=1, test_per_class=1, batch_size=8, data_seed=5)
     dm.setup("fit")
     batch = next(iter(dm.val_dataloader()))
     assert batch["image"].shape == (8, 3, 32, 32) and batch["image"].dtype == torch.float32
@@ -103,7 +103,7 @@ def test_datamodule_items_and_ids():
     assert len(dm.dataset("train")) == 2 * len(CLASS_NAMES)
     # splits are independent draws of the same seed, and the data seed alone decides them
     assert not torch.equal(dm.dataset("train").images[:16], dm.dataset("val").images[:16])
-    again = ShapesDataModule(train_per_class=2, val_per_class=1, seed=5)
+    again = ShapesDataModule(train_per_class=2, val_per_class=1, data_seed=5)
     assert torch.equal(again.dataset("val").images, dm.dataset("val").images)
     assert dm.class_prompts[0] == "a square"
     with pytest.raises(ValueError, match="batch_size"):

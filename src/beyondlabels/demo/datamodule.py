@@ -45,13 +45,13 @@ class ShapesDataset(Dataset):
 
 
 class ShapesDataModule(pl.LightningDataModule):
-    """Balanced train / val / test splits of demo shapes, generated on the fly from ``seed``.
+    """Balanced train / val / test splits of demo shapes, generated on the fly from ``data_seed``.
 
     Args:
         train_per_class: training pictures per class.
         val_per_class: validation pictures per class (also the default retrieval evaluation set).
         test_per_class: test pictures per class.
-        seed: data seed; the splits are a pure function of it (independent of the training seed).
+        data_seed: data seed; the splits are a pure function of it (independent of the run's ``seed``).
         batch_size: batch size of every loader.
         num_workers: DataLoader workers (0 keeps everything in the main process).
         class_names: subset of :data:`~beyondlabels.demo.shapes.CLASS_NAMES` (default: all 16).
@@ -62,7 +62,7 @@ class ShapesDataModule(pl.LightningDataModule):
         train_per_class: int = 480,
         val_per_class: int = 32,
         test_per_class: int = 32,
-        seed: int = 0,
+        data_seed: int = 0,
         batch_size: int = 128,
         num_workers: int = 0,
         class_names: list[str] | tuple[str, ...] | None = None,
@@ -91,7 +91,7 @@ class ShapesDataModule(pl.LightningDataModule):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if split not in self.datasets:
-            sample = render_shapes(self.per_class[split], split_seed(self.hparams.seed, split), self.class_names)
+            sample = render_shapes(self.per_class[split], split_seed(self.hparams.data_seed, split), self.class_names)
             self.datasets[split] = ShapesDataset(sample, self.class_names)
         return self.datasets[split]
 

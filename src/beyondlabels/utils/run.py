@@ -57,11 +57,12 @@ def print_run_summary(output_dir: str | Path, metrics: Mapping[str, Any], prefix
         if key.startswith(prefixes):
             table.add_row(key, f"{value:.4f}")
     console.print(table)
+    # Paths are printed plainly (no wrapping) so they can be copied.
     output_dir = Path(output_dir)
-    console.print(f"results: {output_dir}")
+    print(f"results: {output_dir}")
     for pattern, what in (("wandb/offline-run-*", "W&B offline run (upload with `wandb sync`)"), ("csv/metrics.csv", "CSV log"), ("checkpoints", "checkpoints")):
         for path in sorted(output_dir.glob(pattern)):
-            console.print(f"  {what}: {path}")
+            print(f"  {what}: {path}")
 
 
 def close_wandb() -> None:

@@ -1,0 +1,53 @@
+"""train.py end to end in subprocesses: fast_dev_run, a short run read back from its offline W&B log, a multirun."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import run_script  # noqa: E402
+
+from beyondlabels.io import find_offline_runs, read_offline_run
+
+pytestmark = pytest.mark.slow
+
+
+def test_fast_dev_run(tmp_path: Path):
+    result = run_script("train.py", "debug=fdr", f"paths.log_dir={tmp_path}")
+    assert "final validation metrics" in result.stdout
+    assert not find_offline_runs(tmp_path), "fast_dev_run logs nothing"
+
+
+def test_short_run_logs_offline_wandb_and_csv(tmp_path: Path):
+    result = run_script("train.py", "experiment=shapes_smoke", f"paths.log_dir={tmp_path}", "seed=3")
+    (wandb_file,) = find_offline_runs(tmp_path)
+    run = read_offline_run(wandb_file)
+    keys = set(run.keys())
+    expected = {"train/loss", "val/loss", "val/zeroshot_acc", "retrieval/precision@1", "retrieval/precision@5", "retrieval/r_precision", "retrieval/map@r", "retrieval/num_queries"}
+    assert expected <= keys, sorted(expected - keys)
+    assert run.config["seed"] == 3 and run.config["optimized_metric"] == "retrieval/precision@1"
+    assert 0.0 <= run.summary["retrieval/precision@1"] <= 1.0
+    assert run.summary["retrieval/num_queries"] == 16 * 4  # smoke: 4 validation pictures of each of 16 classes
+    # the CSV log holds the same final retrieval number
+    output_dir = wandb_file.parents[2]
+    rows = list(csv.DictReader((output_dir / "csv" / "metrics.csv").open()))
+    csv_values = [float(r["retrieval/precision@1"]) for r in rows if r.get("retrieval/precision@1")]
+    assert csv_values[-1] == pytest.approx(run.summary["retrieval/precision@1"], abs=1e-6)
+    assert (output_dir / "checkpoints" / "last.ckpt").is_file()
+    assert str(output_dir) in result.stdout and "retrieval/precision@1" in result.stdout
+
+
+def test_multirun_makes_one_wandb_run_per_job(tmp_path: Path):
+    run_script("train.py", "-m", "seed=1,2", "experiment=shapes_smoke", "trainer.max_epochs=1", "logger=wandb", f"paths.log_dir={tmp_path}")
+    runs = [read_offline_run(p) for p in find_offline_runs(tmp_path)]
+    assert len(runs) == 2
+    assert len({r.run_id for r in runs}) == 2
+    assert sorted(r.config["seed"] for r in runs) == [1, 2]
+    for run in runs:
+        assert "retrieval/precision@1" in run.summary and run.exit_code == 0
+    # each job has its own folder (sweep dir / job number)
+    assert {p.parents[2].name for p in find_offline_runs(tmp_path)} == {"0", "1"}
