@@ -55,7 +55,7 @@ def print_run_summary(output_dir: str | Path, metrics: Mapping[str, Any], prefix
     table.add_column("value", justify="right")
     for key, value in scalar_metrics(metrics).items():
         if key.startswith(prefixes):
-            table.add_row(key, f"{value:.4f}")
+            table.add_row(key, f"{int(value):d}" if key.rsplit("/", 1)[-1].startswith("num_") else f"{value:.4f}")
     console.print(table)
     # Paths are printed plainly (no wrapping) so they can be copied.
     output_dir = Path(output_dir)
