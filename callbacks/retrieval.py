@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import traceback
+from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -15,6 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
 from beyondlabels.metrics import EmbeddingRetrieval
+from beyondlabels.reporting import save_precision_curve_png
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class RetrievalEvalCallback(pl.Callback):
         limit_batches: evaluate on at most this many batches (None: all).
         num_mismatches: rows of the worst-mismatch table (0 turns the table off).
         class_names: label → display name for tables (default: the datamodule's ``class_names``).
+        save_dir: folder for ``history.json`` and ``precision_at_k.png`` (rank 0, after every evaluation);
+            None means ``<trainer.default_root_dir>/<prefix>``, False writes nothing.
         strict: raise instead of logging evaluation errors.
     """
 
@@ -73,6 +78,7 @@ class RetrievalEvalCallback(pl.Callback):
         limit_batches: int | None = None,
         num_mismatches: int = 16,
         class_names: Sequence[str] | None = None,
+        save_dir: str | Path | bool | None = None,
         strict: bool = False,
     ) -> None:
         super().__init__()
@@ -97,6 +103,7 @@ class RetrievalEvalCallback(pl.Callback):
         self.limit_batches = limit_batches
         self.num_mismatches = num_mismatches
         self.class_names = list(class_names) if class_names else None
+        self.save_dir = save_dir
         self.strict = strict
         # Built here so that argument errors surface when the config is instantiated, not mid-run.
         self.metric = EmbeddingRetrieval(ks=ks, chunk_size=chunk_size, precision=precision, return_neighbors=1 if num_mismatches else 0)
@@ -176,6 +183,8 @@ class RetrievalEvalCallback(pl.Callback):
         for key, value in scalars.items():
             pl_module.log(f"{self.prefix}/{key}", value.float(), on_step=self.every_n_steps is not None, on_epoch=self.every_n_steps is None, sync_dist=False)
         record = {"step": step, "epoch": epoch, **{k: float(v) for k, v in scalars.items()}}
+        if "precision_curve" in results:
+            record["precision_curve"] = [float(v) for v in results["precision_curve"]]
         self.history.append(record)
         self._log_media(trainer, results)
         self.metric.reset()
@@ -249,6 +258,7 @@ class RetrievalEvalCallback(pl.Callback):
     # ---- media on rank 0 ---------------------------------------------------------------------------------
     @rank_zero_only
     def _log_media(self, trainer: pl.Trainer, results: dict[str, torch.Tensor]) -> None:
+        self._write_files(trainer)
         logger = find_wandb_logger(trainer)
         if logger is None:
             return
@@ -264,6 +274,23 @@ class RetrievalEvalCallback(pl.Callback):
             if self.strict:
                 raise
             log.exception("%s: logging W&B media failed; scalars were logged", self.prefix)
+
+    def _write_files(self, trainer: pl.Trainer) -> None:
+        """On-disk fallback beside any logger: ``<default_root_dir>/<prefix>/history.json`` and a PNG with the
+        precision@k curve of every evaluation so far (convergence shows as curves moving up)."""
+        if self.save_dir is False:
+            return
+        folder = Path(self.save_dir or Path(trainer.default_root_dir) / self.prefix)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "history.json").write_text(json.dumps(self.history, indent=1) + "\n", encoding="utf-8")
+            curves = {f"step {h['step']}": h["precision_curve"] for h in self.history if h.get("precision_curve")}
+            if curves:
+                save_precision_curve_png(curves, folder / "precision_at_k.png", title=f"{self.prefix}: precision@k per evaluation")
+        except Exception:  # noqa: BLE001 - files are best effort, never worth a run
+            if self.strict:
+                raise
+            log.exception("%s: writing %s failed", self.prefix, folder)
 
     def _mismatch_rows(self, trainer: pl.Trainer, results: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
         """The most confident wrong top-1 neighbours, with thumbnails looked up by id in the dataset."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -54,6 +55,11 @@ def test_logged_values_match_a_brute_force_oracle_on_the_final_model(tmp_path: P
     assert float(trainer.callback_metrics["retrieval/precision@1"]) == pytest.approx(p1, abs=1e-6)
     csv_text = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
     assert "retrieval/precision@1" in csv_text and "retrieval/map@r" in csv_text
+    # on-disk fallback: the history and one precision@k curve per evaluation
+    saved = json.loads((tmp_path / "retrieval" / "history.json").read_text())
+    assert [h["precision@1"] for h in saved] == [h["precision@1"] for h in callback.history]
+    assert saved[-1]["precision_curve"][0] == pytest.approx(p1) and len(saved[-1]["precision_curve"]) == 5
+    assert (tmp_path / "retrieval" / "precision_at_k.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_every_n_steps_schedule(tmp_path: Path):
