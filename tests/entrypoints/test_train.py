@@ -51,3 +51,22 @@ def test_multirun_makes_one_wandb_run_per_job(tmp_path: Path):
         assert "retrieval/precision@1" in run.summary and run.exit_code == 0
     # each job has its own folder (sweep dir / job number)
     assert {p.parents[2].name for p in find_offline_runs(tmp_path)} == {"0", "1"}
+
+
+def test_optuna_sweep_optimises_the_returned_objective(tmp_path: Path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    run_script(
+        "train.py", "hparams_search=shapes_optuna", "experiment=shapes_smoke", "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler.n_startup_trials=2", "logger=csv", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}",
+    )
+    import yaml
+
+    (results,) = tmp_path.glob("train/multiruns/*/optimization_results.yaml")
+    best = yaml.safe_load(results.read_text())
+    assert 0.0 <= best["best_value"] <= 1.0 and set(best["best_params"]) >= {"model.lr", "model.vision_layers"}
+    # the best value is the retrieval/precision@1 that one of the trials logged
+    logged = set()
+    for metrics_csv in tmp_path.glob("train/multiruns/*/*/csv/metrics.csv"):
+        rows = list(csv.DictReader(metrics_csv.open()))
+        logged.update(float(r["retrieval/precision@1"]) for r in rows if r.get("retrieval/precision@1"))
+    assert any(abs(best["best_value"] - v) < 1e-6 for v in logged)
