@@ -70,7 +70,7 @@ def compare(cfg: DictConfig) -> dict[str, Any]:
     if not paths:
         raise ValueError(f"no offline W&B runs (*.wandb) under {list(cfg.runs)}")
     runs = [read_offline_run(p) for p in paths]
-    table = compare_runs(runs, keys=list(cfg.keys) if cfg.get("keys") else None)
+    table = compare_runs(runs, keys=list(cfg.metrics) if cfg.get("metrics") else None)
     print_comparison(table, title="final metrics per run")
     if cfg.get("output"):
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)

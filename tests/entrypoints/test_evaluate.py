@@ -62,3 +62,22 @@ def test_missing_input_is_a_clear_error(tmp_path: Path):
     np.savez(tmp_path / "bad.npz", vectors=np.ones((3, 2)))
     with pytest.raises(AssertionError, match="lacks the array"):
         run_script("evaluate.py", "task=retrieval", f"input={tmp_path / 'bad.npz'}", f"paths.log_dir={tmp_path}")
+
+
+def test_wandb_logging_and_run_comparison(tmp_path: Path):
+    """evaluate.py wandb=true writes an offline run; task=compare reads runs back and tabulates their finals."""
+    rng = np.random.default_rng(1)
+    for name, noise in (("sharp", 0.3), ("blurry", 3.0)):
+        labels = np.arange(40) % 4
+        x = (rng.normal(size=(4, 8))[labels] + noise * rng.normal(size=(40, 8))).astype(np.float32)
+        np.savez(tmp_path / f"{name}.npz", embeddings=x, labels=labels)
+        run_script("evaluate.py", f"input={tmp_path / f'{name}.npz'}", f"output={tmp_path / name / 'report.json'}", "wandb=true", f"hydra.run.dir={tmp_path / 'runs' / name}")
+    table_path = tmp_path / "compare.json"
+    result = run_script("evaluate.py", "task=compare", f"runs=[{tmp_path / 'runs'}]", f"output={table_path}", "metrics=[retrieval/precision@1,retrieval/map@r]", f"hydra.run.dir={tmp_path / 'cmp'}")
+    table = json.loads(table_path.read_text())
+    assert len(table) == 2
+    reports = {name: json.loads((tmp_path / name / "report.json").read_text()) for name in ("sharp", "blurry")}
+    got = sorted(row["retrieval/map@r"] for row in table.values())
+    assert got == pytest.approx(sorted(r["map@r"] for r in reports.values()))
+    assert reports["sharp"]["map@r"] > reports["blurry"]["map@r"]
+    assert "final metrics per run" in result.stdout
