@@ -36,7 +36,8 @@ class RetrievalEvalCallback(pl.Callback):
 
     Schedule: with ``every_n_epochs=N`` it runs at the end of the validation loops of epochs
     ``N-1, 2N-1, ...`` (zero-based ``current_epoch``), so it shares the trainer's validation cadence;
-    with ``every_n_steps=M`` it runs after every M-th optimiser step instead. Sanity checks are skipped.
+    with ``every_n_steps=M`` it runs after every M-th optimiser step instead (use that for trainers
+    without a validation loop). Sanity checks are skipped.
 
     A failing evaluation (bad embeddings, a user error in ``encode_method``) is logged as an error, kept
     in :attr:`history` and training continues; with ``strict=True`` it raises. Under DDP the ranks agree
