@@ -30,22 +30,19 @@ class WandbMedia:
     Lightning steps agree (never ``wandb.log(step=...)``).
     """
 
-    _defined: set[tuple[int, str]] = set()
-
     def __init__(self, logger: WandbLogger, step: int, prefix: str) -> None:
         self.logger, self.step, self.prefix = logger, step, prefix
 
-    def define_metrics(self, names: Sequence[str]) -> None:
-        """Declare the exact scalar keys once per run: x-axis ``trainer/global_step``, summary = max."""
+    def define_metrics(self, names: Sequence[str], done: set[str]) -> None:
+        """Declare exact scalar keys not yet in ``done``: x-axis ``trainer/global_step``, summary max (min for ranks)."""
         experiment = self.logger.experiment
         for name in names:
             key = f"{self.prefix}/{name}"
-            marker = (id(experiment), key)
-            if marker in WandbMedia._defined:
+            if key in done:
                 continue
             summary = "min" if "rank" in name else "max"
             experiment.define_metric(key, step_metric="trainer/global_step", summary=summary)
-            WandbMedia._defined.add(marker)
+            done.add(key)
 
     def precision_curve(self, curve: Sequence[float]) -> None:
         """precision@k against k for k = 1..len(curve), one line series per evaluation."""

@@ -111,6 +111,7 @@ class RetrievalEvalCallback(pl.Callback):
         self.history: list[dict[str, Any]] = []
         self._last_step_evaluated = -1
         self._eval_dataset: Any = None
+        self._wandb_defined: set[str] = set()
 
     # ---- identity and resumable state -------------------------------------------------------------
     @property
@@ -132,6 +133,7 @@ class RetrievalEvalCallback(pl.Callback):
 
     # ---- schedule -----------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._wandb_defined = set()  # a new fit may log to a new W&B run
         if not callable(getattr(pl_module, self.encode_method, None)):
             raise AttributeError(
                 f"{type(pl_module).__name__} has no method {self.encode_method!r}; set "
@@ -265,7 +267,7 @@ class RetrievalEvalCallback(pl.Callback):
             return
         try:
             media = WandbMedia(logger, step=trainer.global_step, prefix=self.prefix)
-            media.define_metrics([k for k, v in results.items() if v.ndim == 0])
+            media.define_metrics([k for k, v in results.items() if v.ndim == 0], done=self._wandb_defined)
             curve = results.get("precision_curve")
             if curve is not None and curve.numel() > 0:
                 media.precision_curve(curve.tolist())
