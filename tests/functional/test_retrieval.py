@@ -323,6 +323,74 @@ def test_fast_mode_equals_fp32_on_near_ties(precision):
     assert torch.equal(i32, ilow)
 
 
+@pytest.mark.parametrize(
+    ("n", "classes", "chunk_size"), [(3000, 8, 64), (3000, 8, 700), (3000, 8, 4096), (6000, 200, 256)]
+)
+def test_symmetric_leave_one_out_equals_query_set_search(n, classes, chunk_size):
+    """The default leave-one-out search multiplies each block pair once; a separate query set (the same rows, self
+    excluded by id) is searched row chunk by row chunk. Both must give bitwise the same scores and metrics. Many
+    small classes (shallow R) over many blocks exercise the pre-selection by the running worst score."""
+    emb, labels = clustered(n, 32, classes, seed=21, noise=2.0)
+    ids = torch.arange(n)
+    loo = embedding_retrieval_metrics(emb, labels, ids, ks=KS, chunk_size=chunk_size, return_neighbors=40)
+    qs = embedding_retrieval_metrics(
+        emb, labels, ids, ks=KS, chunk_size=chunk_size, return_neighbors=40,
+        query_embeddings=emb, query_labels=labels, query_ids=ids,
+    )
+    assert loo.keys() == qs.keys()
+    for key in loo:
+        assert torch.equal(loo[key], qs[key]) or torch.equal(loo[key].isnan(), qs[key].isnan()), key
+
+
+def _reference_topk(queries, gallery, k, exclude_self=False):
+    """Top k by (descending fp32 score, ascending index) with numpy's lexsort on one fp32 product."""
+    q = queries / queries.norm(dim=1, keepdim=True)
+    g = gallery / gallery.norm(dim=1, keepdim=True)
+    s = (q @ g.T).numpy()
+    if exclude_self:
+        np.fill_diagonal(s, -np.inf)
+    cols = np.arange(s.shape[1])
+    return np.stack([np.lexsort((cols, -row))[:k] for row in s])
+
+
+def test_wide_rows_with_many_ties_follow_the_tie_rule():
+    # 7 directions repeated over 3000 items: every score is tied with hundreds of others, so the group-maximum
+    # pre-selection meets ties at its floor and at the k-th position.
+    rng = np.random.default_rng(6)
+    base = torch.tensor(rng.normal(size=(7, 8)), dtype=torch.float32)
+    emb = base[torch.tensor(rng.integers(0, 7, size=3000))]
+    labels = torch.tensor(rng.integers(0, 5, size=3000))
+    for k in (1, 37, 300):
+        _, idx = cosine_topk(emb[:200], emb, k, chunk_size=64)
+        np.testing.assert_array_equal(idx.numpy(), _reference_topk(emb[:200], emb, k))
+    out = embedding_retrieval_metrics(emb, labels, ks=(1, 5), return_neighbors=300, chunk_size=256)
+    np.testing.assert_array_equal(out["neighbor_indices"].numpy(), _reference_topk(emb, emb, 300, exclude_self=True))
+    ref = oracle.retrieval_metrics(emb.numpy(), labels.numpy(), ks=(1, 5))
+    assert_matches_oracle(out, ref, ks=(1, 5))
+
+
+def test_wide_rows_without_ties_match_the_reference_order():
+    emb, _ = clustered(5000, 24, 30, seed=4, noise=1.5)
+    for k in (1, 50, 400):
+        scores, idx = cosine_topk(emb[:300], emb, k, chunk_size=100)
+        np.testing.assert_array_equal(idx.numpy(), _reference_topk(emb[:300], emb, k))
+        assert bool((scores[:, 1:] <= scores[:, :-1]).all())
+
+
+def test_ranking_keys_round_trip_and_order():
+    import beyondlabels.functional.retrieval as kernel
+
+    vals = torch.tensor([[0.5, -0.0, 0.0, float("-inf"), -1.0, 1e-38, -1e-38, 0.5]])
+    idx = torch.tensor([[3, 1, 0, 2, 7, 5, 6, 4]])
+    keys = kernel._to_keys(vals, idx)
+    back_vals, back_idx = kernel._from_keys(keys)
+    assert torch.equal(back_idx, idx)
+    assert torch.equal(back_vals, vals + 0.0)  # -0.0 comes back as +0.0: it ties with 0.0
+    order = torch.argsort(keys[0], descending=True)
+    # descending score, equal scores (0.5 twice, +-0.0) by ascending index
+    assert idx[0, order].tolist() == [3, 4, 5, 0, 1, 6, 7, 2]
+
+
 def test_lone_queries_are_excluded_and_counted():
     emb = torch.tensor([[1.0, 0.0], [0.9, 0.2], [0.0, 1.0], [-1.0, 0.1]])
     labels = torch.tensor([0, 0, 1, 2])

@@ -52,6 +52,17 @@ Metrics (per query, then averaged)
     R-based metrics are exact: each chunk of queries is searched as deep as the largest R (and the largest k) among
     its queries, never truncated.
 
+Leave-one-out search (fp32, no ``query_embeddings``)
+    The score matrix of the gallery with itself is symmetric, so it is computed in square blocks ``(a, b)`` with
+    ``a <= b`` only (half the products): block ``(a, b)`` ranks the rows of ``a`` and, read transposed, those of ``b``.
+    Every row keeps its running top ``depth`` (``depth`` = the largest of max R and max k over all queries) as int64
+    keys that order exactly like the ranking (score, then index), so results follow the tie rule exactly. The score
+    of a pair is the fp32 product of its two rows computed once, in the block of the smaller block index; with BLAS
+    libraries whose dot products do not depend on the operand order or block position (MKL, which the tests check
+    against the row-chunk search) it equals bitwise the score the row-chunk search gives, otherwise it may differ
+    from it in the last bit. This path is used while the running lists (``N * depth * 8`` bytes) fit in 512 MB;
+    beyond that, and for separate query sets and the fast mode, queries are searched chunk by chunk.
+
 Low-precision fast mode (``precision="bf16"`` or ``"fp16"``)
     A coarse product in low precision selects candidates and only the candidates are rescored with the fp32 product,
     so rankings, scores and metric values equal the fp32 search. Margin rule: let ``x~`` be a unit row rounded to the
@@ -72,6 +83,7 @@ Low-precision fast mode (``precision="bf16"`` or ``"fp16"``)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 
 import torch
@@ -88,6 +100,11 @@ _PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 _OUT_ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 # Smallest block side given to the matrix product (see `_scores`).
 _MIN_BLOCK = 16
+# Leave-one-out search keeps the running top `depth` of every row as int64 keys; it is used while they fit here.
+_SYMMETRIC_BUFFER_BYTES = 512 * 2**20
+# Largest block side of the leave-one-out search (larger blocks only add memory, the merges are already cheap).
+_SYMMETRIC_MAX_BLOCK = 4096
+_LOW32 = (1 << 32) - 1
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -255,8 +272,8 @@ class _Gallery:
         return eps * 1.01 + 1e-7
 
 
-def _scores(q: Tensor, g: Tensor) -> Tensor:
-    """fp32 score block ``q @ g.T``.
+def _scores(q: Tensor, g: Tensor, ws: _Workspace | None = None) -> Tensor:
+    """fp32 score block ``q @ g.T`` (written into a reused buffer of ``ws`` when given).
 
     Blocks are padded to at least ``_MIN_BLOCK`` rows and columns: BLAS libraries switch to differently ordered
     kernels for very thin products (MKL does below 12 rows or a few columns), and the padding keeps every score equal
@@ -267,10 +284,33 @@ def _scores(q: Tensor, g: Tensor) -> Tensor:
         q = torch.cat([q, q.new_zeros((_MIN_BLOCK - m, q.shape[1]))])
     if n < _MIN_BLOCK:
         g = torch.cat([g, g.new_zeros((_MIN_BLOCK - n, g.shape[1]))])
+    if ws is not None and m >= _MIN_BLOCK and n >= _MIN_BLOCK:
+        return torch.mm(q, g.T, out=ws.get("scores", (m, n), q.dtype))
     out = q @ g.T
     if m < _MIN_BLOCK or n < _MIN_BLOCK:
         out = out[:m, :n].contiguous()
     return out
+
+
+class _Workspace:
+    """Buffers reused across the blocks of one search.
+
+    Fresh large tensors cost a page fault per page on first touch, which on some machines (virtualised ones) is
+    comparable to the arithmetic done on them; the search loops therefore write their large intermediates here.
+    A tensor handed out stays valid only until the next request under the same name.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.buffers: dict[tuple[str, torch.dtype], Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        numel = math.prod(shape)
+        buf = self.buffers.get((name, dtype))
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(numel, dtype=dtype, device=self.device)
+            self.buffers[(name, dtype)] = buf
+        return buf[:numel].view(shape)
 
 
 def _rounding_error(x: Tensor, x_low: Tensor) -> Tensor:
@@ -278,49 +318,150 @@ def _rounding_error(x: Tensor, x_low: Tensor) -> Tensor:
     return torch.linalg.vector_norm(x_low.to(torch.float32) - x, dim=1)
 
 
-def _order_rows(vals: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-    """Sort each row by (descending score, ascending index). Rows arrive sorted by score; only ties move."""
-    if vals.shape[1] < 2:
-        return vals, idx
-    has_tie = (vals[:, 1:] == vals[:, :-1]).any(dim=1)
-    if bool(has_tie.any()):
-        rows = torch.nonzero(has_tie).flatten()
-        v, i = vals[rows], idx[rows]
-        i_sorted, perm = torch.sort(i, dim=1)
-        v_sorted = torch.gather(v, 1, perm)
-        v_final, perm2 = torch.sort(-v_sorted, dim=1, stable=True)
-        vals = vals.clone()
-        idx = idx.clone()
-        vals[rows] = -v_final
-        idx[rows] = torch.gather(i_sorted, 1, perm2)
-    return vals, idx
+def _to_keys(
+    vals: Tensor, idx: Tensor, col0: int = 0, out: Tensor | None = None, ws: _Workspace | None = None
+) -> Tensor:
+    """int64 keys whose descending order is the ranking order (descending score, then ascending index < 2**32).
+
+    The item of column ``idx`` has index ``col0 + idx``. The high word is the fp32 score mapped to an int32 of the
+    same order, the low word ``2**32 - 1 - index``; keys of distinct items are distinct, so a plain ``torch.topk``
+    over keys applies the tie rule exactly. Written into ``out`` when given (intermediates then go to ``ws``).
+    """
+    if out is None:
+        out = torch.empty(vals.shape, dtype=torch.int64, device=vals.device)
+    if ws is None:
+        ws = _Workspace(vals.device)
+    bits = ws.get("key_bits", vals.shape, torch.float32)
+    torch.add(vals, 0.0, out=bits)  # + 0.0 turns -0.0 into +0.0: equal scores get equal high words
+    bits = bits.view(torch.int32)
+    ordered = ws.get("key_ordered", vals.shape, torch.int32)
+    torch.bitwise_right_shift(bits, 31, out=ordered)
+    ordered.bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
+    out.copy_(ordered)
+    out.bitwise_left_shift_(32).add_(_LOW32 - col0).sub_(idx)
+    return out
 
 
-def _exact_topk(scores: Tensor, depth: int) -> tuple[Tensor, Tensor]:
-    """Top ``depth`` of each row of ``scores`` under the (descending score, ascending index) order."""
-    n = scores.shape[1]
-    kk = min(depth + 1, n)
-    vals, idx = torch.topk(scores, kk, dim=1, largest=True, sorted=True)
-    if kk > depth:
-        boundary = (vals[:, depth] == vals[:, depth - 1]) & torch.isfinite(vals[:, depth - 1])
-        vals, idx = vals[:, :depth], idx[:, :depth]
-        if bool(boundary.any()):
-            # Items tied with the depth-th score may lie outside topk's arbitrary choice: select them by index.
-            rows = torch.nonzero(boundary).flatten()
-            s = scores[rows]
-            t = vals[rows, depth - 1 : depth]
-            gt = s > t
-            eq = s == t
-            need = depth - gt.sum(dim=1, keepdim=True)
-            sel = gt | (eq & (torch.cumsum(eq, dim=1) <= need))
-            cols = torch.nonzero(sel)[:, 1].view(rows.numel(), depth)
-            v = torch.gather(s, 1, cols)
-            v, perm = torch.sort(v, dim=1, descending=True, stable=True)
-            vals = vals.clone()
-            idx = idx.clone()
-            vals[rows] = v
-            idx[rows] = torch.gather(cols, 1, perm)
-    return _order_rows(vals, idx)
+def _from_keys(keys: Tensor) -> tuple[Tensor, Tensor]:
+    """Scores and indices back from `_to_keys` keys."""
+    ordered = (keys >> 32).to(torch.int32)
+    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
+    return bits.view(torch.float32), _LOW32 - (keys & _LOW32)
+
+
+def _topk_keys(
+    scores: Tensor,
+    depth: int,
+    col0: int = 0,
+    transposed: bool = False,
+    best: Tensor | None = None,
+    ws: _Workspace | None = None,
+) -> Tensor:
+    """Keys (`_to_keys`) of the top ``depth`` of each row, in no particular order; column ``j`` has index ``col0 + j``.
+
+    With ``transposed`` the rows are the columns of ``scores`` (read in place, without a transposed copy). With
+    ``best`` (keys ``[rows, depth]`` of items seen before) the result is the top ``depth`` of both together. ``ws``
+    holds the intermediates; the result is a new tensor.
+
+    Wide rows are pre-filtered by group maxima: with ``w = n // G`` for a group count ``G``, group ``j`` holds columns
+    ``j, j + w, ..., j + (G - 1) w`` (columns past ``G * w`` are always candidates); let ``f`` be the ``depth``-th
+    largest group maximum. Only the ``depth`` groups of largest maxima are kept; an item left out lies in a group
+    whose maximum is ``<= f``, so it scores ``<= f``, and ``< f`` unless more than ``depth`` groups reach ``f``. When
+    the ``depth``-th best kept item scores ``> f``, or no group left out reaches ``f``, no item left out can be in the
+    top ``depth``. A float ``torch.topk`` then picks ``depth`` kept items; the pick is the exact set unless another
+    kept item ties with its lowest score. Rows failing either test (only possible with ties) are recomputed over all
+    their keys.
+
+    With ``best``, items scoring below the worst of ``best`` cannot enter, so a row needs only the groups whose
+    maximum reaches that worst score; when most rows need fewer than ``depth`` groups, only that many are kept, and
+    rows needing more are recomputed over all their keys.
+    """
+    rows_view = scores.T if transposed else scores
+    c, n = rows_view.shape
+    device = scores.device
+    ws = ws if ws is not None else _Workspace(device)
+    groups_n = math.isqrt(n // depth) if depth < n else 1
+    if groups_n < 2:
+        return _keys_of_rows(rows_view, depth, col0, best)
+    w = n // groups_n
+    n0 = w * groups_n
+    if transposed:  # reduce along the contiguous rows of `scores`
+        group_max = ws.get("group_max", (w, c), scores.dtype)
+        torch.amax(scores[:n0].unflatten(0, (groups_n, w)), dim=0, out=group_max)
+        group_max = group_max.T
+    else:
+        group_max = ws.get("group_max", (c, w), scores.dtype)
+        torch.amax(scores[:, :n0].unflatten(1, (groups_n, w)), dim=1, out=group_max)
+    kept = depth
+    if best is not None:
+        # Items scoring below the worst of `best` cannot enter: a row needs only its groups whose maximum reaches it.
+        # Keep as many groups as almost every row needs; the few rows needing more are recomputed whole.
+        lowest_best = _from_keys(best.amin(dim=1))[0]
+        lowest_best[torch.isnan(lowest_best)] = float("-inf")  # rows that have not seen `depth` items yet
+        need = (group_max >= lowest_best.unsqueeze(1)).sum(dim=1)
+        kept = max(1, min(depth, int(torch.sort(need).values[(c * 49) // 50])))
+    top_groups = ws.get("top_groups", (c, kept), scores.dtype)
+    groups = ws.get("groups", (c, kept), torch.int64)
+    torch.topk(group_max, kept, dim=1, largest=True, sorted=False, out=(top_groups, groups))
+    m = groups_n * kept + n - n0
+    cols = ws.get("cols", (c, m), torch.int64)
+    torch.add(
+        groups.unsqueeze(1),
+        torch.arange(0, n0, w, device=device).unsqueeze(1),
+        out=cols[:, : groups_n * kept].view(c, groups_n, kept),
+    )
+    cand = ws.get("cand", (c, m), scores.dtype)
+    torch.gather(rows_view, 1, cols[:, : groups_n * kept], out=cand[:, : groups_n * kept])
+    if n0 < n:
+        cols[:, groups_n * kept :] = torch.arange(n0, n, device=device)
+        cand[:, groups_n * kept :] = rows_view[:, n0:]
+    if kept < depth:
+        # In a row needing at most `kept` groups every group holding an item >= the worst of `best` is kept, so the
+        # top `depth` of `best` and the kept items is exact.
+        both = ws.get("both", (c, depth + m), torch.int64)
+        both[:, :depth] = best
+        _to_keys(cand, cols, col0, out=both[:, depth:], ws=ws)
+        keys = torch.topk(both, depth, dim=1, largest=True, sorted=False).values
+        over = need > kept
+        if bool(over.any()):
+            rows = torch.nonzero(over).flatten()
+            keys[rows] = _keys_of_rows(rows_view[rows], depth, col0, best[rows])
+        return keys
+    floor = top_groups.amin(dim=1)
+    vals = ws.get("vals", (c, depth), scores.dtype)
+    pos = ws.get("pos", (c, depth), torch.int64)
+    torch.topk(cand, depth, dim=1, largest=True, sorted=False, out=(vals, pos))
+    lowest = vals.amin(dim=1)
+    redo = ~(lowest > floor)
+    if bool(redo.any()):  # exact all the same when no group left out reaches the floor
+        at_floor = torch.nonzero(redo).flatten()
+        redo[at_floor] = (group_max[at_floor] >= floor[at_floor].unsqueeze(1)).sum(dim=1) > depth
+    redo |= torch.ge(cand, lowest.unsqueeze(1), out=ws.get("ge", (c, m), torch.bool)).sum(dim=1) > depth
+    if best is None:
+        keys = _to_keys(vals, torch.gather(cols, 1, pos), col0)
+    else:
+        both = ws.get("both", (c, 2 * depth), torch.int64)
+        both[:, :depth] = best
+        _to_keys(vals, torch.gather(cols, 1, pos), col0, out=both[:, depth:], ws=ws)
+        keys = torch.topk(both, depth, dim=1, largest=True, sorted=False).values
+    if bool(redo.any()):
+        rows = torch.nonzero(redo).flatten()
+        keys[rows] = _keys_of_rows(rows_view[rows], depth, col0, None if best is None else best[rows])
+    return keys
+
+
+def _keys_of_rows(scores: Tensor, depth: int, col0: int, best: Tensor | None) -> Tensor:
+    """`_topk_keys` by one topk over all the keys of each row."""
+    c, n = scores.shape
+    keys = _to_keys(scores, torch.arange(n, device=scores.device).expand(c, n), col0)
+    if best is not None:
+        keys = torch.cat([best, keys], dim=1)
+    return torch.topk(keys, min(depth, keys.shape[1]), dim=1, largest=True, sorted=False).values
+
+
+def _exact_topk(scores: Tensor, depth: int, ws: _Workspace | None = None) -> tuple[Tensor, Tensor]:
+    """Top ``depth`` of each row of ``scores`` under the (descending score, ascending index) order, sorted."""
+    return _from_keys(torch.sort(_topk_keys(scores, depth, ws=ws), dim=1, descending=True).values)
 
 
 def _mask_excluded(scores: Tensor, excl: Tensor | None) -> None:
@@ -332,12 +473,14 @@ def _mask_excluded(scores: Tensor, excl: Tensor | None) -> None:
         scores[rows, excl[rows]] = float("-inf")
 
 
-def _search_chunk(gal: _Gallery, q: Tensor, excl: Tensor | None, depth: int) -> tuple[Tensor, Tensor]:
+def _search_chunk(
+    gal: _Gallery, q: Tensor, excl: Tensor | None, depth: int, ws: _Workspace | None = None
+) -> tuple[Tensor, Tensor]:
     """Exact top-``depth`` (fp32 scores, gallery indices) for one chunk of normalised queries."""
     if gal.lowp is None:
-        scores = _scores(q, gal.g)
+        scores = _scores(q, gal.g, ws)
         _mask_excluded(scores, excl)
-        return _exact_topk(scores, depth)
+        return _exact_topk(scores, depth, ws)
 
     q_low = q.to(gal.lowp)
     coarse = q_low @ gal.g_low.T  # low precision [c, N]
@@ -356,6 +499,41 @@ def _search_chunk(gal: _Gallery, q: Tensor, excl: Tensor | None, depth: int) -> 
     scores.masked_fill_(~candidates[:, cols], float("-inf"))
     vals, pos = _exact_topk(scores, depth)
     return vals, cols[pos]
+
+
+def _symmetric_block(n: int, chunk_size: int) -> int:
+    """Block side of the leave-one-out search: a block of scores holds no more than ``chunk_size * n`` of them."""
+    side = max(chunk_size, min(math.isqrt(chunk_size * n), _SYMMETRIC_MAX_BLOCK))
+    blocks = -(-n // side)
+    return -(-n // blocks)  # equal blocks
+
+
+def _leave_one_out_topk(g: Tensor, depth: int, block: int) -> tuple[Tensor, Tensor]:
+    """Exact top ``depth`` of every row of ``g @ g.T`` with the diagonal excluded, computing each block pair once.
+
+    The score matrix is symmetric, so only blocks ``(a, b)`` with ``a <= b`` are multiplied; block ``(a, b)`` updates
+    the rows of ``a`` and, transposed, those of ``b``. Every row keeps its running top ``depth`` as int64 keys
+    (`_to_keys`), whose order is the exact ranking order, so merging a block into it is one ``torch.topk``.
+    """
+    n = g.shape[0]
+    best = torch.full((n, depth), torch.iinfo(torch.int64).min, dtype=torch.int64, device=g.device)
+
+    ws = _Workspace(g.device)
+
+    def merge(rows: slice, scores: Tensor, col0: int, transposed: bool) -> None:
+        best[rows] = _topk_keys(scores, depth, col0, transposed, best[rows], ws)
+
+    for a in range(0, n, block):
+        rows_a = slice(a, min(a + block, n))
+        for b in range(a, n, block):
+            rows_b = slice(b, min(b + block, n))
+            scores = _scores(g[rows_a], g[rows_b], ws)
+            if a == b:
+                scores.fill_diagonal_(float("-inf"))
+            merge(rows_a, scores, b, False)
+            if a != b:
+                merge(rows_b, scores, a, True)
+    return _from_keys(torch.sort(best, dim=1, descending=True).values)
 
 
 def _available(n_gallery: int, excl: Tensor | None) -> int:
@@ -435,9 +613,10 @@ def cosine_topk(
     gal = _Gallery(gn, lowp)
     out_v = torch.empty((qn.shape[0], k), dtype=torch.float32, device=qn.device)
     out_i = torch.empty((qn.shape[0], k), dtype=torch.long, device=qn.device)
+    ws = _Workspace(qn.device)
     for start in range(0, qn.shape[0], chunk_size):
         sl = slice(start, start + chunk_size)
-        v, i = _search_chunk(gal, qn[sl], None if excl is None else excl[sl], k)
+        v, i = _search_chunk(gal, qn[sl], None if excl is None else excl[sl], k, ws)
         out_v[sl] = v
         out_i[sl] = i
     return out_v, out_i
@@ -504,7 +683,9 @@ def embedding_retrieval_metrics(
         labels: Int tensor ``[N]`` of gallery labels.
         ids: Optional unique int tensor ``[N]`` of sample ids.
         ks: Cut-offs for ``precision@k``, ``recall@k``, ``hit@k`` and ``macro_precision@k``.
-        chunk_size: Queries scored per block; peak memory is ``O(chunk_size * N)``.
+        chunk_size: Queries scored per block; peak memory is ``O(chunk_size * N)``. The leave-one-out search uses
+            square blocks of at most ``chunk_size * N`` scores (side at least ``chunk_size``, at most 4096 unless
+            ``chunk_size`` is larger) plus the running lists.
         precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (fast mode; identical results, see module docstring).
         curve_max_k: Length of ``precision_curve``; defaults to ``max(ks)``.
         query_embeddings: Optional separate queries ``[Q, D]``.
@@ -627,6 +808,13 @@ def embedding_retrieval_metrics(
     # in input order.
     order = torch.argsort(q_labels, stable=True)
     ks_index = torch.tensor([k - 1 for k in ks_t], device=device)
+    # Leave-one-out in fp32: one symmetric search of the whole gallery; each chunk reads a prefix of its rows (the
+    # top `depth` under the total ranking order is a prefix of any deeper top list).
+    full_depth = min(max(base_depth, int(r.max())), n_gallery)
+    symmetric = query_embeddings is None and lowp is None and n_gallery * full_depth * 8 <= _SYMMETRIC_BUFFER_BYTES
+    ws = _Workspace(device)
+    if symmetric:
+        all_vals, all_idx = _leave_one_out_topk(gn, full_depth, _symmetric_block(n_gallery, chunk_size))
     for start in range(0, n_queries, chunk_size):
         rows = order[start : start + chunk_size]
         q = qn[rows]
@@ -634,7 +822,10 @@ def embedding_retrieval_metrics(
         rq = r[rows]
         ex = None if excl is None else excl[rows]
         depth = min(max(base_depth, int(rq.max())), n_gallery)
-        vals, idx = _search_chunk(gal, q, ex, depth)
+        if symmetric:
+            vals, idx = all_vals[rows, :depth], all_idx[rows, :depth]
+        else:
+            vals, idx = _search_chunk(gal, q, ex, depth, ws)
         rel = (g_labels[idx] == ql.unsqueeze(1)) & torch.isfinite(vals)
         cum = torch.cumsum(rel, dim=1, dtype=torch.int32)
 
