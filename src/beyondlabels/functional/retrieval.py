@@ -398,11 +398,21 @@ def _topk_keys(
         # Keep as many groups as almost every row needs; the few rows needing more are recomputed whole.
         lowest_best = _from_keys(best.amin(dim=1))[0]
         lowest_best[torch.isnan(lowest_best)] = float("-inf")  # rows that have not seen `depth` items yet
-        need = (group_max >= lowest_best.unsqueeze(1)).sum(dim=1)
+        passing = torch.ge(group_max, lowest_best.unsqueeze(1), out=ws.get("passing", (c, w), torch.bool))
+        need = passing.sum(dim=1)
         kept = max(1, min(depth, int(torch.sort(need).values[(c * 49) // 50])))
-    top_groups = ws.get("top_groups", (c, kept), scores.dtype)
-    groups = ws.get("groups", (c, kept), torch.int64)
-    torch.topk(group_max, kept, dim=1, largest=True, sorted=False, out=(top_groups, groups))
+    if kept < depth:
+        # The groups reaching the worst of `best`, packed to the left of `kept` slots in ascending order (a running
+        # count gives each its slot); slots past a row's count are padding, whose items are masked to -inf below.
+        slot = torch.cumsum(passing, dim=1, out=ws.get("slot", (c, w), torch.int64)).sub_(1)
+        slot.masked_fill_(slot >= kept, kept).masked_fill_(~passing, kept)
+        packed = ws.get("packed", (c, kept + 1), torch.int64).fill_(0)
+        packed.scatter_(1, slot, torch.arange(w, device=device).expand(c, w))
+        groups = packed[:, :kept]
+    else:
+        top_groups = ws.get("top_groups", (c, kept), scores.dtype)
+        groups = ws.get("groups", (c, kept), torch.int64)
+        torch.topk(group_max, kept, dim=1, largest=True, sorted=False, out=(top_groups, groups))
     m = groups_n * kept + n - n0
     cols = ws.get("cols", (c, m), torch.int64)
     torch.add(
@@ -417,7 +427,9 @@ def _topk_keys(
         cand[:, groups_n * kept :] = rows_view[:, n0:]
     if kept < depth:
         # In a row needing at most `kept` groups every group holding an item >= the worst of `best` is kept, so the
-        # top `depth` of `best` and the kept items is exact.
+        # top `depth` of `best` and the kept items is exact (padding items score -inf, below all of `best`).
+        padding = torch.arange(kept, device=device).unsqueeze(0) >= need.unsqueeze(1)
+        cand[:, : groups_n * kept].view(c, groups_n, kept).masked_fill_(padding.unsqueeze(1), float("-inf"))
         both = ws.get("both", (c, depth + m), torch.int64)
         both[:, :depth] = best
         _to_keys(cand, cols, col0, out=both[:, depth:], ws=ws)
