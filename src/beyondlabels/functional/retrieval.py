@@ -78,7 +78,8 @@ Low-precision fast mode (``precision="bf16"`` or ``"fp16"``)
     off only where the low-precision product is much faster than fp32 (GPUs, CPUs with AVX512-BF16 or AMX for bf16)
     and the candidate union is small: shallow searches (small k, small R) or well separated classes. For deep R on
     hard data (most gallery items within ``2 * eps`` of the R-th score of some query in the chunk) use fp32. On CPUs
-    without native fp16 arithmetic ``"fp16"`` is much slower than fp32.
+    without native fp16 arithmetic ``"fp16"`` is much slower than fp32. The fast mode always searches chunk by chunk,
+    so it misses the halving of the products that the fp32 leave-one-out search gets (see above).
 """
 
 from __future__ import annotations
