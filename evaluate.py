@@ -23,7 +23,7 @@ from beyondlabels.functional import embedding_retrieval_metrics
 from beyondlabels.io import find_offline_runs, read_offline_run
 from beyondlabels.io.arrays import load_embeddings_npz
 from beyondlabels.reporting import compare_runs, print_comparison, print_metrics_table, retrieval_report, save_precision_curve_png
-from beyondlabels.utils import close_wandb
+from beyondlabels.utils import close_wandb, scalar_metrics
 
 log = logging.getLogger(__name__)
 TASKS = ("retrieval", "compare")
@@ -57,7 +57,7 @@ def _log_report_to_wandb(cfg: DictConfig, report: dict[str, Any], png: Path) -> 
 
     run = wandb.init(project="beyondlabels", job_type="evaluate", dir=str(cfg.paths.output_dir), mode="offline", config={"input": str(cfg.input), "k": list(cfg.k)})
     curve = report["precision_curve"]
-    scalars = {f"retrieval/{k}": v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    scalars = {f"retrieval/{k}": v for k, v in scalar_metrics(report).items()}
     plot = wandb.plot.line_series(xs=list(range(1, len(curve) + 1)), ys=[curve], keys=[Path(cfg.input).stem], title="precision@k", xname="k")
     run.log({**scalars, "retrieval/precision_at_k_curve": plot, "retrieval/precision_at_k_png": wandb.Image(str(png))})
     run.summary.update(scalars)

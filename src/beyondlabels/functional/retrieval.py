@@ -119,6 +119,12 @@ def _check_positive_int(value: object, name: str) -> int:
     return value
 
 
+def _check_non_negative_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be an int >= 0, got {value!r}.")
+    return value
+
+
 def _check_precision(precision: object) -> torch.dtype | None:
     if precision not in _PRECISIONS:
         raise ValueError(f"`precision` must be one of {sorted(_PRECISIONS)}, got {precision!r}.")
@@ -739,8 +745,7 @@ def embedding_retrieval_metrics(
     if curve_max_k is None:
         curve_max_k = ks_t[-1]
     _check_positive_int(curve_max_k, "curve_max_k")
-    if isinstance(return_neighbors, bool) or not isinstance(return_neighbors, int) or return_neighbors < 0:
-        raise ValueError(f"`return_neighbors` must be an int >= 0, got {return_neighbors!r}.")
+    _check_non_negative_int(return_neighbors, "return_neighbors")
 
     gn = normalize_rows(embeddings, "embeddings")
     device = gn.device

@@ -11,8 +11,10 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from beyondlabels.functional.retrieval import (
-    _PRECISIONS,
     _check_ks,
+    _check_non_negative_int,
+    _check_positive_int,
+    _check_precision,
     embedding_retrieval_metrics,
 )
 
@@ -97,16 +99,12 @@ class EmbeddingRetrieval(Metric):
     ) -> None:
         super().__init__(**kwargs)
         self.ks = _check_ks(ks)
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-            raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}.")
-        if precision not in _PRECISIONS:
-            raise ValueError(f"`precision` must be one of {sorted(_PRECISIONS)}, got {precision!r}.")
-        if curve_max_k is not None and (
-            isinstance(curve_max_k, bool) or not isinstance(curve_max_k, int) or curve_max_k <= 0
-        ):
-            raise ValueError(f"`curve_max_k` must be a positive int or None, got {curve_max_k!r}.")
-        if isinstance(return_neighbors, bool) or not isinstance(return_neighbors, int) or return_neighbors < 0:
-            raise ValueError(f"`return_neighbors` must be an int >= 0, got {return_neighbors!r}.")
+        # The kernel's own argument checks, run here so that a bad config fails at construction, not at compute().
+        _check_positive_int(chunk_size, "chunk_size")
+        _check_precision(precision)
+        if curve_max_k is not None:
+            _check_positive_int(curve_max_k, "curve_max_k")
+        _check_non_negative_int(return_neighbors, "return_neighbors")
         self.chunk_size = chunk_size
         self.precision = precision
         self.curve_max_k = curve_max_k
