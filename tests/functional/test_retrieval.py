@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 import numpy_retrieval as oracle  # noqa: E402
 from retrieval_data import clustered, clustered_without_ties  # noqa: E402
 
-from beyondlabels.functional import cosine_topk, embedding_retrieval_metrics, encode_labels  # noqa: E402
+from beyondlabels.functional import cosine_topk, embedding_retrieval_metrics, retrieval_output_schema  # noqa: E402
 
 KS = (1, 3, 5, 10)
 CURVE = 12
@@ -23,6 +23,31 @@ CURVE = 12
 
 def _as_float(v):
     return v.tolist() if isinstance(v, torch.Tensor) and v.dim() == 1 else float(v)
+
+
+def flat(out: dict, prefix: str = "") -> dict:
+    """Nested output dicts (``per_query``, ``neighbors``) as one flat dict ``{"per_query/r_precision": ...}``."""
+    items = {}
+    for key, value in out.items():
+        if isinstance(value, dict):
+            items.update(flat(value, f"{prefix}{key}/"))
+        else:
+            items[f"{prefix}{key}"] = value
+    return items
+
+
+def assert_same_outputs(a: dict, b: dict, context=None) -> None:
+    """Exactly equal values, NaN where the other has NaN, the same keys."""
+    fa, fb = flat(a), flat(b)
+    assert fa.keys() == fb.keys(), context
+    for key in fa:
+        x, y = fa[key], fb[key]
+        assert x.dtype == y.dtype and x.shape == y.shape, (context, key)
+        if x.is_floating_point():
+            assert torch.equal(x.isnan(), y.isnan()), (context, key)
+            assert torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0)), (context, key)
+        else:
+            assert torch.equal(x, y), (context, key)
 
 
 def assert_matches_oracle(ours: dict, ref: dict, ks=KS) -> None:
@@ -69,8 +94,9 @@ def test_ids_give_the_same_result_as_positions(gallery):
     ids = torch.randperm(len(labels), generator=torch.Generator().manual_seed(3)) * 7 + 100
     a = embedding_retrieval_metrics(emb, labels, ks=KS)
     b = embedding_retrieval_metrics(emb, labels, ids, ks=KS)
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    assert torch.equal(b["per_query"]["query_id"], ids) and torch.equal(a["per_query"]["query_id"], torch.arange(len(ids)))
+    a["per_query"].pop("query_id"), b["per_query"].pop("query_id")
+    assert_same_outputs(a, b)
 
 
 def test_separate_query_set_matches_oracle():
@@ -156,7 +182,7 @@ def test_matches_trec_eval(gallery):
     for k in (1, 5, 10):
         assert float(ours[f"precision@{k}"]) == pytest.approx(np.mean([r[f"P_{k}"] for r in res.values()]), abs=1e-12)
     assert float(ours["r_precision"]) == pytest.approx(np.mean([r["Rprec"] for r in res.values()]), abs=1e-12)
-    ranks = ours["per_query_first_relevant_rank"]
+    ranks = ours["per_query"]["first_relevant_rank"]
     rr = {f"q{q}": 1.0 / float(ranks[q]) for q in range(n) if not torch.isnan(ranks[q])}
     assert rr.keys() == res.keys()
     for qid, r in res.items():
@@ -224,8 +250,7 @@ def test_ties_match_oracle_on_duplicated_vectors():
     assert_matches_oracle(ours, ref)
     for precision in ("bf16", "fp16"):
         fast = embedding_retrieval_metrics(emb, labels, ks=KS, curve_max_k=CURVE, precision=precision)
-        for key in ours:
-            assert torch.equal(ours[key], fast[key]), (precision, key)
+        assert_same_outputs(ours, fast, precision)
 
 
 def test_topk_order_is_descending_then_by_index():
@@ -250,7 +275,7 @@ def test_first_relevant_rank_beyond_the_searched_depth():
     labels[21:] = np.arange(19) + 1
     emb_t, lab_t = torch.tensor(emb, dtype=torch.float32), torch.tensor(labels)
     ours = embedding_retrieval_metrics(emb_t, lab_t, ks=(1, 2), return_neighbors=2)
-    assert float(ours["per_query_first_relevant_rank"][0]) == 39.0
+    assert float(ours["per_query"]["first_relevant_rank"][0]) == 39.0
     ref = oracle.retrieval_metrics(emb, labels, ks=(1, 2))
     assert_matches_oracle(ours, ref, ks=(1, 2))
     for precision in ("bf16", "fp16"):
@@ -263,8 +288,7 @@ def test_chunk_size_invariance_is_exact():
     ref = embedding_retrieval_metrics(emb, labels, ks=KS, curve_max_k=CURVE, chunk_size=4096)
     for chunk in (1, 3, 17, 128):
         out = embedding_retrieval_metrics(emb, labels, ks=KS, curve_max_k=CURVE, chunk_size=chunk)
-        for key in ref:
-            assert torch.equal(out[key], ref[key]), (chunk, key)
+        assert_same_outputs(out, ref, chunk)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -274,11 +298,7 @@ def test_fast_mode_equals_fp32_on_random_data(precision):
     fast = embedding_retrieval_metrics(
         emb, labels, ks=KS, curve_max_k=20, chunk_size=128, precision=precision, return_neighbors=10
     )
-    assert ref.keys() == fast.keys()
-    for key in ref:
-        assert torch.equal(ref[key], fast[key]) or torch.equal(ref[key].isnan(), fast[key].isnan()) and torch.equal(
-            ref[key].nan_to_num(), fast[key].nan_to_num()
-        ), key
+    assert_same_outputs(ref, fast)
     s32, i32 = cosine_topk(emb[:100], emb, 15)
     slow, ilow = cosine_topk(emb[:100], emb, 15, precision=precision, chunk_size=32)
     assert torch.equal(i32, ilow)
@@ -289,7 +309,7 @@ def test_fast_mode_equals_fp32_on_random_data(precision):
 @pytest.mark.parametrize("noise", [0.3, 3.0])
 def test_fast_mode_takes_both_rescoring_paths(precision, noise, monkeypatch):
     """Separated classes rescore a small candidate union; crowded ones rescore whole chunks. Both equal fp32."""
-    import beyondlabels.functional.retrieval as kernel
+    import beyondlabels.functional.search as kernel
 
     emb, labels = clustered(800, 64, 40, seed=12, noise=noise)
     ref = embedding_retrieval_metrics(emb, labels, ks=KS, chunk_size=200)
@@ -297,8 +317,7 @@ def test_fast_mode_takes_both_rescoring_paths(precision, noise, monkeypatch):
     real = kernel._scores
     monkeypatch.setattr(kernel, "_scores", lambda q, g: widths.append(g.shape[0]) or real(q, g))
     fast = embedding_retrieval_metrics(emb, labels, ks=KS, chunk_size=50, precision=precision)
-    for key in ref:
-        assert torch.equal(ref[key], fast[key]), key
+    assert_same_outputs(ref, fast)
     if noise < 1:
         assert max(widths) < 400  # union of candidates
     else:
@@ -316,8 +335,7 @@ def test_fast_mode_equals_fp32_on_near_ties(precision):
     labels = torch.arange(300) % 4
     ref = embedding_retrieval_metrics(emb, labels, ks=KS, curve_max_k=30, chunk_size=50)
     fast = embedding_retrieval_metrics(emb, labels, ks=KS, curve_max_k=30, chunk_size=50, precision=precision)
-    for key in ref:
-        assert torch.equal(ref[key], fast[key]), key
+    assert_same_outputs(ref, fast)
     i32 = cosine_topk(emb, emb, 20, query_ids=torch.arange(300), gallery_ids=torch.arange(300))[1]
     ilow = cosine_topk(emb, emb, 20, query_ids=torch.arange(300), gallery_ids=torch.arange(300), precision=precision)[1]
     assert torch.equal(i32, ilow)
@@ -337,9 +355,7 @@ def test_symmetric_leave_one_out_equals_query_set_search(n, classes, chunk_size)
         emb, labels, ids, ks=KS, chunk_size=chunk_size, return_neighbors=40,
         query_embeddings=emb, query_labels=labels, query_ids=ids,
     )
-    assert loo.keys() == qs.keys()
-    for key in loo:
-        assert torch.equal(loo[key], qs[key]) or torch.equal(loo[key].isnan(), qs[key].isnan()), key
+    assert_same_outputs(loo, qs)
 
 
 def _reference_topk(queries, gallery, k, exclude_self=False):
@@ -364,7 +380,7 @@ def test_wide_rows_with_many_ties_follow_the_tie_rule():
         _, idx = cosine_topk(emb[:200], emb, k, chunk_size=64)
         np.testing.assert_array_equal(idx.numpy(), _reference_topk(emb[:200], emb, k))
     out = embedding_retrieval_metrics(emb, labels, ks=(1, 5), return_neighbors=300, chunk_size=256)
-    np.testing.assert_array_equal(out["neighbor_indices"].numpy(), _reference_topk(emb, emb, 300, exclude_self=True))
+    np.testing.assert_array_equal(out["neighbors"]["indices"].numpy(), _reference_topk(emb, emb, 300, exclude_self=True))
     ref = oracle.retrieval_metrics(emb.numpy(), labels.numpy(), ks=(1, 5))
     assert_matches_oracle(out, ref, ks=(1, 5))
 
@@ -378,7 +394,7 @@ def test_wide_rows_without_ties_match_the_reference_order():
 
 
 def test_ranking_keys_round_trip_and_order():
-    import beyondlabels.functional.retrieval as kernel
+    import beyondlabels.functional.search as kernel
 
     vals = torch.tensor([[0.5, -0.0, 0.0, float("-inf"), -1.0, 1e-38, -1e-38, 0.5]])
     idx = torch.tensor([[3, 1, 0, 2, 7, 5, 6, 4]])
@@ -397,8 +413,8 @@ def test_lone_queries_are_excluded_and_counted():
     out = embedding_retrieval_metrics(emb, labels, ks=(1,), return_neighbors=1)
     assert int(out["num_queries"]) == 2 and int(out["num_lone_queries"]) == 2
     assert float(out["precision@1"]) == 1.0
-    assert out["per_query_num_relevant"].tolist() == [1, 1, 0, 0]
-    assert torch.isnan(out["per_query_map@r"][2:]).all()
+    assert out["per_query"]["num_relevant"].tolist() == [1, 1, 0, 0]
+    assert torch.isnan(out["per_query"]["map@r"][2:]).all() and not torch.isnan(out["per_query"]["map@r"][:2]).any()
     none = embedding_retrieval_metrics(emb[2:], labels[2:], ks=(1,))
     assert int(none["num_queries"]) == 0 and int(none["num_lone_queries"]) == 2
     assert torch.isnan(none["precision@1"]) and torch.isnan(none["precision_curve"]).all()
@@ -408,31 +424,29 @@ def test_returned_keys_and_neighbors(gallery):
     emb, labels = gallery
     ids = torch.arange(len(labels)) + 500
     out = embedding_retrieval_metrics(emb, labels, ids, ks=(1, 5), return_neighbors=3)
-    expected = {f"{m}@{k}" for m in ("precision", "recall", "hit", "macro_precision") for k in (1, 5)}
+    expected = {f"{m}@{k}" for m in ("precision", "recall", "hit", "ndcg", "macro_precision") for k in (1, 5)}
     expected |= {"r_precision", "map@r", "macro_r_precision", "macro_map@r", "mean_first_relevant_rank"}
-    expected |= {"median_first_relevant_rank", "num_queries", "num_lone_queries", "precision_curve"}
+    expected |= {"median_first_relevant_rank", "num_queries", "num_lone_queries", "precision_curve", "per_query"}
     plain = embedding_retrieval_metrics(emb, labels, ids, ks=(1, 5))
     assert set(plain) == expected
+    schema = retrieval_output_schema((1, 5))
+    assert set(plain) - {"per_query"} == set(schema)
+    assert set(plain["per_query"]) == set(schema.per_query)
     assert plain["precision_curve"].shape == (5,)
     assert float(plain["precision_curve"][0]) == float(plain["precision@1"])
     scores, idx = cosine_topk(emb, emb, 3, query_ids=ids, gallery_ids=ids)
-    assert torch.equal(out["neighbor_indices"], idx)
-    assert torch.equal(out["neighbor_scores"], scores)
-    assert torch.equal(out["neighbor_ids"], ids[idx])
-    assert torch.equal(out["neighbor_labels"], labels[idx])
-
-
-def test_encode_labels():
-    codes, classes = encode_labels(["b", "a", "b", ("x", 1)])
-    assert codes.tolist() == [0, 1, 0, 2]
-    assert classes == ["b", "a", ("x", 1)]
+    assert torch.equal(out["neighbors"]["indices"], idx)
+    assert torch.equal(out["neighbors"]["scores"], scores)
+    assert torch.equal(out["per_query"]["query_id"], ids)
 
 
 def test_float64_and_half_inputs_are_accepted():
     emb, labels = clustered(60, 8, 3, seed=1)
-    a = embedding_retrieval_metrics(emb.double(), labels)
-    b = embedding_retrieval_metrics(emb, labels.int())
-    assert float(a["precision@1"]) == float(b["precision@1"])
+    ref = embedding_retrieval_metrics(emb.double().float(), labels)
+    assert_same_outputs(embedding_retrieval_metrics(emb.double(), labels.int()), ref)
+    for dtype in (torch.float16, torch.bfloat16):
+        low = emb.to(dtype)
+        assert_same_outputs(embedding_retrieval_metrics(low, labels), embedding_retrieval_metrics(low.float(), labels), dtype)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""What each output key of a metric is: its kind, its direction, and whether it is a count.
+
+Every metric in :mod:`beyondlabels.metrics` describes its outputs with an :class:`OutputSchema`. Logging, W&B
+``define_metric`` summaries, JSON reports, checkpoint-mode checks and run comparison read the schema instead of
+guessing from key names. Pure Python: no torch, no torchmetrics, no Lightning.
+
+Kinds
+    ``"scalar"``: one number per evaluation (logged, compared). ``"curve"``: a 1-D sequence per evaluation (e.g.
+    ``precision_curve[i] = precision@(i+1)``; plotted, stored in history, not logged as a scalar). ``"per_query"``: one
+    value per query or sample (saved to the per-query files that statistics read; never logged as a scalar).
+
+Direction
+    ``higher_is_better`` is True, False, or None for keys that are neither better nor worse when larger (counts,
+    settings). Per-query keys share the direction of the scalar they average.
+
+Example:
+    >>> schema = OutputSchema({"precision@1": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True)})
+    >>> schema.scalar_keys(), schema["precision@1"].summary, schema["num_queries"].summary
+    (['precision@1', 'num_queries'], 'max', 'last')
+    >>> schema.mode("precision@1")
+    'max'
+    >>> OutputSchema.from_json(schema.to_json()) == schema
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["KeySpec", "OutputSchema"]
+
+Kind = Literal["scalar", "curve", "per_query"]
+_KINDS = ("scalar", "curve", "per_query")
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """The description of one output key.
+
+    Args:
+        kind: ``"scalar"``, ``"curve"`` or ``"per_query"``.
+        higher_is_better: True, False, or None when the key has no direction (counts, settings).
+        count: True for integer counts (``num_queries``, ...): printed as integers, summarised by their last value.
+    """
+
+    kind: Kind
+    higher_is_better: bool | None
+    count: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"`kind` must be one of {_KINDS}, got {self.kind!r}.")
+        if self.higher_is_better not in (True, False, None):
+            raise ValueError(f"`higher_is_better` must be True, False or None, got {self.higher_is_better!r}.")
+
+    @property
+    def summary(self) -> str:
+        """The W&B summary of the key: ``"max"``, ``"min"`` or ``"last"`` (no direction)."""
+        if self.higher_is_better is None:
+            return "last"
+        return "max" if self.higher_is_better else "min"
+
+
+class OutputSchema(Mapping[str, KeySpec]):
+    """An ordered, read-only mapping ``key -> KeySpec`` of everything a metric's ``compute()`` returns.
+
+    Keys of per-query values are listed under their own names (``precision@1`` as a scalar and, inside the
+    ``per_query`` dict of the output, ``precision@1`` as a per-query vector); :meth:`per_query` holds the latter.
+    """
+
+    def __init__(self, keys: Mapping[str, KeySpec], per_query: Mapping[str, KeySpec] | None = None) -> None:
+        self._keys = dict(keys)
+        self._per_query = dict(per_query or {})
+        for name, spec in [*self._keys.items(), *self._per_query.items()]:
+            if not isinstance(spec, KeySpec):
+                raise TypeError(f"schema entry {name!r} must be a KeySpec, got {type(spec).__name__}.")
+
+    def __getitem__(self, key: str) -> KeySpec:
+        return self._keys[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OutputSchema):
+            return NotImplemented
+        return self._keys == other._keys and self._per_query == other._per_query
+
+    def __repr__(self) -> str:
+        return f"OutputSchema({len(self._keys)} keys, {len(self._per_query)} per-query)"
+
+    @property
+    def per_query(self) -> dict[str, KeySpec]:
+        """Specs of the per-query vectors (the ``per_query`` dict of the output)."""
+        return dict(self._per_query)
+
+    def scalar_keys(self) -> list[str]:
+        """The keys logged as scalars, in schema order."""
+        return [k for k, s in self._keys.items() if s.kind == "scalar"]
+
+    def curve_keys(self) -> list[str]:
+        return [k for k, s in self._keys.items() if s.kind == "curve"]
+
+    def mode(self, key: str) -> str | None:
+        """``"max"`` / ``"min"`` for a monitor on ``key`` (None when it has no direction or is unknown)."""
+        spec = self._keys.get(key)
+        if spec is None or spec.higher_is_better is None:
+            return None
+        return "max" if spec.higher_is_better else "min"
+
+    def prefixed(self, prefix: str) -> OutputSchema:
+        """The same schema with ``prefix/`` before every key (as the callbacks log them)."""
+        return OutputSchema({f"{prefix}/{k}": v for k, v in self._keys.items()}, self._per_query)
+
+    def merged(self, other: OutputSchema) -> OutputSchema:
+        """Both schemas' keys; ``other`` wins on a clash."""
+        return OutputSchema({**self._keys, **other._keys}, {**self._per_query, **other._per_query})
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (written beside every run's ``history.json`` as ``schema.json``)."""
+
+        def spec(s: KeySpec) -> dict[str, Any]:
+            return {"kind": s.kind, "higher_is_better": s.higher_is_better, "count": s.count}
+
+        return {"keys": {k: spec(v) for k, v in self._keys.items()}, "per_query": {k: spec(v) for k, v in self._per_query.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OutputSchema:
+        """Inverse of :meth:`to_json`.
+
+        Raises:
+            ValueError: if ``data`` is not a schema written by :meth:`to_json`.
+        """
+        try:
+            keys = {k: KeySpec(v["kind"], v["higher_is_better"], bool(v.get("count", False))) for k, v in data["keys"].items()}
+            per_query = {
+                k: KeySpec(v["kind"], v["higher_is_better"], bool(v.get("count", False))) for k, v in data.get("per_query", {}).items()
+            }
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not an output schema (expected {{'keys': {{name: {{kind, higher_is_better, count}}}}}}): {exc}") from exc
+        return cls(keys, per_query)
