@@ -8,6 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -30,16 +31,40 @@ def data():
     return emb, labels, ids
 
 
-def assert_same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+def flat(out: dict, prefix: str = "") -> dict:
+    items = {}
+    for key, value in out.items():
+        if isinstance(value, dict):
+            items.update(flat(value, f"{prefix}{key}/"))
+        else:
+            items[f"{prefix}{key}"] = value
+    return items
 
 
-def test_class_attributes():
-    assert EmbeddingRetrieval.is_differentiable is False
-    assert EmbeddingRetrieval.higher_is_better is True
-    assert EmbeddingRetrieval.full_state_update is False
+def assert_same(a: dict, b: dict, ignore=("num_duplicates",)) -> None:
+    """Bitwise-equal outputs (NaN where the other has NaN), nested dicts included."""
+    fa = {k: v for k, v in flat(a).items() if k not in ignore}
+    fb = {k: v for k, v in flat(b).items() if k not in ignore}
+    assert fa.keys() == fb.keys()
+    for key in fa:
+        x, y = fa[key], fb[key]
+        assert x.dtype == y.dtype and x.shape == y.shape, key
+        assert torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0)), key
+
+
+def test_outputs_follow_the_schema(data):
+    emb, labels, ids = data
+    m = EmbeddingRetrieval(ks=KS)
+    m.update(emb, labels, ids)
+    out = m.compute()
+    schema = m.output_schema()
+    assert set(out) - {"per_query"} == set(schema)
+    assert set(out["per_query"]) == set(schema.per_query)
+    assert schema["mean_first_relevant_rank"].higher_is_better is False
+    assert schema["num_queries"].count and schema["num_duplicates"].count
+    # the class-level direction is undefined: outputs mix better-when-higher, better-when-lower and counts
+    assert EmbeddingRetrieval.higher_is_better is None
+    assert EmbeddingRetrieval.is_differentiable is False and EmbeddingRetrieval.full_state_update is False
 
 
 def test_equals_kernel_in_id_order(data):
@@ -48,7 +73,9 @@ def test_equals_kernel_in_id_order(data):
     m.update(emb, labels, ids)
     order = torch.argsort(ids)
     ref = embedding_retrieval_metrics(emb[order], labels[order], ids[order], ks=KS)
-    assert_same(m.compute(), ref)
+    out = m.compute()
+    assert int(out["num_duplicates"]) == 0
+    assert_same(out, ref)
 
 
 @pytest.mark.parametrize("batch", [1, 7, 64])
@@ -70,9 +97,12 @@ def test_repeated_samples_are_deduplicated(data):
     ref.update(emb, labels, ids)
     rep = EmbeddingRetrieval(ks=KS)
     rep.update(emb, labels, ids)
-    rep.update(emb[:20], labels[:20], ids[:20])  # the padding a DistributedSampler adds
-    assert_same(ref.compute(), rep.compute())
-    assert int(rep.compute()["num_queries"]) + int(rep.compute()["num_lone_queries"]) == 150
+    rep.update(emb[:20], labels[:20], ids[:20])  # more copies than a DistributedSampler adds on one process
+    with pytest.warns(UserWarning, match="20 samples repeated an id"):
+        out = rep.compute()
+    assert_same(ref.compute(), out)
+    assert int(out["num_duplicates"]) == 20
+    assert int(out["num_queries"]) + int(out["num_lone_queries"]) == 150
 
 
 def test_conflicting_labels_for_one_id_raise(data):
@@ -80,7 +110,7 @@ def test_conflicting_labels_for_one_id_raise(data):
     m = EmbeddingRetrieval(ks=(1,))
     m.update(emb, labels, ids)
     m.update(emb[:1], labels[:1] + 1, ids[:1])
-    with pytest.raises(ValueError, match="`labels` disagree"):
+    with pytest.raises(ValueError, match=r"`labels` disagrees .*ids \[\d+\]"):
         m.compute()
 
 
@@ -93,8 +123,39 @@ def test_without_ids_on_one_process(data):
     m.reset()
     m.update(emb, labels)
     assert_same(m.compute(), embedding_retrieval_metrics(emb, labels, ks=KS))
-    with pytest.raises(ValueError, match="`ids`"):
-        m.update(emb[:3], labels[:3], torch.arange(3))
+    m.update(emb[:3], labels[:3], torch.arange(3))
+    with pytest.raises(ValueError, match="pass ids in every update or in none"):
+        m.compute()
+
+
+@pytest.mark.parametrize("batch", [1, 4, 37])
+def test_forward_accumulates_like_update(data, batch):
+    """torchmetrics' forward resets the state around each batch: ids made per update would restart at 0 and
+    collide. Ids are resolved at compute, so metric(x, y) per batch equals update(x, y) per batch, with or without
+    ids, including batches smaller than max(ks)."""
+    emb, labels, ids = data
+    for use_ids in (False, True):
+        via_update, via_forward = EmbeddingRetrieval(ks=KS), EmbeddingRetrieval(ks=KS)
+        for s in range(0, 150, batch):
+            args = (emb[s : s + batch], labels[s : s + batch]) + ((ids[s : s + batch],) if use_ids else ())
+            via_update.update(*args)
+            assert via_forward(*args) is None  # one batch is not a gallery: no per-batch value
+        assert_same(via_forward.compute(), via_update.compute())
+        assert int(via_forward.compute()["num_queries"]) + int(via_forward.compute()["num_lone_queries"]) == 150
+
+
+def test_string_numpy_and_list_labels_give_the_integer_result(data):
+    emb, labels, ids = data
+    names = [f"style_{int(v)}" for v in labels]
+    ref = EmbeddingRetrieval(ks=KS)
+    ref.update(emb, labels, ids)
+    for given in (names, np.array(names), labels.numpy(), labels.tolist()):
+        m = EmbeddingRetrieval(ks=KS)
+        m.update(emb[:70], given[:70], ids[:70])
+        m.update(emb[70:], given[70:], ids[70:])
+        # string labels are coded by a hash: every value but the label codes themselves must agree
+        assert_same(m.compute(), ref.compute(), ignore=("num_duplicates", "per_query/label"))
+    assert set(m.label_names.values()) == {str(int(v)) for v in labels}  # the last one given was a list of ints
 
 
 def test_fast_mode_equals_fp32(data):
@@ -110,11 +171,12 @@ def test_return_neighbors(data):
     m = EmbeddingRetrieval(ks=(1,), return_neighbors=3)
     m.update(emb, labels, ids)
     out = m.compute()
-    assert torch.equal(out["query_ids"], torch.sort(ids).values)
-    assert out["neighbor_ids"].shape == (150, 3) and out["neighbor_scores"].shape == (150, 3)
-    assert not bool((out["neighbor_ids"] == out["query_ids"][:, None]).any())
-    p1 = (out["neighbor_labels"][:, 0] == out["query_labels"]).double()
-    lone = out["per_query_num_relevant"] == 0
+    query_ids, neighbors = out["per_query"]["query_id"], out["neighbors"]
+    assert torch.equal(query_ids, torch.sort(ids).values)
+    assert neighbors["ids"].shape == (150, 3) and neighbors["scores"].shape == (150, 3)
+    assert not bool((neighbors["ids"] == query_ids[:, None]).any())
+    p1 = (neighbors["labels"][:, 0] == out["per_query"]["label"]).double()
+    lone = out["per_query"]["num_relevant"] == 0
     assert float(p1[~lone].mean()) == float(out["precision@1"])
 
 
@@ -153,6 +215,7 @@ def test_init_validation(kwargs, name):
         ((torch.full((4, 3), float("nan")), torch.arange(4), torch.arange(4)), "embeddings"),
         ((torch.randn(4, 3), torch.arange(3), torch.arange(4)), "labels"),
         ((torch.randn(4, 3), torch.arange(4).float(), torch.arange(4)), "labels"),
+        ((torch.randn(4, 3), [0.5, 1.0, 2.0, 3.0], torch.arange(4)), "labels"),
         ((torch.randn(4, 3), torch.arange(4), torch.arange(5)), "ids"),
         ((torch.randn(4, 3), torch.arange(4), torch.arange(4).float()), "ids"),
     ],
@@ -167,8 +230,9 @@ def test_update_validation_across_calls():
     m.update(torch.randn(4, 3), torch.arange(4), torch.arange(4))
     with pytest.raises(ValueError, match="`embeddings`"):
         m.update(torch.randn(4, 5), torch.arange(4), torch.arange(4, 8))
-    with pytest.raises(ValueError, match="`ids`"):
-        m.update(torch.randn(4, 3), torch.arange(4))
+    m.update(torch.randn(4, 3), torch.arange(4))  # no ids after updates with ids: refused at compute
+    with pytest.raises(ValueError, match="pass ids in every update or in none"):
+        m.compute()
 
 
 @pytest.mark.filterwarnings("ignore:The ``compute`` method")
@@ -192,14 +256,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, precision: str) -> None:
+def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         emb, labels, ids = shards[rank]
-        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, precision=precision, return_neighbors=2)
+        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16)
         for s in range(0, len(ids), 11):  # uneven batches
             m.update(emb[s : s + 11], labels[s : s + 11], ids[s : s + 11])
         out = m.compute()
@@ -209,7 +273,8 @@ def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, precisi
 
 
 @pytest.mark.slow
-def test_two_process_gloo_equals_single_process(data, tmp_path):
+@pytest.mark.parametrize("distributed_search", [True, False])
+def test_two_process_gloo_equals_single_process(data, tmp_path, distributed_search):
     emb, labels, ids = data
     # Uneven shards, as a DistributedSampler pads them: rank 0 gets 80 samples, rank 1 the other 70 plus 10 repeats
     # of rank 0's samples; the ranks also see their samples in different orders.
@@ -221,7 +286,8 @@ def test_two_process_gloo_equals_single_process(data, tmp_path):
     single.update(emb, labels, ids)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, "fp32"), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, distributed_search), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
+        assert int(got["num_duplicates"]) == 10 and int(ref["num_duplicates"]) == 0
         assert_same(got, ref)

@@ -94,7 +94,10 @@ def encode_labels(labels: Any, name: str = "labels") -> tuple[Tensor, dict[int, 
     for value in values:
         if isinstance(value, Tensor) and value.numel() == 1:
             value = value.item()
-        code = label_code(value)
+        try:
+            code = label_code(value)
+        except ValueError as exc:
+            raise ValueError(f"`{name}`: {exc}") from None
         codes.append(code)
         names.setdefault(code, str(value))
     return torch.tensor(codes, dtype=torch.long), names

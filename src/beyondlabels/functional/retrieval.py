@@ -345,7 +345,8 @@ def _class_mean(values: Tensor, classes: Tensor, n_classes: int) -> Tensor:
     sums = torch.zeros(n_classes, dtype=torch.float64, device=values.device).index_add_(0, classes, values)
     counts = torch.zeros(n_classes, dtype=torch.float64, device=values.device).index_add_(0, classes, torch.ones_like(values))
     present = counts > 0
-    return (sums[present] / counts[present]).mean()
+    # Summed in ascending order of value: the result does not depend on how labels are coded or ordered.
+    return torch.sort(sums[present] / counts[present]).values.sum() / int(present.sum())
 
 
 def aggregate_retrieval(

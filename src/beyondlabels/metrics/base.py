@@ -1,0 +1,209 @@
+"""The base of every per-sample metric: "cat" states, gathered across processes, deduplicated by sample id.
+
+Every family (retrieval, hierarchy, profiles, text-to-image, ...) stores one row per sample and computes from the
+whole set at :meth:`compute`. This base owns what they share:
+
+- one ``ids`` state plus the family's per-sample states, all with ``dist_reduce_fx="cat"``;
+- deduplication after gathering: Lightning's ``DistributedSampler`` repeats samples to even out ranks, so one copy
+  per id is kept (the first one gathered; samples come out in ascending id order), copies whose *agreeing* states
+  (labels, ...) differ raise, and ``num_duplicates`` counts the copies dropped — with a warning when there are more
+  than the padding a sampler adds (``world_size - 1``);
+- ids are optional on one process: without them every sample's id is its position in the order samples arrived
+  (ids are resolved at :meth:`compute`, so ``forward``, ``reset`` and split updates never reuse an id);
+- ``forward``: a gallery metric has no per-batch value (one batch is not a gallery), so by default ``metric(x, y)``
+  only accumulates and returns None — exactly what ``update(x, y)`` does. Families with a meaningful batch value
+  set ``batch_value = True`` and get torchmetrics' forward;
+- argument checks that need the values (finite, ...) and so a host sync run only when ``validate_args=True``;
+- the output schema (:meth:`output_schema`), which callbacks, reports and comparison read.
+
+Nothing here imports Lightning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat, rank_zero_warn
+from torchmetrics.utilities.distributed import gather_all_tensors
+
+from beyondlabels.schema import KeySpec, OutputSchema
+
+__all__ = ["GatheredSamples", "PerSampleMetric"]
+
+_NO_ID = torch.iinfo(torch.int64).min
+
+
+def _world(group: Any = None) -> tuple[int, int]:
+    """(rank, world size) of ``group`` (the default group), or (0, 1) outside distributed runs."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(group), torch.distributed.get_world_size(group)
+    return 0, 1
+
+
+@dataclass(frozen=True)
+class GatheredSamples:
+    """All samples after gathering and deduplication, in ascending id order.
+
+    Attributes:
+        ids: int64 ``[N]`` unique sample ids.
+        values: the family's per-sample states, each ``[N, ...]``, aligned with ``ids``.
+        num_duplicates: copies dropped (gathered rows minus ``N``).
+    """
+
+    ids: Tensor
+    values: dict[str, Tensor]
+    num_duplicates: int
+
+
+class PerSampleMetric(Metric):
+    """Base class of per-sample metrics (see the module docstring). Subclasses call :meth:`add_sample_state` for each
+    per-sample state, :meth:`append_samples` in ``update``, :meth:`gathered_samples` in ``compute``, and implement
+    :meth:`output_schema`.
+
+    Args:
+        validate_args: Check values (finite embeddings, ...) in ``update``; costs a host sync per batch.
+        kwargs: Passed to :class:`torchmetrics.Metric` (``sync_on_compute``, ``process_group``, ...).
+    """
+
+    is_differentiable = False
+    higher_is_better: bool | None = None  # outputs mix directions: read `output_schema()` per key
+    full_state_update = False
+    batch_value = False
+
+    ids: list[Tensor]
+
+    def __init__(self, validate_args: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(validate_args, bool):
+            raise ValueError(f"`validate_args` must be True or False, got {validate_args!r}.")
+        self.validate_args = validate_args
+        self._sample_states: list[str] = []
+        self._agreeing_states: list[str] = []
+        self.add_state("ids", default=[], dist_reduce_fx="cat")
+
+    # ---- declaration -------------------------------------------------------------------------------------------------
+    def add_sample_state(self, name: str, agree: bool = False) -> None:
+        """Declare a per-sample state (a list of ``[B, ...]`` tensors gathered with "cat").
+
+        Args:
+            name: Attribute name of the state.
+            agree: Copies of one id must carry equal values (labels); :meth:`gathered_samples` raises otherwise.
+        """
+        self.add_state(name, default=[], dist_reduce_fx="cat")
+        self._sample_states.append(name)
+        if agree:
+            self._agreeing_states.append(name)
+
+    def output_schema(self) -> OutputSchema:
+        """Kind and direction of every key :meth:`compute` returns."""
+        raise NotImplementedError
+
+    # ---- update ------------------------------------------------------------------------------------------------------
+    def check_ids(self, ids: Any, batch_size: int, device: torch.device) -> Tensor:
+        """Validate a batch's ids (or make placeholders resolved at compute) as an int64 tensor on ``device``."""
+        if ids is None:
+            if _world(self.process_group)[1] > 1:
+                raise ValueError(
+                    "`ids` is required under distributed training: samples are deduplicated by id after gathering "
+                    "(DistributedSampler repeats some). Pass each sample's global index, e.g. its dataset index."
+                )
+            return torch.full((batch_size,), _NO_ID, dtype=torch.long, device=device)
+        if not isinstance(ids, Tensor):
+            try:
+                ids = torch.as_tensor(ids)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise ValueError(f"`ids` must be integer sample ids, got {type(ids).__name__}: {exc}") from exc
+        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ValueError(f"`ids` must be a 1-D integer tensor [B] of global sample ids, got {tuple(ids.shape)} {ids.dtype}.")
+        if ids.shape[0] != batch_size:
+            raise ValueError(f"`ids` has {ids.shape[0]} entries for a batch of {batch_size}; they must match.")
+        if self.validate_args and bool((ids == _NO_ID).any()):
+            raise ValueError(f"`ids` may not hold {_NO_ID} (reserved for samples without ids).")
+        return ids.to(device=device, dtype=torch.long)
+
+    def append_samples(self, ids: Tensor, **values: Tensor) -> None:
+        """Append one batch: ``ids`` from :meth:`check_ids` and a ``[B, ...]`` tensor for every declared state."""
+        missing = set(self._sample_states) - set(values)
+        if missing:
+            raise TypeError(f"append_samples() lacks the states {sorted(missing)}")
+        self.ids.append(ids)
+        for name, value in values.items():
+            getattr(self, name).append(value)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Accumulate the batch; return its own value only for families with a per-batch value (``batch_value``)."""
+        if self.batch_value:
+            return super().forward(*args, **kwargs)
+        self.update(*args, **kwargs)
+        return None
+
+    # ---- compute -----------------------------------------------------------------------------------------------------
+    def gathered_samples(self) -> GatheredSamples:
+        """Concatenate (and, after a distributed sync, gather) the states; deduplicate by id; order by id.
+
+        Raises:
+            ValueError: when nothing was seen, when some updates had ids and others not, or when copies of one id
+                disagree on an agreeing state (the ids are named).
+        """
+        if isinstance(self.ids, list) and sum(t.numel() for t in self.ids) == 0:
+            raise ValueError(f"{type(self).__name__}.compute() was called before any sample was passed to `update`.")
+        ids = dim_zero_cat(self.ids)
+        values = {}
+        for name in self._sample_states:
+            try:
+                values[name] = dim_zero_cat(getattr(self, name))
+            except RuntimeError as exc:
+                raise ValueError(f"the `{name}` of different updates do not fit together ({exc}); every update must use the same shape.") from exc
+        placeholder = ids == _NO_ID
+        if bool(placeholder.any()):
+            if not bool(placeholder.all()):
+                raise ValueError("some updates passed `ids` and others did not; pass ids in every update or in none.")
+            ids = torch.arange(ids.numel(), device=ids.device)
+        order = torch.argsort(ids, stable=True)
+        ids_sorted = ids[order]
+        first = torch.ones_like(ids_sorted, dtype=torch.bool)
+        first[1:] = ids_sorted[1:] != ids_sorted[:-1]
+        group = torch.cumsum(first, dim=0) - 1
+        keep = order[first]
+        for name in self._agreeing_states:
+            value = values[name][order]
+            kept = value[first][group]
+            differ = (value != kept).reshape(value.shape[0], -1).any(dim=1)
+            if bool(differ.any()):
+                bad = torch.unique(ids_sorted[differ])[:5].tolist()
+                raise ValueError(
+                    f"`{name}` disagrees between copies of the same sample id (ids {bad}); every copy of an id must "
+                    f"carry one {name} value. Check that ids are unique per sample."
+                )
+        num_duplicates = int(ids.numel() - keep.numel())
+        world = _world(self.process_group)[1] if self._to_sync else 1
+        if num_duplicates > world - 1:
+            rank_zero_warn(
+                f"{type(self).__name__}: {num_duplicates} samples repeated an id already seen and were dropped "
+                f"(more than the at most {world - 1} copies a DistributedSampler adds). Check that ids are unique "
+                "per sample and that the evaluation set is not fed twice.",
+                UserWarning,
+            )
+        return GatheredSamples(ids[keep], {name: v[keep] for name, v in values.items()}, num_duplicates)
+
+    def work_share(self) -> tuple[int, int] | None:
+        """``(rank, world_size)`` when :meth:`compute` should split work across the processes holding the same
+        gathered samples (states were synced), else None."""
+        rank, world = _world(self.process_group)
+        if world > 1 and self._to_sync and self.sync_on_compute:
+            return rank, world
+        return None
+
+    def gather_rows(self, rows: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Concatenate every process's rows of per-query tensors (uneven counts allowed), rank by rank."""
+        if self.work_share() is None:
+            return rows
+        return {key: torch.cat(gather_all_tensors(value.contiguous(), self.process_group)) for key, value in rows.items()}
+
+    @staticmethod
+    def count_spec() -> KeySpec:
+        return KeySpec("scalar", None, count=True)
