@@ -1,9 +1,10 @@
 """Lightning callbacks that evaluate a model while it trains and log through Lightning loggers.
 
 Callbacks only schedule, sample, feed metrics from :mod:`beyondlabels.metrics` and log; the math lives
-in :mod:`beyondlabels.functional`.
+in :mod:`beyondlabels.functional`. :class:`EvaluationCallback` is the base every family builds on.
 """
 
+from beyondlabels.callbacks.base import EvaluationCallback, shard_loader
 from beyondlabels.callbacks.retrieval import RetrievalEvalCallback
 
-__all__ = ["RetrievalEvalCallback"]
+__all__ = ["EvaluationCallback", "RetrievalEvalCallback", "shard_loader"]

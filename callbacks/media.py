@@ -9,6 +9,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import WandbLogger
 
+from beyondlabels.schema import OutputSchema
+
 
 def find_wandb_logger(trainer: pl.Trainer) -> WandbLogger | None:
     """The trainer's first WandbLogger, or None."""
@@ -33,32 +35,36 @@ class WandbMedia:
     def __init__(self, logger: WandbLogger, step: int, prefix: str) -> None:
         self.logger, self.step, self.prefix = logger, step, prefix
 
-    def define_metrics(self, names: Sequence[str], done: set[str]) -> None:
-        """Declare exact scalar keys not yet in ``done``: x-axis ``trainer/global_step``, summary max (min for ranks)."""
+    def define_metrics(self, schema: OutputSchema, done: set[str]) -> None:
+        """Declare every scalar key of ``schema`` not yet in ``done``: x-axis ``trainer/global_step``, summary from
+        the schema's direction (``max``, ``min``, or ``last`` for counts)."""
         experiment = self.logger.experiment
-        for name in names:
+        for name in schema.scalar_keys():
             key = f"{self.prefix}/{name}"
             if key in done:
                 continue
-            summary = "min" if "rank" in name else "max"
-            experiment.define_metric(key, step_metric="trainer/global_step", summary=summary)
+            experiment.define_metric(key, step_metric="trainer/global_step", summary=schema[name].summary)
             done.add(key)
 
-    def precision_curve(self, curve: Sequence[float]) -> None:
-        """precision@k against k for k = 1..len(curve), one line series per evaluation."""
+    def curve(self, name: str, values: Sequence[float], xname: str = "k") -> None:
+        """One curve (``values[i]`` at x = i + 1) as a W&B line series under ``<prefix>/<name>``."""
         import wandb
 
-        ks = list(range(1, len(curve) + 1))
+        xs = list(range(1, len(values) + 1))
         plot = wandb.plot.line_series(
-            xs=ks, ys=[list(curve)], keys=[f"step {self.step}"], title=f"{self.prefix}: precision@k (step {self.step})", xname="k"
+            xs=xs, ys=[list(values)], keys=[f"step {self.step}"], title=f"{self.prefix}: {name} (step {self.step})", xname=xname
         )
-        self.logger.log_metrics({f"{self.prefix}/precision_at_k_curve": plot}, step=self.step)
+        self.logger.log_metrics({f"{self.prefix}/{name}": plot}, step=self.step)
 
     def mismatch_table(self, rows: Sequence[dict[str, Any]]) -> None:
         """Table of (query, retrieved) pairs with thumbnails; image cells are None when unavailable."""
+        columns = ["query_image", "query_label", "retrieved_image", "retrieved_label", "cosine", "query_id", "retrieved_id"]
+        self.table("worst_mismatches", columns, rows)
+
+    def table(self, name: str, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
+        """A W&B table under ``<prefix>/<name>``; cells of columns ending in ``_image`` become ``wandb.Image``."""
         import wandb
 
-        columns = ["query_image", "query_label", "retrieved_image", "retrieved_label", "cosine", "query_id", "retrieved_id"]
         data = []
         for row in rows:
             cells = []
@@ -68,5 +74,4 @@ class WandbMedia:
                     value = wandb.Image(to_uint8_image(value)) if value is not None else None
                 cells.append(value)
             data.append(cells)
-        table = wandb.Table(columns=columns, data=data)
-        self.logger.log_metrics({f"{self.prefix}/worst_mismatches": table}, step=self.step)
+        self.logger.log_metrics({f"{self.prefix}/{name}": wandb.Table(columns=list(columns), data=data)}, step=self.step)

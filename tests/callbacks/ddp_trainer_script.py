@@ -1,8 +1,11 @@
-"""Run RetrievalEvalCallback under Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump what rank 0 saw.
+"""Run RetrievalEvalCallback under Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump what each rank saw.
 
-Usage: python ddp_trainer_script.py OUT_JSON DEVICES
+Usage: python ddp_trainer_script.py OUT_JSON DEVICES MODE
 The evaluation set has 37 items: over 2 ranks DistributedSampler pads it to 38 by repeating one item,
 which the metric must drop by id so that the numbers equal a single-process run.
+
+MODE: "dicts" (dict batches with ids), "tuples" ((point, label) batches without ids: the evaluation uses dataset
+indices), "strict_file_error" (strict mode and an unwritable save_dir: rank 0 fails writing, every rank must raise).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).parent))
 from toy import LinearEncoder, PointDataModule  # noqa: E402
@@ -20,12 +24,31 @@ from toy import LinearEncoder, PointDataModule  # noqa: E402
 from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 
 
+class TupleView(Dataset):
+    def __init__(self, base) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int):
+        item = self.base[i]
+        return item["image"], item["label"]
+
+
 def main() -> None:
-    out, devices = Path(sys.argv[1]), int(sys.argv[2])
+    out, devices, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(1)
     dm = PointDataModule(n_train=32, n_eval=37, batch_size=5)
     model = LinearEncoder(lr=0.0)  # lr 0: the embeddings are the initial projection on every rank
-    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 3, 5), num_mismatches=3)
+    kwargs = {}
+    if mode == "tuples":
+        kwargs["dataloader"] = lambda: DataLoader(TupleView(dm.eval_set), batch_size=4, pin_memory=False)
+    if mode == "strict_file_error":
+        blocker = out.parent / "not_a_folder"
+        blocker.write_text("a file where the evaluation folder should go")
+        kwargs.update(strict=True, save_dir=str(blocker / "retrieval"))
+    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 3, 5), num_mismatches=3, chunk_size=8, **kwargs)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=devices,

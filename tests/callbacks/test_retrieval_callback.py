@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
@@ -59,13 +60,80 @@ def test_logged_values_match_a_brute_force_oracle_on_the_final_model(tmp_path: P
     saved = json.loads((tmp_path / "retrieval" / "history.json").read_text())
     assert [h["precision@1"] for h in saved] == [h["precision@1"] for h in callback.history]
     assert saved[-1]["precision_curve"][0] == pytest.approx(p1) and len(saved[-1]["precision_curve"]) == 5
-    assert (tmp_path / "retrieval" / "precision_at_k.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "retrieval" / "precision_curve.png").read_bytes()[:4] == b"\x89PNG"
+    # per-query values of every evaluation, at the step of the evaluation
+    assert [h["per_query_file"] for h in saved] == [f"per_query/step_{h['step']:09d}.npz" for h in saved]
+    with np.load(tmp_path / "retrieval" / saved[-1]["per_query_file"]) as per_query:
+        assert per_query["query_id"].tolist() == list(range(37))
+        assert float(np.nanmean(per_query["precision@1"])) == pytest.approx(p1, abs=1e-12)
+    schema = json.loads((tmp_path / "retrieval" / "schema.json").read_text())
+    assert schema["keys"]["mean_first_relevant_rank"]["higher_is_better"] is False
 
 
 def test_every_n_steps_schedule(tmp_path: Path):
-    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=3, num_mismatches=0)
+    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=3, num_mismatches=0, evaluate_at_fit_end=False)
     _trainer(tmp_path, [callback], max_epochs=2).fit(LinearEncoder(), PointDataModule())  # 8 steps per epoch
     assert [h["step"] for h in callback.history] == [3, 6, 9, 12, 15]
+
+
+def test_step_evaluations_reach_the_logger_at_their_step_despite_log_every_n_steps(tmp_path: Path):
+    """Lightning throttles on_step logging to log_every_n_steps (default 50): every evaluation must still reach every
+    logger, at the same step as in history.json and the per-query files."""
+    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=5, num_mismatches=0)
+    logger = CSVLogger(tmp_path, name="csv", version="")
+    trainer = _trainer(tmp_path, [callback], max_epochs=3, logger=logger)  # 24 steps, log_every_n_steps=50
+    trainer.fit(LinearEncoder(), PointDataModule())
+    steps = [h["step"] for h in callback.history]
+    assert steps == [5, 10, 15, 20, 24], "every 5 steps, plus one at the end of fit (step 24)"
+    rows = list(csv.DictReader((Path(logger.log_dir) / "metrics.csv").open()))
+    logged = [(int(r["step"]), float(r["retrieval/precision@1"])) for r in rows if r.get("retrieval/precision@1")]
+    assert logged == [(h["step"], pytest.approx(h["precision@1"])) for h in callback.history]
+    saved = json.loads((tmp_path / "retrieval" / "history.json").read_text())
+    assert [h["step"] for h in saved] == steps
+    assert sorted(p.name for p in (tmp_path / "retrieval" / "per_query").iterdir()) == [f"step_{s:09d}.npz" for s in steps]
+
+
+def test_a_final_evaluation_runs_when_fit_ends_between_evaluations(tmp_path: Path):
+    """check_val_every_n_epoch=2 with max_epochs=1 runs no validation at all: the run must still end with numbers."""
+    callback = RetrievalEvalCallback(every_n_epochs=1, num_mismatches=0)
+    trainer = _trainer(tmp_path, [callback], max_epochs=1, check_val_every_n_epoch=2)
+    trainer.fit(LinearEncoder(), PointDataModule())
+    assert [h["step"] for h in callback.history] == [8]
+    assert "retrieval/precision@1" in trainer.callback_metrics
+    off = RetrievalEvalCallback(every_n_epochs=1, num_mismatches=0, evaluate_at_fit_end=False)
+    _trainer(tmp_path / "off", [off], max_epochs=1, check_val_every_n_epoch=2).fit(LinearEncoder(), PointDataModule())
+    assert off.history == []
+
+
+def test_no_final_evaluation_when_the_last_step_was_evaluated(tmp_path: Path):
+    callback = RetrievalEvalCallback(every_n_epochs=1, num_mismatches=0)
+    _trainer(tmp_path, [callback], max_epochs=2).fit(LinearEncoder(), PointDataModule())
+    assert [h["step"] for h in callback.history] == [8, 16]
+
+
+class NoValidation(pl.LightningModule):
+    """A module with no validation_step: Lightning runs no validation loop for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = LinearEncoder()
+
+    def encode_image(self, x):
+        return self.inner.encode_image(x)
+
+    def training_step(self, batch, batch_idx):
+        return self.inner.proj(batch["image"]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_epoch_mode_without_a_validation_loop_evaluates_at_train_epoch_end(tmp_path: Path, caplog):
+    callback = RetrievalEvalCallback(every_n_epochs=1, num_mismatches=0)
+    with caplog.at_level("INFO"):
+        _trainer(tmp_path, [callback], max_epochs=2).fit(NoValidation(), PointDataModule())
+    assert [(h["epoch"], h["step"]) for h in callback.history] == [(0, 8), (1, 16)]
+    assert "has no validation loop" in caplog.text
 
 
 def test_a_failing_evaluation_is_logged_and_training_continues(tmp_path: Path, caplog):
@@ -98,6 +166,21 @@ def test_resume_from_checkpoint_continues_the_same_history(tmp_path: Path):
     assert resumed.history[:2] == first.history
 
 
+def test_resuming_a_finished_run_evaluates_nothing_new(tmp_path: Path):
+    """A run resumed after it ended evaluates nothing new: the last evaluated step is part of the state."""
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    first = RetrievalEvalCallback(every_n_epochs=2, num_mismatches=0)
+    _trainer(tmp_path, [first, checkpoint], max_epochs=3).fit(LinearEncoder(), PointDataModule())
+    assert [h["step"] for h in first.history] == [16, 24]  # epoch 1, then the end of fit
+    # Resuming the finished run trains nothing and so evaluates nothing: the restored history is the checkpoint's
+    # (last.ckpt was written at the end of epoch 3, before the final evaluation).
+    resumed = RetrievalEvalCallback(every_n_epochs=2, num_mismatches=0)
+    _trainer(tmp_path, [resumed, ModelCheckpoint(dirpath=tmp_path / "ckpt2")], max_epochs=3).fit(
+        LinearEncoder(), PointDataModule(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt")
+    )
+    assert resumed.history == first.history[:1]
+
+
 def test_load_state_dict_ignores_garbage():
     callback = RetrievalEvalCallback()
     callback.load_state_dict({"history": "not a list", "last_step_evaluated": "x"})
@@ -120,6 +203,11 @@ def test_state_key_distinguishes_instances():
         ({"num_mismatches": -1}, "num_mismatches"),
         ({"prefix": "retrieval/"}, "prefix"),
         ({"ks": (0,)}, "k"),
+        ({"prog_bar": ["precision@3"]}, "prog_bar"),
+        ({"prog_bar": "precision@1"}, "prog_bar"),
+        ({"save_dir": True}, "save_dir"),
+        ({"encode_method": ""}, "encode_method"),
+        ({"precision": "fp64"}, "precision"),
     ],
 )
 def test_bad_arguments_name_the_argument(kwargs, match):
@@ -147,8 +235,8 @@ def test_wandb_media_and_scalars_reach_the_offline_run(tmp_path: Path):
     keys = set(run.keys())
     assert {"retrieval/precision@1", "retrieval/r_precision", "retrieval/map@r", "retrieval/precision@5"} <= keys
     # a custom chart is stored as its data table, "<key>_table"
-    assert {"retrieval/precision_at_k_curve_table", "retrieval/worst_mismatches"} <= keys
-    curve = run.summary["retrieval/precision_at_k_curve_table"]
+    assert {"retrieval/precision_curve_table", "retrieval/worst_mismatches"} <= keys
+    curve = run.summary["retrieval/precision_curve_table"]
     assert curve["_type"] == "table-file" and curve["nrows"] == 5  # k = 1..5
     assert run.summary["retrieval/precision@1"] == pytest.approx(callback.history[-1]["precision@1"], abs=1e-6)
     table = run.summary["retrieval/worst_mismatches"]

@@ -1,4 +1,4 @@
-"""World size 1 and 2 (gloo DDP through the Trainer) give identical retrieval metrics."""
+"""World size 1 and 2 (gloo DDP through the Trainer) give identical retrieval metrics; strict failures stop every rank."""
 
 from __future__ import annotations
 
@@ -13,26 +13,48 @@ import pytest
 SCRIPT = Path(__file__).with_name("ddp_trainer_script.py")
 
 
-def _run(tmp_path: Path, devices: int) -> list[dict]:
-    out = tmp_path / f"world{devices}" / "result.json"
+def _launch(tmp_path: Path, devices: int, mode: str) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / f"{mode}-world{devices}" / "result.json"
     out.parent.mkdir(parents=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), str(devices)], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), str(devices), mode], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    return proc, out
+
+
+def _run(tmp_path: Path, devices: int, mode: str) -> list[dict]:
+    proc, out = _launch(tmp_path, devices, mode)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return [json.loads(p.read_text()) for p in sorted(out.parent.glob("result.rank*.json"))]
 
 
-@pytest.mark.slow
-def test_two_process_ddp_equals_single_process(tmp_path: Path):
-    (single,) = _run(tmp_path, 1)
-    ranks = _run(tmp_path, 2)
-    assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
-    assert single["history"][0]["num_queries"] == 37, "the padded repeat was dropped"
-    def values(history: list[dict]) -> list[dict]:  # each rank takes fewer optimiser steps, so drop "step"
-        return [{k: v for k, v in h.items() if k != "step"} for h in history]
+def _values(history: list[dict]) -> list[dict]:
+    """Each rank takes fewer optimiser steps, and only DDP drops a padding copy: compare everything else."""
+    return [{k: v for k, v in h.items() if k not in ("step", "num_duplicates", "per_query_file")} for h in history]
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["dicts", "tuples"])
+def test_two_process_ddp_equals_single_process(tmp_path: Path, mode: str):
+    (single,) = _run(tmp_path, 1, mode)
+    ranks = _run(tmp_path, 2, mode)
+    assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
+    assert single["history"][0]["num_duplicates"] == 0
     for rank in ranks:
+        # 37 items over 2 ranks: the sampler repeats one, which the metric drops by id
+        assert [h["num_duplicates"] for h in rank["history"]] == [1]
+        assert rank["history"][0]["num_queries"] + rank["history"][0]["num_lone_queries"] == 37
         # identical values on every rank, and identical to world size 1
-        assert rank["logged"] == single["logged"]
-        assert values(rank["history"]) == values(single["history"])
-        assert "error" not in rank["history"][0]
+        assert {k: v for k, v in rank["logged"].items() if k != "retrieval/num_duplicates"} == {
+            k: v for k, v in single["logged"].items() if k != "retrieval/num_duplicates"
+        }
+        assert _values(rank["history"]) == _values(single["history"])
+
+
+@pytest.mark.slow
+def test_strict_file_errors_on_rank_zero_stop_every_rank(tmp_path: Path):
+    proc, out = _launch(tmp_path, 2, "strict_file_error")
+    assert proc.returncode != 0
+    assert "not_a_folder" in proc.stderr  # rank 0's own error (the folder cannot be created under a file)
+    assert not list(out.parent.glob("result.rank*.json")), "no rank went on training after the failure"

@@ -8,6 +8,13 @@ from pathlib import Path
 
 def save_precision_curve_png(curves: Mapping[str, Sequence[float]], path: str | Path, title: str = "precision@k") -> Path:
     """Plot one precision@k-vs-k line per entry of ``curves`` (``name -> [p@1, p@2, ...]``) into ``path``."""
+    return save_curves_png(curves, path, title=title, ylabel="precision@k")
+
+
+def save_curves_png(
+    curves: Mapping[str, Sequence[float]], path: str | Path, title: str, ylabel: str, xlabel: str = "k"
+) -> Path:
+    """Plot one line per entry of ``curves`` (``name -> [y at x=1, y at x=2, ...]``) into ``path``; integer x ticks."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -20,8 +27,11 @@ def save_precision_curve_png(curves: Mapping[str, Sequence[float]], path: str | 
         for name, curve in curves.items():
             ks = range(1, len(curve) + 1)
             ax.plot(ks, list(curve), marker="o", markersize=3, label=name)
-        ax.set_xlabel("k")
-        ax.set_ylabel("precision@k")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.set_ylim(0.0, 1.02)
         ax.set_title(title)
         ax.grid(alpha=0.3)

@@ -1,0 +1,432 @@
+"""The base of every evaluation callback: schedule, evaluation loader, collective failure decision, history, files,
+and logging at one explicit step. A family adds its metric and how to feed it a batch.
+
+What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallback` for a complete one):
+
+- ``build_metric()`` → a :class:`~beyondlabels.metrics.PerSampleMetric` (its ``output_schema()`` drives logging);
+- ``feed(pl_module, batch)`` → encode one evaluation batch and call ``self.metric.update(...)`` with the ids from
+  :meth:`EvaluationCallback.take_ids` (the batch's own ids, or its positions / dataset indices);
+- optionally ``log_media(trainer, results, media)`` (rank 0, W&B tables and the like) and ``state_key_parts()``.
+
+What the base guarantees:
+
+- **Schedule.** ``every_n_epochs=N``: at the end of the validation loops of epochs N-1, 2N-1, ... (zero-based), so it
+  shares the trainer's validation cadence; a module without a validation loop is evaluated at the end of the training
+  epoch instead (said once in the log). ``every_n_steps=M``: after every M-th optimiser step. Sanity checks are
+  skipped. ``evaluate_at_fit_end=True`` adds one evaluation when fit ends after the last one, so every run ends with
+  numbers whatever ``max_epochs`` and the cadence are.
+- **One step everywhere.** Each evaluation is logged at ``trainer.global_step`` through every Lightning logger
+  (``logger.log_metrics(..., step=trainer.global_step)``), never throttled by ``log_every_n_steps``; the same step is
+  written to ``history.json``, the per-query file and the W&B media. Scalars also enter ``trainer.callback_metrics``
+  on every rank (ModelCheckpoint, EarlyStopping and sweepers monitor them) and, for ``prog_bar`` keys, the progress bar.
+- **Loader.** The evaluation loader is a datamodule or module method name, a DataLoader, or a callable. Under DDP it is
+  rebuilt with a ``DistributedSampler`` (no shuffling) that keeps the user's ``collate_fn``, ``num_workers``,
+  ``pin_memory``, ``worker_init_fn``, ``persistent_workers``, ``timeout``, ``prefetch_factor``,
+  ``multiprocessing_context``, ``generator`` and batch size (also a ``batch_sampler``'s). The metric drops the copies
+  the sampler adds, by id.
+- **Failures.** An evaluation that raises on any rank is skipped on every rank (ranks agree through
+  ``trainer.strategy`` before any collective), recorded in the history and logged as an error; training goes on.
+  With ``strict=True`` it raises on *every* rank — also for errors writing files or media on rank 0.
+- **Files** (rank 0, beside any logger), under ``save_dir`` (default ``<default_root_dir>/<prefix>``):
+  ``history.json`` (one record per evaluation), ``schema.json`` (kind and direction of every key),
+  ``per_query/step_<step>.npz`` (the per-query values of each evaluation: the input of confidence intervals and paired
+  tests) and one PNG per curve key with every evaluation's curve.
+- **Resume.** ``state_dict`` holds the history and the last evaluated step; ``load_state_dict`` ignores malformed
+  entries with a warning.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.utilities.model_helpers import is_overridden
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+
+from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
+from beyondlabels.metrics.base import PerSampleMetric
+from beyondlabels.reporting.plots import save_curves_png
+from beyondlabels.schema import OutputSchema
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EvaluationCallback"]
+
+
+def _check_optional_positive(value: Any, name: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"`{name}` must be a positive int or None, got {value!r}.")
+
+
+class EvaluationCallback(pl.Callback):
+    """Base class of periodic evaluation callbacks (behaviour: the module docstring).
+
+    Args:
+        every_n_epochs: Evaluate on every N-th validation epoch (None: not epoch-based).
+        every_n_steps: Evaluate every N optimiser steps (None: not step-based). Exactly one of the two.
+        dataloader: Name of a datamodule (or LightningModule) method returning the evaluation loader, a ``DataLoader``,
+            or a zero-argument callable returning one.
+        prefix: Namespace of the logged keys (``<prefix>/<key>``) and the default file folder.
+        limit_batches: Evaluate on at most this many batches (None: all).
+        prog_bar: Keys (un-prefixed, e.g. ``["precision@1"]``) also shown in the progress bar.
+        save_dir: Folder of the evaluation files; None means ``<trainer.default_root_dir>/<prefix>``, False writes none.
+        save_per_query: Write ``per_query/step_<step>.npz`` for every evaluation.
+        evaluate_at_fit_end: Evaluate once more when fit ends after the last evaluation.
+        strict: Raise (on every rank) instead of logging evaluation errors.
+    """
+
+    def __init__(
+        self,
+        *,
+        every_n_epochs: int | None = 1,
+        every_n_steps: int | None = None,
+        dataloader: str | DataLoader | Callable[[], DataLoader] = "val_dataloader",
+        prefix: str = "eval",
+        limit_batches: int | None = None,
+        prog_bar: Sequence[str] = (),
+        save_dir: str | Path | None | bool = None,
+        save_per_query: bool = True,
+        evaluate_at_fit_end: bool = True,
+        strict: bool = False,
+    ) -> None:
+        super().__init__()
+        if (every_n_epochs is None) == (every_n_steps is None):
+            raise ValueError(
+                f"set exactly one of every_n_epochs and every_n_steps (got every_n_epochs={every_n_epochs!r}, "
+                f"every_n_steps={every_n_steps!r}); the other must be None."
+            )
+        _check_optional_positive(every_n_epochs, "every_n_epochs")
+        _check_optional_positive(every_n_steps, "every_n_steps")
+        _check_optional_positive(limit_batches, "limit_batches")
+        if not isinstance(prefix, str) or not prefix or "/" in prefix:
+            raise ValueError(f"`prefix` must be a non-empty name without '/', got {prefix!r}.")
+        if isinstance(prog_bar, str) or not all(isinstance(k, str) for k in prog_bar):
+            raise ValueError(f"`prog_bar` must be a list of metric names, got {prog_bar!r}.")
+        if save_dir is True:
+            raise ValueError("`save_dir` must be a folder, None (the default folder) or False (no files), not True.")
+        self.every_n_epochs = every_n_epochs
+        self.every_n_steps = every_n_steps
+        self.dataloader = dataloader
+        self.prefix = prefix
+        self.limit_batches = limit_batches
+        self.prog_bar = tuple(prog_bar)
+        self.save_dir = save_dir
+        self.save_per_query = bool(save_per_query)
+        self.evaluate_at_fit_end = bool(evaluate_at_fit_end)
+        self.strict = bool(strict)
+        self.metric: PerSampleMetric = self.build_metric()
+        self.schema: OutputSchema = self.metric.output_schema()
+        unknown = [k for k in self.prog_bar if k not in self.schema.scalar_keys()]
+        if unknown:
+            raise ValueError(f"`prog_bar` names {unknown}, which this evaluation does not log; choose from {self.schema.scalar_keys()}.")
+        self.history: list[dict[str, Any]] = []
+        self._last_step_evaluated = -1
+        self._wandb_defined: set[str] = set()
+        self._train_epoch_fallback = False
+        self._eval_dataset: Any = None
+
+    # ---- what a family provides ---------------------------------------------------------------------------------
+    def build_metric(self) -> PerSampleMetric:
+        raise NotImplementedError
+
+    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+        """Encode one evaluation batch and update ``self.metric``."""
+        raise NotImplementedError
+
+    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+        """Family-specific W&B media on rank 0 (tables, ...); curves are logged by the base."""
+
+    def state_key_parts(self) -> dict[str, Any]:
+        """What distinguishes two instances of the family besides the prefix (e.g. the encode method)."""
+        return {}
+
+    def check_module(self, pl_module: pl.LightningModule) -> None:
+        """Raise at setup when the module lacks what :meth:`feed` calls."""
+
+    # ---- Lightning plumbing ----------------------------------------------------------------------------------------
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(prefix=self.prefix, **self.state_key_parts())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": list(self.history), "last_step_evaluated": self._last_step_evaluated}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        history = state_dict.get("history", [])
+        if isinstance(history, list) and all(isinstance(h, dict) for h in history):
+            self.history = list(history)
+        else:
+            log.warning("%s: ignoring a checkpointed history of unexpected type %s", self.state_key, type(history).__name__)
+        last = state_dict.get("last_step_evaluated", -1)
+        self._last_step_evaluated = last if isinstance(last, int) and not isinstance(last, bool) else -1
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._wandb_defined = set()  # a new fit may log to a new W&B run
+        self.check_module(pl_module)
+        self._check_monitors(trainer)
+        self._train_epoch_fallback = False
+        if stage == "fit" and self.every_n_epochs is not None:
+            has_val = is_overridden("validation_step", pl_module) and trainer.limit_val_batches != 0
+            if not has_val:
+                self._train_epoch_fallback = True
+                log.info(
+                    "%s: %s has no validation loop, so evaluations run at the end of every %d training epoch(s) instead",
+                    self.prefix,
+                    type(pl_module).__name__,
+                    self.every_n_epochs,
+                )
+
+    def _check_monitors(self, trainer: pl.Trainer) -> None:
+        """A ModelCheckpoint / EarlyStopping monitoring one of our keys in the wrong direction keeps the worst model."""
+        for cb in trainer.callbacks:
+            if not isinstance(cb, (ModelCheckpoint, EarlyStopping)) or not getattr(cb, "monitor", None):
+                continue
+            monitor = cb.monitor
+            if not monitor.startswith(f"{self.prefix}/"):
+                continue
+            wanted = self.schema.mode(monitor[len(self.prefix) + 1 :])
+            if wanted is not None and cb.mode != wanted:
+                message = (
+                    f"{type(cb).__name__}(monitor={monitor!r}) uses mode={cb.mode!r} but {monitor} is better when "
+                    f"{'higher' if wanted == 'max' else 'lower'}; set mode={wanted!r}."
+                )
+                if self.strict:
+                    raise ValueError(message)
+                log.warning(message)
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.every_n_epochs is None or trainer.sanity_checking or self._train_epoch_fallback:
+            return
+        if (trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run:
+            self.evaluate(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._train_epoch_fallback and ((trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run):
+            self.evaluate(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.every_n_steps is None:
+            return
+        step = trainer.global_step
+        if step > 0 and step % self.every_n_steps == 0 and step != self._last_step_evaluated:
+            self.evaluate(trainer, pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.evaluate_at_fit_end and not trainer.interrupted and trainer.global_step != self._last_step_evaluated:
+            self.evaluate(trainer, pl_module)
+
+    # ---- one evaluation -------------------------------------------------------------------------------------------------
+    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+        """Run one evaluation now (on every rank) and log it; returns the metric's output, or None if it failed."""
+        step, epoch = trainer.global_step, trainer.current_epoch
+        self._last_step_evaluated = step
+        self.metric.to(pl_module.device)
+        self.metric.reset()
+        error: BaseException | None = None
+        try:
+            loader = self._make_loader(trainer, pl_module)
+            self._eval_dataset = loader.dataset
+            self._feed_all(trainer, pl_module, loader)
+        except Exception as exc:  # noqa: BLE001 - decided collectively below, re-raised in strict mode
+            error = exc
+        # Collective decision: gather (inside compute) only if every rank encoded its shard.
+        results = None
+        if trainer.strategy.reduce_boolean_decision(error is None, all=True):
+            try:
+                results = self.metric.compute()
+            except Exception as exc:  # noqa: BLE001
+                error = exc
+        if not trainer.strategy.reduce_boolean_decision(error is None, all=True):
+            self.metric.reset()
+            self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), step, epoch)
+            return None
+        record = self._record(results, step, epoch)
+        self._log_scalars(trainer, record, step)
+        self.history.append(record)
+        media_error: BaseException | None = None
+        if trainer.is_global_zero:
+            try:
+                self._write_files(trainer, results, record)
+                self._log_wandb(trainer, results, step)
+            except Exception as exc:  # noqa: BLE001 - decided collectively below
+                media_error = exc
+        if trainer.strategy.broadcast(media_error is not None, src=0):
+            if self.strict:
+                raise media_error or RuntimeError(f"{self.prefix}: writing evaluation files or media failed on rank 0")
+            if media_error is not None:
+                log.error("%s: writing evaluation files or W&B media failed; scalars were logged:\n%s", self.prefix, "".join(traceback.format_exception(media_error)))
+        self.metric.reset()
+        return results
+
+    def _record(self, results: dict[str, Any], step: int, epoch: int) -> dict[str, Any]:
+        record: dict[str, Any] = {"step": step, "epoch": epoch}
+        for key in self.schema.scalar_keys():
+            if key in results:
+                value = float(results[key])
+                record[key] = int(value) if self.schema[key].count and math.isfinite(value) else value
+        for key in self.schema.curve_keys():
+            if key in results:
+                record[key] = [float(v) for v in results[key]]
+        return record
+
+    def _log_scalars(self, trainer: pl.Trainer, record: dict[str, Any], step: int) -> None:
+        scalars = {f"{self.prefix}/{k}": float(record[k]) for k in self.schema.scalar_keys() if k in record}
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=step)
+        device = trainer.strategy.root_device
+        tensors = {k: torch.tensor(v, device=device) for k, v in scalars.items()}
+        trainer.callback_metrics.update(tensors)
+        for key in self.prog_bar:
+            name = f"{self.prefix}/{key}"
+            if name in scalars:
+                trainer.progress_bar_metrics[name] = scalars[name]
+
+    def _make_loader(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> DataLoader:
+        source = self.dataloader
+        if isinstance(source, str):
+            owner = next((o for o in (trainer.datamodule, pl_module) if o is not None and hasattr(o, source)), None)
+            if owner is None:
+                raise AttributeError(
+                    f"neither the datamodule nor the LightningModule has a method {source!r}; set "
+                    f"{type(self).__name__}(dataloader=...) to the name of a method returning the evaluation DataLoader"
+                )
+            loader = getattr(owner, source)()
+        else:
+            loader = source() if callable(source) and not isinstance(source, DataLoader) else source
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"dataloader must give a torch DataLoader, got {type(loader).__name__}")
+        self._positions = None
+        if trainer.world_size > 1:
+            if isinstance(loader.dataset, IterableDataset):
+                raise TypeError(
+                    "an IterableDataset cannot be sharded between ranks by the evaluation; give a map-style dataset "
+                    "(with __getitem__ and __len__) or one evaluation loader per rank that yields global ids"
+                )
+            loader = shard_loader(loader, trainer.world_size, trainer.global_rank)
+            self._positions = list(iter(loader.sampler))
+        return loader
+
+    def batch_ids(self, batch_size: int, given: Any, offset: int, trainer: pl.Trainer) -> torch.Tensor | None:
+        """The ids of a batch: as given, else (positional batches) the dataset index of each sample under DDP or the
+        position in the fixed evaluation order on one process."""
+        if given is not None:
+            return given if isinstance(given, torch.Tensor) else torch.as_tensor(given)
+        if self._positions is not None:
+            return torch.as_tensor(self._positions[offset : offset + batch_size], dtype=torch.long)
+        return torch.arange(offset, offset + batch_size)
+
+    def _batches(self, trainer: pl.Trainer, loader: DataLoader) -> Iterable[Any]:
+        limit = self.limit_batches
+        if trainer.fast_dev_run:
+            limit = min(limit or 2, 2)
+        for index, batch in enumerate(loader):
+            if limit is not None and index >= limit:
+                break
+            yield batch
+
+    def _feed_all(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loader: DataLoader) -> None:
+        was_training = pl_module.training
+        pl_module.eval()
+        self._offset = 0
+        self._trainer = trainer
+        try:
+            with torch.no_grad():
+                for batch in self._batches(trainer, loader):
+                    self.feed(pl_module, batch)
+        finally:
+            pl_module.train(was_training)
+
+    def take_ids(self, batch_size: int, given: Any) -> torch.Tensor:
+        """Ids of the next ``batch_size`` samples of this evaluation (see :meth:`batch_ids`); advances the position."""
+        ids = self.batch_ids(batch_size, given, self._offset, self._trainer)
+        self._offset += batch_size
+        return ids
+
+    def _report_failure(self, error: BaseException, step: int, epoch: int) -> None:
+        self.history.append({"step": step, "epoch": epoch, "error": f"{type(error).__name__}: {error}"})
+        if self.strict:
+            raise error
+        log.error(
+            "%s evaluation at step %d failed and was skipped (training continues; strict=True makes this fatal):\n%s",
+            self.prefix,
+            step,
+            "".join(traceback.format_exception(error)),
+        )
+
+    # ---- files and media (rank 0) ------------------------------------------------------------------------------------
+    def output_folder(self, trainer: pl.Trainer) -> Path | None:
+        if self.save_dir is False:
+            return None
+        return Path(self.save_dir) if self.save_dir else Path(trainer.default_root_dir) / self.prefix
+
+    def _write_files(self, trainer: pl.Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
+        folder = self.output_folder(trainer)
+        if folder is None:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        per_query = results.get("per_query")
+        if self.save_per_query and isinstance(per_query, dict) and per_query:
+            path = folder / "per_query" / f"step_{record['step']:09d}.npz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(path, **{k: v.detach().cpu().numpy() for k, v in per_query.items()})
+            record["per_query_file"] = str(path.relative_to(folder))
+        (folder / "schema.json").write_text(json.dumps(self.schema.to_json(), indent=1) + "\n", encoding="utf-8")
+        (folder / "history.json").write_text(json.dumps(self.history, indent=1) + "\n", encoding="utf-8")
+        for key in self.schema.curve_keys():
+            curves = {f"step {h['step']}": h[key] for h in self.history if h.get(key)}
+            if curves:
+                save_curves_png(curves, folder / f"{key}.png", title=f"{self.prefix}: {key} per evaluation", ylabel=key)
+
+    def _log_wandb(self, trainer: pl.Trainer, results: dict[str, Any], step: int) -> None:
+        logger = find_wandb_logger(trainer)
+        if logger is None:
+            return
+        media = WandbMedia(logger, step=step, prefix=self.prefix)
+        media.define_metrics(self.schema, done=self._wandb_defined)
+        for key in self.schema.curve_keys():
+            curve = results.get(key)
+            if curve is not None and curve.numel() > 0:
+                media.curve(key, curve.tolist())
+        self.log_media(trainer, results, media)
+
+
+def shard_loader(loader: DataLoader, world_size: int, rank: int) -> DataLoader:
+    """The same loader over this rank's shard: a ``DistributedSampler`` (no shuffling, no dropping) with the user's
+    options kept (batch size, also a ``batch_sampler``'s, ``collate_fn``, workers, pinning, worker init, ...)."""
+    batch_size = loader.batch_size
+    if batch_size is None:
+        batch_size = getattr(loader.batch_sampler, "batch_size", None)
+        if batch_size is None:
+            raise TypeError(
+                f"the evaluation loader uses a {type(loader.batch_sampler).__name__} without a batch_size; give it a "
+                "`batch_size` attribute or use a plain batch_size so that it can be sharded between ranks"
+            )
+    sampler = DistributedSampler(loader.dataset, num_replicas=world_size, rank=rank, shuffle=False, drop_last=False)
+    options: dict[str, Any] = {
+        "batch_size": batch_size,
+        "sampler": sampler,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "drop_last": False,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+    }
+    if loader.num_workers > 0:
+        options["prefetch_factor"] = loader.prefetch_factor
+    if "pin_memory_device" in inspect.signature(DataLoader).parameters:
+        options["pin_memory_device"] = loader.pin_memory_device
+    return DataLoader(loader.dataset, **options)
