@@ -1,7 +1,7 @@
 """The embedded demo: procedural shapes with captions, taxonomy and feature profiles, and a tiny CLIP."""
 
 from beyondlabels.demo.datamodule import ShapesDataModule, ShapesDataset
-from beyondlabels.demo.metadata import ancestors, load_profiles, load_taxonomy
+from beyondlabels.demo.metadata import ancestors, demo_profiles, demo_taxonomy, load_profiles, load_taxonomy
 from beyondlabels.demo.model import TinyCLIP
 from beyondlabels.demo.shapes import CLASS_NAMES, render_shapes
 
@@ -11,6 +11,8 @@ __all__ = [
     "ShapesDataset",
     "TinyCLIP",
     "ancestors",
+    "demo_profiles",
+    "demo_taxonomy",
     "load_profiles",
     "load_taxonomy",
     "render_shapes",

@@ -1,7 +1,9 @@
 """Side information shipped with the demo: the class taxonomy and the class feature profiles.
 
 Both live as YAML files in ``beyondlabels/demo/data/`` so that taxonomy-aware and feature-profile
-metrics can be tested on the same fixture the demo trains on.
+metrics can be tested on the same fixture the demo trains on. They load through the library types
+:class:`~beyondlabels.taxonomy.Taxonomy` and :class:`~beyondlabels.profiles.FeatureProfiles`
+(:func:`demo_taxonomy`, :func:`demo_profiles`); the plain-dict functions below are views of those.
 
 Example:
     >>> taxonomy = load_taxonomy()
@@ -17,48 +19,86 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from beyondlabels.demo.shapes import CLASS_NAMES
+from beyondlabels.profiles import FeatureProfiles
+from beyondlabels.taxonomy import Taxonomy
+from beyondlabels.taxonomy import load_taxonomy as _as_taxonomy
 
 
 @lru_cache(maxsize=None)
-def _read(name: str) -> dict[str, Any]:
-    text = resources.files("beyondlabels.demo").joinpath("data", name).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+def demo_taxonomy() -> Taxonomy:
+    """The demo class tree (``data/taxonomy.yaml``); its leaves are exactly the demo classes.
+
+    Example:
+        >>> tax = demo_taxonomy()
+        >>> tax.root, set(tax.leaves) == set(CLASS_NAMES)
+        ('shape', True)
+    """
+    with resources.as_file(resources.files("beyondlabels.demo").joinpath("data", "taxonomy.yaml")) as path:
+        return Taxonomy.from_file(path)
+
+
+@lru_cache(maxsize=None)
+def demo_profiles() -> FeatureProfiles:
+    """The demo classes' feature profiles (``data/profiles.yaml``), checked to cover every demo class.
+
+    Example:
+        >>> profiles = demo_profiles()
+        >>> profiles.ordinal_matrix().shape, profiles.set_groups["edge_kinds"]
+        (torch.Size([16, 5]), ('straight', 'curved'))
+    """
+    with resources.as_file(resources.files("beyondlabels.demo").joinpath("data", "profiles.yaml")) as path:
+        profiles = FeatureProfiles.from_file(path)
+    profiles.require_classes(CLASS_NAMES)
+    return profiles
 
 
 def load_taxonomy() -> dict[str, Any]:
-    """The demo class tree as ``{"root": str, "parent": {node: parent}}`` (a fresh copy)."""
-    data = _read("taxonomy.yaml")
-    return {"root": data["root"], "parent": dict(data["parent"])}
+    """The demo class tree as ``{"root": str, "parent": {node: parent}}`` (a fresh copy).
+
+    Example:
+        >>> load_taxonomy()["parent"]["square"]
+        'parallelogram_family'
+    """
+    return demo_taxonomy().to_dict()
 
 
-def ancestors(node: str, taxonomy: dict[str, Any] | None = None) -> list[str]:
-    """Path from ``node`` up to the root, both included.
+def ancestors(node: str, taxonomy: Taxonomy | dict[str, Any] | None = None) -> list[str]:
+    """Path from ``node`` up to the root, both included (:meth:`Taxonomy.ancestors`).
+
+    Args:
+        node: a node name.
+        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, a ``{"root", "parent"}`` dict, or None for the demo's.
 
     Raises:
-        ValueError: if ``node`` is not in the taxonomy or the parent links form a cycle.
+        ValueError: if ``node`` is not in the taxonomy or the parent links are not a tree.
+
+    Example:
+        >>> ancestors("circle")
+        ['circle', 'curved', 'shape']
     """
-    taxonomy = taxonomy or load_taxonomy()
-    parent, root = taxonomy["parent"], taxonomy["root"]
-    if node != root and node not in parent:
-        raise ValueError(f"node {node!r} is not in the taxonomy (root {root!r})")
-    path = [node]
-    while path[-1] != root:
-        nxt = parent.get(path[-1])
-        if nxt is None or nxt in path:
-            raise ValueError(f"taxonomy path from {node!r} does not reach the root {root!r}: {path + [nxt]}")
-        path.append(nxt)
-    return path
+    tree = demo_taxonomy() if taxonomy is None else _as_taxonomy(taxonomy)
+    return tree.ancestors(node)
 
 
 def load_profiles() -> dict[str, Any]:
-    """Feature definitions and per-class profiles: ``{"features": {...}, "classes": {name: {...}}}``."""
-    data = _read("profiles.yaml")
-    return {"features": data["features"], "classes": {k: dict(v) for k, v in data["classes"].items()}}
+    """Feature definitions and per-class profiles: ``{"features": {"ordinal": ..., "sets": ...}, "classes": {...}}``.
+
+    A fresh copy; set values are listed in each group's allowed order.
+
+    Example:
+        >>> load_profiles()["features"]["sets"]["edge_kinds"]
+        ['straight', 'curved']
+    """
+    data = demo_profiles().to_dict()
+    return {"features": data["features"], "classes": data["classes"]}
 
 
 def leaf_classes() -> tuple[str, ...]:
-    """The demo classes, in label order."""
+    """The demo classes, in label order.
+
+    Example:
+        >>> leaf_classes()[:2]
+        ('square', 'rectangle')
+    """
     return CLASS_NAMES

@@ -1,0 +1,435 @@
+"""An immutable rooted tree of named nodes (a class taxonomy), with vectorised lookups.
+
+Definitions used throughout this module (stated once here; the methods refer to them):
+
+Node, root, parent
+    A taxonomy is given as a mapping ``parent[child] = parent_name`` and the name of its ``root``. The nodes are the
+    root and every child; every non-root node has exactly one parent, the root has none. Every parent must itself be a
+    node, and following parents from any node must end at the root (no cycles, no second root).
+
+Node order and index
+    :attr:`Taxonomy.nodes` lists the nodes sorted by ``(depth, name)``: the root first (index 0), then the nodes of
+    depth 1 by name, and so on. A node's *index* is its position in that order; every tensor of this module is
+    indexed that way. The order depends only on the tree, never on the order in which the mapping was written.
+
+Depth
+    The number of parent links from a node up to the root: the root has depth 0, its children depth 1.
+
+Ancestors
+    The ancestors of ``v`` are ``v`` itself, its parent, its parent's parent, ... up to and including the root
+    (inclusive on both ends, as in hierarchical precision / recall).
+
+Lowest common ancestor (LCA)
+    The deepest node that is an ancestor of both ``a`` and ``b``. ``LCA(v, v) = v``; if ``a`` is an ancestor of ``b``,
+    ``LCA(a, b) = a``; two nodes in different subtrees of the root have the root as LCA.
+
+Leaves
+    Nodes that are nobody's parent.
+
+Example:
+    >>> tax = Taxonomy({"dog": "mammal", "cat": "mammal", "mammal": "animal", "bird": "animal"}, root="animal")
+    >>> tax.nodes
+    ('animal', 'bird', 'mammal', 'cat', 'dog')
+    >>> tax.ancestors("dog")
+    ['dog', 'mammal', 'animal']
+    >>> tax.nodes[int(tax.lowest_common_ancestor(tax.indices(["dog"]), tax.indices(["cat"]))[0])]
+    'mammal'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from beyondlabels.taxonomy._files import read_mapping
+
+_SHOW = 5  # how many offending names an error message lists
+
+
+def _listing(names: Iterable[Any], limit: int = _SHOW) -> str:
+    """``'a', 'b', 'c'`` or ``'a', 'b', ... (7 in all)``."""
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown if len(names) <= limit else f"{shown}, ... ({len(names)} in all)"
+
+
+def _check_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        hint = " (in YAML, quote names such as yes/no/on/off/null or numbers)" if not isinstance(value, str) else ""
+        raise ValueError(f"{where} must be a non-empty string, got {value!r} ({type(value).__name__}){hint}")
+    return value
+
+
+class Taxonomy:
+    """An immutable rooted tree of named nodes (see the module docstring for every definition).
+
+    Args:
+        parent: ``{child: parent}`` for every node except the root. Names are non-empty strings.
+        root: the name of the root; it must not appear as a child in ``parent``.
+
+    Raises:
+        ValueError: naming the offending nodes, when ``parent`` is empty, the root is given a parent, a parent is
+            neither a child nor the root (a second root; its descendants do not reach ``root``), the parent links
+            form a cycle, or a name is not a non-empty string.
+
+    Example:
+        >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b"}, root="a")
+        >>> len(tax), "d" in tax, tax.leaves
+        (4, True, ('c', 'd'))
+        >>> tax.parent_index.tolist(), tax.depth.tolist()
+        ([-1, 0, 0, 1], [0, 1, 1, 2])
+    """
+
+    def __init__(self, parent: Mapping[str, str], root: str) -> None:
+        if not isinstance(parent, Mapping):
+            raise ValueError(f"`parent` must be a mapping {{child: parent}}, got {type(parent).__name__}")
+        root = _check_name(root, "`root`")
+        links: dict[str, str] = {}
+        for child, par in parent.items():
+            _check_name(child, "a node name (key of `parent`)")
+            links[child] = _check_name(par, f"the parent of {child!r}")
+        if not links:
+            raise ValueError(
+                f"the taxonomy is empty: `parent` has no entries, so root {root!r} has no children; "
+                "give at least one {child: parent} link"
+            )
+        if root in links:
+            raise ValueError(
+                f"the root {root!r} is given a parent ({links[root]!r}); the root has none: remove "
+                f"{root!r} from `parent`, or pass the true root as `root`"
+            )
+        depth = self._depths(links, root)
+
+        self._root = root
+        self._nodes: tuple[str, ...] = tuple(sorted(depth, key=lambda n: (depth[n], n)))
+        self._index: dict[str, int] = {name: i for i, name in enumerate(self._nodes)}
+        self._parent_name: dict[str, str] = {n: links[n] for n in self._nodes[1:]}
+        self._parent = torch.tensor([-1] + [self._index[links[n]] for n in self._nodes[1:]], dtype=torch.long)
+        self._depth = torch.tensor([depth[n] for n in self._nodes], dtype=torch.long)
+        self._max_depth = int(self._depth.max())
+        has_child = set(links.values())
+        self._leaves: tuple[str, ...] = tuple(n for n in self._nodes if n not in has_child)
+
+    @staticmethod
+    def _depths(links: dict[str, str], root: str) -> dict[str, int]:
+        """Depth of every node, or a ValueError for a cycle or a node whose chain does not reach ``root``."""
+        other_tops = sorted({p for p in links.values() if p not in links and p != root})
+        depth: dict[str, int] = {root: 0}
+        stranded: list[str] = []
+        dead: set[str] = set()
+        for start in links:
+            path: list[str] = []
+            on_path: set[str] = set()
+            node = start
+            while node not in depth and node not in dead:
+                if node in on_path:
+                    cycle = path[path.index(node) :] + [node]
+                    raise ValueError(
+                        "the taxonomy's parent links form a cycle: "
+                        + " -> ".join(repr(n) for n in cycle)
+                        + f"; every node's parent chain must end at the root {root!r}"
+                    )
+                if node not in links:  # a top other than the root
+                    break
+                on_path.add(node)
+                path.append(node)
+                node = links[node]
+            if node in depth:
+                for offset, n in enumerate(reversed(path), start=1):
+                    depth[n] = depth[node] + offset
+            else:
+                dead.update(path)
+                stranded.extend(path)
+        if stranded:
+            raise ValueError(
+                f"the taxonomy has several roots: besides the root {root!r}, {_listing(other_tops)} "
+                f"{'is a parent that is' if len(other_tops) == 1 else 'are parents that are'} never a child, so "
+                f"nodes {_listing(sorted(stranded))} do not reach the root {root!r} through their parent chains; "
+                f"give {_listing(other_tops)} a parent, or pass the true root as `root`"
+            )
+        return depth
+
+    # ------------------------------------------------------------------------------------------------------------
+    # construction from data
+    # ------------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Taxonomy:
+        """Build from ``{"root": NAME, "parent": {child: parent, ...}}`` (the file format).
+
+        Raises:
+            ValueError: if ``data`` is not such a mapping (missing or unknown keys), or the tree is invalid.
+
+        Example:
+            >>> Taxonomy.from_dict({"root": "a", "parent": {"b": "a"}}).nodes
+            ('a', 'b')
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"taxonomy data must be a mapping {{root: ..., parent: ...}}, got {type(data).__name__}")
+        missing = [k for k in ("root", "parent") if k not in data]
+        unknown = [k for k in data if k not in ("root", "parent")]
+        if missing or unknown:
+            raise ValueError(
+                "taxonomy data must have exactly the keys 'root' and 'parent'"
+                + (f"; missing {_listing(missing)}" if missing else "")
+                + (f"; unknown {_listing(unknown)}" if unknown else "")
+            )
+        parent = data["parent"]
+        return cls({} if parent is None else parent, root=data["root"])
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Taxonomy:
+        """Load a YAML (``.yaml``/``.yml``) or JSON (``.json``) file in the :meth:`from_dict` format.
+
+        Errors name the file; a key repeated in the file (a node listed twice) is an error.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     file = pathlib.Path(tmp, "tree.yaml")
+            ...     _ = file.write_text("root: a\\nparent:\\n  b: a\\n  c: b\\n")
+            ...     Taxonomy.from_file(file).ancestors("c")
+            ['c', 'b', 'a']
+        """
+        data = read_mapping(path, "taxonomy")
+        try:
+            return cls.from_dict(data)
+        except ValueError as err:
+            raise ValueError(f"taxonomy file '{path}': {err}") from err
+
+    def to_dict(self) -> dict[str, Any]:
+        """The :meth:`from_dict` format, children listed in node order (a fresh copy).
+
+        Example:
+            >>> Taxonomy({"c": "a", "b": "a"}, root="a").to_dict()
+            {'root': 'a', 'parent': {'b': 'a', 'c': 'a'}}
+        """
+        return {"root": self._root, "parent": dict(self._parent_name)}
+
+    # ------------------------------------------------------------------------------------------------------------
+    # names and indices
+    # ------------------------------------------------------------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        """The root's name (index 0)."""
+        return self._root
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node name, in node order: root first, then by ``(depth, name)``."""
+        return self._nodes
+
+    @property
+    def leaves(self) -> tuple[str, ...]:
+        """The leaves, in node order."""
+        return self._leaves
+
+    @property
+    def max_depth(self) -> int:
+        """The largest depth of any node (0 would be a root alone, which is not allowed, so at least 1)."""
+        return self._max_depth
+
+    @property
+    def parent_index(self) -> Tensor:
+        """LongTensor ``[V]``: the index of each node's parent, ``-1`` for the root (a fresh CPU tensor)."""
+        return self._parent.clone()
+
+    @property
+    def depth(self) -> Tensor:
+        """LongTensor ``[V]``: the depth of each node (a fresh CPU tensor)."""
+        return self._depth.clone()
+
+    def index(self, name: str) -> int:
+        """The index of node ``name``.
+
+        Raises:
+            ValueError: if ``name`` is not a node.
+
+        Example:
+            >>> Taxonomy({"b": "a"}, root="a").index("b")
+            1
+        """
+        try:
+            return self._index[name]
+        except (KeyError, TypeError):
+            raise ValueError(self._unknown_message([name], 1)) from None
+
+    def indices(self, names: Iterable[str]) -> Tensor:
+        """LongTensor ``[len(names)]`` of the indices of ``names``.
+
+        Raises:
+            ValueError: listing the first few unknown names, if any name is not a node.
+
+        Example:
+            >>> Taxonomy({"b": "a", "c": "a"}, root="a").indices(["c", "a", "c"])
+            tensor([2, 0, 2])
+        """
+        if isinstance(names, str):
+            raise ValueError(f"`names` must be a sequence of node names, got the string {names!r}; use index(name)")
+        names = list(names)
+        out = [self._index.get(n, -1) if isinstance(n, str) else -1 for n in names]
+        if -1 in out:
+            unknown = list(dict.fromkeys(n for n, i in zip(names, out, strict=True) if i == -1))
+            raise ValueError(self._unknown_message(unknown, len(names)))
+        return torch.tensor(out, dtype=torch.long)
+
+    def _unknown_message(self, unknown: list[Any], total: int) -> str:
+        return (
+            f"unknown taxonomy node(s) {_listing(unknown)} ({len(unknown)} of {total} name(s) given); "
+            f"the taxonomy has {len(self)} nodes, e.g. {_listing(self._nodes[:3], 3)}; "
+            "check the spelling or add the node(s) to the taxonomy"
+        )
+
+    def ancestors(self, name: str) -> list[str]:
+        """The ancestors of ``name``: the path from it up to the root, both included.
+
+        Raises:
+            ValueError: if ``name`` is not a node.
+
+        Example:
+            >>> Taxonomy({"b": "a", "c": "b"}, root="a").ancestors("c")
+            ['c', 'b', 'a']
+        """
+        self.index(name)
+        path = [name]
+        while path[-1] != self._root:
+            path.append(self._parent_name[path[-1]])
+        return path
+
+    # ------------------------------------------------------------------------------------------------------------
+    # vectorised lookups
+    # ------------------------------------------------------------------------------------------------------------
+
+    def ancestor_matrix(self, include_root: bool = False, device: torch.device | str | None = None) -> Tensor:
+        """Bool tensor ``[V, V]`` with ``M[v, a]`` true when ``a`` is an ancestor of ``v`` (``v`` itself included).
+
+        Args:
+            include_root: keep the root's column. Every node has the root as ancestor, so the default (False) clears
+                column 0, as hierarchical precision / recall usually do; the shape stays ``[V, V]``.
+            device: where to build the matrix (default CPU). It takes ``V * V`` bytes.
+
+        Example:
+            >>> Taxonomy({"b": "a", "c": "b"}, root="a").ancestor_matrix(include_root=True).int()
+            tensor([[1, 0, 0],
+                    [1, 1, 0],
+                    [1, 1, 1]], dtype=torch.int32)
+        """
+        climb = self._climb_table(torch.device(device) if device is not None else torch.device("cpu"))
+        size = len(self)
+        rows = torch.arange(size, device=climb.device)
+        out = torch.zeros(size, size, dtype=torch.bool, device=climb.device)
+        current = rows
+        for _ in range(self._max_depth + 1):
+            out[rows, current] = True
+            current = climb[current]
+        if not include_root:
+            out[:, 0] = False
+        return out
+
+    def lowest_common_ancestor(self, a_idx: Tensor, b_idx: Tensor) -> Tensor:
+        """The index of the LCA of each pair ``(a_idx[i], b_idx[i])``, vectorised.
+
+        The deeper node of each pair climbs to the depth of the other, then both climb together until they meet:
+        ``2 * max_depth`` gathers over all pairs at once, on the device of the inputs.
+
+        Args:
+            a_idx: integer tensor of node indices.
+            b_idx: integer tensor of node indices, broadcastable with ``a_idx``.
+
+        Returns:
+            LongTensor of the broadcast shape, on the device of the inputs.
+
+        Raises:
+            ValueError: if an input is not an integer tensor, holds an index outside ``[0, V)``, or the two do not
+                broadcast.
+
+        Example:
+            >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
+            >>> tax.lowest_common_ancestor(tax.indices(["d", "d", "d"]), tax.indices(["e", "c", "b"]))
+            tensor([1, 0, 1])
+        """
+        a = self._check_indices(a_idx, "a_idx")
+        b = self._check_indices(b_idx, "b_idx")
+        if a.device != b.device:
+            raise ValueError(f"`a_idx` is on {a.device} and `b_idx` on {b.device}; put both on one device")
+        try:
+            a, b = torch.broadcast_tensors(a, b)
+        except RuntimeError as err:
+            raise ValueError(
+                f"`a_idx` {tuple(a.shape)} and `b_idx` {tuple(b.shape)} do not broadcast: {err}"
+            ) from None
+        climb = self._climb_table(a.device)
+        depth = self._depth.to(a.device)
+        for _ in range(self._max_depth):  # equalise depths
+            da, db = depth[a], depth[b]
+            a = torch.where(da > db, climb[a], a)
+            b = torch.where(db > da, climb[b], b)
+        for _ in range(self._max_depth):  # climb together until the paths meet
+            differ = a != b
+            a = torch.where(differ, climb[a], a)
+            b = torch.where(differ, climb[b], b)
+        return a
+
+    def _climb_table(self, device: torch.device) -> Tensor:
+        """The parent index with the root pointing at itself, so climbing past the root stays at the root."""
+        climb = self._parent.clone()
+        climb[0] = 0
+        return climb.to(device)
+
+    def _check_indices(self, idx: Tensor, name: str) -> Tensor:
+        if not isinstance(idx, Tensor):
+            raise ValueError(f"`{name}` must be a tensor of node indices, got {type(idx).__name__}; see indices()")
+        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise ValueError(f"`{name}` must hold integer node indices, got dtype {idx.dtype}")
+        idx = idx.long()
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= len(self)):
+            bad = idx[(idx < 0) | (idx >= len(self))].unique()[:_SHOW].tolist()
+            raise ValueError(f"`{name}` holds indices outside [0, {len(self)}): {bad}")
+        return idx
+
+    # ------------------------------------------------------------------------------------------------------------
+    # container protocol
+    # ------------------------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._index
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Taxonomy):
+            return NotImplemented
+        return self._root == other._root and self._parent_name == other._parent_name
+
+    def __hash__(self) -> int:
+        return hash((self._root, tuple(self._parent_name.items())))
+
+    def __repr__(self) -> str:
+        return f"Taxonomy(root={self._root!r}, nodes={len(self)}, leaves={len(self._leaves)}, max_depth={self._max_depth})"
+
+
+def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str]) -> Taxonomy:
+    """A :class:`Taxonomy` from a file path, a ``{root, parent}`` mapping, or a Taxonomy (returned as is).
+
+    Raises:
+        ValueError: if ``source`` is none of these, or the data is invalid.
+
+    Example:
+        >>> load_taxonomy({"root": "a", "parent": {"b": "a"}})
+        Taxonomy(root='a', nodes=2, leaves=1, max_depth=1)
+    """
+    if isinstance(source, Taxonomy):
+        return source
+    if isinstance(source, Mapping):
+        return Taxonomy.from_dict(source)
+    if isinstance(source, (str, os.PathLike)):
+        return Taxonomy.from_file(source)
+    raise ValueError(
+        f"`source` must be a Taxonomy, a {{root, parent}} mapping or a file path, got {type(source).__name__}"
+    )
