@@ -18,6 +18,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor
 
+from beyondlabels.callbacks import EvaluationCallback
 from beyondlabels.utils import (
     close_wandb,
     instantiate_callbacks,
@@ -59,7 +60,11 @@ def main(cfg: DictConfig) -> float | None:
     try:
         metrics, objects = train(cfg)
         if objects["trainer"].is_global_zero:
-            print_run_summary(cfg.paths.output_dir, metrics)
+            schema = {}
+            for callback in objects["callbacks"]:
+                if isinstance(callback, EvaluationCallback):
+                    schema.update(callback.schema.prefixed(callback.prefix))
+            print_run_summary(cfg.paths.output_dir, metrics, schema=schema)
         if objects["trainer"].fast_dev_run:
             return None
         return metric_value(metrics, cfg.get("optimized_metric"))

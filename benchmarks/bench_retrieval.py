@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
+from beyondlabels.functional import embedding_retrieval_metrics, retrieval_per_query  # noqa: E402
 
 KS = (1, 5, 10)
 KEYS = ("precision@1", "precision@5", "precision@10", "r_precision", "map@r")
@@ -135,6 +135,20 @@ METHODS = {
 }
 
 
+def per_rank_times(emb, labels, world_sizes=(1, 2, 4, 8), repeats=1) -> list[tuple[int, float, float]]:
+    """Distributed evaluation splits the queries into W shares (one per rank); each rank searches its share against
+    the whole gallery. Every share is timed here in turn, so the slowest share is the per-rank wall time W ranks
+    would need, and the sum is the total work. Returns (W, slowest share, sum of shares)."""
+    out = []
+    for world in world_sizes:
+        times = []
+        for rank in range(world):
+            t, _ = timed(lambda: retrieval_per_query(emb, labels, ks=KS, share=(rank, world)), repeats)
+            times.append(t)
+        out.append((world, max(times), sum(times)))
+    return out
+
+
 def set_threads(n: int) -> None:
     torch.set_num_threads(n)
     try:
@@ -243,6 +257,15 @@ def main() -> None:
     for n, name, t, ref_t, *_ in rows:
         if not name.startswith("ours"):
             print(f"N={n}: speed-up of ours fp32 over {name}: {t / ref_t:.2f}x; of ours bf16: {t / fast[n]:.2f}x")
+
+    print()
+    print(f"# distributed work split at N={args.n}: per-rank time of W ranks (each searches 1/W of the queries)")
+    emb, labels = make_data(args.n, args.d, args.classes, args.noise)
+    shares = per_rank_times(emb, labels)
+    single = shares[0][1]
+    print(f"{'W':>3} {'per-rank s':>11} {'vs W=1':>8} {'total work s':>13}")
+    for world, slowest, total in shares:
+        print(f"{world:>3} {slowest:>11.2f} {single / slowest:>7.2f}x {total:>13.2f}")
 
     print()
     print("# peak memory (ru_maxrss of a fresh process per method; includes the data and the torch runtime)")

@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
@@ -54,6 +53,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
+from beyondlabels.io.run_files import save_per_query
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.reporting.plots import save_curves_png
 from beyondlabels.schema import OutputSchema
@@ -72,8 +72,9 @@ class EvaluationCallback(pl.Callback):
     """Base class of periodic evaluation callbacks (behaviour: the module docstring).
 
     Args:
-        every_n_epochs: Evaluate on every N-th validation epoch (None: not epoch-based).
-        every_n_steps: Evaluate every N optimiser steps (None: not step-based). Exactly one of the two.
+        every_n_epochs: Evaluate on every N-th validation epoch.
+        every_n_steps: Evaluate every N optimiser steps instead. Set at most one of the two; with neither, every
+            validation epoch is evaluated.
         dataloader: Name of a datamodule (or LightningModule) method returning the evaluation loader, a ``DataLoader``,
             or a zero-argument callable returning one.
         prefix: Namespace of the logged keys (``<prefix>/<key>``) and the default file folder.
@@ -88,7 +89,7 @@ class EvaluationCallback(pl.Callback):
     def __init__(
         self,
         *,
-        every_n_epochs: int | None = 1,
+        every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
         dataloader: str | DataLoader | Callable[[], DataLoader] = "val_dataloader",
         prefix: str = "eval",
@@ -100,11 +101,13 @@ class EvaluationCallback(pl.Callback):
         strict: bool = False,
     ) -> None:
         super().__init__()
-        if (every_n_epochs is None) == (every_n_steps is None):
+        if every_n_epochs is not None and every_n_steps is not None:
             raise ValueError(
-                f"set exactly one of every_n_epochs and every_n_steps (got every_n_epochs={every_n_epochs!r}, "
-                f"every_n_steps={every_n_steps!r}); the other must be None."
+                f"set at most one of every_n_epochs and every_n_steps (got every_n_epochs={every_n_epochs!r}, "
+                f"every_n_steps={every_n_steps!r}); set the other to None."
             )
+        if every_n_epochs is None and every_n_steps is None:
+            every_n_epochs = 1
         _check_optional_positive(every_n_epochs, "every_n_epochs")
         _check_optional_positive(every_n_steps, "every_n_steps")
         _check_optional_positive(limit_batches, "limit_batches")
@@ -378,7 +381,7 @@ class EvaluationCallback(pl.Callback):
         if self.save_per_query and isinstance(per_query, dict) and per_query:
             path = folder / "per_query" / f"step_{record['step']:09d}.npz"
             path.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(path, **{k: v.detach().cpu().numpy() for k, v in per_query.items()})
+            save_per_query(path, per_query, self.schema)
             record["per_query_file"] = str(path.relative_to(folder))
         (folder / "schema.json").write_text(json.dumps(self.schema.to_json(), indent=1) + "\n", encoding="utf-8")
         (folder / "history.json").write_text(json.dumps(self.history, indent=1) + "\n", encoding="utf-8")

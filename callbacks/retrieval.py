@@ -72,7 +72,7 @@ class RetrievalEvalCallback(EvaluationCallback):
         num_mismatches: int = 16,
         class_names: Sequence[str] | None = None,
         *,
-        every_n_epochs: int | None = 1,
+        every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
         dataloader: str | DataLoader | Callable[[], DataLoader] = "val_dataloader",
         prefix: str = "retrieval",

@@ -181,6 +181,11 @@ def test_resuming_a_finished_run_evaluates_nothing_new(tmp_path: Path):
     assert resumed.history == first.history[:1]
 
 
+def test_schedule_defaults_to_every_validation_epoch_and_every_n_steps_alone_switches_to_steps():
+    assert (RetrievalEvalCallback().every_n_epochs, RetrievalEvalCallback().every_n_steps) == (1, None)
+    assert (RetrievalEvalCallback(every_n_steps=7).every_n_epochs, RetrievalEvalCallback(every_n_steps=7).every_n_steps) == (None, 7)
+
+
 def test_load_state_dict_ignores_garbage():
     callback = RetrievalEvalCallback()
     callback.load_state_dict({"history": "not a list", "last_step_evaluated": "x"})
@@ -196,8 +201,7 @@ def test_state_key_distinguishes_instances():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"every_n_epochs": 1, "every_n_steps": 5}, "exactly one of every_n_epochs and every_n_steps"),
-        ({"every_n_epochs": None}, "exactly one of every_n_epochs and every_n_steps"),
+        ({"every_n_epochs": 1, "every_n_steps": 5}, "at most one of every_n_epochs and every_n_steps"),
         ({"every_n_epochs": 0}, "every_n_epochs"),
         ({"limit_batches": -1}, "limit_batches"),
         ({"num_mismatches": -1}, "num_mismatches"),

@@ -16,6 +16,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ import pytest
 wandb = pytest.importorskip("wandb")
 
 from beyondlabels.io import (  # noqa: E402
+    IncompleteRunError,
     OfflineRun,
     find_offline_runs,
     iter_record_bytes,
@@ -64,6 +67,8 @@ def _offline_env(base: Path) -> dict[str, str]:
 def _only_log(save_dir: Path) -> Path:
     logs = find_offline_runs(save_dir)
     assert len(logs) == 1, logs
+    # wandb's writer may still be writing after finish(): wait until the log is complete before using its bytes
+    assert read_offline_run(logs[0], wait_s=60).complete
     return logs[0]
 
 
@@ -361,8 +366,8 @@ def test_truncated_runs_match_wandb_core_reader(runs: Runs, tmp_path: Path) -> N
         assert ours == full[: len(ours)]
         assert len(ours) == len(_leet_records(runs, part))
     assert len(list(iter_record_bytes(tmp_path / f"cut{BLOCK_LEN + 1000}.wandb"))) == 1
-    partial = read_offline_run(tmp_path / f"cut{len(data) - 50}.wandb")
-    assert partial.exit_code is None and len(partial.history) == N_STEPS + 1
+    partial = read_offline_run(tmp_path / f"cut{len(data) - 50}.wandb", wait_s=0, allow_incomplete=True)
+    assert partial.exit_code is None and not partial.complete and len(partial.history) == N_STEPS + 1
 
 
 def test_every_cut_is_a_prefix(runs: Runs, tmp_path: Path) -> None:
@@ -382,3 +387,108 @@ def test_copied_run_directory_reads_the_same(runs: Runs, tmp_path: Path) -> None
     copy = tmp_path / "copy"
     shutil.copytree(runs.plain.parent, copy, symlinks=True)
     assert read_offline_run(copy).history == read_offline_run(runs.plain).history
+
+
+# --- incomplete logs: never partial data as if complete ----------------------------------------
+
+
+@dataclass
+class SmallRun:
+    path: Path  # a complete copy of a small offline run's log
+    data: bytes
+    records: list[bytes]
+    cut: int  # byte offset where the last history record starts
+    n_history: int
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> SmallRun:
+    """A few `log` calls in an offline run, and where its last history record starts in the file."""
+    base = tmp_path_factory.mktemp("wandb_small")
+    env = _offline_env(base)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        run = wandb.init(mode="offline", dir=base, project="bl-test", name="small")
+        for i in range(5):
+            run.log({"val/map@r": 0.1 * i})
+        run.finish()
+    log = _only_log(base)  # waits until wandb's writer has written the exit record
+    copy = base / "complete.wandb"
+    shutil.copyfile(log, copy)
+    data = copy.read_bytes()
+    records = list(iter_record_bytes(copy))
+    parsed = list(iter_records(copy))
+    last_history = max(i for i, r in enumerate(parsed) if r.WhichOneof("record_type") == "history")
+    assert parsed[-1].WhichOneof("record_type") == "exit"
+    payload = records[last_history]
+    at = data.find(payload)
+    assert at >= 0 and len(data) < BLOCK_LEN, "the small log must be one block, its records single chunks"
+    cut = at - 7  # the record's chunk header
+    assert data[cut + 6] == 1  # FULL chunk
+    assert list(iter_record_bytes(_write(base / "check.wandb", data[:cut]), strict=True)) == records[:last_history]
+    n_history = sum(r.WhichOneof("record_type") == "history" for r in parsed)
+    return SmallRun(copy, data, records, cut, n_history)
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_complete_log_is_read_at_once(small_run: SmallRun) -> None:
+    start = time.monotonic()
+    run = read_offline_run(small_run.path, wait_s=60)
+    assert time.monotonic() - start < 5, "a complete log must not wait"
+    assert run.complete and run.exit_code == 0
+    assert [v for _, v in run.series("val/map@r")] == pytest.approx([0.1 * i for i in range(5)])
+
+
+def test_log_without_exit_record_raises_after_waiting(small_run: SmallRun, tmp_path: Path) -> None:
+    part = _write(tmp_path / "run-partial.wandb", small_run.data[: small_run.cut])
+    start = time.monotonic()
+    with pytest.raises(IncompleteRunError, match="incomplete W&B run log") as excinfo:
+        read_offline_run(part, wait_s=0.6, poll_s=0.05)
+    elapsed = time.monotonic() - start
+    assert 0.6 <= elapsed < 10
+    assert str(part) in str(excinfo.value) and "allow_incomplete" in str(excinfo.value)
+
+
+def test_incomplete_log_on_request(small_run: SmallRun, tmp_path: Path) -> None:
+    part = _write(tmp_path / "run-partial.wandb", small_run.data[: small_run.cut])
+    run = read_offline_run(part, wait_s=0, allow_incomplete=True)
+    full = read_offline_run(small_run.path)
+    assert not run.complete and run.exit_code is None
+    assert len(run.history) == small_run.n_history - 1 and run.history == full.history[:-1]
+
+
+def test_waits_for_the_writer_to_finish(small_run: SmallRun, tmp_path: Path) -> None:
+    """A log completed while the reader waits is read whole, as a finished run."""
+    part = _write(tmp_path / "run-growing.wandb", small_run.data[: small_run.cut])
+
+    def finish_writing() -> None:
+        time.sleep(0.5)
+        with open(part, "ab") as fp:
+            fp.write(small_run.data[small_run.cut : small_run.cut + 9])  # a record cut mid-way first
+            fp.flush()
+            time.sleep(0.3)
+            fp.write(small_run.data[small_run.cut + 9 :])
+
+    writer = threading.Thread(target=finish_writing)
+    start = time.monotonic()
+    writer.start()
+    try:
+        run = read_offline_run(part, wait_s=30, poll_s=0.05)
+    finally:
+        writer.join()
+    assert time.monotonic() - start >= 0.5
+    full = read_offline_run(small_run.path)
+    assert run.complete and run.exit_code == 0
+    assert run.history == full.history and run.summary == full.summary
+
+
+def test_wait_arguments_are_checked(small_run: SmallRun) -> None:
+    with pytest.raises(ValueError, match="wait_s"):
+        read_offline_run(small_run.path, wait_s=-1)
+    with pytest.raises(ValueError, match="poll_s"):
+        read_offline_run(small_run.path, poll_s=0)

@@ -1,6 +1,18 @@
-"""Reading what training logged: offline W&B runs (``beyondlabels.io.wandb_offline``)."""
+"""Reading what training and evaluation wrote: the project's own evaluation files
+(``beyondlabels.io.run_files``: history.json, schema.json, per-query files), saved embeddings
+(``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``)."""
 
+from beyondlabels.io.run_files import (
+    EvaluationRun,
+    evaluation_schema,
+    find_evaluation_runs,
+    read_evaluation_run,
+    run_label,
+    run_overrides,
+    save_per_query,
+)
 from beyondlabels.io.wandb_offline import (
+    IncompleteRunError,
     OfflineRun,
     find_offline_runs,
     iter_record_bytes,
@@ -9,9 +21,17 @@ from beyondlabels.io.wandb_offline import (
 )
 
 __all__ = [
+    "EvaluationRun",
+    "IncompleteRunError",
     "OfflineRun",
+    "evaluation_schema",
+    "find_evaluation_runs",
     "find_offline_runs",
     "iter_record_bytes",
     "iter_records",
+    "read_evaluation_run",
     "read_offline_run",
+    "run_label",
+    "run_overrides",
+    "save_per_query",
 ]

@@ -8,34 +8,49 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from beyondlabels.functional.labels import encode_labels
+
 
 @dataclass(frozen=True)
 class EmbeddingSet:
-    """Embeddings with integer labels (``label_names[i]`` names label ``i``) and unique integer ids."""
+    """Embeddings with int64 label codes, the names of the codes, and unique integer ids.
+
+    ``labels`` are the codes of :func:`beyondlabels.functional.labels.encode_labels` (integer labels keep their values,
+    strings are hashed); ``label_names`` maps each distinct code to its label as text, in order of first appearance.
+    """
 
     embeddings: torch.Tensor
     labels: torch.Tensor
     ids: torch.Tensor
-    label_names: list[str]
+    label_names: dict[int, str]
+
+    @property
+    def num_labels(self) -> int:
+        """The number of distinct labels."""
+        return len(self.label_names)
 
 
 def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
     """Read ``embeddings`` (N×D floats), ``labels`` (N ints or strings) and optional ``ids`` (N ints).
 
-    String (or any non-integer) labels are mapped to integers in sorted order of their values, and the
-    names are kept for reports. Without ``ids`` the row index is the id.
+    Labels are coded by the project's one rule (:func:`beyondlabels.functional.labels.encode_labels`): integer labels
+    keep their values (however large or negative), strings are hashed; the names are kept for reports. Without ``ids``
+    the row index is the id.
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: if a required array is missing or shapes disagree; the message names the array.
+        ValueError: if a required array is missing, shapes disagree, or labels are floats or booleans; the message
+            names the array.
 
     Example:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "e.npz")
         >>> np.savez(path, embeddings=np.eye(3, dtype=np.float32), labels=np.array(["b", "a", "b"]))
         >>> s = load_embeddings_npz(path)
-        >>> s.labels.tolist(), s.label_names, s.ids.tolist()
-        ([1, 0, 1], ['a', 'b'], [0, 1, 2])
+        >>> s.num_labels, list(s.label_names.values()), s.ids.tolist()
+        (2, ['b', 'a'], [0, 1, 2])
+        >>> s.labels[0] == s.labels[2], s.labels[0] != s.labels[1]
+        (tensor(True), tensor(True))
     """
     path = Path(path)
     if not path.is_file():
@@ -53,15 +68,10 @@ def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
         raise ValueError(f"'labels' in {path} must be 1-D with one label per embedding row ({len(embeddings)}), got shape {labels.shape}")
     if ids.ndim != 1 or len(ids) != len(embeddings) or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"'ids' in {path} must be 1-D integers, one per embedding row ({len(embeddings)}), got shape {ids.shape} dtype {ids.dtype}")
-    if np.issubdtype(labels.dtype, np.integer):
-        label_ints = labels.astype(np.int64)
-        names = [str(v) for v in range(int(label_ints.max()) + 1)] if len(labels) else []
-    else:
-        values, label_ints = np.unique(labels.astype(str), return_inverse=True)
-        names = [str(v) for v in values]
+    codes, names = encode_labels(labels, name=f"'labels' in {path}")
     return EmbeddingSet(
         embeddings=torch.from_numpy(embeddings.astype(np.float32, copy=False)),
-        labels=torch.from_numpy(label_ints.astype(np.int64)),
+        labels=codes,
         ids=torch.from_numpy(ids.astype(np.int64)),
         label_names=names,
     )

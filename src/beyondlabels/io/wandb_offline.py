@@ -31,6 +31,12 @@ the nested key path ``("a", "b")`` and read back as ``{"a": {"b": 1}}``; a flat 
 contains a slash (``"val/recall@1"``, the usual Lightning style) stays one flat key. Media and
 tables logged with ``wandb.log`` come back as wandb's JSON descriptor dict, e.g.
 ``run.summary["table"]["_type"] == "table-file"``.
+
+Complete and incomplete logs: wandb writes an ``exit`` record as the last record of a run that finished
+(``wandb.finish()``). wandb's writer runs in another process and may still be writing when ``finish()``
+returns, so a log without that record is not taken as the whole run: :func:`read_offline_run` polls the
+file for up to ``wait_s`` seconds, then raises :class:`IncompleteRunError` (or, with
+``allow_incomplete=True``, returns what is there with ``complete=False``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "IncompleteRunError",
     "OfflineRun",
     "find_offline_runs",
     "iter_record_bytes",
@@ -67,6 +75,11 @@ _TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (_FULL, _FIRST, _MIDDLE, _LAST)}
 
 # Internal bookkeeping wandb keeps under this top-level key in config and summary.
 _INTERNAL_KEY = "_wandb"
+
+
+class IncompleteRunError(RuntimeError):
+    """An offline W&B log has no final ``exit`` record: its run is still being written, or its process died
+    before ``wandb.finish()``. Reading it would give partial data."""
 
 
 class _Truncated(Exception):
@@ -250,7 +263,9 @@ class OfflineRun:
     ``WandbLogger`` adds ``trainer/global_step``). ``summary`` replays the log: every history
     row updates it and explicit summary updates (``run.summary[k] = v``) override it, so it
     ends with the last value of every key. ``exit_code`` is ``None`` while the run has not
-    finished.
+    finished. ``complete`` is True when the log ends with wandb's ``exit`` record (the run finished and
+    everything it logged is in the log); :func:`read_offline_run` returns an incomplete run only when
+    asked to (``allow_incomplete=True``).
     """
 
     path: Path
@@ -261,6 +276,7 @@ class OfflineRun:
     history: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
+    complete: bool = False
 
     def keys(self, *, internal: bool = False) -> list[str]:
         """Sorted top-level keys that appear in any history row.
@@ -326,12 +342,8 @@ def _apply_updates(path: Path, target: dict[str, Any], record: Any) -> None:
         _del_path(target, _item_path(item))
 
 
-def read_offline_run(path_or_run_dir: str | os.PathLike[str]) -> OfflineRun:
-    """Read an offline run: its ``.wandb`` file, its run directory, or a folder with one run.
-
-    A run that is still being written is read up to its last complete record.
-    """
-    path = _resolve_log(path_or_run_dir)
+def _parse_run(path: Path) -> OfflineRun:
+    """Decode every complete record of the log at ``path`` (whatever is there now)."""
     run = OfflineRun(path=path)
     for record in iter_records(path):
         kind = record.WhichOneof("record_type")
@@ -357,6 +369,58 @@ def read_offline_run(path_or_run_dir: str | os.PathLike[str]) -> OfflineRun:
             _apply_updates(path, run.summary, record.summary)
         elif kind == "exit":
             run.exit_code = record.exit.exit_code
+            run.complete = True
     run.config.pop(_INTERNAL_KEY, None)
     run.summary.pop(_INTERNAL_KEY, None)
     return run
+
+
+def read_offline_run(
+    path_or_run_dir: str | os.PathLike[str],
+    *,
+    wait_s: float = 30.0,
+    poll_s: float = 0.1,
+    allow_incomplete: bool = False,
+) -> OfflineRun:
+    """Read an offline run: its ``.wandb`` file, its run directory, or a folder with one run.
+
+    A run is complete when its log holds wandb's final ``exit`` record. wandb's writer runs in another
+    process and may still be writing after ``wandb.finish()`` returned, so a log without that record is
+    re-read whenever it grows, for up to ``wait_s`` seconds.
+
+    Args:
+        path_or_run_dir: The ``.wandb`` log, its run directory, or a folder holding exactly one run.
+        wait_s: The longest time to wait for an incomplete log to be completed (0: do not wait).
+        poll_s: Seconds between two checks of the file's size while waiting.
+        allow_incomplete: Return an incomplete run (``complete=False``, ``exit_code=None``, read up to its
+            last complete record) instead of raising.
+
+    Raises:
+        IncompleteRunError: if the log is still incomplete after ``wait_s`` seconds and ``allow_incomplete``
+            is False. The message names the file.
+        ValueError: for a file that is not a W&B log, or a corrupt one (see :func:`iter_record_bytes`).
+    """
+    if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool)) or wait_s < 0:
+        raise ValueError(f"`wait_s` must be a number of seconds >= 0, got {wait_s!r}.")
+    if not (isinstance(poll_s, (int, float)) and not isinstance(poll_s, bool)) or poll_s <= 0:
+        raise ValueError(f"`poll_s` must be a number of seconds > 0, got {poll_s!r}.")
+    path = _resolve_log(path_or_run_dir)
+    deadline = time.monotonic() + wait_s
+    size = os.path.getsize(path)
+    run = _parse_run(path)
+    while not run.complete:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(poll_s, left))
+        new_size = os.path.getsize(path)
+        if new_size != size:  # the log is append-only: re-read only when it grew
+            size = new_size
+            run = _parse_run(path)
+    if run.complete or allow_incomplete:
+        return run
+    raise IncompleteRunError(
+        f"{path}: incomplete W&B run log ({size} bytes, {len(run.history)} history rows, no final 'exit' "
+        f"record after waiting {wait_s:g} s): the run is still being written, or its process ended before "
+        "wandb.finish(). Wait longer (wait_s=...), or pass allow_incomplete=True to read the records written so far."
+    )

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from beyondlabels.schema import KeySpec
+
 
 def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     """Plain floats of every scalar entry (tensors of one element or numbers), sorted by key.
@@ -44,8 +46,18 @@ def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
     return value if math.isfinite(value) else float("nan")
 
 
-def print_run_summary(output_dir: str | Path, metrics: Mapping[str, Any], prefixes: tuple[str, ...] = ("val/", "retrieval/")) -> None:
-    """Print where the run's results are and its final validation numbers as a table."""
+def print_run_summary(
+    output_dir: str | Path,
+    metrics: Mapping[str, Any],
+    prefixes: tuple[str, ...] = ("val/", "retrieval/"),
+    schema: Mapping[str, KeySpec] | None = None,
+) -> None:
+    """Print where the run's results are and its final validation numbers as a table.
+
+    ``schema`` (logged key -> :class:`~beyondlabels.schema.KeySpec`, e.g. the evaluation callbacks' prefixed schemas)
+    selects the keys to show besides ``prefixes`` and prints counts as integers.
+    """
+    schema = dict(schema or {})
     from rich.console import Console
     from rich.table import Table
 
@@ -54,8 +66,10 @@ def print_run_summary(output_dir: str | Path, metrics: Mapping[str, Any], prefix
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in scalar_metrics(metrics).items():
-        if key.startswith(prefixes):
-            table.add_row(key, f"{int(value):d}" if key.rsplit("/", 1)[-1].startswith("num_") else f"{value:.4f}")
+        spec = schema.get(key)
+        if key.startswith(prefixes) or spec is not None:
+            is_count = spec is not None and spec.count and math.isfinite(value)
+            table.add_row(key, f"{int(value):d}" if is_count else f"{value:.4f}")
     console.print(table)
     # Paths are printed plainly (no wrapping) so they can be copied.
     output_dir = Path(output_dir)
