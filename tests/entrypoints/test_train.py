@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -46,15 +47,23 @@ def test_short_run_logs_offline_wandb_and_csv(tmp_path: Path):
 
 
 def test_multirun_makes_one_wandb_run_per_job(tmp_path: Path):
-    run_script("train.py", "-m", "seed=1,2", "experiment=shapes_smoke", "trainer.max_epochs=1", "logger=wandb", f"paths.log_dir={tmp_path}")
+    # One epoch while validation runs every 2: no validation at all, so only the evaluation at the end of fit gives
+    # each job its numbers (and the value train.py returns to the sweeper).
+    run_script(
+        "train.py", "-m", "seed=1,2", "experiment=shapes_smoke", "trainer.max_epochs=1", "trainer.check_val_every_n_epoch=2",
+        "logger=wandb", f"paths.log_dir={tmp_path}",
+    )
     runs = [read_offline_run(p) for p in find_offline_runs(tmp_path)]
     assert len(runs) == 2
     assert len({r.run_id for r in runs}) == 2
     assert sorted(r.config["seed"] for r in runs) == [1, 2]
     for run in runs:
         assert "retrieval/precision@1" in run.summary and run.exit_code == 0
-    # each job has its own folder (sweep dir / job number)
+    # each job has its own folder (sweep dir / job number), with the evaluation's own files
     assert {p.parents[2].name for p in find_offline_runs(tmp_path)} == {"0", "1"}
+    for job in (p.parents[2] for p in find_offline_runs(tmp_path)):
+        history = json.loads((job / "retrieval" / "history.json").read_text())
+        assert [h["step"] for h in history] == [4] and 0.0 <= history[0]["precision@1"] <= 1.0
 
 
 def test_optuna_sweep_optimises_the_returned_objective(tmp_path: Path):
