@@ -272,9 +272,9 @@ def retrieval_per_query(
         depth = idx.shape[1]
         ql, rq, ok = q_labels[rows], r[rows], ~lone[rows]
         rel = (g_labels[idx] == ql.unsqueeze(1)) & torch.isfinite(vals)
-        cum = torch.cumsum(rel, dim=1)
+        cum = torch.cumsum(rel, dim=1, dtype=torch.int32)
         out_rows.append(rows)
-        out_hits.append(cum[:, :hits_k])
+        out_hits.append(cum[:, :hits_k].clone())  # a slice would keep the whole [c, depth] block alive
 
         rq_safe = rq.clamp(min=1)
         rank = torch.arange(1, depth + 1, device=device, dtype=torch.float64)
@@ -309,8 +309,8 @@ def retrieval_per_query(
             out_graded.setdefault(f"{name}_precision", []).append(torch.where(ok.unsqueeze(1), g_prec, nan))
             out_graded.setdefault(f"{name}_ndcg", []).append(torch.where(ok.unsqueeze(1), g_dcg / g_ideal, nan))
         if return_neighbors:
-            out_nb_idx.append(idx[:, :return_neighbors])
-            out_nb_scores.append(vals[:, :return_neighbors])
+            out_nb_idx.append(idx[:, :return_neighbors].clone())
+            out_nb_scores.append(vals[:, :return_neighbors].clone())
 
     def cat(parts: list[Tensor], empty_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         return torch.cat(parts) if parts else torch.empty(empty_shape, dtype=dtype, device=device)
