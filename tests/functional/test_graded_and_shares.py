@@ -11,6 +11,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
+from outputs import assert_same_outputs  # noqa: E402
 from retrieval_data import clustered, clustered_without_ties  # noqa: E402
 
 from beyondlabels.functional import (  # noqa: E402
@@ -23,26 +24,6 @@ from beyondlabels.functional import (  # noqa: E402
 from beyondlabels.functional.search import normalize_rows  # noqa: E402
 
 KS = (1, 3, 5, 10)
-
-
-def flat(out: dict, prefix: str = "") -> dict:
-    items = {}
-    for key, value in out.items():
-        if isinstance(value, dict):
-            items.update(flat(value, f"{prefix}{key}/"))
-        else:
-            items[f"{prefix}{key}"] = value
-    return items
-
-
-def assert_same_outputs(a: dict, b: dict, context=None) -> None:
-    fa, fb = flat(a), flat(b)
-    assert fa.keys() == fb.keys(), context
-    for key in fa:
-        x, y = fa[key], fb[key]
-        assert x.dtype == y.dtype and x.shape == y.shape, (context, key)
-        assert torch.equal(x.isnan(), y.isnan()), (context, key)
-        assert torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0)), (context, key)
 
 
 def random_gains(num_classes: int, seed: int) -> np.ndarray:

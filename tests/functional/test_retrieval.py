@@ -13,6 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 
 import numpy_retrieval as oracle  # noqa: E402
+from outputs import assert_same_outputs  # noqa: E402
 from retrieval_data import clustered, clustered_without_ties  # noqa: E402
 
 from beyondlabels.functional import cosine_topk, embedding_retrieval_metrics, retrieval_output_schema  # noqa: E402
@@ -23,31 +24,6 @@ CURVE = 12
 
 def _as_float(v):
     return v.tolist() if isinstance(v, torch.Tensor) and v.dim() == 1 else float(v)
-
-
-def flat(out: dict, prefix: str = "") -> dict:
-    """Nested output dicts (``per_query``, ``neighbors``) as one flat dict ``{"per_query/r_precision": ...}``."""
-    items = {}
-    for key, value in out.items():
-        if isinstance(value, dict):
-            items.update(flat(value, f"{prefix}{key}/"))
-        else:
-            items[f"{prefix}{key}"] = value
-    return items
-
-
-def assert_same_outputs(a: dict, b: dict, context=None) -> None:
-    """Exactly equal values, NaN where the other has NaN, the same keys."""
-    fa, fb = flat(a), flat(b)
-    assert fa.keys() == fb.keys(), context
-    for key in fa:
-        x, y = fa[key], fb[key]
-        assert x.dtype == y.dtype and x.shape == y.shape, (context, key)
-        if x.is_floating_point():
-            assert torch.equal(x.isnan(), y.isnan()), (context, key)
-            assert torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0)), (context, key)
-        else:
-            assert torch.equal(x, y), (context, key)
 
 
 def assert_matches_oracle(ours: dict, ref: dict, ks=KS) -> None:

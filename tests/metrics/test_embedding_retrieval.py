@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 
+from outputs import assert_same_outputs  # noqa: E402
 from retrieval_data import clustered  # noqa: E402
 
 from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
@@ -31,25 +32,8 @@ def data():
     return emb, labels, ids
 
 
-def flat(out: dict, prefix: str = "") -> dict:
-    items = {}
-    for key, value in out.items():
-        if isinstance(value, dict):
-            items.update(flat(value, f"{prefix}{key}/"))
-        else:
-            items[f"{prefix}{key}"] = value
-    return items
-
-
 def assert_same(a: dict, b: dict, ignore=("num_duplicates",)) -> None:
-    """Bitwise-equal outputs (NaN where the other has NaN), nested dicts included."""
-    fa = {k: v for k, v in flat(a).items() if k not in ignore}
-    fb = {k: v for k, v in flat(b).items() if k not in ignore}
-    assert fa.keys() == fb.keys()
-    for key in fa:
-        x, y = fa[key], fb[key]
-        assert x.dtype == y.dtype and x.shape == y.shape, key
-        assert torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0)), key
+    assert_same_outputs(a, b, ignore=ignore)
 
 
 def test_outputs_follow_the_schema(data):
