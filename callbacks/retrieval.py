@@ -43,6 +43,9 @@ class RetrievalEvalCallback(EvaluationCallback):
             splitting the search between ranks).
         curve_max_k: Length of the logged precision@k curve (default ``max(ks)``).
         graded: Class-gain matrices for graded credit (``<name>_precision@k``, ``<name>_ndcg@k``).
+        max_queries, query_seed: Evaluate a fixed, seeded sample of queries (the same ids at every evaluation)
+            against the whole gallery, for galleries too large to search whole; standard errors are logged beside
+            the means (``<key>_se``).
         num_mismatches: Rows of the worst-mismatch table (0 turns it off).
         class_names: Label → display name for tables (default: the datamodule's ``class_names``, or the names of
             string labels).
@@ -69,6 +72,8 @@ class RetrievalEvalCallback(EvaluationCallback):
         distributed_search: bool = True,
         curve_max_k: int | None = None,
         graded: Sequence[ClassGains] = (),
+        max_queries: int | None = None,
+        query_seed: int = 0,
         num_mismatches: int = 16,
         class_names: Sequence[str] | None = None,
         *,
@@ -89,6 +94,7 @@ class RetrievalEvalCallback(EvaluationCallback):
         self.chunk_size, self.precision, self.distributed_search = chunk_size, precision, distributed_search
         self.curve_max_k = curve_max_k
         self.graded = tuple(graded)
+        self.max_queries, self.query_seed = max_queries, query_seed
         self.num_mismatches = num_mismatches
         self.class_names = list(class_names) if class_names is not None else None
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
@@ -100,6 +106,8 @@ class RetrievalEvalCallback(EvaluationCallback):
             precision=self.precision,
             curve_max_k=self.curve_max_k,
             graded=self.graded,
+            max_queries=self.max_queries,
+            query_seed=self.query_seed,
             return_neighbors=1 if self.num_mismatches else 0,
             distributed_search=self.distributed_search,
         )

@@ -240,14 +240,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool) -> None:
+def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool, max_queries) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         emb, labels, ids = shards[rank]
-        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16)
+        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16, max_queries=max_queries)
         for s in range(0, len(ids), 11):  # uneven batches
             m.update(emb[s : s + 11], labels[s : s + 11], ids[s : s + 11])
         out = m.compute()
@@ -257,8 +257,8 @@ def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, distrib
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("distributed_search", [True, False])
-def test_two_process_gloo_equals_single_process(data, tmp_path, distributed_search):
+@pytest.mark.parametrize(("distributed_search", "max_queries"), [(True, None), (False, None), (True, 50)])
+def test_two_process_gloo_equals_single_process(data, tmp_path, distributed_search, max_queries):
     emb, labels, ids = data
     # Uneven shards, as a DistributedSampler pads them: rank 0 gets 80 samples, rank 1 the other 70 plus 10 repeats
     # of rank 0's samples; the ranks also see their samples in different orders.
@@ -266,12 +266,28 @@ def test_two_process_gloo_equals_single_process(data, tmp_path, distributed_sear
     r0 = perm[:80]
     r1 = torch.cat([perm[80:], perm[:10]])
     shards = [(emb[r], labels[r], ids[r]) for r in (r0, r1)]
-    single = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2)
+    single = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, max_queries=max_queries)
     single.update(emb, labels, ids)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, distributed_search), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, distributed_search, max_queries), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
         assert int(got["num_duplicates"]) == 10 and int(ref["num_duplicates"]) == 0
         assert_same(got, ref)
+
+
+def test_query_sample_is_the_same_at_every_world_size_and_order(data):
+    """max_queries: the sample is chosen by id after deduplication, so split and repeated updates agree."""
+    emb, labels, ids = data
+    whole = EmbeddingRetrieval(ks=KS, max_queries=40, query_seed=5)
+    whole.update(emb, labels, ids)
+    split = EmbeddingRetrieval(ks=KS, max_queries=40, query_seed=5)
+    perm = torch.randperm(150, generator=torch.Generator().manual_seed(8))
+    split.update(emb[perm[:90]], labels[perm[:90]], ids[perm[:90]])
+    split.update(emb[perm[60:]], labels[perm[60:]], ids[perm[60:]])  # 30 repeats, as padding would add
+    with pytest.warns(UserWarning, match="30 samples repeated"):
+        out = split.compute()
+    assert_same(whole.compute(), out)
+    assert int(out["num_query_pool"]) == 150 and out["per_query"]["query_id"].numel() == 40
+    assert set(whole.output_schema()) == set(out) - {"per_query"}

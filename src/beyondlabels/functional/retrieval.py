@@ -46,8 +46,10 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -73,11 +75,14 @@ __all__ = [
     "embedding_retrieval_metrics",
     "retrieval_output_schema",
     "retrieval_per_query",
+    "sample_queries",
 ]
 
 
-def retrieval_output_schema(ks: Sequence[int], graded: Sequence[str] = ()) -> OutputSchema:
-    """The output schema of :func:`embedding_retrieval_metrics` for cut-offs ``ks`` and graded matrix names.
+def retrieval_output_schema(ks: Sequence[int], graded: Sequence[str] = (), sampled: bool = False) -> OutputSchema:
+    """The output schema of :func:`embedding_retrieval_metrics` for cut-offs ``ks`` and graded matrix names; with
+    ``sampled`` (a query sample, ``max_queries``) also ``num_query_pool`` and the standard error ``<key>_se`` of
+    every micro-averaged metric.
 
     Example:
         >>> s = retrieval_output_schema((1, 5))
@@ -111,7 +116,58 @@ def retrieval_output_schema(ks: Sequence[int], graded: Sequence[str] = ()) -> Ou
     keys["precision_curve"] = KeySpec("curve", True)
     per_query["num_relevant"] = KeySpec("per_query", None, count=True)
     per_query["query_id"] = per_query["label"] = KeySpec("per_query", None)
+    if sampled:
+        for key in _micro_keys(ks, graded):
+            keys[f"{key}_se"] = KeySpec("scalar", None)
+        keys["num_query_pool"] = KeySpec("scalar", None, count=True)
     return OutputSchema(keys, per_query)
+
+
+def _micro_keys(ks: Sequence[int], graded: Sequence[str]) -> list[str]:
+    """The keys that are plain means over (non-lone) queries, in output order."""
+    keys = [f"{family}@{k}" for family in ("precision", "recall", "hit", "ndcg") for k in ks]
+    keys += [f"{name}_{family}@{k}" for name in graded for family in ("precision", "ndcg") for k in ks]
+    return keys + ["r_precision", "map@r", "mean_first_relevant_rank"]
+
+
+def sample_queries(ids: Tensor, max_queries: int, seed: int = 0) -> Tensor:
+    """Positions of a fixed, seeded sample of ``max_queries`` queries, chosen by their ids alone.
+
+    Each id gets a pseudo-random 64-bit key from ``(seed, id)`` (SplitMix64); the ``max_queries`` smallest keys are
+    the sample. The same ids are therefore chosen at every evaluation, on any world size, batch size or sample order,
+    and a sample of a larger pool keeps the ids of a smaller one that it contains. All positions when
+    ``max_queries >= len(ids)``.
+
+    Args:
+        ids: Int tensor ``[N]`` of unique sample ids.
+        max_queries: Sample size (positive).
+        seed: The sample's seed.
+
+    Returns:
+        int64 positions into ``ids``, ascending.
+
+    Example:
+        >>> ids = torch.arange(100, 110)
+        >>> chosen = ids[sample_queries(ids, 3, seed=1)]
+        >>> shuffled = ids[torch.randperm(10, generator=torch.Generator().manual_seed(0))]
+        >>> torch.equal(torch.sort(shuffled[sample_queries(shuffled, 3, seed=1)]).values, chosen)
+        True
+        >>> sample_queries(ids, 20).tolist() == list(range(10))
+        True
+    """
+    _check_positive_int(max_queries, "max_queries")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    if max_queries >= ids.numel():
+        return torch.arange(ids.numel(), device=ids.device)
+    with np.errstate(over="ignore"):
+        x = ids.detach().cpu().numpy().astype(np.uint64) ^ np.uint64(seed % 2**64)
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    order = np.lexsort((ids.detach().cpu().numpy(), x))[:max_queries]
+    return torch.from_numpy(np.sort(order)).to(device=ids.device, dtype=torch.long)
 
 
 def _ideal_dcg(
@@ -163,12 +219,15 @@ def retrieval_per_query(
     graded: Sequence[ClassGains] = (),
     return_neighbors: int = 0,
     share: tuple[int, int] | None = None,
+    query_rows: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """Per-query values of the queries in ``share`` (all by default), the input of :func:`aggregate_retrieval`.
 
     Arguments are those of :func:`embedding_retrieval_metrics`, plus ``share=(i, n)``: compute only the i-th of n
-    disjoint shares of the queries (see :func:`~beyondlabels.functional.search.search_neighbors`). Concatenating the results of
-    all shares and passing them to :func:`aggregate_retrieval` gives exactly the values of a single call.
+    disjoint shares of the queries (see :func:`~beyondlabels.functional.search.search_neighbors`). Concatenating the
+    results of all shares and passing them to :func:`aggregate_retrieval` gives exactly the values of a single call.
+    ``query_rows`` (int64 positions, e.g. from :func:`sample_queries`) searches only those queries, each against the
+    whole gallery; shares then split them.
 
     Returns:
         A dict of tensors with one row per query of the share: ``query_index`` (position in the query set),
@@ -267,7 +326,22 @@ def retrieval_per_query(
     out_nb_idx, out_nb_scores = [], []
     gal = _Gallery(gn, lowp)
     nan = float("nan")
-    for chunk in _search_normalized(gn, depths, qn, excl, share, chunk_size, lowp):
+    if query_rows is None:
+        chunks = _search_normalized(gn, depths, qn, excl, share, chunk_size, lowp)
+    else:
+        n_queries = q_labels.shape[0]
+        if not isinstance(query_rows, Tensor) or query_rows.dim() != 1 or query_rows.is_floating_point():
+            raise ValueError("`query_rows` must be a 1-D integer tensor of query positions.")
+        query_rows = query_rows.to(device=device, dtype=torch.long)
+        if query_rows.numel() and (int(query_rows.min()) < 0 or int(query_rows.max()) >= n_queries):
+            raise ValueError(f"`query_rows` must hold positions in 0..{n_queries - 1}.")
+        subset = (gn if qn is None else qn)[query_rows]
+        sub_excl = None if excl is None else excl[query_rows]
+        chunks = (
+            type(c)(query_rows[c.rows], c.scores, c.indices)
+            for c in _search_normalized(gn, depths[query_rows], subset, sub_excl, share, chunk_size, lowp)
+        )
+    for chunk in chunks:
         rows, vals, idx = chunk.rows, chunk.scores, chunk.indices
         depth = idx.shape[1]
         ql, rq, ok = q_labels[rows], r[rows], ~lone[rows]
@@ -357,8 +431,14 @@ def aggregate_retrieval(
     curve_max_k: int | None = None,
     graded: Sequence[str] = (),
     query_ids: Tensor | None = None,
+    query_pool: int | None = None,
 ) -> dict[str, Tensor | dict[str, Tensor]]:
     """Scalars, curve and ``per_query`` dict from the per-query values of every query (see the module docstring).
+
+    With ``query_pool`` (the rows are a sample of that many queries) the output also holds ``num_query_pool`` and,
+    for every micro-averaged metric, ``<key>_se``: the standard error of the sample mean, ``sd / sqrt(n)`` with the
+    sample standard deviation (ddof 1) of the non-lone sampled queries and the finite-population factor
+    ``sqrt((pool - n) / (pool - 1))``, so it is 0 when the sample is the whole pool.
 
     Args:
         per_query: The (concatenated) output of :func:`retrieval_per_query`; rows in any order.
@@ -423,6 +503,14 @@ def aggregate_retrieval(
     per_query_out.update(vectors)
     per_query_out["first_relevant_rank"] = first
     out["per_query"] = per_query_out
+    if query_pool is not None:
+        fpc = math.sqrt(max(query_pool - n_ok, 0) / (query_pool - 1)) if query_pool > 1 else 0.0
+        for key in _micro_keys(ks_t, graded):
+            values = per_query_out[key.replace("mean_", "")] if key.startswith("mean_") else per_query_out[key]
+            values = values[ok]
+            se = values.std(unbiased=True) / math.sqrt(n_ok) * fpc if n_ok > 1 else nan
+            out[f"{key}_se"] = se if n_ok > 1 else nan
+        out["num_query_pool"] = torch.tensor(query_pool, dtype=torch.long, device=device)
     if "neighbor_indices" in pq:
         out["neighbors"] = {"indices": pq["neighbor_indices"], "scores": pq["neighbor_scores"]}
     return out
@@ -442,6 +530,8 @@ def embedding_retrieval_metrics(
     query_ids: Tensor | None = None,
     graded: Sequence[ClassGains] = (),
     return_neighbors: int = 0,
+    max_queries: int | None = None,
+    query_seed: int = 0,
 ) -> dict[str, Tensor | dict[str, Tensor]]:
     """Retrieval metrics of an embedding gallery from one exact cosine search (definitions: module docstring).
 
@@ -463,6 +553,10 @@ def embedding_retrieval_metrics(
         graded: :class:`~beyondlabels.functional.relevance.ClassGains` matrices for graded metrics.
         return_neighbors: When ``n > 0``, also return ``neighbors``: ``indices`` (int64) and ``scores`` (fp32), both
             ``[Q, n]`` in query order.
+        max_queries: Search only a fixed, seeded sample of this many queries (:func:`sample_queries`, chosen by id —
+            by position without ids), each against the whole gallery; adds ``num_query_pool`` and the standard error
+            ``<key>_se`` of every micro-averaged metric. None (default): every query.
+        query_seed: Seed of the query sample.
 
     Returns:
         A dict of 0-d tensors (float64 metrics; int64 ``num_queries``, ``num_lone_queries``), the 1-D float64
@@ -481,6 +575,14 @@ def embedding_retrieval_metrics(
         >>> m["precision@1"], m["precision@2"], m["ndcg@2"]
         (tensor(1., dtype=torch.float64), tensor(0.5000, dtype=torch.float64), tensor(1., dtype=torch.float64))
     """
+    q_labels = labels if query_embeddings is None else query_labels
+    q_ids = ids if query_embeddings is None else query_ids
+    rows, pool = None, None
+    if max_queries is not None:
+        if q_labels is None:
+            raise ValueError("`query_labels` is required with `query_embeddings` (relevance = same label).")
+        pool = q_labels.shape[0]
+        rows = sample_queries(q_ids if q_ids is not None else torch.arange(pool), max_queries, query_seed)
     per_query = retrieval_per_query(
         embeddings,
         labels,
@@ -494,9 +596,8 @@ def embedding_retrieval_metrics(
         query_ids=query_ids,
         graded=graded,
         return_neighbors=return_neighbors,
+        query_rows=rows,
     )
-    q_labels = labels if query_embeddings is None else query_labels
-    q_ids = ids if query_embeddings is None else query_ids
     return aggregate_retrieval(
         per_query,
         q_labels,
@@ -504,5 +605,6 @@ def embedding_retrieval_metrics(
         curve_max_k=curve_max_k,
         graded=[g.name for g in graded],
         query_ids=q_ids,
+        query_pool=None if max_queries is None else pool,
     )
 

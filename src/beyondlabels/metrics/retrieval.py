@@ -10,7 +10,7 @@ from torch import Tensor
 
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.functional.retrieval import aggregate_retrieval, retrieval_output_schema, retrieval_per_query
+from beyondlabels.functional.retrieval import aggregate_retrieval, retrieval_output_schema, retrieval_per_query, sample_queries
 from beyondlabels.functional.search import _check_ks, _check_non_negative_int, _check_positive_int, _check_precision
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
@@ -44,6 +44,10 @@ class EmbeddingRetrieval(PerSampleMetric):
             made) for ``<name>_precision@k`` and ``<name>_ndcg@k``; their ``classes`` are coded like the labels.
         return_neighbors: When ``n > 0``, :meth:`compute` also returns ``neighbors``: ``ids``, ``labels``, ``scores``
             (``[Q, n]``, queries in id order) for inspection (e.g. the worst label mismatches).
+        max_queries: Search only a fixed sample of this many queries (chosen by id and ``query_seed``: the same ids
+            at every evaluation and on any world size) against the whole gallery; the output then holds
+            ``num_query_pool`` and the standard error ``<key>_se`` of every mean. None (default): every sample.
+        query_seed: Seed of the query sample.
         distributed_search: Split the search between processes (see above).
         validate_args: Check embeddings for NaN/Inf in every update (a host sync per batch).
         kwargs: Passed to :class:`torchmetrics.Metric` (e.g. ``sync_on_compute``, ``process_group``).
@@ -79,6 +83,8 @@ class EmbeddingRetrieval(PerSampleMetric):
         curve_max_k: int | None = None,
         graded: Sequence[ClassGains] = (),
         return_neighbors: int = 0,
+        max_queries: int | None = None,
+        query_seed: int = 0,
         distributed_search: bool = True,
         validate_args: bool = True,
         **kwargs: Any,
@@ -91,6 +97,10 @@ class EmbeddingRetrieval(PerSampleMetric):
         if curve_max_k is not None:
             _check_positive_int(curve_max_k, "curve_max_k")
         _check_non_negative_int(return_neighbors, "return_neighbors")
+        if max_queries is not None:
+            _check_positive_int(max_queries, "max_queries")
+        if isinstance(query_seed, bool) or not isinstance(query_seed, int):
+            raise ValueError(f"`query_seed` must be an int, got {query_seed!r}.")
         graded = tuple(graded)
         for g in graded:
             if not isinstance(g, ClassGains):
@@ -102,13 +112,15 @@ class EmbeddingRetrieval(PerSampleMetric):
         self.curve_max_k = curve_max_k
         self.graded = graded
         self.return_neighbors = return_neighbors
+        self.max_queries = max_queries
+        self.query_seed = query_seed
         self.distributed_search = bool(distributed_search)
         self.label_names: dict[int, str] = {}
         self.add_sample_state("embeddings")
         self.add_sample_state("labels", agree=True)
 
     def output_schema(self) -> OutputSchema:
-        schema = retrieval_output_schema(self.ks, [g.name for g in self.graded])
+        schema = retrieval_output_schema(self.ks, [g.name for g in self.graded], sampled=self.max_queries is not None)
         return schema.merged(OutputSchema({"num_duplicates": self.count_spec()}))
 
     def update(self, embeddings: Tensor, labels: Any, ids: Any = None) -> None:
@@ -145,6 +157,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         samples = self.gathered_samples()
         emb, labels, ids = samples.values["embeddings"], samples.values["labels"], samples.ids
         share = self.work_share() if self.distributed_search else None
+        query_rows = None if self.max_queries is None else sample_queries(ids, self.max_queries, self.query_seed)
         rows = retrieval_per_query(
             emb,
             labels,
@@ -156,10 +169,17 @@ class EmbeddingRetrieval(PerSampleMetric):
             graded=self.graded,
             return_neighbors=self.return_neighbors,
             share=share,
+            query_rows=query_rows,
         )
         rows = self.gather_rows(rows) if share is not None else rows
         out = aggregate_retrieval(
-            rows, labels, ks=self.ks, curve_max_k=self.curve_max_k, graded=[g.name for g in self.graded], query_ids=ids
+            rows,
+            labels,
+            ks=self.ks,
+            curve_max_k=self.curve_max_k,
+            graded=[g.name for g in self.graded],
+            query_ids=ids,
+            query_pool=None if self.max_queries is None else ids.numel(),
         )
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
         if "neighbors" in out:
