@@ -1,0 +1,441 @@
+"""Ranking metrics over graded judgements with unjudged items (qrels), and term satisfaction of multi-term queries.
+
+Pure torch (plus :func:`judge_run`, which turns the dicts of a run and its qrels into the kernel's tensors). No
+torchmetrics, no Lightning.
+
+Judgements
+    A query's qrels map document ids to a grade in {0, 1, 2, ...} or None (*unjudged*: listed, e.g. pooled, but not
+    assessed); a document missing from the qrels is unjudged too. A judged document is *relevant* when its grade is
+    ``>= relevance_level`` (1). ``R`` is the number of relevant documents in the query's qrels. In the tensors, a
+    ranked document's grade is NaN when it is unjudged.
+
+Ranking order (:func:`judge_run`)
+    A run given as ``{doc: score}`` is ranked by score, highest first; equal scores are ordered by document id
+    *descending* as text (trec_eval's rule). A run given as a list is already in rank order.
+
+Metrics (per query, then the mean over queries)
+    - ``precision@k`` = relevant in the top k / k; unjudged count as non-relevant (trec_eval ``P_k``).
+    - ``judged@k`` = judged documents in the top k; ``coverage@k`` = ``judged@k / min(k, retrieved)``.
+    - ``judged_precision@k`` = relevant / judged in the top k. A query with no judged document in its top k has no
+      value (NaN): it is left out of the mean and counted in ``num_unjudged_top@k``.
+    - ``condensed_precision@k``: precision@k of the *condensed list* (Sakai 2007): drop the unjudged documents, then
+      take the top k (trec_eval ``-J`` ``P_k``).
+    - ``ndcg@k`` with gain ``2^g - 1`` and ``ndcg_linear@k`` with gain ``g`` (trec_eval ``ndcg_cut_k``): DCG@k =
+      sum over ranks i <= k of gain / log2(i + 1) (unjudged gain 0), divided by the DCG@k of all the query's judged
+      grades sorted from the highest.
+    - ``r_precision`` = relevant in the top R / R (trec_eval ``Rprec``).
+    - Lone queries (``R == 0``: nothing relevant judged) get NaN for every relevance metric above, are left out of
+      their means and counted in ``num_lone_queries``; ``judged@k`` and ``coverage@k`` are defined for every query.
+    - ``num_unjudged``: unjudged documents among the top ``max(ks)`` of all queries.
+
+    Every mean is a float64 sum in query order; an empty mean is NaN.
+
+Term satisfaction (multi-term queries)
+    Per-term scores ``s_t`` in [0, 1] (e.g. a detector's or a CLIP judge's score for each term of "complex cold
+    scene"). ``term_satisfaction`` = share of terms with ``s_t >= threshold`` (0.15). Fusion with weights ``w_t``:
+    arithmetic ``sum w s / sum w``; geometric ``exp(sum w log(max(s, eps)) / sum w)`` with ``eps = 1e-3``. NaN scores
+    mark absent terms (queries with fewer terms) and are left out.
+
+Example:
+    >>> ranked = torch.tensor([[2.0, float("nan"), 0.0, 1.0]])      # grades in rank order, NaN = unjudged
+    >>> pool = torch.tensor([[2.0, 1.0, 1.0, 0.0]])                 # every judged grade of the query
+    >>> m = ranking_metrics(ranked, torch.tensor([4]), pool, ks=(2, 4))
+    >>> m["precision@2"].item(), m["judged_precision@2"].item(), m["condensed_precision@2"].item()
+    (0.5, 1.0, 0.5)
+    >>> m["r_precision"].item(), m["num_unjudged"].item()
+    (0.3333333333333333, 1)
+    >>> fuse_term_scores(torch.tensor([1.0, 0.0]), torch.tensor([0.8, 1.0]), method="geometric").mul(100).round(decimals=1)
+    tensor(2.2000, dtype=torch.float64)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from beyondlabels.functional.labels import label_code
+from beyondlabels.functional.search import _check_ks
+from beyondlabels.schema import KeySpec, OutputSchema
+
+__all__ = [
+    "JudgedRun",
+    "aggregate_ranking",
+    "fuse_term_scores",
+    "judge_run",
+    "query_code",
+    "ranking_metrics",
+    "ranking_output_schema",
+    "ranking_per_query",
+    "term_satisfaction",
+]
+
+_INT = re.compile(r"^-?\d{1,18}$")
+
+
+def query_code(query_id: Any) -> int:
+    """The int64 id of a query in per-query files: decimal ids (``"301"``) keep their value, ints stay ints, other
+    names get the stable hash code of :func:`~beyondlabels.functional.labels.label_code`.
+
+    Example:
+        >>> query_code("301"), query_code(7), query_code("q1") == query_code("q1")
+        (301, 7, True)
+    """
+    if isinstance(query_id, str) and _INT.match(query_id):
+        return int(query_id)
+    return label_code(query_id)
+
+
+def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
+    """The output schema of :func:`ranking_metrics` for cut-offs ``ks``.
+
+    Example:
+        >>> s = ranking_output_schema((5,))
+        >>> s["ndcg@5"].higher_is_better, s["judged@5"].higher_is_better, s["num_lone_queries"].count
+        (True, None, True)
+    """
+    ks = _check_ks(ks)
+    up, plain = KeySpec("scalar", True), KeySpec("scalar", None)
+    count = KeySpec("scalar", None, count=True)
+    keys: dict[str, KeySpec] = {}
+    per_query: dict[str, KeySpec] = {"query_id": KeySpec("per_query", None)}
+    for k in ks:
+        for name in ("precision", "judged_precision", "condensed_precision", "ndcg", "ndcg_linear"):
+            keys[f"{name}@{k}"] = up
+            per_query[f"{name}@{k}"] = KeySpec("per_query", True)
+        keys[f"judged@{k}"] = keys[f"coverage@{k}"] = plain
+        per_query[f"judged@{k}"] = KeySpec("per_query", None, count=True)
+        per_query[f"coverage@{k}"] = KeySpec("per_query", None)
+        keys[f"num_unjudged_top@{k}"] = count
+    keys["r_precision"] = up
+    per_query["r_precision"] = KeySpec("per_query", True)
+    per_query["num_relevant"] = KeySpec("per_query", None, count=True)
+    per_query["num_retrieved"] = KeySpec("per_query", None, count=True)
+    keys["num_queries"] = keys["num_lone_queries"] = keys["num_unjudged"] = count
+    return OutputSchema(keys, per_query)
+
+
+def _check_grades(ranked: Any, num_retrieved: Any, pool: Any) -> tuple[Tensor, Tensor, Tensor]:
+    if not isinstance(ranked, Tensor) or ranked.dim() != 2:
+        raise ValueError(f"`ranked` must be a 2-D tensor [Q, L] of grades in rank order (NaN = unjudged), got {type(ranked).__name__} {tuple(getattr(ranked, 'shape', ()))}.")
+    if not isinstance(pool, Tensor) or pool.dim() != 2 or pool.shape[0] != ranked.shape[0]:
+        raise ValueError(f"`pool` must be a 2-D tensor [Q, M] of every judged grade per query (NaN padding), with Q = {ranked.shape[0]}.")
+    if not isinstance(num_retrieved, Tensor) or num_retrieved.shape != (ranked.shape[0],) or num_retrieved.is_floating_point():
+        raise ValueError(f"`num_retrieved` must be an integer tensor [Q] = [{ranked.shape[0]}] of ranking lengths.")
+    ranked, pool = ranked.to(torch.float64), pool.to(torch.float64)
+    if bool((ranked < 0).any()) or bool((pool < 0).any()):
+        raise ValueError("grades must be >= 0 (NaN for unjudged); map negative judgements (e.g. spam = -1) to 0 first.")
+    if bool((num_retrieved < 0).any()) or bool((num_retrieved > ranked.shape[1]).any()):
+        raise ValueError(f"`num_retrieved` must lie in [0, {ranked.shape[1]}] (the width of `ranked`).")
+    return ranked, num_retrieved.to(device=ranked.device, dtype=torch.long), pool.to(ranked.device)
+
+
+def _dcg(gains: Tensor, k: int) -> Tensor:
+    width = min(k, gains.shape[1])
+    discount = 1.0 / torch.log2(torch.arange(2, width + 2, device=gains.device, dtype=torch.float64))
+    return (gains[:, :width] * discount).sum(dim=1)
+
+
+def ranking_per_query(
+    ranked: Tensor, num_retrieved: Tensor, pool: Tensor, *, ks: Sequence[int] = (5, 10), relevance_level: int = 1
+) -> dict[str, Tensor]:
+    """Per-query values of every metric (definitions: the module docstring).
+
+    Args:
+        ranked: float ``[Q, L]``: the grade of the document at each rank (NaN = unjudged); entries at or past
+            ``num_retrieved`` are ignored.
+        num_retrieved: int ``[Q]``: how many documents each query's ranking holds.
+        pool: float ``[Q, M]``: every judged grade of each query's qrels (any order; NaN = padding), for ``R`` and the
+            ideal DCG.
+        ks: Cut-offs.
+        relevance_level: Smallest grade that counts as relevant (>= 1).
+
+    Returns:
+        ``{key: float64 [Q]}`` for every per-query key of :func:`ranking_output_schema` except ``query_id``.
+    """
+    ks = _check_ks(ks)
+    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
+        raise ValueError(f"`relevance_level` must be an int >= 1 (the smallest relevant grade), got {relevance_level!r}.")
+    ranked, num_retrieved, pool = _check_grades(ranked, num_retrieved, pool)
+    q, width = ranked.shape
+    device = ranked.device
+    nan = float("nan")
+    inside = torch.arange(width, device=device).unsqueeze(0) < num_retrieved.unsqueeze(1)
+    judged = inside & ~torch.isnan(ranked)
+    grade = torch.where(judged, ranked, 0.0)
+    relevant = judged & (grade >= relevance_level)
+    pool_judged = ~torch.isnan(pool)
+    r = (pool_judged & (pool >= relevance_level)).sum(dim=1)
+    ok = r > 0
+    r_f = r.to(torch.float64)
+    # condensed list: judged documents moved to the front, in rank order (stable sort on "unjudged")
+    order = torch.argsort((~judged).to(torch.int8), dim=1, stable=True)
+    condensed_relevant = torch.gather(relevant, 1, order)
+    cum_rel = torch.cumsum(relevant.to(torch.float64), dim=1)
+    cum_judged = torch.cumsum(judged.to(torch.float64), dim=1)
+    cum_condensed = torch.cumsum(condensed_relevant.to(torch.float64), dim=1)
+    ideal = torch.sort(torch.where(pool_judged, pool, 0.0), dim=1, descending=True).values
+    out: dict[str, Tensor] = {}
+
+    def at(cum: Tensor, k: int) -> Tensor:
+        if width == 0:
+            return torch.zeros(q, dtype=torch.float64, device=device)
+        return cum[:, min(k, width) - 1]
+
+    for k in ks:
+        rel_k, judged_k = at(cum_rel, k), at(cum_judged, k)
+        shown = num_retrieved.clamp(max=k).to(torch.float64)
+        out[f"precision@{k}"] = torch.where(ok, rel_k / k, nan)
+        out[f"judged_precision@{k}"] = torch.where(ok & (judged_k > 0), rel_k / judged_k.clamp(min=1), nan)
+        out[f"condensed_precision@{k}"] = torch.where(ok, at(cum_condensed, k) / k, nan)
+        out[f"judged@{k}"] = judged_k
+        out[f"coverage@{k}"] = torch.where(shown > 0, judged_k / shown.clamp(min=1), nan)
+        for name, gain in (("ndcg", torch.exp2(grade) - 1.0), ("ndcg_linear", grade)):
+            ideal_gain = torch.exp2(ideal) - 1.0 if name == "ndcg" else ideal
+            idcg = _dcg(ideal_gain, k)
+            out[f"{name}@{k}"] = torch.where(ok & (idcg > 0), _dcg(gain, k) / idcg.clamp(min=1e-300), nan)
+    if width:
+        index = (r.clamp(min=1, max=width) - 1).unsqueeze(1)
+        in_r = torch.gather(cum_rel, 1, index).squeeze(1)
+    else:
+        in_r = torch.zeros(q, dtype=torch.float64, device=device)
+    out["r_precision"] = torch.where(ok, in_r / r_f.clamp(min=1), nan)
+    out["num_relevant"] = r_f
+    out["num_retrieved"] = num_retrieved.to(torch.float64)
+    # exposed for aggregate_ranking: unjudged documents within the top max(k)
+    top = min(ks[-1], width)
+    out["_unjudged_top"] = (inside[:, :top] & ~judged[:, :top]).sum(dim=1).to(torch.float64)
+    return out
+
+
+def _mean(values: Tensor) -> Tensor:
+    keep = ~torch.isnan(values)
+    if not bool(keep.any()):
+        return torch.tensor(float("nan"), dtype=torch.float64, device=values.device)
+    return values[keep].sum() / keep.sum()
+
+
+def aggregate_ranking(per_query: Mapping[str, Tensor], ks: Sequence[int], query_ids: Tensor | None = None) -> dict[str, Any]:
+    """Means and counts from :func:`ranking_per_query`'s output, plus ``per_query`` (with ``query_id``)."""
+    ks = _check_ks(ks)
+    out: dict[str, Any] = {}
+    ok = per_query["num_relevant"] > 0
+    device = ok.device
+    for k in ks:
+        for name in ("precision", "judged_precision", "condensed_precision", "ndcg", "ndcg_linear"):
+            out[f"{name}@{k}"] = _mean(per_query[f"{name}@{k}"])
+        out[f"judged@{k}"] = _mean(per_query[f"judged@{k}"])
+        out[f"coverage@{k}"] = _mean(per_query[f"coverage@{k}"])
+        out[f"num_unjudged_top@{k}"] = (ok & (per_query[f"judged@{k}"] == 0)).sum()
+    out["r_precision"] = _mean(per_query["r_precision"])
+    out["num_queries"] = ok.sum()
+    out["num_lone_queries"] = (~ok).sum()
+    unjudged = per_query.get("_unjudged_top")
+    out["num_unjudged"] = unjudged.sum().to(torch.long) if unjudged is not None else torch.tensor(0, device=device)
+    pq = {key: value for key, value in per_query.items() if not key.startswith("_")}
+    n = ok.numel()
+    pq["query_id"] = torch.arange(n, device=device) if query_ids is None else query_ids.to(device=device, dtype=torch.long)
+    out["per_query"] = pq
+    return out
+
+
+def ranking_metrics(
+    ranked: Tensor,
+    num_retrieved: Tensor,
+    pool: Tensor,
+    *,
+    ks: Sequence[int] = (5, 10),
+    relevance_level: int = 1,
+    query_ids: Tensor | None = None,
+) -> dict[str, Any]:
+    """Every ranking metric of the module docstring, with per-query values (arguments: :func:`ranking_per_query`).
+
+    Returns:
+        Scalars (0-dim tensors; keys of :func:`ranking_output_schema`) and ``per_query``: one float64 ``[Q]`` vector
+        per metric plus ``query_id`` (``query_ids`` or ``0..Q-1``), ``num_relevant`` and ``num_retrieved``.
+    """
+    per_query = ranking_per_query(ranked, num_retrieved, pool, ks=ks, relevance_level=relevance_level)
+    if query_ids is not None and (not isinstance(query_ids, Tensor) or query_ids.shape != (ranked.shape[0],)):
+        raise ValueError(f"`query_ids` must be an integer tensor [Q] = [{ranked.shape[0]}].")
+    return aggregate_ranking(per_query, ks, query_ids)
+
+
+# ---- dicts to tensors ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JudgedRun:
+    """A run aligned with its qrels, ready for :func:`ranking_metrics`.
+
+    Attributes:
+        queries: The evaluated query ids (run order): those both in the run and in the qrels.
+        query_ids: int64 ``[Q]``: :func:`query_code` of each.
+        ranked, num_retrieved, pool: The kernel's inputs.
+        queries_without_qrels: Run queries with no qrels entry (left out, as trec_eval does).
+        queries_without_run: Qrels queries the run did not retrieve for (left out, as trec_eval does without ``-c``).
+    """
+
+    queries: list[str]
+    query_ids: Tensor
+    ranked: Tensor
+    num_retrieved: Tensor
+    pool: Tensor
+    queries_without_qrels: list[str]
+    queries_without_run: list[str]
+
+
+def _ranked_docs(query: str, docs: Any) -> list[str]:
+    if isinstance(docs, Mapping):
+        for doc, score in docs.items():
+            if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+                raise ValueError(f"run: query {query!r}, document {doc!r} has score {score!r}; scores must be numbers.")
+        # score descending, ties by document id descending (trec_eval): sort by id descending, then stable by score
+        by_id = sorted(docs, key=str, reverse=True)
+        return sorted(by_id, key=lambda d: -float(docs[d]))
+    if isinstance(docs, (list, tuple)):
+        ranked = [str(d) for d in docs]
+        if len(set(ranked)) != len(ranked):
+            seen: set[str] = set()
+            dup = next(d for d in ranked if d in seen or seen.add(d))  # type: ignore[func-returns-value]
+            raise ValueError(f"run: query {query!r} lists document {dup!r} twice; a ranking holds each document once.")
+        return ranked
+    raise ValueError(f"run: query {query!r} must map to {{doc: score}} or a list of docs in rank order, got {type(docs).__name__}.")
+
+
+def judge_run(
+    run: Mapping[str, Mapping[str, float] | Sequence[str]],
+    qrels: Mapping[str, Mapping[str, int | None]],
+    *,
+    depth: int | None = None,
+) -> JudgedRun:
+    """Align a run with its qrels (ordering rule: the module docstring).
+
+    Args:
+        run: ``{query: {doc: score}}`` or ``{query: [doc, ...]}`` in rank order.
+        qrels: ``{query: {doc: grade or None}}``.
+        depth: Keep only the top ``depth`` documents of each ranking (default: all).
+
+    Raises:
+        ValueError: for malformed runs (non-numeric scores, repeated documents), negative or non-integer grades, or
+            when no query is in both the run and the qrels.
+
+    Example:
+        >>> j = judge_run({"1": {"a": 0.9, "b": 0.5, "z": 0.9}, "2": ["x"]}, {"1": {"a": 1, "b": None}, "3": {"c": 1}})
+        >>> j.queries, j.ranked.tolist(), j.queries_without_qrels, j.queries_without_run
+        (['1'], [[nan, 1.0, nan]], ['2'], ['3'])
+    """
+    if not isinstance(run, Mapping) or not isinstance(qrels, Mapping):
+        raise ValueError("`run` and `qrels` must be dicts keyed by query id (see beyondlabels.io.qrels for loaders).")
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+        raise ValueError(f"`depth` must be a positive int or None, got {depth!r}.")
+    queries = [str(q) for q in run if str(q) in {str(k) for k in qrels}]
+    qrels_s = {str(q): judgements for q, judgements in qrels.items()}
+    without_qrels = [str(q) for q in run if str(q) not in qrels_s]
+    run_keys = {str(q) for q in run}
+    without_run = [q for q in qrels_s if q not in run_keys]
+    if not queries:
+        raise ValueError(
+            f"no query is in both the run ({len(run)} queries, e.g. {list(run)[:3]}) and the qrels ({len(qrels)}, e.g. "
+            f"{list(qrels)[:3]}); check that both files use the same query ids."
+        )
+    run_s = {str(q): docs for q, docs in run.items()}
+    rankings = []
+    pools = []
+    for query in queries:
+        judgements = qrels_s[query]
+        if not isinstance(judgements, Mapping):
+            raise ValueError(f"qrels: query {query!r} must map to {{doc: grade or None}}, got {type(judgements).__name__}.")
+        grades: dict[str, float] = {}
+        for doc, grade in judgements.items():
+            if grade is None:
+                continue
+            if isinstance(grade, bool) or not isinstance(grade, (int, float)) or grade < 0 or float(grade) != int(grade):
+                raise ValueError(f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints >= 0 or None (unjudged).")
+            grades[str(doc)] = float(grade)
+        docs = _ranked_docs(query, run_s[query])
+        if depth is not None:
+            docs = docs[:depth]
+        rankings.append([grades.get(d, math.nan) for d in docs])
+        pools.append(list(grades.values()))
+    width = max((len(x) for x in rankings), default=0)
+    pool_width = max((len(x) for x in pools), default=0)
+    ranked = torch.full((len(queries), width), math.nan, dtype=torch.float64)
+    pool = torch.full((len(queries), pool_width), math.nan, dtype=torch.float64)
+    for i, (row, prow) in enumerate(zip(rankings, pools)):
+        ranked[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+        pool[i, : len(prow)] = torch.tensor(prow, dtype=torch.float64)
+    lengths = torch.tensor([len(x) for x in rankings], dtype=torch.long)
+    ids = torch.tensor([query_code(q) for q in queries], dtype=torch.long)
+    return JudgedRun(queries, ids, ranked, lengths, pool, without_qrels, without_run)
+
+
+# ---- multi-term queries -------------------------------------------------------------------------------------------------
+
+
+def _scores(scores: Any) -> Tensor:
+    s = scores if isinstance(scores, Tensor) else torch.as_tensor(scores, dtype=torch.float64)
+    if s.dim() not in (1, 2) or s.is_complex() or s.dtype == torch.bool:
+        raise ValueError(f"`scores` must be per-term scores [T] or [Q, T] (NaN = no such term), got shape {tuple(s.shape)}.")
+    s = s.to(torch.float64)
+    if bool(((s < 0) | (s > 1)).any()):
+        raise ValueError("`scores` must lie in [0, 1] (NaN marks absent terms); rescale them first.")
+    return s
+
+
+def term_satisfaction(scores: Any, threshold: float = 0.15) -> Tensor:
+    """Share of a query's terms whose score is ``>= threshold`` (NaN scores = absent terms, left out).
+
+    Example:
+        >>> term_satisfaction(torch.tensor([[0.9, 0.1, 0.2], [0.05, float("nan"), 0.5]]))
+        tensor([0.6667, 0.5000], dtype=torch.float64)
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise ValueError(f"`threshold` must be a number in [0, 1] (default 0.15), got {threshold!r}.")
+    s = _scores(scores)
+    present = ~torch.isnan(s)
+    met = (present & (s >= threshold)).sum(dim=-1).to(torch.float64)
+    count = present.sum(dim=-1).to(torch.float64)
+    return torch.where(count > 0, met / count.clamp(min=1), float("nan"))
+
+
+def fuse_term_scores(scores: Any, weights: Any = None, *, method: str = "arithmetic", eps: float = 1e-3) -> Tensor:
+    """Weighted fusion of per-term scores into one score per query (definitions: the module docstring).
+
+    Args:
+        scores: ``[T]`` or ``[Q, T]`` in [0, 1]; NaN = absent term.
+        weights: ``[T]`` or ``[Q, T]`` non-negative (default: equal weights).
+        method: ``"arithmetic"`` or ``"geometric"``.
+        eps: Floor of the scores before the log (geometric).
+
+    Example:
+        >>> s, w = torch.tensor([1.0, 0.0]), torch.tensor([0.8, 1.0])
+        >>> round(100 * fuse_term_scores(s, w).item(), 1), round(100 * fuse_term_scores(s, w, method="geometric").item(), 1)
+        (44.4, 2.2)
+    """
+    if method not in ("arithmetic", "geometric"):
+        raise ValueError(f"`method` must be 'arithmetic' or 'geometric', got {method!r}.")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ValueError(f"`eps` must be a number in (0, 1) (default 1e-3), got {eps!r}.")
+    s = _scores(scores)
+    w = torch.ones_like(s) if weights is None else torch.as_tensor(weights, dtype=torch.float64, device=s.device)
+    try:
+        w = torch.broadcast_to(w, s.shape)
+    except RuntimeError as exc:
+        raise ValueError(f"`weights` of shape {tuple(w.shape)} do not fit the scores {tuple(s.shape)}.") from exc
+    if bool((w < 0).any()) or bool(torch.isnan(w).any()):
+        raise ValueError("`weights` must be numbers >= 0.")
+    present = ~torch.isnan(s)
+    w = torch.where(present, w, 0.0)
+    total = w.sum(dim=-1)
+    if method == "arithmetic":
+        value = (w * torch.where(present, s, 0.0)).sum(dim=-1)
+    else:
+        value = (w * torch.log(torch.where(present, s, 1.0).clamp(min=eps))).sum(dim=-1)
+    mean = value / total.clamp(min=1e-300)
+    mean = mean if method == "arithmetic" else torch.exp(mean)
+    return torch.where(total > 0, mean, float("nan"))

@@ -1,0 +1,226 @@
+"""Judgements (qrels) and runs, read from TREC or JSON files, and append-only updates of qrels.
+
+Formats
+    - TREC qrels: one judgement per line, ``query iteration document grade`` (whitespace-separated; the iteration
+      column is ignored). Grades are ints >= 0.
+    - TREC runs: ``query Q0 document rank score tag``; documents are ranked by score (ties: the rule of
+      :func:`beyondlabels.functional.ranking.judge_run`), the rank column is not used (as in trec_eval).
+    - JSON qrels: ``{query: {document: grade or null}}``; null marks a listed but unjudged document.
+    - JSON runs: ``{query: {document: score}}`` or ``{query: [document, ...]}`` in rank order.
+
+    A file whose name ends in ``.json`` is read as JSON, anything else as TREC text. Query and document ids are
+    strings. Lines that are empty or start with ``#`` are skipped in TREC files.
+
+Append-only qrels
+    Judgements are only ever added: :func:`update_qrels` merges a newer version into an older one and *reports* every
+    existing judgement the newer version changes or removes (a grade that changes, a judged document that becomes
+    unjudged or disappears). Judging a previously unjudged document is an addition, not a change. With
+    ``on_change="warn"`` (default) the newer judgement is kept and every change is logged and returned; with
+    ``"error"`` a change raises; with ``"keep"`` the older judgement is kept.
+
+Example:
+    >>> old = {"1": {"a": 1, "b": None}}
+    >>> update = update_qrels(old, {"1": {"a": 2, "b": 0, "c": 1}}, on_change="keep")
+    >>> update.qrels, [(c.query, c.document, c.old, c.new) for c in update.changes], update.added
+    ({'1': {'a': 1, 'b': 0, 'c': 1}}, [('1', 'a', 1, 2)], 2)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["QrelsChange", "QrelsUpdate", "load_qrels", "load_run", "update_qrels"]
+
+log = logging.getLogger(__name__)
+
+Qrels = dict[str, dict[str, "int | None"]]
+Run = dict[str, "dict[str, float] | list[str]"]
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: malformed {what} JSON ({exc})") from exc
+
+
+def _grade(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{where}: grade {value!r} is not a number; grades are ints >= 0 (or null in JSON for unjudged).") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value) or value < 0:
+        raise ValueError(
+            f"{where}: grade {value!r} is not an int >= 0. Map negative judgements (e.g. -2 for spam) to 0, or leave "
+            "the document unjudged (null in JSON)."
+        )
+    return int(value)
+
+
+def _check_path(path: str | os.PathLike[str], what: str) -> Path:
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{what} file {file} does not exist (expected a TREC text file or a .json file)")
+    return file
+
+
+def load_qrels(path: str | os.PathLike[str]) -> Qrels:
+    """Read qrels: ``{query: {document: grade or None}}`` (formats: the module docstring).
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        ValueError: for a malformed line or entry (file and line named), a bad grade, or a document judged twice
+            with different grades in one TREC file.
+    """
+    file = _check_path(path, "qrels")
+    qrels: Qrels = {}
+    if file.suffix.lower() == ".json":
+        data = _read_json(file, "qrels")
+        if not isinstance(data, dict):
+            raise ValueError(f"{file}: qrels JSON must be an object {{query: {{document: grade or null}}}}, got {type(data).__name__}")
+        for query, judgements in data.items():
+            if not isinstance(judgements, dict):
+                raise ValueError(f"{file}: query {query!r} must map to {{document: grade or null}}, got {type(judgements).__name__}")
+            qrels[str(query)] = {str(doc): _grade(g, f"{file}: query {query!r}, document {doc!r}") for doc, g in judgements.items()}
+        return qrels
+    with open(file, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            where = f"{file}:{number}"
+            if len(parts) != 4:
+                raise ValueError(f"{where}: a TREC qrels line has 4 columns 'query iteration document grade', got {len(parts)}: {line.strip()!r}")
+            query, _, doc, grade = parts
+            value = _grade(grade, where)
+            judgements = qrels.setdefault(query, {})
+            if doc in judgements and judgements[doc] != value:
+                raise ValueError(f"{where}: document {doc!r} of query {query!r} is judged twice ({judgements[doc]} and {value})")
+            judgements[doc] = value
+    if not qrels:
+        raise ValueError(f"{file}: no judgements (expected lines 'query iteration document grade')")
+    return qrels
+
+
+def load_run(path: str | os.PathLike[str]) -> Run:
+    """Read a run: ``{query: {document: score}}`` (TREC, JSON scores) or ``{query: [document, ...]}`` (JSON lists).
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        ValueError: for a malformed line or entry (file and line named), a non-numeric score, or a document listed
+            twice for one query.
+    """
+    file = _check_path(path, "run")
+    run: Run = {}
+    if file.suffix.lower() == ".json":
+        data = _read_json(file, "run")
+        if not isinstance(data, dict):
+            raise ValueError(f"{file}: run JSON must be an object {{query: {{document: score}}}} or {{query: [document, ...]}}")
+        for query, docs in data.items():
+            where = f"{file}: query {query!r}"
+            if isinstance(docs, dict):
+                scores = {}
+                for doc, score in docs.items():
+                    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+                        raise ValueError(f"{where}: document {doc!r} has score {score!r}; scores are finite numbers")
+                    scores[str(doc)] = float(score)
+                run[str(query)] = scores
+            elif isinstance(docs, list):
+                ranked = [str(d) for d in docs]
+                if len(set(ranked)) != len(ranked):
+                    raise ValueError(f"{where}: a document is listed twice; a ranking holds each document once")
+                run[str(query)] = ranked
+            else:
+                raise ValueError(f"{where}: must map to {{document: score}} or a list of documents, got {type(docs).__name__}")
+        return run
+    with open(file, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            where = f"{file}:{number}"
+            if len(parts) != 6:
+                raise ValueError(f"{where}: a TREC run line has 6 columns 'query Q0 document rank score tag', got {len(parts)}: {line.strip()!r}")
+            query, _, doc, _, score, _ = parts
+            try:
+                value = float(score)
+            except ValueError:
+                raise ValueError(f"{where}: score {score!r} is not a number") from None
+            if not math.isfinite(value):
+                raise ValueError(f"{where}: score {score!r} is not finite")
+            scores = run.setdefault(query, {})
+            if doc in scores:
+                raise ValueError(f"{where}: document {doc!r} is listed twice for query {query!r}")
+            scores[doc] = value
+    if not run:
+        raise ValueError(f"{file}: no ranked documents (expected lines 'query Q0 document rank score tag')")
+    return run
+
+
+@dataclass(frozen=True)
+class QrelsChange:
+    """An existing judgement that a newer qrels version changed (``new`` None: unjudged or removed)."""
+
+    query: str
+    document: str
+    old: int
+    new: int | None
+
+
+@dataclass(frozen=True)
+class QrelsUpdate:
+    """The result of :func:`update_qrels`: the merged qrels, the changes to existing judgements, and how many
+    judgements were added."""
+
+    qrels: Qrels
+    changes: list[QrelsChange] = field(default_factory=list)
+    added: int = 0
+
+
+def update_qrels(old: Mapping[str, Mapping[str, int | None]], new: Mapping[str, Mapping[str, int | None]], on_change: str = "warn") -> QrelsUpdate:
+    """Merge a newer qrels version into an older one, append-only (rules: the module docstring).
+
+    Raises:
+        ValueError: for an unknown ``on_change``, or with ``on_change="error"`` when an existing judgement changed
+            (the first changes are named).
+    """
+    if on_change not in ("warn", "error", "keep"):
+        raise ValueError(f"`on_change` must be 'warn', 'error' or 'keep', got {on_change!r}.")
+    merged: Qrels = {str(q): dict(j) for q, j in old.items()}
+    changes: list[QrelsChange] = []
+    added = 0
+    for query, judgements in old.items():
+        newer = new.get(query, {})
+        for doc, grade in judgements.items():
+            if grade is not None and newer.get(doc) != grade:
+                changes.append(QrelsChange(str(query), str(doc), int(grade), newer.get(doc)))
+    for query, judgements in new.items():
+        target = merged.setdefault(str(query), {})
+        for doc, grade in judgements.items():
+            before = target.get(str(doc))
+            if before is None:  # a new document, or one judged for the first time
+                added += grade is not None
+                target[str(doc)] = grade
+            elif on_change == "warn":
+                target[str(doc)] = grade
+    if on_change == "warn":
+        for change in changes:  # a judgement the newer version dropped: unjudged now
+            if change.document not in new.get(change.query, {}):
+                merged[change.query][change.document] = None
+    if changes:
+        sample = "; ".join(f"query {c.query!r} document {c.document!r}: {c.old} -> {c.new}" for c in changes[:5])
+        message = f"the newer qrels change {len(changes)} existing judgement(s) (qrels are append-only): {sample}"
+        if on_change == "error":
+            raise ValueError(message + ". Judge new documents only, or pass on_change='warn' / 'keep'.")
+        log.warning("%s; %s", message, "kept the newer judgements" if on_change == "warn" else "kept the older judgements")
+    return QrelsUpdate(merged, changes, added)

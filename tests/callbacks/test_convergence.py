@@ -1,0 +1,177 @@
+"""ConvergenceMonitor on synthetic rising / flat / falling curves, inside Lightning (reading callback_metrics and an
+evaluation callback's history, stopping through the strategy, resuming from a checkpoint), and the confidence
+intervals every evaluation callback now logs."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).parent))
+from toy import LinearEncoder, PointDataModule  # noqa: E402
+
+from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
+from beyondlabels.functional.stats import bootstrap_ci  # noqa: E402
+
+RNG = np.random.default_rng(0)
+NOISE = RNG.normal(0, 0.01, size=60)
+RISING = [0.2 + 0.01 * i + NOISE[i] for i in range(40)]
+FLAT = [0.5 + NOISE[i] for i in range(40)]
+FALLING = [0.2 + 0.02 * i + NOISE[i] for i in range(20)] + [0.6 - 0.02 * i + NOISE[20 + i] for i in range(20)]
+
+
+def _run(curve, **kwargs):  # min_delta stays at its default 0.01, the noise of these curves
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=500, **kwargs)
+    states = [monitor.observe(step, value) for step, value in enumerate(curve)]
+    return monitor, states
+
+
+def test_a_rising_curve_has_no_event():
+    monitor, states = _run(RISING)
+    assert monitor.events == [] and states[-1]["plateau"] == 0.0 and states[-1]["downturn"] == 0.0
+    last = RISING[-5:]
+    assert states[-1]["window_mean"] == pytest.approx(np.mean(last))
+    assert states[-1]["window_ci_low"] <= np.mean(last) <= states[-1]["window_ci_high"]
+
+
+def test_a_flat_curve_plateaus_without_a_downturn():
+    monitor, states = _run(FLAT)
+    assert [e["event"] for e in monitor.events] == ["plateau"] and monitor.events[0]["step"] == 9  # from 2 windows on
+    assert all(s["downturn"] == 0.0 for s in states)
+    assert all(s["plateau"] == 0.0 for s in states[:9])
+
+
+def test_a_falling_curve_turns_down_soon_after_its_peak():
+    monitor, _ = _run(FALLING)
+    downturns = [e for e in monitor.events if e["event"] == "downturn"]
+    assert len(downturns) == 1 and 21 <= downturns[0]["step"] <= 27  # the peak is at step 19
+    assert downturns[0]["best_window_end_step"] in range(17, 23)
+
+
+def test_mode_min_mirrors_mode_max():
+    monitor, _ = _run([-v for v in FALLING], mode="min")
+    reference, _ = _run(FALLING)
+    assert [(e["event"], e["step"]) for e in monitor.events] == [(e["event"], e["step"]) for e in reference.events]
+
+
+def test_min_delta_hides_small_improvements():
+    slow = [0.2 + 0.002 * i for i in range(20)]
+    assert _run(slow, min_delta=0.0)[1][-1]["plateau"] == 0.0
+    assert _run(slow, min_delta=0.05)[1][-1]["plateau"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"window": 1}, "window"), ({"mode": "up"}, "mode"), ({"stop_on": ["overfit"]}, "stop_on"), ({"rounds": 0}, "rounds"), ({"min_delta": -1}, "min_delta")],
+)
+def test_bad_arguments_are_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ConvergenceMonitor("val/score", **kwargs)
+
+
+# ---- inside Lightning --------------------------------------------------------------------------------------------------
+
+
+class CurveModule(pl.LightningModule):
+    """Logs val/score = curve[epoch] at every validation epoch; trains nothing of consequence."""
+
+    def __init__(self, curve):
+        super().__init__()
+        self.curve = list(curve)
+        self.layer = torch.nn.Linear(1, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        pass
+
+    def on_validation_epoch_end(self):
+        if not self.trainer.sanity_checking:
+            self.log("val/score", float(self.curve[min(self.current_epoch, len(self.curve) - 1)]))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.zeros(2, 1)), batch_size=2)
+
+    def val_dataloader(self):
+        return DataLoader(TensorDataset(torch.zeros(2, 1)), batch_size=2)
+
+
+def _trainer(tmp_path, callbacks, max_epochs, **kwargs):
+    return pl.Trainer(
+        default_root_dir=tmp_path, max_epochs=max_epochs, accelerator="cpu", callbacks=callbacks, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, **kwargs,
+    )
+
+
+def test_stops_training_on_a_downturn_through_the_strategy(tmp_path: Path):
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=500, stop_on=["downturn"])
+    trainer = _trainer(tmp_path, [monitor], max_epochs=40, enable_checkpointing=False)
+    trainer.fit(CurveModule(FALLING))
+    reference, _ = _run(FALLING)
+    first = next(e for e in reference.events if e["event"] == "downturn")
+    assert trainer.current_epoch == first["step"] + 1  # one step per epoch: stopped right after that epoch
+    assert monitor.stopped_at == first["step"] + 1 and len(monitor.series) == first["step"] + 1
+    assert float(trainer.callback_metrics["convergence/val/score/downturn"]) == 1.0
+
+
+def test_without_stop_on_it_only_reports(tmp_path: Path):
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=500)
+    trainer = _trainer(tmp_path, [monitor], max_epochs=40, enable_checkpointing=False)
+    trainer.fit(CurveModule(FALLING))
+    assert trainer.current_epoch == 40 and len(monitor.series) == 40
+    assert "downturn" in [e["event"] for e in monitor.events]
+
+
+def test_resumes_from_a_checkpoint(tmp_path: Path):
+    full = ConvergenceMonitor("val/score", window=5, rounds=500)
+    _trainer(tmp_path / "full", [full], max_epochs=30, enable_checkpointing=False).fit(CurveModule(FALLING))
+    first = ConvergenceMonitor("val/score", window=5, rounds=500)
+    ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    _trainer(tmp_path / "a", [first, ckpt], max_epochs=15).fit(CurveModule(FALLING))
+    resumed = ConvergenceMonitor("val/score", window=5, rounds=500)
+    _trainer(tmp_path / "b", [resumed], max_epochs=30, enable_checkpointing=False).fit(CurveModule(FALLING), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    assert resumed.series == full.series and resumed.events == full.events
+
+
+def test_reads_an_evaluation_callbacks_history_and_intervals_are_logged(tmp_path: Path):
+    evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, bootstrap_rounds=500)
+    monitor = ConvergenceMonitor("retrieval/r_precision", window=2, rounds=200)
+    trainer = _trainer(tmp_path, [evaluation, monitor], max_epochs=1, enable_checkpointing=False)
+    trainer.fit(LinearEncoder(), PointDataModule())
+    assert [s for s, _ in monitor.series] == [h["step"] for h in evaluation.history]
+    assert [v for _, v in monitor.series] == [h["r_precision"] for h in evaluation.history]
+    # every evaluation carries its uncertainty: the interval of the per-query values it saved
+    folder = tmp_path / "retrieval"
+    last = json.loads((folder / "history.json").read_text())[-1]
+    with np.load(folder / last["per_query_file"]) as per_query:
+        reference = bootstrap_ci(per_query["map@r"], rounds=500, seed=11)
+    assert (last["map@r_ci_low"], last["map@r_ci_high"]) == pytest.approx((reference.low, reference.high), abs=1e-12)
+    assert last["map@r_ci_low"] <= last["map@r"] <= last["map@r_ci_high"]
+    assert "mean_first_relevant_rank_ci_low" not in last and "first_relevant_rank_ci_low" not in last  # no vector of that name
+    schema = json.loads((folder / "schema.json").read_text())["keys"]
+    assert schema["map@r_ci_high"] == {"kind": "scalar", "higher_is_better": True, "count": False}
+    assert (folder / "confidence_intervals.png").read_bytes()[:4] == b"\x89PNG"
+    assert not math.isnan(float(trainer.callback_metrics["retrieval/precision@1_ci_low"]))
+
+
+def test_confidence_intervals_can_be_chosen_or_turned_off():
+    some = RetrievalEvalCallback(confidence_intervals=["precision@1"])
+    assert [k for k in some.schema if k.endswith("_ci_low")] == ["precision@1_ci_low"]
+    none = RetrievalEvalCallback(confidence_intervals=False)
+    assert not [k for k in none.schema if "_ci_" in k]
+    with pytest.raises(ValueError, match="macro_map@r"):
+        RetrievalEvalCallback(confidence_intervals=["macro_map@r"])
+    with pytest.raises(ValueError, match="bootstrap_rounds"):
+        RetrievalEvalCallback(bootstrap_rounds=0)

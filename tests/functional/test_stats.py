@@ -1,0 +1,245 @@
+"""functional/stats.py against independent references: scipy.stats.bootstrap (within Monte Carlo error),
+scipy.stats.ttest_rel, sklearn's cohen_kappa_score, scipy's spearmanr / kendalltau, and the decision protocol's cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+from sklearn.metrics import cohen_kappa_score
+
+from beyondlabels.functional.stats import (
+    ab_test,
+    bootstrap_ci,
+    bootstrap_difference_ci,
+    cohen_kappa,
+    confidence_interval_keys,
+    confidence_intervals,
+    kendall_tau,
+    paired_differences,
+    paired_t_ci,
+    sample_size,
+    spearman,
+    with_confidence_intervals,
+)
+from beyondlabels.schema import KeySpec, OutputSchema
+
+
+@pytest.fixture(scope="module")
+def skewed():
+    rng = np.random.default_rng(4)
+    return rng.exponential(0.2, size=60).clip(max=1.0)  # per-query values like AP: skewed, in [0, 1]
+
+
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+def test_bootstrap_matches_scipy_within_monte_carlo_error(skewed, method):
+    rounds = 20000
+    ours = bootstrap_ci(skewed, rounds=rounds, method=method, seed=3)
+    ref = sps.bootstrap((skewed,), np.mean, n_resamples=rounds, method="BCa" if method == "bca" else "percentile", random_state=7)
+    # standard error of the bootstrap distribution, and the Monte Carlo error of its tail quantiles at 20,000 rounds
+    se = float(np.std(skewed, ddof=1) / math.sqrt(len(skewed)))
+    assert ours.estimate == pytest.approx(float(np.mean(skewed)))
+    assert abs(ours.low - ref.confidence_interval.low) < 0.05 * se
+    assert abs(ours.high - ref.confidence_interval.high) < 0.05 * se
+    assert ours.width > 2 * se  # a real interval, not a point
+
+
+def test_bca_differs_from_percentile_on_skewed_data(skewed):
+    p = bootstrap_ci(skewed, rounds=4000, method="percentile")
+    b = bootstrap_ci(skewed, rounds=4000, method="bca")
+    assert b.high > p.high and b.low > p.low  # BCa shifts towards the long right tail
+
+
+def test_bootstrap_is_seeded_and_drops_nan():
+    values = torch.tensor([0.1, float("nan"), 0.5, 0.9, 0.3, 0.7])
+    a, b = bootstrap_ci(values, rounds=500, seed=1), bootstrap_ci(values, rounds=500, seed=1)
+    c = bootstrap_ci(values, rounds=500, seed=2)
+    assert a == b and a != c and a.n == 5
+    assert bootstrap_ci([0.4, 0.4, 0.4]).width == 0.0
+    assert math.isnan(bootstrap_ci([float("nan")]).low)
+    # chunking over rounds does not change the numbers
+    import beyondlabels.functional.stats as st
+
+    old, st._CHUNK_VALUES = st._CHUNK_VALUES, 7
+    try:
+        assert bootstrap_ci(values, rounds=500, seed=1) == a
+    finally:
+        st._CHUNK_VALUES = old
+
+
+def test_paired_t_matches_scipy_ttest_rel():
+    rng = np.random.default_rng(0)
+    a = rng.uniform(size=30)
+    b = a + rng.normal(0.03, 0.1, size=30)
+    interval, statistic, pvalue = paired_t_ci(torch.tensor(b - a))
+    ref = sps.ttest_rel(b, a)
+    ci = ref.confidence_interval(0.95)
+    assert statistic == pytest.approx(ref.statistic, rel=1e-10)
+    assert pvalue == pytest.approx(ref.pvalue, rel=1e-8)
+    assert (interval.low, interval.high) == pytest.approx((ci.low, ci.high), rel=1e-10)
+
+
+def test_paired_bootstrap_matches_scipy_paired_resampling():
+    rng = np.random.default_rng(1)
+    a = rng.uniform(size=40)
+    b = np.clip(a + rng.normal(0.05, 0.15, size=40), 0, 1)
+    result = ab_test(a, b, rounds=20000)
+    ref = sps.bootstrap((a, b), lambda x, y: np.mean(y - x), paired=True, n_resamples=20000, method="percentile", random_state=0)
+    se = float(np.std(b - a, ddof=1) / math.sqrt(40))
+    assert abs(result.bootstrap.low - ref.confidence_interval.low) < 0.05 * se
+    assert abs(result.bootstrap.high - ref.confidence_interval.high) < 0.05 * se
+
+
+@pytest.mark.parametrize("weights", [None, "linear", "quadratic"])
+def test_cohen_kappa_matches_sklearn(weights):
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 4, size=200)
+    b = np.where(rng.uniform(size=200) < 0.6, a, rng.integers(0, 4, size=200))
+    assert cohen_kappa(a, b, weights=weights) == pytest.approx(cohen_kappa_score(a, b, weights=weights), abs=1e-12)
+    binary_a, binary_b = (a > 1).astype(int), (b > 1).astype(int)
+    assert cohen_kappa(binary_a.tolist(), binary_b.tolist()) == pytest.approx(cohen_kappa_score(binary_a, binary_b), abs=1e-12)
+    names = np.array(["bad", "ok", "good", "great"])
+    assert cohen_kappa(list(names[a]), list(names[b])) == pytest.approx(cohen_kappa_score(names[a], names[b]), abs=1e-12)
+
+
+def test_rank_correlations_match_scipy():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 8, size=50).astype(float)  # ties
+    y = x + rng.normal(0, 3, size=50)
+    ours, ref = spearman(x, y), sps.spearmanr(x, y)
+    assert (ours.statistic, ours.pvalue) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-9)
+    ours, ref = kendall_tau(x, np.round(y)), sps.kendalltau(x, np.round(y), method="asymptotic")
+    assert (ours.statistic, ours.pvalue) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-9)
+    assert kendall_tau(x, y, chunk_size=7) == kendall_tau(x, y)
+
+
+# ---- the decision protocol -------------------------------------------------------------------------------------------
+
+
+def test_seven_queries_give_no_conclusion():
+    a = torch.linspace(0.1, 0.7, 7)
+    result = ab_test(a, a + 0.3)
+    assert result.decision == "no conclusion" and result.n == 7
+    assert ab_test(torch.linspace(0.1, 0.7, 8), torch.linspace(0.1, 0.7, 8) + 0.3).decision == "better"
+
+
+def test_interval_across_zero_cannot_distinguish():
+    rng = np.random.default_rng(5)
+    a = rng.uniform(size=30)
+    b = a + rng.normal(0.0, 0.2, size=30)
+    result = ab_test(a, b)
+    assert result.interval.contains(0.0) and result.decision == "cannot distinguish"
+    assert "no difference" not in result.reason
+
+
+def test_lower_is_better_primary():
+    a = torch.linspace(1, 20, 20)
+    assert ab_test(a, a - 2, higher_is_better=False).decision == "better"
+    assert ab_test(a, a + 2, higher_is_better=False).decision == "worse"
+
+
+def test_guardrail_breach_rejects_even_a_better_primary():
+    a = torch.linspace(0.2, 0.8, 20)
+    ok = ab_test(a, a + 0.1, guardrails={"recall@10": (a, a - 0.019, True)})
+    assert ok.decision == "better" and not ok.guardrails["recall@10"].breached
+    bad = ab_test(a, a + 0.1, guardrails={"recall@10": (a, a - 0.021, True)})
+    assert bad.decision == "reject" and bad.guardrails["recall@10"].worse_by == pytest.approx(0.021)
+    lower = ab_test(a, a + 0.1, guardrails={"rank": (a, a + 0.05, False)})  # lower is better: an increase is worse
+    assert lower.decision == "reject"
+
+
+def test_bootstrap_and_t_disagree_and_the_wider_interval_decides():
+    d = torch.tensor([0.01] * 7 + [0.3])  # one large gain: the bootstrap never goes below 0.01, t does
+    result = ab_test(torch.zeros(8), d)
+    assert not result.bootstrap.contains(0.0) and result.t.contains(0.0)
+    assert result.disagree and result.interval == result.t and result.t.width > result.bootstrap.width
+    assert result.decision == "cannot distinguish" and "wider" in result.reason
+
+
+def test_queries_are_matched_by_id():
+    a, b = torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.3, 0.1, 0.2])
+    ids, diff, unmatched = paired_differences(a, b, [1, 2, 3], [3, 1, 2])
+    assert ids.tolist() == [1, 2, 3] and diff.abs().max() < 1e-12 and unmatched == 0
+    with pytest.raises(ValueError, match="intersect=True"):
+        paired_differences(a, b, [1, 2, 3], [1, 2, 4])
+    with pytest.raises(ValueError, match="duplicate"):
+        paired_differences(a, b, [1, 1, 3], [1, 2, 3])
+    _, diff, unmatched = paired_differences(a, b, [1, 2, 3], [1, 2, 4], intersect=True)
+    assert unmatched == 2 and diff.numel() == 2
+
+
+def test_sample_size_for_a_target_half_width():
+    assert sample_size(0.18, 0.05) == 50
+    assert sample_size(0.2, 0.04) == 97  # (1.95996 * 5)^2 = 96.04
+    with pytest.raises(ValueError, match="half_width"):
+        sample_size(0.18, 0.0)
+
+
+def test_difference_of_two_windows():
+    rising = bootstrap_difference_ci([0.1, 0.12, 0.11, 0.13], [0.3, 0.32, 0.31, 0.29], rounds=500)
+    flat = bootstrap_difference_ci([0.3, 0.32, 0.31, 0.29], [0.31, 0.29, 0.3, 0.32], rounds=500)
+    assert rising.low > 0 and flat.contains(0.0)
+
+
+def test_confidence_interval_keys_and_schema():
+    schema = OutputSchema(
+        {"p@1": KeySpec("scalar", True), "rank": KeySpec("scalar", False), "macro": KeySpec("scalar", True), "n": KeySpec("scalar", None, count=True)},
+        {"p@1": KeySpec("per_query", True), "rank": KeySpec("per_query", False), "n": KeySpec("per_query", None)},
+    )
+    assert confidence_interval_keys(schema) == ["p@1", "rank"]
+    with pytest.raises(ValueError, match="macro"):
+        confidence_interval_keys(schema, ["macro"])
+    extended = with_confidence_intervals(schema, ["rank"])
+    assert extended["rank_ci_low"].higher_is_better is False and extended["rank_ci_high"].kind == "scalar"
+    ci = confidence_intervals({"rank": torch.tensor([1.0, 3.0, 2.0, 8.0])}, ["rank"], rounds=300)
+    assert ci["rank_ci_low"] < 3.5 < ci["rank_ci_high"]
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: bootstrap_ci([1.0], rounds=0), "rounds"),
+        (lambda: bootstrap_ci([1.0], confidence=95), "confidence"),
+        (lambda: bootstrap_ci([1.0], method="normal"), "method"),
+        (lambda: bootstrap_ci([[1.0]]), "values"),
+        (lambda: ab_test([1.0], [1.0], tolerance=-1), "tolerance"),
+        (lambda: ab_test([1.0], [1.0], higher_is_better="max"), "higher_is_better"),
+        (lambda: cohen_kappa([1, 2], [1]), "rater_a"),
+        (lambda: cohen_kappa([1.5], [1.5]), "rater_a"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_grouped_intervals_equal_one_bootstrap_per_key():
+    rng = np.random.default_rng(6)
+    a = torch.tensor(rng.uniform(size=50))
+    b = torch.tensor(rng.uniform(size=50))
+    c = a.clone()
+    c[::5] = float("nan")  # another set of queries
+    per_query = {"a": a, "b": b, "c": c, "flat": torch.full((50,), 0.5)}
+    ci = confidence_intervals(per_query, ["a", "b", "c", "flat"], rounds=700, seed=9)
+    for key in ("a", "b", "c", "flat"):
+        ref = bootstrap_ci(per_query[key], rounds=700, seed=9)
+        assert (ci[f"{key}_ci_low"], ci[f"{key}_ci_high"]) == pytest.approx((ref.low, ref.high), abs=1e-12), key
+
+
+def test_large_evaluations_use_the_normal_interval_which_the_bootstrap_approaches():
+    from scipy.stats import norm
+
+    from beyondlabels.functional.stats import confidence_intervals
+
+    rng = np.random.default_rng(3)
+    values = torch.tensor(rng.binomial(1, 0.3, size=30_000).astype(float))
+    normal = confidence_intervals({"p": values}, ["p"], rounds=500, max_bootstrap_n=20_000)
+    half = norm.ppf(0.975) * np.std(values.numpy(), ddof=1) / np.sqrt(30_000)
+    assert normal["p_ci_low"] == pytest.approx(values.mean().item() - half, rel=1e-12)
+    assert normal["p_ci_high"] == pytest.approx(values.mean().item() + half, rel=1e-12)
+    boot = confidence_intervals({"p": values}, ["p"], rounds=500, max_bootstrap_n=10**9)
+    width = normal["p_ci_high"] - normal["p_ci_low"]
+    assert abs(boot["p_ci_low"] - normal["p_ci_low"]) < 0.1 * width and abs(boot["p_ci_high"] - normal["p_ci_high"]) < 0.1 * width
