@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: train test test-fast install install-test bench clean
+.PHONY: train test test-fast install install-test bench clean wordnet
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,17 @@ install-test: $(VENV)/.installed-test
 train: $(VENV)/.installed
 	WANDB_MODE=offline $(PY) train.py $(ARGS)
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test wordnet
 	WANDB_MODE=offline OMP_NUM_THREADS=2 $(PY) -m pytest $(PYTEST_ARGS)
+
+# WordNet 3.0 noun files (Debian's wordnet-base) for the taxonomy tests; best effort: where apt-get is missing or not
+# allowed the WordNet tests skip and say why. Never fails the build.
+wordnet:
+	@test -f /usr/share/wordnet/data.noun || { command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -q wordnet-base >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -q wordnet-base >/dev/null 2>&1; } || \
+		  sudo -n apt-get install -y -q wordnet-base >/dev/null 2>&1; } || \
+		echo "wordnet-base not installed (apt-get unavailable or not permitted): the WordNet tests will skip"; } || true
 
 # Everything but the slow end-to-end runs (train.py subprocesses, multi-process DDP).
 test-fast: $(VENV)/.installed-test

@@ -1,7 +1,9 @@
 """Class taxonomies: an immutable rooted tree of named nodes with vectorised lookups.
 
 The definitions (node order, depth, ancestors, lowest common ancestor) are stated once in
-:mod:`beyondlabels.taxonomy.tree`. Torch, YAML and JSON only: no Lightning, no torchmetrics.
+:mod:`beyondlabels.taxonomy.tree`; loaders for edge lists, DAGs and WordNet 3.0 nouns in
+:mod:`beyondlabels.taxonomy.loaders`; free text mapped to nodes in :mod:`beyondlabels.taxonomy.text`.
+Torch, YAML and JSON only: no Lightning, no torchmetrics.
 
 Example:
     >>> from beyondlabels.taxonomy import load_taxonomy
@@ -10,6 +12,42 @@ Example:
     ['square', 'polygon', 'shape']
 """
 
+from beyondlabels.taxonomy.loaders import (
+    WORDNET_ROOT,
+    dag_to_tree,
+    find_wordnet_dir,
+    load_wordnet,
+    read_tsv,
+    taxonomy_from_edges,
+    wordnet_lemmas,
+)
+from beyondlabels.taxonomy.predictions import HierarchyPredictions, read_hierarchy_predictions
+from beyondlabels.taxonomy.text import (
+    HashingTextEncoder,
+    NodeMatch,
+    TextToNode,
+    mapping_quality,
+    normalize_text,
+    text_encoder,
+)
 from beyondlabels.taxonomy.tree import Taxonomy, load_taxonomy
 
-__all__ = ["Taxonomy", "load_taxonomy"]
+__all__ = [
+    "WORDNET_ROOT",
+    "HashingTextEncoder",
+    "HierarchyPredictions",
+    "NodeMatch",
+    "Taxonomy",
+    "TextToNode",
+    "dag_to_tree",
+    "find_wordnet_dir",
+    "load_taxonomy",
+    "load_wordnet",
+    "mapping_quality",
+    "normalize_text",
+    "read_hierarchy_predictions",
+    "read_tsv",
+    "taxonomy_from_edges",
+    "text_encoder",
+    "wordnet_lemmas",
+]

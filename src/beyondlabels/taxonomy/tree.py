@@ -161,6 +161,9 @@ class Taxonomy:
     def from_dict(cls, data: Mapping[str, Any]) -> Taxonomy:
         """Build from ``{"root": NAME, "parent": {child: parent, ...}}`` (the file format).
 
+        A node may list several parents (``child: [p1, p2]``); the parent on the longest chain to the root is kept
+        (rule and ties: :mod:`beyondlabels.taxonomy.loaders`).
+
         Raises:
             ValueError: if ``data`` is not such a mapping (missing or unknown keys), or the tree is invalid.
 
@@ -179,11 +182,19 @@ class Taxonomy:
                 + (f"; unknown {_listing(unknown)}" if unknown else "")
             )
         parent = data["parent"]
+        if isinstance(parent, Mapping):
+            from beyondlabels.taxonomy.loaders import dag_to_tree, parents_from_mapping
+
+            several = parents_from_mapping(parent)
+            if several is not None:  # some node lists several parents: keep the one on the longest chain
+                tree, root = dag_to_tree(several, _check_name(data["root"], "`root`"))
+                return cls(tree, root=root)
         return cls({} if parent is None else parent, root=data["root"])
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Taxonomy:
-        """Load a YAML (``.yaml``/``.yml``) or JSON (``.json``) file in the :meth:`from_dict` format.
+        """Load a YAML (``.yaml``/``.yml``) or JSON (``.json``) file in the :meth:`from_dict` format, or a
+        ``child<TAB>parent`` edge list (``.tsv``, :func:`~beyondlabels.taxonomy.loaders.read_tsv`).
 
         Errors name the file; a key repeated in the file (a node listed twice) is an error.
 
@@ -195,6 +206,10 @@ class Taxonomy:
             ...     Taxonomy.from_file(file).ancestors("c")
             ['c', 'b', 'a']
         """
+        if str(path).lower().endswith(".tsv"):
+            from beyondlabels.taxonomy.loaders import read_tsv
+
+            return read_tsv(path)
         data = read_mapping(path, "taxonomy")
         try:
             return cls.from_dict(data)
@@ -331,6 +346,106 @@ class Taxonomy:
             out[:, 0] = False
         return out
 
+    def ancestor_table(self, device: torch.device | str | None = None) -> Tensor:
+        """Int32 tensor ``[V, max_depth + 1]``: ``T[v, d]`` is the index of ``v``'s ancestor at depth ``d`` for
+        ``d <= depth(v)`` (so ``T[v, 0]`` is the root and ``T[v, depth(v)] = v``), and ``-1`` beyond.
+
+        Two nodes' rows agree exactly on the depths ``0 .. depth(LCA)``: the table turns ancestor-set intersections
+        and LCAs of many pairs into one gather and compare (:mod:`beyondlabels.functional.hierarchy`). It takes
+        ``4 * V * (max_depth + 1)`` bytes (6.6 MB for WordNet's nouns); the CPU copy is built once and kept.
+
+        Example:
+            >>> Taxonomy({"b": "a", "c": "b", "d": "a"}, root="a").ancestor_table()
+            tensor([[ 0, -1, -1],
+                    [ 0,  1, -1],
+                    [ 0,  2, -1],
+                    [ 0,  1,  3]], dtype=torch.int32)
+        """
+        table = getattr(self, "_ancestor_table", None)
+        if table is None:
+            size = len(self)
+            climb = self._climb_table(torch.device("cpu"))
+            table = torch.full((size, self._max_depth + 1), -1, dtype=torch.int32)
+            rows = torch.arange(size)
+            current = rows.clone()
+            for step in range(self._max_depth + 1):
+                level = self._depth - step
+                valid = level >= 0
+                table[rows[valid], level[valid]] = current[valid].to(torch.int32)
+                current = climb[current]
+            self._ancestor_table = table
+        return table.clone() if device is None else table.to(device, copy=True)
+
+    def lca_structure(self, device: torch.device | str | None = None, copy: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """``(first, sparse, log2)``: an Euler tour range-minimum index answering LCA queries in O(1) per pair.
+
+        The Euler tour visits the nodes depth first (children in node order) and lists a node each time the walk is at
+        it: ``2V - 1`` entries. ``first[v]`` (int64 ``[V]``) is ``v``'s first position; the LCA of ``a`` and ``b`` is the
+        shallowest node listed between ``first[a]`` and ``first[b]``. ``sparse[j, i]`` (int64 ``[L, 2V - 1]``) is the
+        minimum of ``key = depth * V + node`` over the ``2**j`` entries from ``i`` on, and ``log2[n]`` (int64 ``[2V]``) is
+        ``floor(log2(n))``; so ``key // V`` is the LCA's depth and ``key % V`` its index. About ``8 * 2V * log2(2V)``
+        bytes (24 MB for WordNet's nouns); the CPU copy is built once and kept. ``copy=False`` returns it (or, on
+        another device, the moved tensors) without a defensive copy: read it, never write it.
+
+        Example:
+            >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b"}, root="a")
+            >>> first, sparse, log2 = tax.lca_structure()
+            >>> first.tolist(), (sparse[0] % len(tax)).tolist()
+            ([0, 1, 5, 2], [0, 1, 3, 1, 0, 2, 0])
+        """
+        cached = getattr(self, "_lca_structure", None)
+        if cached is None:
+            size = len(self)
+            children: list[list[int]] = [[] for _ in range(size)]
+            for child, par in enumerate(self._parent.tolist()):
+                if par >= 0:
+                    children[par].append(child)
+            tour: list[int] = []
+            stack = [(0, 0)]
+            while stack:
+                node, next_child = stack.pop()
+                tour.append(node)
+                if next_child < len(children[node]):
+                    stack.append((node, next_child + 1))
+                    stack.append((children[node][next_child], 0))
+            walk = torch.tensor(tour, dtype=torch.long)
+            first = torch.full((size,), len(tour), dtype=torch.long)
+            first.scatter_reduce_(0, walk, torch.arange(len(tour)), reduce="amin")
+            keys = self._depth[walk] * size + walk
+            levels = [keys]
+            width = 1
+            while 2 * width <= len(tour):
+                prev = levels[-1]
+                nxt = prev.clone()
+                nxt[: len(tour) - width] = torch.minimum(prev[: len(tour) - width], prev[width:])
+                levels.append(nxt)
+                width *= 2
+            log2 = torch.zeros(len(tour) + 1, dtype=torch.long)
+            log2[1:] = torch.floor(torch.log2(torch.arange(1, len(tour) + 1, dtype=torch.float64))).long()
+            cached = (first, torch.stack(levels), log2)
+            self._lca_structure = cached
+        device = torch.device("cpu") if device is None else torch.device(device)
+        return tuple(t.to(device, copy=copy) for t in cached)  # type: ignore[return-value]
+
+    def class_gains(
+        self, classes: Iterable[str], labels: Any = None, name: str = "hierarchical", include_root: bool = False
+    ) -> Any:
+        """Graded relevance between ``classes`` from this tree: a :class:`~beyondlabels.functional.ClassGains`.
+
+        The definition (``|anc(q) ∩ anc(r)| / max(|anc(q)|, |anc(r)|)``) and the arguments:
+        :func:`beyondlabels.functional.hierarchy.taxonomy_class_gains`.
+
+        Example:
+            >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
+            >>> tax.class_gains(["d", "e", "c"], labels="index").gains
+            tensor([[1.0000, 0.5000, 0.0000],
+                    [0.5000, 1.0000, 0.0000],
+                    [0.0000, 0.0000, 1.0000]], dtype=torch.float64)
+        """
+        from beyondlabels.functional.hierarchy import taxonomy_class_gains
+
+        return taxonomy_class_gains(self, classes, labels=labels, name=name, include_root=include_root)
+
     def lowest_common_ancestor(self, a_idx: Tensor, b_idx: Tensor) -> Tensor:
         """The index of the LCA of each pair ``(a_idx[i], b_idx[i])``, vectorised.
 
@@ -415,7 +530,9 @@ class Taxonomy:
 
 
 def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str]) -> Taxonomy:
-    """A :class:`Taxonomy` from a file path, a ``{root, parent}`` mapping, or a Taxonomy (returned as is).
+    """A :class:`Taxonomy` from a file path (YAML, JSON or TSV), a ``{root, parent}`` mapping, a Taxonomy (returned
+    as is), ``"wordnet"`` (WordNet 3.0 nouns, :func:`~beyondlabels.taxonomy.loaders.load_wordnet`) or ``"demo"`` (the
+    demo's shape tree, :func:`~beyondlabels.demo.demo_taxonomy`).
 
     Raises:
         ValueError: if ``source`` is none of these, or the data is invalid.
@@ -428,8 +545,17 @@ def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str])
         return source
     if isinstance(source, Mapping):
         return Taxonomy.from_dict(source)
+    if isinstance(source, str) and source == "demo":
+        from beyondlabels.demo.metadata import demo_taxonomy
+
+        return demo_taxonomy()
+    if isinstance(source, str) and source.lower() == "wordnet":
+        from beyondlabels.taxonomy.loaders import load_wordnet
+
+        return load_wordnet()
     if isinstance(source, (str, os.PathLike)):
         return Taxonomy.from_file(source)
     raise ValueError(
-        f"`source` must be a Taxonomy, a {{root, parent}} mapping or a file path, got {type(source).__name__}"
+        f"`source` must be a Taxonomy, a {{root, parent}} mapping, a file path (.yaml, .yml, .json, .tsv), "
+        f"'wordnet' or 'demo', got {type(source).__name__}"
     )

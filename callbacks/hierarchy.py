@@ -1,0 +1,270 @@
+"""Periodic taxonomy-aware evaluation: hierarchical precision / recall / F of a module's predictions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.retrieval import _thumbnail
+from beyondlabels.functional.hierarchy import per_class_means
+from beyondlabels.metrics import HierarchicalPrecisionRecall
+from beyondlabels.taxonomy import Taxonomy, TextToNode, load_taxonomy
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HierarchyEvalCallback"]
+
+SOURCES = ("labels", "text")
+
+
+class HierarchyEvalCallback(EvaluationCallback):
+    """Every few epochs or steps, ask the module for predictions on a fixed evaluation set and log hP / hR / hF.
+
+    Predictions come from the LightningModule, in eval mode without gradients:
+
+    - ``source="labels"``: ``pl_module.<predict_method>(inputs)`` returns class indices ``[B]`` (mapped to nodes with
+      ``class_names``) or a list of node names;
+    - ``source="text"``: ``pl_module.<text_method>(inputs)`` returns free-text answers, mapped to nodes by
+      :class:`~beyondlabels.taxonomy.TextToNode` (Algorithm 1 of the CVPR 2025 paper) with the module's own
+      ``encode_text`` (``encoder="module"``, re-embedding node names at every evaluation) or any encoder it accepts.
+
+    Ground truths are the batch's labels: class indices (mapped with ``class_names``) or node names.
+    :class:`~beyondlabels.metrics.HierarchicalPrecisionRecall` gathers them on every rank; every scalar is logged as
+    ``<prefix>/<name>`` (``hierarchy/hP``, ``hierarchy/hR``, ``hierarchy/hF``, ``hierarchy/micro_hF``, ...) at the
+    trainer's global step. On rank 0, W&B also gets a table of examples (image, answer, mapped node, rule, ground
+    truth, p_n, r_n) and an hP-hR scatter with one point per ground-truth class. Schedule, loader sharding, failures,
+    files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+
+    Args:
+        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what :func:`~beyondlabels.taxonomy.load_taxonomy`
+            reads (a YAML/JSON/TSV path, ``"wordnet"``, a ``{root, parent}`` mapping).
+        source: ``"labels"`` or ``"text"``.
+        predict_method: module method returning class indices or node names (``source="labels"``).
+        text_method: module method returning answers (``source="text"``).
+        class_names: node name of every class index, in label order (default: the datamodule's ``class_names``).
+        include_root: count the root in ancestor sets.
+        encoder: ``"module"`` (the module's ``encode_text``), ``"hashing"``, ``"open_clip:<model>[:<weights>]"`` or a
+            callable (``source="text"``).
+        top_k, ngram_orders, lca_margin: options of :class:`~beyondlabels.taxonomy.TextToNode`.
+        input_key, label_key, id_key: keys of dict batches (tuples are ``(inputs, labels[, ids])``).
+        num_examples: rows of the W&B example table (0 turns it off).
+        kwargs: schedule, loader, files and failure options of :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+
+    Example:
+        >>> from beyondlabels.demo import demo_taxonomy
+        >>> callback = HierarchyEvalCallback(demo_taxonomy(), every_n_epochs=2, prog_bar=["hF"])
+        >>> callback.schema.mode("hF"), callback.schema.curve_keys()
+        ('max', ['error_lca_depth_fraction'])
+    """
+
+    def __init__(
+        self,
+        taxonomy: Any,
+        source: str = "labels",
+        predict_method: str = "predict_labels",
+        text_method: str = "generate_text",
+        class_names: Sequence[str] | None = None,
+        include_root: bool = False,
+        encoder: Any = "module",
+        top_k: int = 5,
+        ngram_orders: Sequence[int] = (4, 3, 2),
+        lca_margin: float | None = 0.02,
+        input_key: str = "image",
+        label_key: str = "label",
+        id_key: str = "id",
+        num_examples: int = 16,
+        *,
+        every_n_epochs: int | None = None,
+        every_n_steps: int | None = None,
+        dataloader: str | DataLoader | Callable[[], DataLoader] = "val_dataloader",
+        prefix: str = "hierarchy",
+        **kwargs: Any,
+    ) -> None:
+        try:
+            self.taxonomy: Taxonomy = load_taxonomy(taxonomy)
+        except ValueError as err:
+            raise ValueError(f"`taxonomy`: {err}") from None
+        if source not in SOURCES:
+            raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
+        for name, value in (
+            ("predict_method", predict_method),
+            ("text_method", text_method),
+            ("input_key", input_key),
+            ("label_key", label_key),
+            ("id_key", id_key),
+        ):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
+        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 0:
+            raise ValueError(f"`num_examples` must be an int >= 0, got {num_examples!r}.")
+        self.source = source
+        self.predict_method, self.text_method = predict_method, text_method
+        self.class_names = list(class_names) if class_names is not None else None
+        if self.class_names is not None:
+            self.taxonomy.indices(self.class_names)  # unknown names fail here, not at the first evaluation
+        self.include_root = include_root
+        self.encoder = encoder
+        self.mapper_options = {"top_k": top_k, "ngram_orders": tuple(ngram_orders), "lca_margin": lca_margin}
+        self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
+        self.num_examples = num_examples
+        self._mapper: TextToNode | None = None
+        if source == "text" and encoder != "module":
+            self._mapper = TextToNode(self.taxonomy, encoder=encoder, **self.mapper_options)
+        elif source == "text":
+            TextToNode(self.taxonomy, encoder="hashing", **self.mapper_options)  # validates the options now
+        self._class_nodes: torch.Tensor | None = None
+        self._examples: dict[int, dict[str, Any]] = {}
+        super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
+
+    def build_metric(self) -> HierarchicalPrecisionRecall:
+        return HierarchicalPrecisionRecall(self.taxonomy, include_root=self.include_root)
+
+    def state_key_parts(self) -> dict[str, Any]:
+        method = self.predict_method if self.source == "labels" else self.text_method
+        return {"source": self.source, "method": method}
+
+    def check_module(self, pl_module: pl.LightningModule) -> None:
+        method = self.predict_method if self.source == "labels" else self.text_method
+        if not callable(getattr(pl_module, method, None)):
+            option = "predict_method" if self.source == "labels" else "text_method"
+            raise AttributeError(
+                f"{type(pl_module).__name__} has no method {method!r}; set HierarchyEvalCallback({option}=...) to the "
+                f"method that returns {'class indices' if self.source == 'labels' else 'free-text answers'}"
+            )
+        if self.source == "text" and self.encoder == "module" and not callable(getattr(pl_module, "encode_text", None)):
+            raise AttributeError(
+                f"{type(pl_module).__name__} has no encode_text method for encoder='module'; set "
+                "HierarchyEvalCallback(encoder=...) to 'hashing', 'open_clip:<model>' or a callable"
+            )
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        names = self.class_names
+        if names is None:
+            names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
+        self._class_nodes = self.taxonomy.indices(list(names)) if names is not None else None
+
+    # ---- one batch -----------------------------------------------------------------------------------------------------
+    def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
+        """``(inputs, labels, ids or None)`` of one batch."""
+        if isinstance(batch, dict):
+            missing = [k for k in (self.input_key, self.label_key) if k not in batch]
+            if missing:
+                raise KeyError(
+                    f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. "
+                    "Set input_key / label_key (and id_key) to the keys of your batches."
+                )
+            return batch[self.input_key], batch[self.label_key], batch.get(self.id_key)
+        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
+            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
+        raise TypeError(
+            f"evaluation batches must be dicts (keys {self.input_key!r}, {self.label_key!r}, optional {self.id_key!r}) "
+            f"or (inputs, labels[, ids]) tuples; got a {type(batch).__name__}"
+        )
+
+    def _to_nodes(self, values: Any, what: str, device: torch.device) -> torch.Tensor:
+        """Node indices of class indices (through ``class_names``) or of node names."""
+        if isinstance(values, (list, tuple)) and values and all(isinstance(v, str) for v in values):
+            try:
+                return self.taxonomy.indices(list(values)).to(device)
+            except ValueError as err:
+                raise ValueError(f"{what}: {err}") from None
+        classes = torch.as_tensor(values).to(device)
+        if classes.dim() != 1 or classes.is_floating_point() or classes.dtype == torch.bool:
+            raise ValueError(f"{what} must be class indices [B] or node names, got {tuple(classes.shape)} {classes.dtype}")
+        if self._class_nodes is None:
+            raise ValueError(
+                f"{what} are class indices but no class names are known; pass HierarchyEvalCallback(class_names=[...]) "
+                "(the node of every class index) or give the datamodule a `class_names` attribute"
+            )
+        table = self._class_nodes.to(device)
+        if classes.numel() and (int(classes.min()) < 0 or int(classes.max()) >= table.numel()):
+            raise ValueError(f"{what} hold class indices outside [0, {table.numel()}) (the {table.numel()} class names)")
+        return table[classes.long()]
+
+    def _text_mapper(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> TextToNode:
+        if self.encoder != "module":
+            assert self._mapper is not None
+            return self._mapper
+        key = ("module", id(pl_module), trainer.global_step)
+        if self._mapper is None:
+            self._mapper = TextToNode(self.taxonomy, encoder=pl_module, encoder_key=key, **self.mapper_options)
+        self._mapper.encode, self._mapper.encoder_key = pl_module.encode_text, key  # new weights, new cache entry
+        return self._mapper
+
+    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+        inputs, labels, given_ids = self.unpack(batch)
+        if isinstance(inputs, torch.Tensor):
+            inputs = inputs.to(pl_module.device)
+        device = pl_module.device
+        gt = self._to_nodes(labels, "labels", device)
+        answers: list[str] | None = None
+        rules: list[str] | None = None
+        if self.source == "labels":
+            pred = self._to_nodes(getattr(pl_module, self.predict_method)(inputs), f"{self.predict_method}()", device)
+        else:
+            answers = getattr(pl_module, self.text_method)(inputs)
+            if isinstance(answers, str) or not isinstance(answers, (list, tuple)) or not all(isinstance(a, str) for a in answers):
+                raise TypeError(f"{self.text_method}() must return a list of strings, got {type(answers).__name__}")
+            index, rules = self._text_mapper(self._trainer, pl_module).map_indices(list(answers))
+            pred = index.to(device)
+        if pred.numel() != gt.numel():
+            raise ValueError(f"the module gave {pred.numel()} predictions for a batch of {gt.numel()} samples")
+        ids = self.take_ids(gt.numel(), given_ids)
+        self.metric.update(pred, gt, ids.to(device))
+        if self.num_examples and len(self._examples) < self.num_examples:
+            names = self.taxonomy.nodes
+            for row, sample_id in enumerate(ids.tolist()[: self.num_examples - len(self._examples)]):
+                self._examples[int(sample_id)] = {
+                    "answer": answers[row] if answers is not None else names[int(pred[row])],
+                    "mapped_node": names[int(pred[row])],
+                    "rule": rules[row] if rules is not None else "class",
+                    "ground_truth": names[int(gt[row])],
+                }
+
+    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+        self._examples = {}
+        return super().evaluate(trainer, pl_module)
+
+    # ---- media (rank 0) ----------------------------------------------------------------------------------------------
+    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+        per_query = results["per_query"]
+        if self.num_examples and self._examples:
+            position = {int(q): i for i, q in enumerate(per_query["query_id"].tolist())}
+            rows = []
+            for sample_id, example in sorted(self._examples.items()):
+                i = position.get(sample_id)
+                if i is None:
+                    continue
+                rows.append(
+                    {
+                        "input_image": _thumbnail(self._eval_dataset, sample_id, self.input_key, self.id_key),
+                        **example,
+                        "p_n": float(per_query["hP"][i]),
+                        "r_n": float(per_query["hR"][i]),
+                        "id": sample_id,
+                    }
+                )
+            columns = ["input_image", "answer", "mapped_node", "rule", "ground_truth", "p_n", "r_n", "id"]  # *_image: wandb.Image
+            media.table("examples", columns, rows)
+        self._log_scatter(results, media)
+
+    def _log_scatter(self, results: dict[str, Any], media: WandbMedia) -> None:
+        import wandb
+
+        means = per_class_means(results["per_query"], ("hP", "hR"))
+        names = self.taxonomy.nodes
+        data = [
+            [names[int(n)], float(p), float(r), int(c)]
+            for n, p, r, c in zip(means["node"].tolist(), means["hP"].tolist(), means["hR"].tolist(), means["count"].tolist())
+        ]
+        table = wandb.Table(columns=["class", "hP", "hR", "count"], data=data)
+        plot = wandb.plot.scatter(table, "hR", "hP", title=f"{self.prefix}: hP vs hR per class (step {media.step})")
+        media.logger.log_metrics({f"{self.prefix}/hp_hr_per_class": plot}, step=media.step)

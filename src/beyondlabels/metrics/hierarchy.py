@@ -1,0 +1,114 @@
+"""torchmetrics class for hierarchical precision / recall / F over a class tree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from beyondlabels.functional.hierarchy import (
+    DEFAULT_CHUNK,
+    _check_chunk,
+    hierarchical_precision_recall,
+    hierarchy_output_schema,
+    node_indices,
+)
+from beyondlabels.metrics.base import PerSampleMetric
+from beyondlabels.schema import OutputSchema
+from beyondlabels.taxonomy import Taxonomy, load_taxonomy
+
+__all__ = ["HierarchicalPrecisionRecall"]
+
+
+class HierarchicalPrecisionRecall(PerSampleMetric):
+    """Is a wrong answer wrong, or correct but unspecific? hP, hR and hF of predicted nodes against true nodes.
+
+    Each sample is a predicted node and a true node of ``taxonomy``; :meth:`compute` gathers every sample (deduplicated
+    by id across processes), and returns the instance means ``hP``, ``hR`` and their harmonic mean ``hF`` (as in
+    "Taxonomy-Aware Evaluation of Vision-Language Models", CVPR 2025), the mean of per-sample F ``hF_sample_mean``,
+    the pooled ``micro_hP`` / ``micro_hR`` / ``micro_hF``, ``exact_match``, the depth of the LCA of each error
+    (``error_lca_depth_fraction``, ``mean_error_lca_depth``) and per-sample values. Definitions (root excluded by
+    default, predictions at the root, ...): :mod:`beyondlabels.functional.hierarchy`.
+
+    Args:
+        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, or what :func:`~beyondlabels.taxonomy.load_taxonomy`
+            reads (a YAML/JSON/TSV path, a ``{root, parent}`` mapping, ``"wordnet"``).
+        include_root: count the root in every ancestor set.
+        chunk_size: pairs per block of the LCA computation.
+        validate_args: check node indices in every update (a host sync per batch).
+        kwargs: passed to :class:`torchmetrics.Metric` (``sync_on_compute``, ``process_group``, ...).
+
+    Inputs of :meth:`update`:
+        ``pred_nodes`` and ``gt_nodes``: ``[B]`` node indices (integer tensors) or lists of node names; optional
+        ``ids`` ``[B]`` (required under distributed training; on one process the arrival position is the id).
+
+    Example:
+        >>> from beyondlabels.taxonomy import Taxonomy
+        >>> tax = Taxonomy({"object": "entity", "artifact": "object", "transport": "artifact", "train": "transport",
+        ...                 "bus": "transport"}, root="entity")
+        >>> metric = HierarchicalPrecisionRecall(tax)
+        >>> metric.update(["transport", "bus"], ["train", "train"])
+        >>> out = metric.compute()
+        >>> float(out["hP"]), float(out["hR"]), float(out["exact_match"]), out["error_lca_depth_fraction"].tolist()
+        (0.875, 0.75, 0.0, [0.0, 0.0, 0.0, 1.0, 0.0])
+    """
+
+    pred: list[Tensor]
+    gt: list[Tensor]
+
+    def __init__(
+        self,
+        taxonomy: Any,
+        include_root: bool = False,
+        chunk_size: int = DEFAULT_CHUNK,
+        validate_args: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(validate_args=validate_args, **kwargs)
+        try:
+            self.taxonomy: Taxonomy = load_taxonomy(taxonomy)
+        except ValueError as err:
+            raise ValueError(f"`taxonomy`: {err}") from None
+        if not isinstance(include_root, bool):
+            raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
+        self.include_root = include_root
+        self.chunk_size = _check_chunk(chunk_size)
+        self.add_sample_state("pred")
+        self.add_sample_state("gt", agree=True)
+
+    def output_schema(self) -> OutputSchema:
+        return hierarchy_output_schema().merged(OutputSchema({"num_duplicates": self.count_spec()}))
+
+    def _nodes(self, nodes: Any, name: str) -> Tensor:
+        if isinstance(nodes, Tensor) and not self.validate_args:
+            if nodes.dim() != 1 or nodes.is_floating_point() or nodes.dtype == torch.bool:
+                raise ValueError(f"`{name}` must be a 1-D tensor of node indices or a list of node names.")
+            return nodes.long()
+        return node_indices(self.taxonomy, nodes, name)
+
+    def update(self, pred_nodes: Any, gt_nodes: Any, ids: Any = None) -> None:
+        """Add a batch of (prediction, ground truth) pairs (see the class docstring for the inputs)."""
+        pred = self._nodes(pred_nodes, "pred_nodes")
+        gt = self._nodes(gt_nodes, "gt_nodes")
+        if pred.numel() != gt.numel():
+            raise ValueError(f"`pred_nodes` has {pred.numel()} entries and `gt_nodes` {gt.numel()}; they must match.")
+        device = pred.device if isinstance(pred_nodes, Tensor) else (gt.device if isinstance(gt_nodes, Tensor) else self.device)
+        pred, gt = pred.to(device), gt.to(device)
+        if self.validate_args and not self.include_root and bool((gt == 0).any()):
+            raise ValueError(
+                f"`gt_nodes` holds the root {self.taxonomy.root!r}; with the root excluded it has nothing to recall. "
+                "Use a more specific node or set include_root=True."
+            )
+        ids = self.check_ids(ids, gt.numel(), device)
+        self.append_samples(ids, pred=pred, gt=gt)
+
+    def compute(self) -> dict[str, Any]:
+        """Deduplicate the gathered samples by id and return every metric (keys: :meth:`output_schema`)."""
+        samples = self.gathered_samples()
+        out = hierarchical_precision_recall(
+            samples.values["pred"], samples.values["gt"], self.taxonomy, include_root=self.include_root, chunk_size=self.chunk_size
+        )
+        out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=samples.ids.device)
+        out["per_query"]["query_id"] = samples.ids
+        return out

@@ -1,0 +1,140 @@
+"""HierarchyEvalCallback on a toy module: class-index and free-text predictions, files, W&B media, clear errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from toy import LinearEncoder, PointDataModule  # noqa: E402
+
+from beyondlabels.callbacks import HierarchyEvalCallback  # noqa: E402
+from beyondlabels.functional import hierarchical_precision_recall  # noqa: E402
+from beyondlabels.taxonomy import Taxonomy  # noqa: E402
+
+TREE = Taxonomy({"A": "root", "B": "root", "a0": "A", "a1": "A", "b0": "B", "b1": "B"}, root="root")
+CLASSES = ["a0", "a1", "b0", "b1"]  # node of class index 0..3 (the toy data has 4 classes)
+
+
+class Classifier(LinearEncoder):
+    """The toy encoder plus the two prediction methods the callback calls."""
+
+    def predict_labels(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)[:, :4].argmax(dim=1)
+
+    def generate_text(self, x: torch.Tensor) -> list[str]:
+        return [f"a picture of {CLASSES[int(i)].replace('0', ' zero').replace('1', ' one')}" for i in self.predict_labels(x)]
+
+
+def _fit(tmp_path: Path, callback: HierarchyEvalCallback, logger=False, epochs: int = 1):
+    model = Classifier()
+    trainer = pl.Trainer(
+        max_epochs=epochs, callbacks=[callback], logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(tmp_path), accelerator="cpu", devices=1,
+    )  # fmt: skip
+    dm = PointDataModule()
+    trainer.fit(model, datamodule=dm)
+    return trainer, model, dm
+
+
+def _expected(model: Classifier, dm: PointDataModule) -> dict:
+    x = torch.from_numpy(dm.eval_set.points)
+    with torch.no_grad():
+        pred = TREE.indices(CLASSES)[model.predict_labels(x)]
+    gt = TREE.indices(CLASSES)[torch.from_numpy(dm.eval_set.labels)]
+    return hierarchical_precision_recall(pred, gt, TREE)
+
+
+def test_class_index_predictions_are_logged_and_saved(tmp_path: Path):
+    callback = HierarchyEvalCallback(TREE, class_names=CLASSES, strict=True, prog_bar=["hF"])
+    trainer, model, dm = _fit(tmp_path, callback)
+    ref = _expected(model, dm)
+    history = json.loads((tmp_path / "hierarchy" / "history.json").read_text())
+    last = history[-1]
+    for key in ("hP", "hR", "hF", "micro_hF", "exact_match", "num_samples"):
+        assert last[key] == pytest.approx(float(ref[key])), key
+        assert float(trainer.callback_metrics[f"hierarchy/{key}"]) == pytest.approx(float(ref[key]))
+    assert last["error_lca_depth_fraction"] == pytest.approx(ref["error_lca_depth_fraction"].tolist())
+    per_query = list((tmp_path / "hierarchy" / "per_query").glob("*.npz"))
+    assert per_query and (tmp_path / "hierarchy" / "schema.json").is_file()
+
+
+def test_free_text_answers_are_mapped_to_nodes(tmp_path: Path):
+    # answers like "a picture of a zero": the hashing encoder and the n-gram rule find the class nodes
+    tree = Taxonomy({"A": "root", "B": "root", "a_zero": "A", "a_one": "A", "b_zero": "B", "b_one": "B"}, root="root")
+    classes = ["a_zero", "a_one", "b_zero", "b_one"]
+    callback = HierarchyEvalCallback(tree, source="text", class_names=classes, encoder="hashing", strict=True)
+    _, model, dm = _fit(tmp_path, callback)
+    x = torch.from_numpy(dm.eval_set.points)
+    with torch.no_grad():
+        pred = tree.indices(classes)[model.predict_labels(x)]
+    ref = hierarchical_precision_recall(pred, tree.indices(classes)[torch.from_numpy(dm.eval_set.labels)], tree)
+    last = callback.history[-1]
+    assert last["hP"] == pytest.approx(float(ref["hP"])) and last["hR"] == pytest.approx(float(ref["hR"]))
+
+
+def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
+    from pytorch_lightning.loggers import WandbLogger
+
+    logger = WandbLogger(offline=True, save_dir=str(tmp_path), project="test")
+    callback = HierarchyEvalCallback(TREE, class_names=CLASSES, strict=True, num_examples=5)
+    try:
+        _fit(tmp_path, callback, logger=logger)
+        assert len(callback._examples) == 5
+        assert {"answer", "mapped_node", "rule", "ground_truth"} <= set(next(iter(callback._examples.values())))
+    finally:
+        import wandb
+
+        wandb.finish()
+
+
+def test_errors_are_clear(tmp_path: Path):
+    with pytest.raises(ValueError, match="`source` must be one of"):
+        HierarchyEvalCallback(TREE, source="images")
+    with pytest.raises(ValueError, match=r"unknown taxonomy node\(s\) 'zz'"):
+        HierarchyEvalCallback(TREE, class_names=["zz"])
+    with pytest.raises(ValueError, match="`taxonomy`:"):
+        HierarchyEvalCallback(5)
+    callback = HierarchyEvalCallback(TREE, class_names=CLASSES, predict_method="classify", strict=True)
+    with pytest.raises(AttributeError, match="has no method 'classify'; set HierarchyEvalCallback\\(predict_method=...\\)"):
+        _fit(tmp_path, callback)
+    no_names = HierarchyEvalCallback(TREE, strict=True)  # toy datamodule has no class_names
+    with pytest.raises(ValueError, match="no class names are known"):
+        _fit(tmp_path, no_names)
+
+
+def test_example_table_carries_pictures_as_images():
+    """The table's picture column must end in ``_image`` (WandbMedia turns those cells into wandb.Image)."""
+
+    class Media:
+        step = 3
+        tables: list = []
+        logged: list = []
+
+        def table(self, name, columns, rows):
+            self.tables.append((name, columns, rows))
+
+        class logger:  # noqa: N801 - stands in for the Lightning logger
+            @staticmethod
+            def log_metrics(metrics, step):
+                Media.logged.append((metrics, step))
+
+    callback = HierarchyEvalCallback(TREE, class_names=CLASSES, num_examples=2)
+    callback._eval_dataset = [{"image": torch.rand(3, 8, 8), "id": i} for i in range(2)]
+    callback._examples = {i: {"answer": "a0", "mapped_node": "a0", "rule": "class", "ground_truth": "a1"} for i in range(2)}
+    pred, gt = TREE.indices(["a0", "a0"]), TREE.indices(["a1", "a1"])
+    results = hierarchical_precision_recall(pred, gt, TREE)
+    results["per_query"]["query_id"] = torch.tensor([0, 1])
+    media = Media()
+    callback.log_media(None, results, media)
+    name, columns, rows = media.tables[0]
+    image_columns = [c for c in columns if c.endswith("_image")]
+    assert name == "examples" and len(image_columns) == 1
+    assert all(isinstance(row[image_columns[0]], torch.Tensor) and row[image_columns[0]].ndim == 3 for row in rows)
+    assert rows[0]["p_n"] == 0.5 and rows[0]["r_n"] == 0.5
+    assert "hierarchy/hp_hr_per_class" in media.logged[0][0] and media.logged[0][1] == 3
