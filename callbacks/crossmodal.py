@@ -1,0 +1,240 @@
+"""Periodic image↔text retrieval evaluation of a dual encoder (CLIP-style), as open_clip's training eval reports it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.metrics import CrossModalRetrieval
+
+__all__ = ["CrossModalEvalCallback"]
+
+
+class CrossModalEvalCallback(EvaluationCallback):
+    """Every few epochs or steps, embed an image-caption evaluation set with both towers and log image↔text recall@k.
+
+    Each evaluation walks the evaluation loader, calls ``pl_module.<image_method>(images)`` and
+    ``pl_module.<text_method>(captions)`` in eval mode without gradients, and feeds
+    :class:`~beyondlabels.metrics.CrossModalRetrieval` (the core's exact search, pair ids as labels). It logs
+    ``<prefix>/image_to_text_recall@k``, ``<prefix>/text_to_image_recall@k``, mean and median ranks of the first
+    relevant item in both directions and the counts at the trainer's global step; on rank 0 W&B also gets a table of
+    the worst text → image misses (the caption, its image and the image retrieved first). Schedule, loader sharding,
+    failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+
+    Batches are dicts: ``batch[image_key]`` the images ``[B, ...]``, ``batch[id_key]`` their global ids (default: the
+    position, or the dataset index under DDP), and ``batch[caption_key]`` one entry per image: a caption string, or a
+    list of caption strings (COCO / Flickr: 5 per image; a dataset returning lists needs a ``collate_fn`` that keeps
+    one list per image, since PyTorch's default collation transposes them). Caption ``j`` of image ``i`` gets the
+    text id ``i * max_captions_per_image + j``.
+
+    Args:
+        image_method: LightningModule method mapping images to embeddings ``[B, D]``.
+        text_method: LightningModule method mapping captions to embeddings ``[M, D]`` in the same space; it gets a
+            list of strings, or with ``tokenizer`` the tokens.
+        tokenizer: Optional name of a LightningModule attribute that maps a list of strings to the tokens
+            ``text_method`` takes (e.g. ``"tokenizer"`` for a plain open_clip model); None: ``text_method`` takes
+            strings.
+        image_key, caption_key, id_key: Batch keys of images, captions and image ids.
+        max_captions_per_image: The most captions one image may have (sets the text ids, see above).
+        ks: The k of every ``recall@k`` key.
+        chunk_size, precision, distributed_search: Passed to the metric.
+        num_misses: Rows of the worst-miss table (0 turns it off).
+        kwargs: Schedule, loader, files and failure options of
+            :class:`~beyondlabels.callbacks.base.EvaluationCallback` (``every_n_epochs``, ``every_n_steps``,
+            ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
+            ``evaluate_at_fit_end``, ``strict``).
+
+    Example:
+        >>> callback = CrossModalEvalCallback(every_n_epochs=1, prog_bar=["text_to_image_recall@1"])
+        >>> callback.schema.mode("image_to_text_recall@5"), callback.schema.mode("text_to_image_median_rank")
+        ('max', 'min')
+    """
+
+    def __init__(
+        self,
+        image_method: str = "encode_image",
+        text_method: str = "encode_text",
+        tokenizer: str | None = None,
+        image_key: str = "image",
+        caption_key: str = "caption",
+        id_key: str = "id",
+        max_captions_per_image: int = 5,
+        ks: Sequence[int] = (1, 5, 10),
+        chunk_size: int = 1024,
+        precision: str = "fp32",
+        distributed_search: bool = True,
+        num_misses: int = 16,
+        *,
+        every_n_epochs: int | None = None,
+        every_n_steps: int | None = None,
+        dataloader: str | DataLoader | Callable[[], DataLoader] = "val_dataloader",
+        prefix: str = "crossmodal",
+        **kwargs: Any,
+    ) -> None:
+        for name, value in (
+            ("image_method", image_method), ("text_method", text_method), ("image_key", image_key),
+            ("caption_key", caption_key), ("id_key", id_key),
+        ):  # fmt: skip
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
+        if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+            raise ValueError(f"`tokenizer` must be the name of a LightningModule attribute or None, got {tokenizer!r}.")
+        for name, value, low in (("max_captions_per_image", max_captions_per_image, 1), ("num_misses", num_misses, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}.")
+        self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
+        self.image_key, self.caption_key, self.id_key = image_key, caption_key, id_key
+        self.max_captions_per_image = max_captions_per_image
+        self.ks = tuple(ks) if isinstance(ks, Sequence) and not isinstance(ks, str) else ks
+        self.chunk_size, self.precision, self.distributed_search = chunk_size, precision, distributed_search
+        self.num_misses = num_misses
+        self._captions: dict[int, str] = {}
+        super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
+
+    def build_metric(self) -> CrossModalRetrieval:
+        return CrossModalRetrieval(
+            ks=self.ks,
+            chunk_size=self.chunk_size,
+            precision=self.precision,
+            return_neighbors=1 if self.num_misses else 0,
+            distributed_search=self.distributed_search,
+        )
+
+    def state_key_parts(self) -> dict[str, Any]:
+        return {"image_method": self.image_method, "text_method": self.text_method}
+
+    def check_module(self, pl_module: pl.LightningModule) -> None:
+        for option, name in (("image_method", self.image_method), ("text_method", self.text_method), ("tokenizer", self.tokenizer)):
+            if name is not None and not callable(getattr(pl_module, name, None)):
+                raise AttributeError(
+                    f"{type(pl_module).__name__} has no callable {name!r}; set CrossModalEvalCallback({option}=...) to the "
+                    "module's " + ("tokenizer attribute" if option == "tokenizer" else "method that returns embeddings")
+                )
+
+    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+        self._captions = {}
+        try:
+            return super().evaluate(trainer, pl_module)
+        finally:
+            self._captions = {}
+
+    # ---- one batch -----------------------------------------------------------------------------------------------
+    def _caption_lists(self, captions: Any, batch_size: int) -> list[list[str]]:
+        if isinstance(captions, str) or not isinstance(captions, Sequence) or len(captions) != batch_size:
+            size = len(captions) if isinstance(captions, Sequence) and not isinstance(captions, str) else type(captions).__name__
+            raise ValueError(
+                f"batch[{self.caption_key!r}] must hold one entry per image ({batch_size}): a caption or a list of captions; "
+                f"got {size}. With several captions per image use a collate_fn that keeps one list per image "
+                "(PyTorch's default collation transposes lists)."
+            )
+        out = []
+        for entry in captions:
+            texts = [entry] if isinstance(entry, str) else list(entry)
+            if not all(isinstance(t, str) for t in texts):
+                raise ValueError(f"batch[{self.caption_key!r}] entries must be strings or lists of strings, got {entry!r}.")
+            if len(texts) > self.max_captions_per_image:
+                raise ValueError(
+                    f"an image has {len(texts)} captions but max_captions_per_image={self.max_captions_per_image}; raise it."
+                )
+            out.append(texts)
+        return out
+
+    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+        if not isinstance(batch, dict):
+            raise TypeError(f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and {self.id_key!r}); got {type(batch).__name__}")
+        missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
+        if missing:
+            raise KeyError(f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / caption_key.")
+        images = batch[self.image_key]
+        if isinstance(images, torch.Tensor):
+            images = images.to(pl_module.device)
+        image_emb = getattr(pl_module, self.image_method)(images)
+        if not isinstance(image_emb, torch.Tensor) or image_emb.dim() != 2:
+            raise TypeError(f"{self.image_method}() must return a [B, D] tensor, got {type(image_emb).__name__}")
+        batch_size = image_emb.shape[0]
+        image_ids = self.take_ids(batch_size, batch.get(self.id_key)).to(device=pl_module.device, dtype=torch.long)
+        lists = self._caption_lists(batch[self.caption_key], batch_size)
+        texts = [t for texts in lists for t in texts]
+        owner = torch.tensor([i for i, texts in enumerate(lists) for _ in texts], dtype=torch.long, device=pl_module.device)
+        slot = torch.tensor([j for texts in lists for j in range(len(texts))], dtype=torch.long, device=pl_module.device)
+        if not texts:
+            self.metric.update(image_embeddings=image_emb.float(), image_ids=image_ids)
+            return
+        tokens = getattr(pl_module, self.tokenizer)(texts) if self.tokenizer else texts
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.to(pl_module.device)
+        text_emb = getattr(pl_module, self.text_method)(tokens)
+        if not isinstance(text_emb, torch.Tensor) or tuple(text_emb.shape[:1]) != (len(texts),) or text_emb.dim() != 2:
+            raise TypeError(f"{self.text_method}() must return a [M, D] tensor for M={len(texts)} captions, got {getattr(text_emb, 'shape', type(text_emb).__name__)}")
+        text_image_ids = image_ids[owner]
+        text_ids = text_image_ids * self.max_captions_per_image + slot
+        self.metric.update(image_emb.float(), image_ids, text_emb.float(), text_image_ids, text_ids)
+        if self.num_misses:
+            self._captions.update(zip(text_ids.tolist(), texts))
+
+    # ---- media ---------------------------------------------------------------------------------------------------
+    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+        if self.num_misses and "neighbors" in results:
+            columns = ["caption", "true_image", "retrieved_image", "true_image_rank", "cosine", "text_id", "true_image_id", "retrieved_image_id"]
+            media.table("worst_text_to_image_misses", columns, self.miss_rows(results))
+
+    def miss_rows(self, results: dict[str, Any]) -> list[dict[str, Any]]:
+        """The captions whose image ranks worst (largest rank first, then the smaller text id), with thumbnails."""
+        per_query, neighbors = results["per_query"], results["neighbors"]
+        texts = per_query["direction"] == 1
+        ranks = per_query["text_to_image_rank"][texts]
+        image_ids = per_query["image_id"][texts]
+        order = torch.argsort(-ranks, stable=True)
+        order = order[ranks[order] > 1][: self.num_misses]
+        rows = []
+        for t in order.tolist():
+            text_id, true_id = int(neighbors["text_ids"][t]), int(image_ids[t])
+            retrieved = int(neighbors["image_ids"][t, 0])
+            rows.append(
+                {
+                    "caption": self._caption(text_id),
+                    "true_image": self._thumbnail(true_id),
+                    "retrieved_image": self._thumbnail(retrieved),
+                    "true_image_rank": int(ranks[t]),
+                    "cosine": float(neighbors["scores"][t, 0]),
+                    "text_id": text_id,
+                    "true_image_id": true_id,
+                    "retrieved_image_id": retrieved,
+                }
+            )
+        return rows
+
+    def _item(self, image_id: int) -> dict[str, Any] | None:
+        """The dataset item of ``image_id`` when the dataset is indexed by id (its ``id_key`` must equal the id)."""
+        dataset = self._eval_dataset
+        if dataset is None or not hasattr(dataset, "__getitem__"):
+            return None
+        try:
+            item = dataset[image_id]
+        except Exception:  # noqa: BLE001 - no thumbnail is not an error
+            return None
+        if not isinstance(item, dict) or self.id_key not in item or int(item[self.id_key]) != image_id:
+            return None
+        return item
+
+    def _caption(self, text_id: int) -> str | None:
+        if text_id in self._captions:  # seen on this rank
+            return self._captions[text_id]
+        item = self._item(text_id // self.max_captions_per_image)
+        if item is None:
+            return None
+        captions = item.get(self.caption_key)
+        captions = [captions] if isinstance(captions, str) else list(captions or [])
+        slot = text_id % self.max_captions_per_image
+        return str(captions[slot]) if slot < len(captions) else None
+
+    def _thumbnail(self, image_id: int) -> torch.Tensor | None:
+        item = self._item(image_id)
+        image = None if item is None else item.get(self.image_key)
+        return image if isinstance(image, torch.Tensor) and image.ndim == 3 else None

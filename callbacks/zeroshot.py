@@ -1,0 +1,215 @@
+"""Periodic zero-shot classification of a dual encoder (CLIP-style): class names and prompt templates against images."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.functional.zeroshot import check_class_names, check_templates, class_prompts, prompt_ensemble, zeroshot_scores
+from beyondlabels.metrics import ZeroShotClassification
+
+__all__ = ["ZeroShotEvalCallback"]
+
+
+class ZeroShotEvalCallback(EvaluationCallback):
+    """Every few epochs or steps, classify the evaluation images against prompt-ensembled class embeddings.
+
+    At the start of each evaluation the class embeddings are rebuilt with the module's current text tower (it trains):
+    every class name is put into every template (:func:`~beyondlabels.functional.zeroshot.class_prompts`), the prompts
+    are encoded with ``pl_module.<text_method>`` (in chunks of ``text_batch_size``) and ensembled
+    (:func:`~beyondlabels.functional.zeroshot.prompt_ensemble`: mean of the normalised template embeddings,
+    renormalised — CLIP's recipe); they are then reused for every batch of that evaluation only. Each image's class
+    scores are its cosines with the class embeddings, fed to :class:`~beyondlabels.metrics.ZeroShotClassification`.
+    It logs ``<prefix>/top1``, ``<prefix>/top5``, ``<prefix>/balanced_accuracy`` and counts at the trainer's global
+    step, writes each sample's top-1 ``prediction`` to the per-query files (what label-based families read) and, on
+    rank 0, logs the confusion matrix to W&B. Schedule, loader sharding, failures, files and resume:
+    :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+
+    Args:
+        class_names: Class names in label order (label ``i`` is ``class_names[i]``); None reads the datamodule's (or
+            the module's) attribute named ``class_names_from`` at every evaluation.
+        class_names_from: That attribute's name (the demo's ``class_phrases`` are its class names as words).
+        templates: Prompt templates with one ``{}`` for the class name, e.g. ``["a photo of a {}."]``.
+        image_method: LightningModule method mapping images to embeddings ``[B, D]``.
+        text_method: LightningModule method mapping prompts (strings, or with ``tokenizer`` tokens) to ``[M, D]``.
+        tokenizer: Optional name of a LightningModule attribute mapping a list of strings to the tokens
+            ``text_method`` takes; None: ``text_method`` takes strings.
+        text_batch_size: Prompts encoded per call.
+        input_key, label_key, id_key: Batch keys of images, labels (class indices, or class names) and ids; tuple
+            batches ``(images, labels)`` / ``(images, labels, ids)`` work too.
+        ks: The k of every ``top{k}`` key; at most the number of classes.
+        confusion_matrix: Log the confusion matrix to W&B (rank 0).
+        kwargs: Schedule, loader, files and failure options of
+            :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+
+    Example:
+        >>> callback = ZeroShotEvalCallback(class_names=["cat", "dog", "bird", "fish", "frog"], templates=["a {}", "a photo of a {}"])
+        >>> callback.prompts()[:3], callback.schema.scalar_keys()[:3]
+        (['a cat', 'a photo of a cat', 'a dog'], ['top1', 'top5', 'balanced_accuracy'])
+    """
+
+    def __init__(
+        self,
+        class_names: Sequence[str] | None = None,
+        templates: Sequence[str] = ("a photo of a {}.",),
+        class_names_from: str = "class_names",
+        image_method: str = "encode_image",
+        text_method: str = "encode_text",
+        tokenizer: str | None = None,
+        text_batch_size: int = 256,
+        input_key: str = "image",
+        label_key: str = "label",
+        id_key: str = "id",
+        ks: Sequence[int] = (1, 5),
+        confusion_matrix: bool = True,
+        *,
+        every_n_epochs: int | None = None,
+        every_n_steps: int | None = None,
+        dataloader: str | DataLoader | Callable[[], DataLoader] = "val_dataloader",
+        prefix: str = "zeroshot",
+        **kwargs: Any,
+    ) -> None:
+        self.class_names = None if class_names is None else check_class_names(list(class_names))
+        self.templates = check_templates(list(templates) if not isinstance(templates, str) else templates)
+        for name, value in (
+            ("class_names_from", class_names_from), ("image_method", image_method), ("text_method", text_method),
+            ("input_key", input_key), ("label_key", label_key), ("id_key", id_key),
+        ):  # fmt: skip
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
+        if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+            raise ValueError(f"`tokenizer` must be the name of a LightningModule attribute or None, got {tokenizer!r}.")
+        if isinstance(text_batch_size, bool) or not isinstance(text_batch_size, int) or text_batch_size < 1:
+            raise ValueError(f"`text_batch_size` must be a positive int, got {text_batch_size!r}.")
+        self.class_names_from = class_names_from
+        self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
+        self.text_batch_size = text_batch_size
+        self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
+        self.ks = tuple(ks) if isinstance(ks, Sequence) and not isinstance(ks, str) else ks
+        self.confusion_matrix = bool(confusion_matrix)
+        self._classifier: torch.Tensor | None = None
+        self._names: tuple[str, ...] | None = self.class_names
+        super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
+
+    # The metric needs the number of classes; with class names from the datamodule it is rebuilt at setup.
+    def build_metric(self) -> ZeroShotClassification:
+        n = len(self._names) if self._names is not None else max(self._max_k(), 1)
+        return ZeroShotClassification(num_classes=n, ks=self.ks)
+
+    def _max_k(self) -> int:
+        ks = self.ks if isinstance(self.ks, tuple) else (self.ks,)
+        return max((k for k in ks if isinstance(k, int)), default=1)
+
+    def state_key_parts(self) -> dict[str, Any]:
+        return {"image_method": self.image_method, "templates": "|".join(self.templates)}
+
+    def prompts(self) -> list[str]:
+        """Every prompt of the current class names, class by class (prompt ``c * T + t``)."""
+        if self._names is None:
+            raise ValueError("no class names yet: pass class_names=[...] or attach the callback to a trainer whose datamodule has them")
+        return class_prompts(self._names, self.templates)
+
+    def _resolve_names(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> tuple[str, ...]:
+        if self.class_names is not None:
+            return self.class_names
+        for owner in (trainer.datamodule, pl_module):
+            names = getattr(owner, self.class_names_from, None) if owner is not None else None
+            if names is not None:
+                return check_class_names(list(names))
+        raise AttributeError(
+            f"ZeroShotEvalCallback has no class names: pass class_names=[...] or give the datamodule (or module) an "
+            f"attribute {self.class_names_from!r} listing them in label order (set class_names_from=... to its name)"
+        )
+
+    def check_module(self, pl_module: pl.LightningModule) -> None:
+        for option, name in (("image_method", self.image_method), ("text_method", self.text_method), ("tokenizer", self.tokenizer)):
+            if name is not None and not callable(getattr(pl_module, name, None)):
+                raise AttributeError(f"{type(pl_module).__name__} has no callable {name!r}; set ZeroShotEvalCallback({option}=...)")
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._use_names(self._resolve_names(trainer, pl_module))
+
+    def _use_names(self, names: tuple[str, ...]) -> None:
+        if names != self._names or self.metric.num_classes != len(names):
+            self._names = names
+            # a ValueError naming `ks` when ks exceeds the number of classes; the schema depends on ks only
+            self.metric = self.build_metric()
+
+    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+        if self._names is None or self.metric.num_classes != len(self._names):
+            self._use_names(self._resolve_names(trainer, pl_module))
+        self._classifier = None  # rebuilt with the current text tower, once per evaluation
+        try:
+            return super().evaluate(trainer, pl_module)
+        finally:
+            self._classifier = None
+
+    # ---- one batch -----------------------------------------------------------------------------------------------
+    def class_embeddings(self, pl_module: pl.LightningModule) -> torch.Tensor:
+        """The prompt-ensembled class embeddings ``[C, D]`` of this evaluation (built on first use, then cached)."""
+        if self._classifier is None:
+            prompts = self.prompts()
+            parts = []
+            for start in range(0, len(prompts), self.text_batch_size):
+                chunk = prompts[start : start + self.text_batch_size]
+                tokens = getattr(pl_module, self.tokenizer)(chunk) if self.tokenizer else chunk
+                if isinstance(tokens, torch.Tensor):
+                    tokens = tokens.to(pl_module.device)
+                emb = getattr(pl_module, self.text_method)(tokens)
+                if not isinstance(emb, torch.Tensor) or emb.dim() != 2 or emb.shape[0] != len(chunk):
+                    raise TypeError(f"{self.text_method}() must return a [M, D] tensor for M={len(chunk)} prompts, got {getattr(emb, 'shape', type(emb).__name__)}")
+                parts.append(emb.float())
+            self._classifier = prompt_ensemble(torch.cat(parts), num_classes=len(self._names))
+        return self._classifier
+
+    def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
+        if isinstance(batch, dict):
+            missing = [k for k in (self.input_key, self.label_key) if k not in batch]
+            if missing:
+                raise KeyError(f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set input_key / label_key.")
+            return batch[self.input_key], batch[self.label_key], batch.get(self.id_key)
+        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
+            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
+        raise TypeError(f"evaluation batches must be dicts or (images, labels[, ids]) tuples, got {type(batch).__name__}")
+
+    def _label_indices(self, labels: Any, device: torch.device) -> torch.Tensor:
+        if isinstance(labels, (list, tuple)) and labels and all(isinstance(v, str) for v in labels):
+            index = {name: i for i, name in enumerate(self._names)}
+            unknown = sorted({v for v in labels if v not in index})
+            if unknown:
+                raise ValueError(f"labels {unknown[:5]} are not among the class names; labels must be class indices or class names.")
+            return torch.tensor([index[v] for v in labels], dtype=torch.long, device=device)
+        return torch.as_tensor(labels).to(device)
+
+    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+        images, labels, given_ids = self.unpack(batch)
+        if isinstance(images, torch.Tensor):
+            images = images.to(pl_module.device)
+        image_emb = getattr(pl_module, self.image_method)(images)
+        if not isinstance(image_emb, torch.Tensor) or image_emb.dim() != 2:
+            raise TypeError(f"{self.image_method}() must return a [B, D] tensor, got {type(image_emb).__name__}")
+        scores = zeroshot_scores(image_emb.float(), self.class_embeddings(pl_module))
+        ids = self.take_ids(scores.shape[0], given_ids)
+        self.metric.update(scores, self._label_indices(labels, scores.device), ids.to(pl_module.device))
+
+    # ---- media ---------------------------------------------------------------------------------------------------
+    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+        if not self.confusion_matrix or "confusion_matrix" not in results:
+            return
+        import wandb
+
+        per_query = results["per_query"]
+        plot = wandb.plot.confusion_matrix(
+            y_true=per_query["label"].tolist(),
+            preds=per_query["prediction"].tolist(),
+            class_names=list(self._names),
+            title=f"{self.prefix}: confusion matrix (step {media.step})",
+        )
+        media.logger.log_metrics({f"{self.prefix}/confusion_matrix": plot}, step=media.step)

@@ -1,0 +1,95 @@
+"""torchmetrics class for (zero-shot) classification from class scores: top-k, balanced accuracy, confusion matrix."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from beyondlabels.functional.search import _check_ks, _check_positive_int
+from beyondlabels.functional.zeroshot import classification_metrics, topk_classes, zeroshot_output_schema
+from beyondlabels.metrics.base import PerSampleMetric
+from beyondlabels.schema import OutputSchema
+
+__all__ = ["ZeroShotClassification"]
+
+
+class ZeroShotClassification(PerSampleMetric):
+    """Top-k accuracy, balanced accuracy and the confusion matrix of class scores, e.g. image-to-prompt cosines.
+
+    :meth:`update` takes each sample's scores for the ``num_classes`` classes (zero-shot: the cosine of the image
+    with every class embedding, :func:`~beyondlabels.functional.zeroshot.zeroshot_scores` of the prompt-ensembled
+    classes of :func:`~beyondlabels.functional.zeroshot.prompt_ensemble`) and its true class. Only the ``max(ks)``
+    best-ranked classes of a sample are kept (ties: the smaller class index first). :meth:`compute` gathers and
+    deduplicates samples by id (:class:`~beyondlabels.metrics.base.PerSampleMetric`) and returns the values of
+    :func:`~beyondlabels.functional.zeroshot.classification_metrics`, whose ``per_query["prediction"]`` (each
+    sample's top-1 class) is what label-based families (hierarchical precision / recall) read.
+
+    A batch has an accuracy of its own, so ``metric(scores, labels)`` returns the batch's values while accumulating.
+
+    Args:
+        num_classes: The number of classes ``C`` (scores are ``[B, C]``; labels in ``[0, C)``).
+        ks: The k of every ``top{k}`` key; at most ``num_classes``.
+        validate_args: Check that labels are class indices in every update (a host sync per batch); NaN scores are
+            always an error (they have no rank).
+        kwargs: Passed to :class:`torchmetrics.Metric`.
+
+    Example:
+        >>> metric = ZeroShotClassification(num_classes=3, ks=(1, 2))
+        >>> metric.update(torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.3, 0.8]]), torch.tensor([0, 1]), torch.tensor([4, 5]))
+        >>> out = metric.compute()
+        >>> out["top1"], out["top2"], out["balanced_accuracy"]
+        (tensor(0.5000, dtype=torch.float64), tensor(1., dtype=torch.float64), tensor(0.5000, dtype=torch.float64))
+        >>> out["per_query"]["prediction"], out["confusion_matrix"][1]
+        (tensor([0, 2]), tensor([0, 0, 1]))
+    """
+
+    batch_value = True
+    predictions: list[Tensor]
+    labels: list[Tensor]
+
+    def __init__(self, num_classes: int, ks: Sequence[int] = (1, 5), validate_args: bool = True, **kwargs: Any) -> None:
+        super().__init__(validate_args=validate_args, **kwargs)
+        self.num_classes = _check_positive_int(num_classes, "num_classes")
+        self.ks = _check_ks(ks)
+        if self.ks[-1] > num_classes:
+            raise ValueError(f"`ks` contains {self.ks[-1]} but there are only {num_classes} classes; lower it (e.g. ks=[1]).")
+        self.add_sample_state("predictions")
+        self.add_sample_state("labels", agree=True)
+
+    def output_schema(self) -> OutputSchema:
+        return zeroshot_output_schema(self.ks).merged(OutputSchema({"num_duplicates": self.count_spec()}))
+
+    def update(self, scores: Tensor, labels: Any, ids: Any = None) -> None:
+        """Add a batch: ``scores`` float ``[B, C]``, ``labels`` ``[B]`` class indices, optional ``ids`` ``[B]``."""
+        if not isinstance(scores, Tensor) or scores.dim() != 2 or not scores.is_floating_point():
+            shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+            raise ValueError(f"`scores` must be a 2-D float tensor [B, num_classes], got {shape}.")
+        if scores.shape[1] != self.num_classes:
+            raise ValueError(f"`scores` has {scores.shape[1]} columns but num_classes={self.num_classes}; pass one score per class.")
+        if not isinstance(labels, Tensor):
+            try:
+                labels = torch.as_tensor(labels)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise ValueError(f"`labels` must be integer class indices, got {type(labels).__name__}: {exc}") from exc
+        if labels.dim() != 1 or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            raise ValueError(f"`labels` must be 1-D integer class indices, got {tuple(labels.shape)} {labels.dtype}.")
+        if labels.shape[0] != scores.shape[0]:
+            raise ValueError(f"`labels` has {labels.shape[0]} entries for {scores.shape[0]} score rows; they must match.")
+        labels = labels.to(device=scores.device, dtype=torch.long)
+        if self.validate_args and labels.numel() and bool(((labels < 0) | (labels >= self.num_classes)).any()):
+            bad = labels[(labels < 0) | (labels >= self.num_classes)][:5].tolist()
+            raise ValueError(f"`labels` must be class indices in [0, {self.num_classes}), got {bad}.")
+        ids = self.check_ids(ids, scores.shape[0], scores.device)
+        self.append_samples(ids, predictions=topk_classes(scores.detach(), self.ks[-1]), labels=labels)
+
+    def compute(self) -> dict[str, Any]:
+        """Deduplicate samples by id; top-k, balanced accuracy, confusion matrix and per-sample values."""
+        samples = self.gathered_samples()
+        out = classification_metrics(
+            samples.values["predictions"], samples.values["labels"], num_classes=self.num_classes, ks=self.ks, ids=samples.ids
+        )
+        out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=samples.ids.device)
+        return out

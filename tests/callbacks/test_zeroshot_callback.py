@@ -1,0 +1,137 @@
+"""ZeroShotEvalCallback in a real fit: logged values equal a computation from the module's own text and image towers,
+class embeddings rebuilt once per evaluation (the text tower trains) and reused within it, class names from the
+datamodule, string labels, the W&B confusion matrix under strict mode, clear errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_crossmodal_callback import CLASS_NAMES, DualEncoder, PairDataModule, _trainer  # noqa: E402
+
+from beyondlabels.callbacks import ZeroShotEvalCallback  # noqa: E402
+
+TEMPLATES = ["a {}", "a picture of a {}"]
+
+
+def expected_top(model: DualEncoder, dm: PairDataModule, k: int) -> tuple[float, list[int]]:
+    """Top-k accuracy and top-1 predictions computed here without the library: prompts by hand, CLIP's ensemble."""
+    with torch.no_grad():
+        classes = []
+        for name in CLASS_NAMES:
+            emb = model.encode_text([t.replace("{}", name) for t in TEMPLATES])
+            mean = torch.nn.functional.normalize(emb, dim=1).mean(dim=0)
+            classes.append(mean / mean.norm())
+        images = torch.nn.functional.normalize(model.encode_image(torch.from_numpy(dm.eval_set.points).view(-1, 3, 2, 2)), dim=1)
+        scores = images @ torch.stack(classes).T
+    order = torch.argsort(scores, dim=1, descending=True, stable=True)
+    labels = torch.from_numpy(dm.eval_set.labels)
+    hits = (order[:, :k] == labels.unsqueeze(1)).any(dim=1).double()
+    return float(hits.mean()), order[:, 0].tolist()
+
+
+def test_logged_values_equal_a_direct_computation(tmp_path: Path):
+    dm = PairDataModule()
+    model = DualEncoder(dm, lr=0.0)
+    callback = ZeroShotEvalCallback(templates=TEMPLATES, ks=(1, 2), every_n_steps=2, text_batch_size=3, strict=True)
+    _trainer(tmp_path, [callback]).fit(model, dm)
+    record = callback.history[-1]
+    top1, predictions = expected_top(model, dm, 1)
+    top2, _ = expected_top(model, dm, 2)
+    assert record["top1"] == pytest.approx(top1, abs=1e-12) and record["top2"] == pytest.approx(top2, abs=1e-12)
+    assert record["num_samples"] == 40 and record["num_classes"] == 4
+    import numpy as np
+
+    with np.load(tmp_path / "zeroshot" / record["per_query_file"]) as pq:
+        assert pq["prediction"].tolist() == predictions  # what label-based families read
+        assert pq["label"].tolist() == dm.eval_set.labels.tolist()
+
+
+def test_class_embeddings_are_rebuilt_per_evaluation_and_cached_within_one(tmp_path: Path):
+    dm = PairDataModule(batch_size=8)  # 5 evaluation batches
+    model = DualEncoder(dm, lr=0.5)  # the text tower trains between evaluations
+    seen: list[torch.Tensor] = []
+
+    class Spy(ZeroShotEvalCallback):
+        def feed(self, pl_module, batch):
+            super().feed(pl_module, batch)
+            seen.append(self._classifier.clone())
+
+    callback = Spy(templates=TEMPLATES, ks=(1,), every_n_steps=2, text_batch_size=5, strict=True)
+    trainer = _trainer(tmp_path, [callback], limit_val_batches=0)
+    calls_before = []
+
+    original = callback.evaluate
+
+    def counting(trainer, pl_module):
+        calls_before.append(pl_module.text_calls)
+        return original(trainer, pl_module)
+
+    callback.evaluate = counting
+    trainer.fit(model, dm)
+    assert [h["step"] for h in callback.history] == [2, 4]
+    # one evaluation = 8 prompts in chunks of 5 -> 2 text calls, whatever the 5 image batches
+    assert len(seen) == 10 and all(torch.equal(seen[0], s) for s in seen[:5]) and all(torch.equal(seen[5], s) for s in seen[5:])
+    assert not torch.equal(seen[0], seen[5]), "the text tower changed between evaluations, so must the class embeddings"
+    train_calls_between = 2  # steps 3 and 4 each encode one caption batch
+    assert calls_before[1] - calls_before[0] == 2 + train_calls_between
+    assert callback._classifier is None, "the cache does not outlive an evaluation"
+
+
+def test_string_labels_tuple_batches_and_explicit_class_names(tmp_path: Path):
+    dm = PairDataModule()
+    model = DualEncoder(dm)
+    names = ["alpha", "beta", "gamma", "delta"]
+    callback = ZeroShotEvalCallback(class_names=names, templates=TEMPLATES, ks=(1,))
+    callback._trainer = None
+    callback._offset = 0
+    batch_ids = torch.arange(4)
+    images = torch.from_numpy(dm.eval_set.points[:4]).view(-1, 3, 2, 2)
+    callback.metric.reset()
+    callback._classifier = None
+    with torch.no_grad():
+        callback.feed(model, (images, [names[i] for i in dm.eval_set.labels[:4]], batch_ids))
+        by_string = callback.metric.compute()
+        callback.metric.reset()
+        callback.feed(model, {"image": images, "label": torch.from_numpy(dm.eval_set.labels[:4]), "id": batch_ids})
+        by_index = callback.metric.compute()
+    assert torch.equal(by_string["per_query"]["prediction"], by_index["per_query"]["prediction"])
+    assert torch.equal(by_string["per_query"]["label"], by_index["per_query"]["label"])
+    with pytest.raises(ValueError, match="not among the class names"):
+        callback.feed(model, (images, ["alpha", "omega", "beta", "beta"], batch_ids))
+
+
+def test_wandb_confusion_matrix_under_strict_mode(tmp_path: Path):
+    from pytorch_lightning.loggers import WandbLogger
+
+    from beyondlabels.utils import close_wandb
+
+    dm = PairDataModule()
+    logger = WandbLogger(project="beyondlabels-test", save_dir=str(tmp_path), offline=True)
+    callback = ZeroShotEvalCallback(templates=TEMPLATES, ks=(1, 2), strict=True)  # a media error would raise
+    try:
+        _trainer(tmp_path, [callback], logger=logger).fit(DualEncoder(dm), dm)
+    finally:
+        close_wandb()
+    assert "error" not in callback.history[-1] and callback.history[-1]["num_classes"] == 4
+
+
+def test_errors_are_named(tmp_path: Path):
+    dm = PairDataModule()
+    with pytest.raises(ValueError, match="ks"):  # 4 classes from the datamodule, top-5 asked for
+        _trainer(tmp_path, [ZeroShotEvalCallback(templates=TEMPLATES, ks=(1, 5))]).fit(DualEncoder(dm), dm)
+    with pytest.raises(AttributeError, match="class_phrases"):
+        _trainer(tmp_path, [ZeroShotEvalCallback(class_names_from="class_phrases")]).fit(DualEncoder(dm), dm)
+    for kwargs, name in (
+        ({"templates": ["no placeholder"]}, "templates"),
+        ({"class_names": ["a", "a"]}, "class_names"),
+        ({"class_names": ["a", "b"], "ks": (1, 5)}, "ks"),
+        ({"text_batch_size": 0}, "text_batch_size"),
+        ({"tokenizer": ""}, "tokenizer"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            ZeroShotEvalCallback(**kwargs)
