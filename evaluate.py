@@ -4,6 +4,10 @@
     python evaluate.py task=retrieval input=embeddings.npz wandb=true     # also log an offline W&B run
     python evaluate.py task=compare runs=[logs/train/multiruns/2026-01-01_12-00-00]
     python evaluate.py task=compare runs=[logs/train/runs/a,logs/train/runs/b] which=best output=cmp.json
+    python evaluate.py task=crossmodal input=pairs.npz output=report.json    # image<->text recall@k and ranks
+    python evaluate.py task=hierarchy taxonomy=tree.yaml predictions=preds.jsonl output=report.json   # hP / hR / hF
+    python evaluate.py task=ranking run=run.txt qrels=qrels.txt k=[5,10] output=report.json   # graded qrels, unjudged
+    python evaluate.py task=compare runs=[A,B,C] baseline=A metric=retrieval/precision@1 guardrails=[retrieval/map@r]
 
 ``task=retrieval`` writes a JSON report (every scalar of the output schema at the top level, the curve as a list, and
 the schema itself under ``schema``), the per-query values beside it (``<output stem>.per_query.npz``), prints a table
@@ -23,6 +27,7 @@ import hydra
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from beyondlabels.functional import embedding_retrieval_metrics, retrieval_output_schema
+from beyondlabels.functional.crossmodal import crossmodal_output_schema, crossmodal_retrieval_metrics
 from beyondlabels.io import (
     evaluation_schema,
     find_evaluation_runs,
@@ -45,7 +50,7 @@ from beyondlabels.schema import OutputSchema
 from beyondlabels.utils import close_wandb
 
 log = logging.getLogger(__name__)
-TASKS = ("retrieval", "compare")
+TASKS = ("retrieval", "compare", "crossmodal", "hierarchy", "ranking")
 SOURCES = ("files", "wandb")
 WHICH = ("final", "best")
 # task=compare source=wandb: how long to wait for a run whose log wandb is still writing
@@ -86,10 +91,12 @@ def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
     data = load_embeddings_npz(cfg.input)
     n = len(data.labels)
     curve_max_k = _curve_max_k(cfg.eval.get("curve_max_k"), ks, n)
+    max_queries = cfg.eval.get("max_queries")
     metrics = embedding_retrieval_metrics(
-        data.embeddings, data.labels, data.ids, ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision), curve_max_k=curve_max_k
+        data.embeddings, data.labels, data.ids, ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision),
+        curve_max_k=curve_max_k, max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)),
     )
-    schema = retrieval_output_schema(ks)
+    schema = retrieval_output_schema(ks, sampled=max_queries is not None)
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
@@ -124,6 +131,190 @@ def _log_report_to_wandb(cfg: DictConfig, report: dict[str, Any], schema: Output
     run.summary.update(scalars)
 
 
+def load_crossmodal_npz(path: str | Path) -> dict[str, Any]:
+    """``image_embeddings`` (N_img×D), ``text_embeddings`` (N_txt×D), ``text_image_index`` (N_txt ints: the row of each
+    caption's image) and optional ``image_ids`` / ``text_ids`` of an ``.npz``, as tensors (ids default to the rows).
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the array that is missing or has the wrong shape or type.
+    """
+    import numpy as np
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays image_embeddings, text_embeddings, text_image_index")
+    with np.load(path, allow_pickle=False) as data:
+        missing = [n for n in ("image_embeddings", "text_embeddings", "text_image_index") if n not in data.files]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the array(s) {missing}; it holds {data.files}. task=crossmodal needs image_embeddings (N_img×D), "
+                "text_embeddings (N_txt×D) and text_image_index (N_txt ints: the row of each caption's image)."
+            )
+        arrays = {n: np.asarray(data[n]) for n in data.files if n in ("image_embeddings", "text_embeddings", "text_image_index", "image_ids", "text_ids")}
+    out: dict[str, Any] = {}
+    for name in ("image_embeddings", "text_embeddings"):
+        a = arrays[name]
+        if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
+            raise ValueError(f"'{name}' in {path} must be a 2-D float array, got shape {a.shape} dtype {a.dtype}")
+        out[name] = torch.from_numpy(a.astype(np.float32, copy=False))
+    sizes = {"text_image_index": len(out["text_embeddings"]), "image_ids": len(out["image_embeddings"]), "text_ids": len(out["text_embeddings"])}
+    for name, size in sizes.items():
+        a = arrays.get(name, np.arange(size))
+        if a.ndim != 1 or len(a) != size or not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"'{name}' in {path} must be 1-D integers, {size} of them, got shape {a.shape} dtype {a.dtype}")
+        out[name] = torch.from_numpy(a.astype(np.int64))
+    return out
+
+
+def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
+    """``task=crossmodal``: image↔text recall@k and ranks of saved embeddings; a JSON report driven by the schema."""
+    if not cfg.get("input"):
+        raise ValueError("task=crossmodal needs input=PATH.npz (arrays image_embeddings, text_embeddings, text_image_index)")
+    ks = parse_ks(cfg.k)
+    data = load_crossmodal_npz(cfg.input)
+    metrics = crossmodal_retrieval_metrics(
+        data["image_embeddings"], data["text_embeddings"], data["text_image_index"], ks=ks, chunk_size=int(cfg.eval.chunk_size),
+        precision=str(cfg.eval.precision), image_ids=data["image_ids"], text_ids=data["text_ids"],
+    )  # fmt: skip
+    schema = crossmodal_output_schema(ks)
+    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
+    report: dict[str, Any] = {"task": "crossmodal"}
+    for key in schema.scalar_keys():
+        value = float(metrics[key])
+        report[key] = int(value) if schema[key].count else value
+    report.update(ks=ks, per_query_file=per_query_path.name, settings={"input": str(cfg.input), "chunk_size": int(cfg.eval.chunk_size), "precision": str(cfg.eval.precision)})
+    report["schema"] = schema.to_json()
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print_metrics_table(report, title=f"crossmodal: {cfg.input}", schema=schema)
+    log.info("report: %s  per-query values: %s", output, per_query_path)
+    return report
+
+
+def evaluate_hierarchy(cfg: DictConfig) -> dict[str, Any]:
+    """``task=hierarchy``: hP / hR / hF of saved predictions (JSONL) against a taxonomy; a JSON report driven by the
+    schema (every scalar, the LCA-depth histogram, mapping rules), per-sample values beside it. Nothing is written
+    unless every row is valid."""
+    import os
+
+    import torch
+
+    from beyondlabels.functional.hierarchy import hierarchical_precision_recall, hierarchy_output_schema
+    from beyondlabels.taxonomy import TextToNode, load_taxonomy, read_hierarchy_predictions
+
+    if not cfg.get("taxonomy") or not cfg.get("predictions"):
+        raise ValueError(
+            "task=hierarchy needs taxonomy=PATH (.yaml/.json/.tsv, or wordnet, or demo) and predictions=PATH.jsonl "
+            '(rows {"gt": NODE, "pred": NODE} or {"gt": NODE, "pred_text": TEXT}, optional "id")'
+        )
+    options = cfg.get("hierarchy") or {}
+    include_root = bool(options.get("include_root", False))
+    taxonomy = load_taxonomy(str(cfg.taxonomy))
+    rows = read_hierarchy_predictions(cfg.predictions, taxonomy)
+    if not include_root and bool((rows.gt == 0).any()):
+        lines = [n for n, g in zip(rows.line_numbers, rows.gt.tolist()) if g == 0]
+        raise ValueError(
+            f"predictions file '{cfg.predictions}': 'gt' is the root {taxonomy.root!r} on line(s) {lines[:5]}; with the root "
+            "excluded it has nothing to recall. Use a more specific node or hierarchy.include_root=true."
+        )
+    pred, rules = rows.pred.clone(), ["node" if t is None else "" for t in rows.texts]
+    free = [i for i, t in enumerate(rows.texts) if t is not None]
+    if free:
+        mapper = TextToNode(
+            taxonomy,
+            encoder=_plain(options.get("encoder", "hashing")),
+            top_k=int(options.get("top_k", 5)),
+            ngram_orders=tuple(_plain(options.get("ngram_orders", [4, 3, 2]))),
+            lca_margin=options.get("lca_margin", 0.02),
+        )
+        mapped, mapped_rules = mapper.map_indices([rows.texts[i] for i in free])
+        pred[torch.tensor(free)] = mapped
+        for i, rule in zip(free, mapped_rules):
+            rules[i] = rule
+    metrics = hierarchical_precision_recall(pred, rows.gt, taxonomy, include_root=include_root)
+    metrics["per_query"]["query_id"] = rows.ids
+    schema = hierarchy_output_schema()
+    report: dict[str, Any] = {"task": "hierarchy"}
+    for key in schema.scalar_keys():
+        value = float(metrics[key])
+        report[key] = int(value) if schema[key].count else value
+    report["error_lca_depth_fraction"] = [float(v) for v in metrics["error_lca_depth_fraction"]]
+    report["rules"] = {rule: rules.count(rule) for rule in dict.fromkeys(rules)}
+    report["settings"] = {"taxonomy": str(cfg.taxonomy), "predictions": str(cfg.predictions), **dict(_plain(options))}
+    report["schema"] = schema.to_json()
+    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
+    report["per_query_file"] = per_query_path.name
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, output)
+    print_metrics_table(report, title=f"hierarchy: {cfg.predictions}", schema=schema)
+    log.info("report: %s  per-sample values: %s", output, per_query_path)
+    return report
+
+
+def evaluate_ranking(cfg: DictConfig) -> dict[str, Any]:
+    """``task=ranking``: a run against qrels (TREC or JSON) — every key of the ranking schema per k with 95% bootstrap
+    intervals of the headline keys, ``per_query`` ({query: {key: value}}), ``num_queries`` and ``num_unjudged``."""
+    from beyondlabels.functional.ranking import judge_run, ranking_metrics, ranking_output_schema
+    from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
+    from beyondlabels.io.qrels import load_qrels, load_run
+
+    if not cfg.get("run") or not cfg.get("qrels"):
+        raise ValueError("task=ranking needs run=PATH (TREC run or JSON) and qrels=PATH (TREC qrels or JSON)")
+    ks = parse_ks(cfg.k)
+    judged = judge_run(load_run(cfg.run), load_qrels(cfg.qrels), depth=cfg.get("depth"))
+    metrics = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=ks, relevance_level=int(cfg.get("relevance_level", 1)), query_ids=judged.query_ids)
+    base = ranking_output_schema(ks)
+    ci_keys = confidence_interval_keys(base)
+    metrics.update(confidence_intervals(metrics["per_query"], ci_keys, rounds=int(cfg.get("bootstrap_rounds", 2000)), seed=int(cfg.get("ci_seed", 11))))
+    schema = with_confidence_intervals(base, ci_keys)
+    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
+    report: dict[str, Any] = {"task": "ranking"}
+    for key in schema.scalar_keys():
+        value = float(metrics[key])
+        report[key] = int(value) if schema[key].count else value
+    pq = {k: v.tolist() for k, v in metrics["per_query"].items() if k != "query_id"}
+    report["per_query"] = {q: {k: (None if v[i] != v[i] else v[i]) for k, v in pq.items()} for i, q in enumerate(judged.queries)}
+    report.update(ks=ks, queries_without_qrels=judged.queries_without_qrels, queries_without_run=judged.queries_without_run, per_query_file=per_query_path.name)
+    report["settings"] = {"run": str(cfg.run), "qrels": str(cfg.qrels), "depth": cfg.get("depth"), "relevance_level": int(cfg.get("relevance_level", 1))}
+    report["schema"] = schema.to_json()
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print_metrics_table(report, title=f"ranking: {cfg.run} against {cfg.qrels}", schema=schema)
+    log.info("report: %s  per-query values: %s", output, per_query_path)
+    return report
+
+
+def compare_ab(cfg: DictConfig) -> dict[str, Any]:
+    """``task=compare baseline=PATH metric=KEY [guardrails=[KEY,...]]``: every run against the baseline, paired by query id."""
+    from beyondlabels.reporting.stats import ab_comparison, print_ab_table
+
+    roots = _plain(cfg.get("runs"))
+    roots = [roots] if isinstance(roots, str) else list(roots or [])
+    if not cfg.get("baseline") or not cfg.get("metric"):
+        raise ValueError("an A/B comparison needs baseline=PATH (one of the runs) and metric=KEY (e.g. retrieval/precision@1)")
+    if str(cfg.baseline) not in roots:
+        roots.append(str(cfg.baseline))
+    files = list(dict.fromkeys(file for root in roots for file in find_evaluation_runs(root)))
+    guardrails = _plain(cfg.get("guardrails")) or []
+    table = ab_comparison(
+        [read_evaluation_run(f) for f in files], cfg.baseline, str(cfg.metric), [guardrails] if isinstance(guardrails, str) else list(guardrails),
+        which=cfg.get("which", "final"), tolerance=float(cfg.get("tolerance", 0.02)), intersect=bool(cfg.get("intersect", False)),
+        rounds=int(cfg.get("bootstrap_rounds", 2000)), seed=int(cfg.get("ci_seed", 11)),
+    )  # fmt: skip
+    print_ab_table(table)
+    if cfg.get("output"):
+        Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.output).write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    return table
+
+
 def _wandb_run_folder(log_file: Path) -> Path | None:
     """The run folder of ``<run folder>/wandb/offline-run-*/run-*.wandb`` (None for another layout)."""
     parents = log_file.parents
@@ -131,6 +322,8 @@ def _wandb_run_folder(log_file: Path) -> Path | None:
 
 
 def compare(cfg: DictConfig) -> dict[str, Any]:
+    if cfg.get("baseline") or cfg.get("metric"):
+        return compare_ab(cfg)
     roots = _plain(cfg.get("runs"))
     roots = [roots] if isinstance(roots, str) else list(roots or [])
     if not roots:
@@ -178,7 +371,14 @@ def main(cfg: DictConfig) -> None:
     if cfg.task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {cfg.task!r}")
     try:
-        (evaluate_retrieval if cfg.task == "retrieval" else compare)(cfg)
+        if cfg.task == "crossmodal":
+            evaluate_crossmodal(cfg)
+        elif cfg.task == "hierarchy":
+            evaluate_hierarchy(cfg)
+        elif cfg.task == "ranking":
+            evaluate_ranking(cfg)
+        else:
+            (evaluate_retrieval if cfg.task == "retrieval" else compare)(cfg)
     finally:
         close_wandb()
 

@@ -5,6 +5,10 @@ in :mod:`beyondlabels.functional`. :class:`EvaluationCallback` is the base every
 """
 
 from beyondlabels.callbacks.base import EvaluationCallback, shard_loader
+from beyondlabels.callbacks.convergence import ConvergenceMonitor
+from beyondlabels.callbacks.crossmodal import CrossModalEvalCallback
+from beyondlabels.callbacks.hierarchy import HierarchyEvalCallback
 from beyondlabels.callbacks.retrieval import RetrievalEvalCallback
+from beyondlabels.callbacks.zeroshot import ZeroShotEvalCallback
 
-__all__ = ["EvaluationCallback", "RetrievalEvalCallback", "shard_loader"]
+__all__ = ["ConvergenceMonitor", "CrossModalEvalCallback", "EvaluationCallback", "HierarchyEvalCallback", "RetrievalEvalCallback", "ZeroShotEvalCallback", "shard_loader"]

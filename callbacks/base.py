@@ -24,13 +24,16 @@ What the base guarantees:
   ``pin_memory``, ``worker_init_fn``, ``persistent_workers``, ``timeout``, ``prefetch_factor``,
   ``multiprocessing_context``, ``generator`` and batch size (also a ``batch_sampler``'s). The metric drops the copies
   the sampler adds, by id.
+- **No side effects on training.** Evaluation runs in eval mode without gradients and restores the torch random
+  state, so the training that follows is the same with or without the callback.
 - **Failures.** An evaluation that raises on any rank is skipped on every rank (ranks agree through
   ``trainer.strategy`` before any collective), recorded in the history and logged as an error; training goes on.
   With ``strict=True`` it raises on *every* rank — also for errors writing files or media on rank 0.
 - **Files** (rank 0, beside any logger), under ``save_dir`` (default ``<default_root_dir>/<prefix>``):
   ``history.json`` (one record per evaluation), ``schema.json`` (kind and direction of every key),
   ``per_query/step_<step>.npz`` (the per-query values of each evaluation: the input of confidence intervals and paired
-  tests) and one PNG per curve key with every evaluation's curve.
+  tests), one PNG per curve key with every evaluation's curve, and ``confidence_intervals.png`` (the headline keys
+  over the steps with their bootstrap bands; also logged to W&B).
 - **Resume.** ``state_dict`` holds the history and the last evaluated step; ``load_state_dict`` ignores malformed
   entries with a warning.
 """
@@ -53,9 +56,10 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
+from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
 from beyondlabels.io.run_files import save_per_query
 from beyondlabels.metrics.base import PerSampleMetric
-from beyondlabels.reporting.plots import save_curves_png
+from beyondlabels.reporting.plots import save_curves_png, save_history_band_png
 from beyondlabels.schema import OutputSchema
 
 log = logging.getLogger(__name__)
@@ -84,6 +88,12 @@ class EvaluationCallback(pl.Callback):
         save_per_query: Write ``per_query/step_<step>.npz`` for every evaluation.
         evaluate_at_fit_end: Evaluate once more when fit ends after the last evaluation.
         strict: Raise (on every rank) instead of logging evaluation errors.
+        confidence_intervals: Log ``<key>_ci_low`` / ``<key>_ci_high``, a 95% percentile bootstrap interval over
+            queries (:func:`beyondlabels.functional.stats.confidence_intervals`), for every headline key (True: each
+            scalar with a direction and a per-query vector of the same name), for the listed keys, or for none
+            (False). They are logged, stored in the history and drawn as bands in ``confidence_intervals.png``.
+        bootstrap_rounds: Resamples of those intervals.
+        ci_seed: Seed of those intervals (the same on every rank).
     """
 
     def __init__(
@@ -99,8 +109,14 @@ class EvaluationCallback(pl.Callback):
         save_per_query: bool = True,
         evaluate_at_fit_end: bool = True,
         strict: bool = False,
+        confidence_intervals: bool | Sequence[str] = True,
+        bootstrap_rounds: int = 2000,
+        ci_seed: int = 11,
     ) -> None:
         super().__init__()
+        _check_optional_positive(bootstrap_rounds, "bootstrap_rounds")
+        if isinstance(ci_seed, bool) or not isinstance(ci_seed, int):
+            raise ValueError(f"`ci_seed` must be an int, got {ci_seed!r}.")
         if every_n_epochs is not None and every_n_steps is not None:
             raise ValueError(
                 f"set at most one of every_n_epochs and every_n_steps (got every_n_epochs={every_n_epochs!r}, "
@@ -129,6 +145,9 @@ class EvaluationCallback(pl.Callback):
         self.strict = bool(strict)
         self.metric: PerSampleMetric = self.build_metric()
         self.schema: OutputSchema = self.metric.output_schema()
+        self.ci_keys = confidence_interval_keys(self.schema, True if confidence_intervals is None else confidence_intervals)
+        self.schema = with_confidence_intervals(self.schema, self.ci_keys)
+        self.bootstrap_rounds, self.ci_seed = int(bootstrap_rounds or 2000), ci_seed
         unknown = [k for k in self.prog_bar if k not in self.schema.scalar_keys()]
         if unknown:
             raise ValueError(f"`prog_bar` names {unknown}, which this evaluation does not log; choose from {self.schema.scalar_keys()}.")
@@ -247,6 +266,9 @@ class EvaluationCallback(pl.Callback):
         if trainer.strategy.reduce_boolean_decision(error is None, all=True):
             try:
                 results = self.metric.compute()
+                if self.ci_keys and isinstance(results.get("per_query"), dict):
+                    bounds = confidence_intervals(results["per_query"], self.ci_keys, rounds=self.bootstrap_rounds, seed=self.ci_seed)
+                    results.update(bounds)
             except Exception as exc:  # noqa: BLE001
                 error = exc
         if not trainer.strategy.reduce_boolean_decision(error is None, all=True):
@@ -338,12 +360,17 @@ class EvaluationCallback(pl.Callback):
             yield batch
 
     def _feed_all(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loader: DataLoader) -> None:
+        """Encode every evaluation batch in eval mode without gradients. The torch random state (CPU and the module's
+        GPU) is restored afterwards: iterating a DataLoader draws a seed from it, and an evaluation must not change
+        the training that follows it (a run trains identically with or without evaluation callbacks)."""
         was_training = pl_module.training
         pl_module.eval()
         self._offset = 0
         self._trainer = trainer
+        device = pl_module.device
+        devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
         try:
-            with torch.no_grad():
+            with torch.random.fork_rng(devices=devices), torch.no_grad():
                 for batch in self._batches(trainer, loader):
                     self.feed(pl_module, batch)
         finally:
@@ -389,6 +416,9 @@ class EvaluationCallback(pl.Callback):
             curves = {f"step {h['step']}": h[key] for h in self.history if h.get(key)}
             if curves:
                 save_curves_png(curves, folder / f"{key}.png", title=f"{self.prefix}: {key} per evaluation", ylabel=key)
+        if self.ci_keys:
+            keys = [*(k for k in self.prog_bar if k in self.ci_keys), *self.ci_keys]  # progress-bar keys first
+            save_history_band_png(self.history, keys, folder / "confidence_intervals.png", title=f"{self.prefix}: 95% CI over queries")
 
     def _log_wandb(self, trainer: pl.Trainer, results: dict[str, Any], step: int) -> None:
         logger = find_wandb_logger(trainer)
@@ -400,6 +430,11 @@ class EvaluationCallback(pl.Callback):
             curve = results.get(key)
             if curve is not None and curve.numel() > 0:
                 media.curve(key, curve.tolist())
+        band = self.output_folder(trainer)
+        if self.ci_keys and band is not None and (band / "confidence_intervals.png").is_file():
+            import wandb
+
+            logger.log_metrics({f"{self.prefix}/confidence_intervals": wandb.Image(str(band / "confidence_intervals.png"))}, step=step)
         self.log_media(trainer, results, media)
 
 

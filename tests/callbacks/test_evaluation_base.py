@@ -145,3 +145,32 @@ def test_shard_loader_keeps_the_loader_options():
     assert seen == sorted([10 * v for v in data] + [0])  # 11 items over 2 ranks: one padding copy (item 0)
     with_sampler = DataLoader(data, batch_sampler=_EvenBatches(SequentialSampler(data), batch_size=3, drop_last=False))
     assert shard_loader(with_sampler, 2, 0).batch_size == 3
+
+
+class _Dropout(LinearEncoder):
+    """Training that draws from the global torch random state (dropout)."""
+
+    def training_step(self, batch, batch_idx):
+        z = torch.nn.functional.dropout(self.proj(batch["image"]), p=0.5, training=True)
+        return z.pow(2).mean()
+
+
+def test_evaluation_does_not_change_the_training_that_follows(tmp_path: Path):
+    """Iterating the evaluation loader draws a seed from the global random state; the base restores it, so a run
+    trains identically with or without evaluation callbacks."""
+
+    def final_weights(callbacks) -> torch.Tensor:
+        pl.seed_everything(7)
+        model = _Dropout(lr=0.1)
+        trainer = pl.Trainer(
+            default_root_dir=tmp_path, max_epochs=2, accelerator="cpu", callbacks=callbacks, logger=False,
+            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        )
+        dm = PointDataModule()
+        dm.train_dataloader = lambda: DataLoader(dm.train_set, batch_size=8, shuffle=True)  # shuffling draws too
+        trainer.fit(model, dm)
+        return model.proj.weight.detach().clone()
+
+    plain = final_weights([])
+    evaluated = final_weights([RetrievalEvalCallback(every_n_steps=3, num_mismatches=0), RetrievalEvalCallback(prefix="again", num_mismatches=0)])
+    assert torch.equal(plain, evaluated)

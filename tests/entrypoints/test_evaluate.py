@@ -254,3 +254,17 @@ def test_compare_errors_say_what_is_expected(tmp_path: Path):
         evaluate.compare(_cfg(tmp_path, "task=compare", "which=mean", f"runs=[{tmp_path}]"))
     with pytest.raises(ValueError, match="task=compare needs runs"):
         evaluate.compare(_cfg(tmp_path, "task=compare"))
+
+
+def test_query_sampling_reports_the_pool_and_standard_errors(tmp_path: Path):
+    x, cls = _clusters(n=80)
+    path = _save(tmp_path, "s.npz", embeddings=x, labels=cls)
+    full = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'full.json'}", "k=[1,5]"))
+    report = evaluate.evaluate_retrieval(
+        _cfg(tmp_path, f"input={path}", f"output={tmp_path / 's.json'}", "k=[1,5]", "eval.max_queries=30", "eval.query_seed=2")
+    )
+    assert report["num_query_pool"] == 80 and report["num_queries"] + report["num_lone_queries"] == 30
+    assert report["precision@1_se"] > 0 and abs(report["precision@1"] - full["precision@1"]) < 4 * report["precision@1_se"]
+    assert "precision@1_se" in report["schema"]["keys"]
+    with np.load(tmp_path / "s.per_query.npz") as pq:
+        assert len(pq["query_id"]) == 30

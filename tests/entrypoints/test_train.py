@@ -28,8 +28,11 @@ def test_short_run_logs_offline_wandb_and_csv(tmp_path: Path):
     (wandb_file,) = find_offline_runs(tmp_path)
     run = read_offline_run(wandb_file)
     keys = set(run.keys())
-    expected = {"train/loss", "val/loss", "val/zeroshot_acc", "retrieval/precision@1", "retrieval/precision@5", "retrieval/r_precision", "retrieval/map@r", "retrieval/num_queries"}
+    expected = {"train/loss", "val/loss", "retrieval/precision@1", "retrieval/precision@5", "retrieval/r_precision", "retrieval/map@r", "retrieval/num_queries"}
+    expected |= {"zeroshot/top1", "zeroshot/top5", "zeroshot/balanced_accuracy", "crossmodal/image_to_text_recall@1", "crossmodal/text_to_image_recall@1"}
     assert expected <= keys, sorted(expected - keys)
+    assert "val/zeroshot_acc" not in keys, "zero-shot accuracy moved from the module to ZeroShotEvalCallback"
+    assert run.summary["crossmodal/num_texts"] == 16 * 4 and run.summary["zeroshot/num_classes"] == 16
     assert run.config["seed"] == 3 and run.config["optimized_metric"] == "retrieval/precision@1"
     assert 0.0 <= run.summary["retrieval/precision@1"] <= 1.0
     assert run.summary["retrieval/num_queries"] == 16 * 4  # smoke: 4 validation pictures of each of 16 classes

@@ -291,3 +291,26 @@ def test_query_sample_is_the_same_at_every_world_size_and_order(data):
     assert_same(whole.compute(), out)
     assert int(out["num_query_pool"]) == 150 and out["per_query"]["query_id"].numel() == 40
     assert set(whole.output_schema()) == set(out) - {"per_query"}
+
+
+def test_agreeing_states_treat_nan_in_both_copies_as_equal():
+    from beyondlabels.metrics import PerSampleMetric
+
+    class Grades(PerSampleMetric):
+        def __init__(self):
+            super().__init__()
+            self.add_sample_state("grades", agree=True)
+
+        def update(self, grades, ids):
+            self.append_samples(self.check_ids(ids, len(grades), grades.device), grades=grades)
+
+        def compute(self):
+            return {"num_duplicates": self.gathered_samples().num_duplicates}
+
+    m = Grades()
+    m.update(torch.tensor([[1.0, float("nan")], [2.0, 0.0]]), torch.tensor([0, 1]))
+    m.update(torch.tensor([[1.0, float("nan")]]), torch.tensor([0]))  # a padding copy, NaN where the original has NaN
+    assert m.compute()["num_duplicates"] == 1
+    m.update(torch.tensor([[2.0, float("nan")]]), torch.tensor([1]))  # disagrees with id 1's 0.0
+    with pytest.raises(ValueError, match=r"ids \[1\]"):
+        m.compute()

@@ -82,6 +82,11 @@ class ShapesDataModule(pl.LightningDataModule):
         self.datasets: dict[str, ShapesDataset] = {}
 
     @property
+    def class_phrases(self) -> list[str]:
+        """The class names as the captions write them (``"right triangle"``), in label order: zero-shot class names."""
+        return [class_phrase(name) for name in self.class_names]
+
+    @property
     def class_prompts(self) -> list[str]:
         """One caption-like prompt per class, in label order, for zero-shot classification."""
         return [f"a {class_phrase(name)}" for name in self.class_names]

@@ -18,16 +18,17 @@ class TinyCLIP(pl.LightningModule):
     The module exposes the two methods evaluation callbacks call: :meth:`encode_image` (pictures in
     [0, 1], N×3×H×W → L2-normalised N×``embed_dim``) and :meth:`encode_text` (strings → the same space).
 
-    Validation logs ``val/loss`` (the contrastive loss) and, when class prompts are known,
-    ``val/zeroshot_acc``: the fraction of pictures whose most similar class prompt is their class.
-    Prompts come from ``class_prompts`` or, when that is None, from the datamodule's ``class_prompts``.
+    Validation logs ``val/loss`` (the contrastive loss). Zero-shot classification is evaluated by
+    :class:`~beyondlabels.callbacks.ZeroShotEvalCallback` (``zeroshot/top1``, ...) and image↔text
+    retrieval by :class:`~beyondlabels.callbacks.CrossModalEvalCallback`. ``class_prompts`` (one per
+    class, in label order) come from the argument or, when that is None, from the datamodule.
 
     Args:
         embed_dim: joint embedding width.
         image_size, patch_size, vision_width, vision_layers, vision_head_width: the ViT.
         context_length, text_width, text_heads, text_layers: the text transformer.
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0 over the run.
-        class_prompts: one prompt per class, in label order, for zero-shot accuracy.
+        class_prompts: one prompt per class, in label order.
         image_mean, image_std: per-channel normalisation applied inside :meth:`encode_image`.
     """
 
@@ -68,9 +69,6 @@ class TinyCLIP(pl.LightningModule):
         self.register_buffer("image_std", torch.tensor(image_std).view(1, -1, 1, 1), persistent=False)
         self.class_prompts = list(class_prompts) if class_prompts else None
         self.loss_fn = ClipLoss()
-        self._zeroshot_text: torch.Tensor | None = None
-        self._zeroshot_hits = 0
-        self._zeroshot_total = 0
 
     # ---- the interface evaluation callbacks use -------------------------------------------------
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
@@ -82,6 +80,13 @@ class TinyCLIP(pl.LightningModule):
         """L2-normalised embeddings of strings (tokenised with open_clip's tokenizer)."""
         tokens = self.tokenizer(list(texts)).to(self.device)
         return self.clip.encode_text(tokens, normalize=True)
+
+    def predict_labels(self, images: torch.Tensor) -> torch.Tensor:
+        """Zero-shot class indices (N,): the most similar class prompt of each picture (ties: the smaller index)."""
+        if not self.class_prompts:
+            raise ValueError("predict_labels needs class prompts: pass class_prompts=[...] or a datamodule with class_prompts")
+        scores = self.encode_image(images) @ self.encode_text(self.class_prompts).T
+        return scores.argmax(dim=1)
 
     # ---- training ---------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -104,29 +109,12 @@ class TinyCLIP(pl.LightningModule):
         self.log("train/logit_scale", self.clip.logit_scale.exp().detach(), batch_size=bs)
         return loss
 
-    def on_validation_epoch_start(self) -> None:
-        self._zeroshot_hits = self._zeroshot_total = 0
-        if self.class_prompts:
-            self._zeroshot_text = self.encode_text(self.class_prompts)
-
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         bs = batch["image"].shape[0]
         image_features = self.encode_image(batch["image"])
         text_features = self.encode_text(batch["caption"])
         loss = self.loss_fn(image_features, text_features, self.clip.logit_scale.exp())
         self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
-        if self._zeroshot_text is not None:
-            predicted = (image_features @ self._zeroshot_text.T).argmax(dim=1)
-            self._zeroshot_hits += int((predicted == batch["label"]).sum())
-            self._zeroshot_total += bs
-
-    def on_validation_epoch_end(self) -> None:
-        if self._zeroshot_text is None:
-            return
-        counts = torch.tensor([self._zeroshot_hits, self._zeroshot_total], device=self.device, dtype=torch.float64)
-        counts = self.trainer.strategy.reduce(counts, reduce_op="sum")
-        self.log("val/zeroshot_acc", (counts[0] / counts[1].clamp_min(1)).float(), sync_dist=False)
-        self._zeroshot_text = None
 
     def configure_optimizers(self) -> dict[str, Any]:
         decay, no_decay = [], []

@@ -1,10 +1,33 @@
 """Pure tensor kernels: tensors in, tensors out. No state, no torchmetrics, no Lightning.
 
 ``search`` is the one exact cosine search every family uses; ``labels`` the one rule that codes labels;
-``relevance`` graded class gains; ``retrieval`` the retrieval metrics computed from them.
+``relevance`` graded class gains; ``retrieval`` the retrieval metrics computed from them; ``hierarchy``
+hierarchical precision / recall over a class tree and taxonomy-derived gains.
 """
 
+from beyondlabels.functional.crossmodal import (
+    aggregate_crossmodal,
+    crossmodal_output_schema,
+    crossmodal_per_query,
+    crossmodal_retrieval_metrics,
+)
+from beyondlabels.functional.hierarchy import (
+    hierarchical_precision_recall,
+    hierarchy_output_schema,
+    lca_depth,
+    mistake_lca_depth,
+    node_indices,
+    per_class_means,
+    taxonomy_class_gains,
+)
 from beyondlabels.functional.labels import encode_labels, label_code
+from beyondlabels.functional.ranking import (
+    fuse_term_scores,
+    judge_run,
+    ranking_metrics,
+    ranking_output_schema,
+    term_satisfaction,
+)
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
     aggregate_retrieval,
@@ -12,19 +35,56 @@ from beyondlabels.functional.retrieval import (
     retrieval_output_schema,
     retrieval_per_query,
 )
+from beyondlabels.functional.stats import ab_test, bootstrap_ci, cohen_kappa, kendall_tau, sample_size, spearman
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
+from beyondlabels.functional.zeroshot import (
+    class_prompts,
+    classification_metrics,
+    prompt_ensemble,
+    topk_classes,
+    zeroshot_output_schema,
+    zeroshot_scores,
+)
 
 __all__ = [
+    "ab_test",
+    "bootstrap_ci",
+    "cohen_kappa",
+    "fuse_term_scores",
+    "judge_run",
+    "kendall_tau",
+    "ranking_metrics",
+    "ranking_output_schema",
+    "sample_size",
+    "spearman",
+    "term_satisfaction",
     "ClassGains",
     "Neighbors",
+    "aggregate_crossmodal",
     "aggregate_retrieval",
+    "class_prompts",
+    "classification_metrics",
+    "crossmodal_output_schema",
+    "crossmodal_per_query",
+    "crossmodal_retrieval_metrics",
     "cosine_topk",
     "embedding_retrieval_metrics",
     "encode_labels",
     "exclusion_index",
+    "hierarchical_precision_recall",
+    "hierarchy_output_schema",
     "label_code",
+    "lca_depth",
+    "mistake_lca_depth",
+    "node_indices",
     "normalize_rows",
+    "per_class_means",
+    "prompt_ensemble",
     "retrieval_output_schema",
     "retrieval_per_query",
     "search_neighbors",
+    "taxonomy_class_gains",
+    "topk_classes",
+    "zeroshot_output_schema",
+    "zeroshot_scores",
 ]

@@ -2,6 +2,7 @@
 (``beyondlabels.io.run_files``: history.json, schema.json, per-query files), saved embeddings
 (``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``)."""
 
+from beyondlabels.io.qrels import QrelsChange, QrelsUpdate, load_qrels, load_run, update_qrels
 from beyondlabels.io.run_files import (
     EvaluationRun,
     evaluation_schema,
@@ -21,6 +22,11 @@ from beyondlabels.io.wandb_offline import (
 )
 
 __all__ = [
+    "QrelsChange",
+    "QrelsUpdate",
+    "load_qrels",
+    "load_run",
+    "update_qrels",
     "EvaluationRun",
     "IncompleteRunError",
     "OfflineRun",

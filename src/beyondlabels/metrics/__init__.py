@@ -5,6 +5,10 @@ outputs with an :class:`~beyondlabels.schema.OutputSchema`.
 """
 
 from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
+from beyondlabels.metrics.crossmodal import CrossModalRetrieval
+from beyondlabels.metrics.hierarchy import HierarchicalPrecisionRecall
+from beyondlabels.metrics.ranking import RankingAudit
 from beyondlabels.metrics.retrieval import EmbeddingRetrieval
+from beyondlabels.metrics.zeroshot import ZeroShotClassification
 
-__all__ = ["EmbeddingRetrieval", "GatheredSamples", "PerSampleMetric"]
+__all__ = ["CrossModalRetrieval", "EmbeddingRetrieval", "GatheredSamples", "HierarchicalPrecisionRecall", "PerSampleMetric", "RankingAudit", "ZeroShotClassification"]

@@ -172,7 +172,10 @@ class PerSampleMetric(Metric):
         for name in self._agreeing_states:
             value = values[name][order]
             kept = value[first][group]
-            differ = (value != kept).reshape(value.shape[0], -1).any(dim=1)
+            unequal = value != kept
+            if value.is_floating_point():
+                unequal &= ~(torch.isnan(value) & torch.isnan(kept))  # NaN in both copies agrees
+            differ = unequal.reshape(value.shape[0], -1).any(dim=1)
             if bool(differ.any()):
                 bad = torch.unique(ids_sorted[differ])[:5].tolist()
                 raise ValueError(

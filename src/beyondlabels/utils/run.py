@@ -62,14 +62,19 @@ def print_run_summary(
     from rich.table import Table
 
     console = Console()
-    table = Table(title="final validation metrics")
+    table = Table(title="final validation metrics (95% bootstrap intervals over queries in brackets)")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key, value in scalar_metrics(metrics).items():
+    scalars = scalar_metrics(metrics)
+    for key, value in scalars.items():
         spec = schema.get(key)
-        if key.startswith(prefixes) or spec is not None:
-            is_count = spec is not None and spec.count and math.isfinite(value)
-            table.add_row(key, f"{int(value):d}" if is_count else f"{value:.4f}")
+        if key.endswith(("_ci_low", "_ci_high")) or not (key.startswith(prefixes) or spec is not None):
+            continue  # intervals are shown beside their metric
+        is_count = spec is not None and spec.count and math.isfinite(value)
+        text = f"{int(value):d}" if is_count else f"{value:.4f}"
+        if f"{key}_ci_low" in scalars and f"{key}_ci_high" in scalars:
+            text += f"  [{scalars[f'{key}_ci_low']:.4f}, {scalars[f'{key}_ci_high']:.4f}]"
+        table.add_row(key, text)
     console.print(table)
     # Paths are printed plainly (no wrapping) so they can be copied.
     output_dir = Path(output_dir)
