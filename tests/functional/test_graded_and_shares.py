@@ -219,3 +219,50 @@ def test_shares_split_the_products_between_processes(monkeypatch):
 def test_bad_share_is_refused(share):
     with pytest.raises(ValueError, match="share"):
         list(search_neighbors(torch.randn(10, 3), 2, share=share))
+
+
+def numpy_mistake_means(emb: np.ndarray, labels: np.ndarray, table: np.ndarray) -> float:
+    """Mean of table[label(q), label(top 1)] over non-lone queries whose top-1 neighbour has another label."""
+    x = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    sims = x @ x.T
+    values = []
+    for q in range(len(x)):
+        others = np.array([j for j in range(len(x)) if j != q])
+        if not (labels[others] == labels[q]).any():
+            continue
+        top = others[np.lexsort((others, -sims[q, others]))][0]
+        if labels[top] != labels[q]:
+            values.append(table[labels[q], labels[top]])
+    return float(np.mean(values))
+
+
+def test_mistake_stats_average_over_wrong_top1_neighbours(gallery):
+    emb, labels = gallery
+    rng = np.random.default_rng(6)
+    table = rng.integers(0, 5, size=(8, 8)).astype(float)
+    gains = ClassGains(random_gains(8, seed=1), list(range(8)), name="g", mistake_stats={"depth": table})
+    out = embedding_retrieval_metrics(emb, labels, ks=(1, 5), graded=[gains])
+    expected = numpy_mistake_means(emb.numpy().astype(np.float64), labels.numpy(), table)
+    assert float(out["g_mistake_depth"]) == pytest.approx(expected, rel=1e-12)
+    per_query = out["per_query"]["g_mistake_depth"]
+    wrong = out["per_query"]["precision@1"] == 0
+    assert torch.equal(~torch.isnan(per_query), wrong)  # defined exactly for the top-1 mistakes
+    with pytest.raises(ValueError, match="mistake_stats"):
+        ClassGains(np.eye(2), [0, 1], mistake_stats={"depth": np.zeros((3, 3))})
+
+
+def test_taxonomy_gains_report_the_lca_depth_of_top1_mistakes():
+    """Against the taxonomy kernel applied to the top-1 neighbours found by the plain top-k search."""
+    from beyondlabels.demo.metadata import leaf_classes
+    from beyondlabels.functional import cosine_topk, mistake_lca_depth, taxonomy_class_gains
+    from beyondlabels.taxonomy import load_taxonomy
+
+    classes = list(leaf_classes())
+    emb, labels = clustered(400, 10, len(classes), seed=2, noise=2.5)
+    gains = taxonomy_class_gains("demo", classes, labels="index")
+    out = embedding_retrieval_metrics(emb, labels, ks=(1,), graded=[gains])
+    _, top = cosine_topk(emb, emb, 1, query_ids=torch.arange(400), gallery_ids=torch.arange(400))
+    tax = load_taxonomy("demo")
+    nodes = tax.indices(classes)
+    ref = mistake_lca_depth(nodes[labels], nodes[labels[top[:, 0]]], tax)
+    assert float(out["hierarchical_mistake_lca_depth"]) == pytest.approx(float(ref["mean_mistake_lca_depth"]), rel=1e-12)

@@ -103,7 +103,7 @@ def hierarchy_output_schema() -> OutputSchema:
     per_query = {
         "hP": KeySpec("per_query", True),
         "hR": KeySpec("per_query", True),
-        "hF": KeySpec("per_query", True),
+        "hF_sample_mean": KeySpec("per_query", True),  # per-sample F: its mean is hF_sample_mean, not hF
         "exact_match": KeySpec("per_query", True),
         "lca_depth": KeySpec("per_query", None),
         "pred": KeySpec("per_query", None),
@@ -258,7 +258,7 @@ def hierarchical_precision_recall(
         "num_errors": num_errors,
         "num_root_predictions": at_root.sum(),
         "error_lca_depth_fraction": fraction,
-        "per_query": {"hP": p, "hR": r, "hF": f, "exact_match": exact, "lca_depth": shared_depth, "pred": pred, "gt": gt},
+        "per_query": {"hP": p, "hR": r, "hF_sample_mean": f, "exact_match": exact, "lca_depth": shared_depth, "pred": pred, "gt": gt},
     }
 
 
@@ -277,7 +277,8 @@ def taxonomy_class_gains(
         labels: the label each class carries in the data: None (the node names themselves, for string labels),
             ``"index"`` (class ``i`` is labelled ``i``, as in datasets of class indices), or a sequence of ints or
             strings, one per class.
-        name: prefix of the graded keys (``<name>_precision@k``, ``<name>_ndcg@k``).
+        name: prefix of the graded keys (``<name>_precision@k``, ``<name>_ndcg@k``, and ``<name>_mistake_lca_depth``:
+            the mean depth of the lowest common ancestor of a query's class and its wrong top-1 neighbour's).
         include_root: count the root in the ancestor sets (then unrelated classes earn ``1 / max(depth + 1)``).
 
     Raises:
@@ -327,7 +328,9 @@ def taxonomy_class_gains(
     size = (depth[idx] + offset).to(torch.float64)
     denom = torch.maximum(size[:, None], size[None, :])
     gains = (shared.to(torch.float64) + offset).reshape(len(classes), len(classes)) / denom
-    return ClassGains(gains, labels, name=name)
+    # the depth of each pair's lowest common ancestor: retrieval reports its mean over the top-1 mistakes
+    lca = shared.to(torch.float64).reshape(len(classes), len(classes))
+    return ClassGains(gains, labels, name=name, mistake_stats={"lca_depth": lca})
 
 
 def mistake_lca_depth(

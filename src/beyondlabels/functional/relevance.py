@@ -39,13 +39,18 @@ class ClassGains:
             the rows and columns, in matrix order; distinct.
         name: Prefix of the graded keys (``<name>_precision@k``, ``<name>_ndcg@k``): a letter, then letters, digits
             or underscores.
+        mistake_stats: Optional ``{stat: [C, C] matrix}`` of class-pair values where larger means a nearer miss (e.g.
+            the depth of the classes' lowest common ancestor): retrieval then reports ``<name>_mistake_<stat>``, the
+            mean over the queries whose top-1 neighbour has another label of ``matrix[class(query), class(top 1)]``.
 
     Raises:
         ValueError: naming the argument, for a non-square or out-of-range matrix, a diagonal other than 1, repeated
             or missing classes, or a bad name.
     """
 
-    def __init__(self, gains: Any, classes: Sequence[Any], name: str = "graded") -> None:
+    def __init__(
+        self, gains: Any, classes: Sequence[Any], name: str = "graded", mistake_stats: dict[str, Any] | None = None
+    ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(f"`name` must start with a letter and hold only letters, digits or '_', got {name!r}.")
         matrix = torch.as_tensor(np.asarray(gains) if not isinstance(gains, Tensor) else gains).to(torch.float64)
@@ -62,7 +67,16 @@ class ClassGains:
         sorted_codes, order = torch.sort(codes)
         if codes.numel() > 1 and bool((sorted_codes[1:] == sorted_codes[:-1]).any()):
             raise ValueError("`classes` holds the same label twice; each row of `gains` needs its own class.")
+        stats: dict[str, Tensor] = {}
+        for stat, values in (mistake_stats or {}).items():
+            if not isinstance(stat, str) or not _NAME.match(stat):
+                raise ValueError(f"`mistake_stats` names must start with a letter and hold letters, digits or '_', got {stat!r}.")
+            table = torch.as_tensor(np.asarray(values) if not isinstance(values, Tensor) else values).to(torch.float64)
+            if table.shape != matrix.shape or not bool(torch.isfinite(table).all()):
+                raise ValueError(f"`mistake_stats[{stat!r}]` must be a finite {tuple(matrix.shape)} matrix, got shape {tuple(table.shape)}.")
+            stats[stat] = table
         self.name = name
+        self.mistake_stats = stats
         self.gains = matrix
         self.classes = list(classes)
         self._sorted_codes = sorted_codes

@@ -79,7 +79,9 @@ __all__ = [
 ]
 
 
-def retrieval_output_schema(ks: Sequence[int], graded: Sequence[str] = (), sampled: bool = False) -> OutputSchema:
+def retrieval_output_schema(
+    ks: Sequence[int], graded: Sequence[str] = (), sampled: bool = False, mistake_stats: Mapping[str, Sequence[str]] | None = None
+) -> OutputSchema:
     """The output schema of :func:`embedding_retrieval_metrics` for cut-offs ``ks`` and graded matrix names; with
     ``sampled`` (a query sample, ``max_queries``) also ``num_query_pool`` and the standard error ``<key>_se`` of
     every micro-averaged metric.
@@ -104,6 +106,10 @@ def retrieval_output_schema(ks: Sequence[int], graded: Sequence[str] = (), sampl
             for k in ks:
                 keys[f"{name}_{family}@{k}"] = up
                 per_query[f"{name}_{family}@{k}"] = KeySpec("per_query", True)
+    for name, stats in (mistake_stats or {}).items():
+        for stat in stats:
+            keys[f"{name}_mistake_{stat}"] = up
+            per_query[f"{name}_mistake_{stat}"] = KeySpec("per_query", True)
     keys["r_precision"] = up
     keys["map@r"] = up
     per_query["r_precision"] = per_query["map@r"] = KeySpec("per_query", True)
@@ -319,7 +325,7 @@ def retrieval_per_query(
             e_cls = torch.full_like(q_cls, -1)
         else:
             e_cls = torch.where(excl >= 0, g_cls[excl.clamp(min=0)], -1)
-        graded_state.append((g.name, gains, g_cls, q_cls, counts, e_cls))
+        graded_state.append((g.name, gains, g_cls, q_cls, counts, e_cls, {k: v.to(device) for k, v in g.mistake_stats.items()}))
 
     out_rows, out_hits, out_rp, out_map, out_first, out_ndcg = [], [], [], [], [], []
     out_graded: dict[str, list[Tensor]] = {}
@@ -373,7 +379,13 @@ def retrieval_per_query(
         ndcg = dcg[:, ks_index] / binary_ideal[torch.minimum(rq_safe.unsqueeze(1), ks_index.unsqueeze(0) + 1) - 1]
         out_ndcg.append(torch.where(ok.unsqueeze(1), ndcg, nan))
 
-        for name, gains, g_cls, q_cls, counts, e_cls in graded_state:
+        for name, gains, g_cls, q_cls, counts, e_cls, stats in graded_state:
+            if stats:
+                first_cls = g_cls[idx[:, 0]]
+                miss = ok & (g_labels[idx[:, 0]] != ql)
+                for stat, table in stats.items():
+                    value = torch.where(miss, table[q_cls[rows], first_cls], nan)
+                    out_graded.setdefault(f"{name}_mistake_{stat}", []).append(value)
             gain = gains[q_cls[rows].unsqueeze(1), g_cls[idx[:, :kmax]]]
             cum_gain = torch.cumsum(gain, dim=1)
             ks_f = ks_index.to(torch.float64) + 1.0
@@ -402,10 +414,15 @@ def retrieval_per_query(
     for j, k in enumerate(ks_t):
         result[f"ndcg@{k}"] = ndcg_all[:, j]
     for key, parts in out_graded.items():
+        if "_mistake_" in key:
+            result[key] = cat(parts, (0,), torch.float64)
+            continue
         values = cat(parts, (0, len(ks_t)), torch.float64)
         for j, k in enumerate(ks_t):
             result[f"{key}@{k}"] = values[:, j]
-    for name, *_ in graded_state:
+    for name, *_, stats in graded_state:
+        for stat in stats:
+            result.setdefault(f"{name}_mistake_{stat}", torch.empty(0, dtype=torch.float64, device=device))
         for family in ("precision", "ndcg"):
             for k in ks_t:
                 result.setdefault(f"{name}_{family}@{k}", torch.empty(0, dtype=torch.float64, device=device))
@@ -480,11 +497,15 @@ def aggregate_retrieval(
                 vectors[f"{name}_{family}@{k}"] = pq[f"{name}_{family}@{k}"]
     for key in ("r_precision", "map@r"):
         vectors[key] = pq[key]
+    mistakes = {key: pq[key] for key in pq if "_mistake_" in key}
 
     codes = torch.unique(labels[ok], return_inverse=True)[1] if n_ok else None
     n_classes = int(codes.max()) + 1 if n_ok else 0
     for key, value in vectors.items():
         out[key] = value[ok].mean() if n_ok else nan
+    for key, value in mistakes.items():  # means over the top-1 mistakes (NaN elsewhere)
+        found = ~torch.isnan(value)
+        out[key] = value[found].mean() if bool(found.any()) else nan
     first = pq["first_relevant_rank"]
     out["mean_first_relevant_rank"] = first[ok].mean() if n_ok else nan
     out["median_first_relevant_rank"] = torch.quantile(first[ok], 0.5) if n_ok else nan
@@ -501,6 +522,7 @@ def aggregate_retrieval(
         out["precision_curve"] = torch.full_like(rank, float("nan"))
     per_query_out = {"query_id": index if query_ids is None else query_ids.to(device)[index], "label": labels, "num_relevant": r}
     per_query_out.update(vectors)
+    per_query_out.update(mistakes)
     per_query_out["first_relevant_rank"] = first
     out["per_query"] = per_query_out
     if query_pool is not None:

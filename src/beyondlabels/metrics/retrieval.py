@@ -120,7 +120,12 @@ class EmbeddingRetrieval(PerSampleMetric):
         self.add_sample_state("labels", agree=True)
 
     def output_schema(self) -> OutputSchema:
-        schema = retrieval_output_schema(self.ks, [g.name for g in self.graded], sampled=self.max_queries is not None)
+        schema = retrieval_output_schema(
+            self.ks,
+            [g.name for g in self.graded],
+            sampled=self.max_queries is not None,
+            mistake_stats={g.name: list(g.mistake_stats) for g in self.graded if g.mistake_stats},
+        )
         return schema.merged(OutputSchema({"num_duplicates": self.count_spec()}))
 
     def update(self, embeddings: Tensor, labels: Any, ids: Any = None) -> None:
