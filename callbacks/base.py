@@ -376,6 +376,26 @@ class EvaluationCallback(pl.Callback):
         finally:
             pl_module.train(was_training)
 
+    def unpack_labelled(self, batch: Any, input_key: str, label_key: str, id_key: str) -> tuple[Any, Any, Any]:
+        """``(inputs, labels, ids or None)`` of a batch of labelled inputs: a dict (read with the three keys; the id
+        entry is optional) or an ``(inputs, labels)`` / ``(inputs, labels, ids)`` tuple. Anything else is refused
+        with a description of what was received."""
+        if isinstance(batch, dict):
+            missing = [k for k in (input_key, label_key) if k not in batch]
+            if missing:
+                raise KeyError(
+                    f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. "
+                    "Set input_key / label_key (and id_key) to the keys of your batches."
+                )
+            return batch[input_key], batch[label_key], batch.get(id_key)
+        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
+            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
+        described = f"a {type(batch).__name__}" + (f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else "")
+        raise TypeError(
+            f"evaluation batches must be dicts (keys {input_key!r}, {label_key!r}, optional {id_key!r}) "
+            f"or (inputs, labels) / (inputs, labels, ids) tuples; got {described}"
+        )
+
     def take_ids(self, batch_size: int, given: Any) -> torch.Tensor:
         """Ids of the next ``batch_size`` samples of this evaluation (see :meth:`batch_ids`); advances the position."""
         ids = self.batch_ids(batch_size, given, self._offset, self._trainer)

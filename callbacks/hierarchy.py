@@ -153,21 +153,8 @@ class HierarchyEvalCallback(EvaluationCallback):
 
     # ---- one batch -----------------------------------------------------------------------------------------------------
     def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch."""
-        if isinstance(batch, dict):
-            missing = [k for k in (self.input_key, self.label_key) if k not in batch]
-            if missing:
-                raise KeyError(
-                    f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. "
-                    "Set input_key / label_key (and id_key) to the keys of your batches."
-                )
-            return batch[self.input_key], batch[self.label_key], batch.get(self.id_key)
-        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
-            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
-        raise TypeError(
-            f"evaluation batches must be dicts (keys {self.input_key!r}, {self.label_key!r}, optional {self.id_key!r}) "
-            f"or (inputs, labels[, ids]) tuples; got a {type(batch).__name__}"
-        )
+        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCallback.unpack_labelled`)."""
+        return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
 
     def _to_nodes(self, values: Any, what: str, device: torch.device) -> torch.Tensor:
         """Node indices of class indices (through ``class_names``) or of node names."""

@@ -123,22 +123,8 @@ class RetrievalEvalCallback(EvaluationCallback):
             )
 
     def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch (the formats in the class docstring)."""
-        if isinstance(batch, dict):
-            missing = [k for k in (self.input_key, self.label_key) if k not in batch]
-            if missing:
-                raise KeyError(
-                    f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. "
-                    "Set input_key / label_key (and id_key) to the keys of your batches."
-                )
-            return batch[self.input_key], batch[self.label_key], batch.get(self.id_key)
-        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
-            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
-        described = f"a {type(batch).__name__}" + (f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else "")
-        raise TypeError(
-            f"evaluation batches must be dicts (keys {self.input_key!r}, {self.label_key!r}, optional {self.id_key!r}) "
-            f"or (inputs, labels) / (inputs, labels, ids) tuples; got {described}"
-        )
+        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCallback.unpack_labelled`)."""
+        return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
 
     def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
         inputs, labels, given_ids = self.unpack(batch)

@@ -170,14 +170,8 @@ class ZeroShotEvalCallback(EvaluationCallback):
         return self._classifier
 
     def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        if isinstance(batch, dict):
-            missing = [k for k in (self.input_key, self.label_key) if k not in batch]
-            if missing:
-                raise KeyError(f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set input_key / label_key.")
-            return batch[self.input_key], batch[self.label_key], batch.get(self.id_key)
-        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
-            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
-        raise TypeError(f"evaluation batches must be dicts or (images, labels[, ids]) tuples, got {type(batch).__name__}")
+        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCallback.unpack_labelled`)."""
+        return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
 
     def _label_indices(self, labels: Any, device: torch.device) -> torch.Tensor:
         if isinstance(labels, (list, tuple)) and labels and all(isinstance(v, str) for v in labels):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -91,3 +92,20 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
             + (" (the file is empty)" if data is None else "")
         )
     return data
+
+
+SHOW = 5  # how many offending names an error message lists
+
+
+def listing(names: Iterable[Any], limit: int = SHOW) -> str:
+    """``'a', 'b', 'c'`` or ``'a', 'b', ... (7 in all)``."""
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown if len(names) <= limit else f"{shown}, ... ({len(names)} in all)"
+
+
+def check_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        hint = " (in YAML, quote names such as yes/no/on/off/null or numbers)" if not isinstance(value, str) else ""
+        raise ValueError(f"{where} must be a non-empty string, got {value!r} ({type(value).__name__}){hint}")
+    return value

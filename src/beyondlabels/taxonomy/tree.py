@@ -45,23 +45,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels.taxonomy._files import SHOW as _SHOW
+from beyondlabels.taxonomy._files import check_name as _check_name
+from beyondlabels.taxonomy._files import listing as _listing
 from beyondlabels.taxonomy._files import read_mapping
 
-_SHOW = 5  # how many offending names an error message lists
-
-
-def _listing(names: Iterable[Any], limit: int = _SHOW) -> str:
-    """``'a', 'b', 'c'`` or ``'a', 'b', ... (7 in all)``."""
-    names = list(names)
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown if len(names) <= limit else f"{shown}, ... ({len(names)} in all)"
-
-
-def _check_name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        hint = " (in YAML, quote names such as yes/no/on/off/null or numbers)" if not isinstance(value, str) else ""
-        raise ValueError(f"{where} must be a non-empty string, got {value!r} ({type(value).__name__}){hint}")
-    return value
 
 
 class Taxonomy:
