@@ -84,6 +84,17 @@ def _curve_max_k(value: Any, ks: list[int], n: int) -> int:
     return max(max(ks), min(value, n - 1))
 
 
+def _with_intervals(cfg: DictConfig, metrics: dict[str, Any], schema: OutputSchema) -> OutputSchema:
+    """Add ``<key>_ci_low`` / ``<key>_ci_high`` (seeded bootstrap over queries; ``bootstrap_rounds``, ``ci_seed``) of
+    the headline keys to ``metrics`` and return the schema that describes them."""
+    from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
+
+    keys = confidence_interval_keys(schema)
+    rounds, seed = int(cfg.get("bootstrap_rounds", 2000)), int(cfg.get("ci_seed", 11))
+    metrics.update(confidence_intervals(metrics["per_query"], keys, rounds=rounds, seed=seed))
+    return with_confidence_intervals(schema, keys)
+
+
 def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.get("input"):
         raise ValueError("task=retrieval needs input=PATH.npz (arrays 'embeddings' N×D and 'labels' N, optional 'ids')")
@@ -96,7 +107,7 @@ def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
         data.embeddings, data.labels, data.ids, ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision),
         curve_max_k=curve_max_k, max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)),
     )
-    schema = retrieval_output_schema(ks, sampled=max_queries is not None)
+    schema = _with_intervals(cfg, metrics, retrieval_output_schema(ks, sampled=max_queries is not None))
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
@@ -178,7 +189,7 @@ def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
         data["image_embeddings"], data["text_embeddings"], data["text_image_index"], ks=ks, chunk_size=int(cfg.eval.chunk_size),
         precision=str(cfg.eval.precision), image_ids=data["image_ids"], text_ids=data["text_ids"],
     )  # fmt: skip
-    schema = crossmodal_output_schema(ks)
+    schema = _with_intervals(cfg, metrics, crossmodal_output_schema(ks))
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
@@ -236,7 +247,7 @@ def evaluate_hierarchy(cfg: DictConfig) -> dict[str, Any]:
             rules[i] = rule
     metrics = hierarchical_precision_recall(pred, rows.gt, taxonomy, include_root=include_root)
     metrics["per_query"]["query_id"] = rows.ids
-    schema = hierarchy_output_schema()
+    schema = _with_intervals(cfg, metrics, hierarchy_output_schema())
     report: dict[str, Any] = {"task": "hierarchy"}
     for key in schema.scalar_keys():
         value = float(metrics[key])
@@ -261,7 +272,6 @@ def evaluate_ranking(cfg: DictConfig) -> dict[str, Any]:
     """``task=ranking``: a run against qrels (TREC or JSON) — every key of the ranking schema per k with 95% bootstrap
     intervals of the headline keys, ``per_query`` ({query: {key: value}}), ``num_queries`` and ``num_unjudged``."""
     from beyondlabels.functional.ranking import judge_run, ranking_metrics, ranking_output_schema
-    from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
     from beyondlabels.io.qrels import load_qrels, load_run
 
     if not cfg.get("run") or not cfg.get("qrels"):
@@ -269,10 +279,7 @@ def evaluate_ranking(cfg: DictConfig) -> dict[str, Any]:
     ks = parse_ks(cfg.k)
     judged = judge_run(load_run(cfg.run), load_qrels(cfg.qrels), depth=cfg.get("depth"))
     metrics = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=ks, relevance_level=int(cfg.get("relevance_level", 1)), query_ids=judged.query_ids)
-    base = ranking_output_schema(ks)
-    ci_keys = confidence_interval_keys(base)
-    metrics.update(confidence_intervals(metrics["per_query"], ci_keys, rounds=int(cfg.get("bootstrap_rounds", 2000)), seed=int(cfg.get("ci_seed", 11))))
-    schema = with_confidence_intervals(base, ci_keys)
+    schema = _with_intervals(cfg, metrics, ranking_output_schema(ks))
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)

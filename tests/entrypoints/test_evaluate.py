@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
@@ -268,3 +269,16 @@ def test_query_sampling_reports_the_pool_and_standard_errors(tmp_path: Path):
     assert "precision@1_se" in report["schema"]["keys"]
     with np.load(tmp_path / "s.per_query.npz") as pq:
         assert len(pq["query_id"]) == 30
+
+
+def test_reports_carry_bootstrap_intervals_of_the_headline_metrics(tmp_path: Path):
+    from beyondlabels.functional.stats import bootstrap_ci
+
+    x, cls = _clusters(n=60)
+    report = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,5]"))
+    assert report["precision@1_ci_low"] <= report["precision@1"] <= report["precision@1_ci_high"]
+    assert report["precision@1_ci_low"] < report["precision@1_ci_high"]
+    assert "map@r_ci_high" in report["schema"]["keys"] and "num_queries_ci_low" not in report
+    with np.load(tmp_path / "r.per_query.npz") as pq:  # the interval is the bootstrap of the saved per-query values
+        ci = bootstrap_ci(torch.from_numpy(pq["precision@1"]), rounds=2000, seed=11)
+    assert (report["precision@1_ci_low"], report["precision@1_ci_high"]) == pytest.approx((ci.low, ci.high))

@@ -50,7 +50,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.taxonomy._files import SHOW as _SHOW
 from beyondlabels.taxonomy._files import check_name as _check_name
 from beyondlabels.taxonomy._files import listing as _listing
 from beyondlabels.taxonomy._files import read_mapping
