@@ -1,0 +1,230 @@
+"""LabelMismatchAnalysis: numbers against numpy, string labels through FeatureProfiles, forward/split updates,
+deduplication, validation, and a two-process gloo run equal to the single-process one."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from scipy import stats as sps
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
+from outputs import assert_same_outputs  # noqa: E402
+
+from beyondlabels.demo import demo_profiles  # noqa: E402
+from beyondlabels.functional import ClassGains, encode_labels  # noqa: E402
+from beyondlabels.metrics import LabelMismatchAnalysis  # noqa: E402
+
+C = 7
+
+
+def similarity() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    m = rng.random((C, C))
+    m = (m + m.T) / 2
+    np.fill_diagonal(m, 1.0)
+    return m
+
+
+def data(n: int = 120, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, C, size=n)
+    r = np.where(rng.random(n) < 0.5, rng.integers(0, C, size=n), q)
+    emb = rng.normal(size=(C, 5))[q] + rng.normal(size=(n, 5))
+    return torch.tensor(q), torch.tensor(r), torch.tensor(emb, dtype=torch.float32), torch.arange(n) * 3 + 100
+
+
+def metric(**kw) -> LabelMismatchAnalysis:
+    return LabelMismatchAnalysis(ClassGains(similarity(), list(range(C)), name="s"), num_trials=400, seed=7, **kw)
+
+
+def test_numbers_match_numpy():
+    q, r, _, ids = data()
+    m = metric()
+    m.update(q, r, ids)
+    out = m.compute()
+    sim = similarity()
+    qn, rn = q.numpy(), r.numpy()
+    wrong = qn != rn
+    sims = sim[qn[wrong], rn[wrong]]
+    pairs = sim[np.triu_indices(C, 1)]
+    assert out["num_mismatches"] == wrong.sum()
+    assert out["mean_similarity"] == pytest.approx(sims.mean(), abs=1e-12)
+    assert out["mean_percentile_rank"] == pytest.approx(np.mean([sps.percentileofscore(pairs, s, kind="weak") for s in sims]), abs=1e-10)
+    assert torch.equal(out["per_query"]["query_id"], ids)
+    assert m.null_distribution.shape == (400,)
+    assert float(out["p_value"]) == (int((m.null_distribution >= out["mean_similarity"] - 1e-12).sum()) + 1) / 401
+    assert out["num_mismatches"].dtype == torch.long and out["mean_similarity"].dtype == torch.float64
+    assert set(m.output_schema().scalar_keys()) == {k for k in out if k != "per_query"}
+    assert set(m.output_schema().per_query) == set(out["per_query"])
+
+
+def test_string_labels_through_feature_profiles():
+    p = demo_profiles()
+    names = list(p.classes)
+    q_names = [names[i % len(names)] for i in range(40)]
+    r_names = [names[(i * 7) % len(names)] for i in range(40)]
+    qc, _ = encode_labels(q_names)
+    rc, _ = encode_labels(r_names)
+    m = LabelMismatchAnalysis(p, num_trials=200)
+    m.update(qc, rc)
+    out = m.compute()
+    sim = p.similarity_matrix().numpy()
+    expected = [sim[names.index(a), names.index(b)] for a, b in zip(q_names, r_names, strict=True) if a != b]
+    assert out["mean_similarity"] == pytest.approx(np.mean(expected), abs=1e-12)
+    bad, _ = encode_labels(["zebra"])
+    m.update(bad, bad)
+    with pytest.raises(ValueError, match="does not list"):
+        m.compute()
+
+
+def test_forward_split_updates_and_duplicates_agree_with_one_update():
+    q, r, emb, ids = data()
+    one = metric(with_embeddings=True)
+    one.update(q, r, ids, embeddings=emb)
+    ref = one.compute()
+    split = metric(with_embeddings=True)
+    perm = torch.randperm(len(q), generator=torch.Generator().manual_seed(0))
+    for s in range(0, len(q), 17):
+        b = perm[s : s + 17]
+        assert split(q[b], r[b], ids[b], embeddings=emb[b]) is None  # forward only accumulates
+    split.update(q[:5], r[:5], ids[:5], embeddings=emb[:5])  # repeats, as a DistributedSampler pads
+    got = split.compute()
+    assert got.pop("num_duplicates") == 5 and ref.pop("num_duplicates") == 0
+    assert_same_outputs(got, ref)
+    assert not math.isnan(float(ref["spearman_rho"]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"similarity": "nope"}, "`similarity` must be"),
+        ({"similarity": [[1.0, 0.5], [0.5, 1.0]]}, "`labels` is required"),
+        ({"num_trials": 0}, "`num_trials`"),
+        ({"seed": "x"}, "`seed`"),
+        ({"percentile_kind": "x"}, "`percentile_kind`"),
+        ({"counts": [1, 2, 3]}, "`counts` must hold 2"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, match):
+    args = {"similarity": ClassGains([[1.0, 0.5], [0.5, 1.0]], [0, 1])}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        LabelMismatchAnalysis(**args)
+
+
+def test_bad_updates_are_named():
+    m = metric()
+    with pytest.raises(ValueError, match="`query_labels` must be a 1-D integer"):
+        m.update(torch.tensor([0.5]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="one entry per query"):
+        m.update(torch.tensor([0, 1]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="with_embeddings=False"):
+        m.update(torch.tensor([0]), torch.tensor([1]), embeddings=torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="`embeddings` must be a"):
+        metric(with_embeddings=True).update(torch.tensor([0]), torch.tensor([1]))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        q, r, emb, ids = shards[rank]
+        m = metric(with_embeddings=True)
+        for s in range(0, len(ids), 13):
+            m.update(q[s : s + 13], r[s : s + 13], ids[s : s + 13], embeddings=emb[s : s + 13])
+        out = m.compute()
+        out["null"] = m.null_distribution
+        torch.save(out, f"{out_path}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_process_gloo_equals_single_process(tmp_path):
+    q, r, emb, ids = data()
+    perm = torch.randperm(len(q), generator=torch.Generator().manual_seed(1))
+    r0, r1 = perm[:64], torch.cat([perm[64:], perm[:8]])  # uneven shards with padding repeats
+    shards = [(q[i], r[i], emb[i], ids[i]) for i in (r0, r1)]
+    single = metric(with_embeddings=True)
+    single.update(q, r, ids, embeddings=emb)
+    ref = single.compute()
+    ref["null"] = single.null_distribution
+    out_path = str(tmp_path / "out")
+    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
+    for rank in range(2):
+        got = torch.load(f"{out_path}.{rank}")
+        assert got.pop("num_duplicates") == 8 and ref["num_duplicates"] == 0
+        assert_same_outputs(got, {k: v for k, v in ref.items() if k != "num_duplicates"})
+
+
+def _retrieval_metric():
+    from beyondlabels.metrics import RetrievalWithMismatch
+
+    return RetrievalWithMismatch(ClassGains(similarity(), list(range(C)), name="s"), num_trials=300, seed=2, ks=(1, 5), chunk_size=16)
+
+
+def test_retrieval_with_mismatch_matches_numpy():
+    q, _, emb, ids = data()
+    m = _retrieval_metric()
+    m.update(emb, q, ids)
+    out = m.compute()
+    u = emb.double().numpy()
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    s = u @ u.T
+    np.fill_diagonal(s, -np.inf)
+    lab = q.numpy()
+    nn = lab[s.argmax(axis=1)]
+    sim = similarity()
+    wrong = lab != nn
+    assert float(out["s_precision@1"]) == pytest.approx(sim[lab, nn].mean(), abs=1e-9)
+    assert int(out["mismatch_num_mismatches"]) == wrong.sum()
+    assert float(out["mismatch_mean_similarity"]) == pytest.approx(sim[lab[wrong], nn[wrong]].mean(), abs=1e-12)
+    assert {k for k in m.output_schema().scalar_keys() if k.startswith("mismatch_")} <= set(out)
+
+
+def _ddp_retrieval_worker(rank: int, world: int, port: int, shards, out_path: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        q, emb, ids = shards[rank]
+        m = _retrieval_metric()
+        for s in range(0, len(ids), 13):
+            m.update(emb[s : s + 13], q[s : s + 13], ids[s : s + 13])
+        out = m.compute()
+        torch.save({k: v for k, v in out.items() if k.startswith(("mismatch_", "s_"))}, f"{out_path}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_retrieval_with_mismatch_two_processes_equal_one(tmp_path):
+    q, _, emb, ids = data()
+    perm = torch.randperm(len(q), generator=torch.Generator().manual_seed(2))
+    r0, r1 = perm[:64], torch.cat([perm[64:], perm[:8]])
+    shards = [(q[i], emb[i], ids[i]) for i in (r0, r1)]
+    single = _retrieval_metric()
+    single.update(emb, q, ids)
+    ref = {k: v for k, v in single.compute().items() if k.startswith(("mismatch_", "s_"))}
+    out_path = str(tmp_path / "ret")
+    mp.spawn(_ddp_retrieval_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
+    for rank in range(2):
+        assert_same_outputs(torch.load(f"{out_path}.{rank}"), ref)
