@@ -1,0 +1,205 @@
+"""Text-to-image R-precision of a generator while it trains: fixed seeded prompts → generated images → a frozen
+CLIP evaluator → :class:`~beyondlabels.metrics.TextImageRPrecision`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.functional.search import _check_positive_int
+from beyondlabels.metrics.rprecision import TextImageRPrecision
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PromptSet", "RPrecisionCallback", "select_prompts"]
+
+
+def select_prompts(pool: Sequence[str], num_prompts: int, seed: int) -> tuple[list[int], list[str]]:
+    """A fixed, seeded choice of ``num_prompts`` prompts of ``pool`` (without replacement), in pool order.
+
+    Returns the pool indices (the samples' global ids) and the prompts.
+
+    Example:
+        >>> select_prompts(["a", "b", "c", "d"], 2, seed=0) == select_prompts(["a", "b", "c", "d"], 2, seed=0)
+        True
+    """
+    if isinstance(pool, str) or not isinstance(pool, Sequence) or not all(isinstance(p, str) for p in pool):
+        raise ValueError(f"the prompt pool must be a list of strings, got {type(pool).__name__}.")
+    if num_prompts > len(pool):
+        raise ValueError(f"`num_prompts` {num_prompts} exceeds the {len(pool)} prompts of the pool; lower it or give more prompts.")
+    chosen = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:num_prompts]
+    ids = sorted(int(i) for i in chosen)
+    return ids, [pool[i] for i in ids]
+
+
+class PromptSet(Dataset):
+    """Items ``{"prompt": str, "id": int}`` (map-style, so the base shards it under DDP)."""
+
+    def __init__(self, ids: Sequence[int], prompts: Sequence[str]) -> None:
+        self.ids, self.prompts = list(ids), list(prompts)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"prompt": self.prompts[i], "id": self.ids[i]}
+
+
+class RPrecisionCallback(EvaluationCallback):
+    """Every N steps (or epochs): generate images for a fixed seeded prompt set and log their R-precision.
+
+    Each evaluation takes the same ``num_prompts`` prompts (chosen from ``prompts`` with ``prompt_seed``), calls
+    ``pl_module.<generate_method>(prompts)`` (images ``[B, 3, H, W]`` in ``[0, 1]``), embeds images and prompts with the
+    frozen ``evaluator`` (:class:`~beyondlabels.io.evaluator.ClipEvaluator` or any object with ``encode_images``,
+    ``encode_texts`` and an ``identity`` dict) and feeds :class:`~beyondlabels.metrics.TextImageRPrecision` (definitions:
+    :mod:`beyondlabels.functional.rprecision`). Scalars are logged on every rank by the base; on rank 0 a W&B table of
+    prompts, their generated images and the rank of their own caption, and the top-r curve. The evaluator identity
+    and the protocol are logged as hyperparameters and written to ``<save_dir>/evaluator.json``.
+
+    Args:
+        evaluator: The frozen evaluator (numbers are comparable only under one evaluator).
+        prompts: The prompt pool: a list of strings, or the name of a datamodule / module attribute holding one.
+        num_prompts: Prompts per evaluation (at least ``num_candidates``).
+        prompt_seed: Seed of the prompt choice.
+        generate_method: Name of the module method ``(list[str]) -> images in [0, 1]``.
+        batch_size: Prompts generated per call.
+        num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, hard_negatives: Passed to
+            :class:`~beyondlabels.metrics.TextImageRPrecision`.
+        num_table_rows: Rows of the W&B table (0: none).
+        prefix: Namespace of the logged keys.
+        kwargs: Passed to :class:`~beyondlabels.callbacks.EvaluationCallback` (schedule, files, strict, ...).
+    """
+
+    def __init__(
+        self,
+        evaluator: Any,
+        prompts: str | Sequence[str] = "prompts",
+        num_prompts: int = 128,
+        prompt_seed: int = 0,
+        generate_method: str = "generate",
+        batch_size: int = 32,
+        num_candidates: int = 100,
+        r: int = 1,
+        top_r: Sequence[int] = (1, 5, 10),
+        protocol: str = "folds",
+        repeats: int = 10,
+        seed: int = 0,
+        near_duplicate_threshold: float | None = 0.8,
+        hard_negatives: bool = False,
+        num_table_rows: int = 16,
+        *,
+        prefix: str = "rprecision",
+        **kwargs: Any,
+    ) -> None:
+        for name in ("encode_images", "encode_texts"):
+            if not callable(getattr(evaluator, name, None)):
+                raise ValueError(f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got {type(evaluator).__name__}.")
+        _check_positive_int(num_prompts, "num_prompts")
+        _check_positive_int(batch_size, "batch_size")
+        if num_prompts < num_candidates:
+            raise ValueError(f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates.")
+        if isinstance(num_table_rows, bool) or not isinstance(num_table_rows, int) or num_table_rows < 0:
+            raise ValueError(f"`num_table_rows` must be an int >= 0, got {num_table_rows!r}.")
+        if not isinstance(generate_method, str) or not generate_method:
+            raise ValueError(f"`generate_method` must be a method name, got {generate_method!r}.")
+        self.evaluator = evaluator
+        self.prompts = prompts if isinstance(prompts, str) else list(prompts)
+        self.num_prompts, self.prompt_seed = num_prompts, prompt_seed
+        self.generate_method, self.batch_size, self.num_table_rows = generate_method, batch_size, num_table_rows
+        self._metric_args = dict(
+            num_candidates=num_candidates, r=r, top_r=top_r, protocol=protocol, repeats=repeats, seed=seed,
+            near_duplicate_threshold=near_duplicate_threshold, hard_negatives=hard_negatives,
+        )  # fmt: skip
+        self._prompt_set: PromptSet | None = None
+        self._table: dict[int, tuple[str, torch.Tensor]] = {}
+        kwargs.setdefault("dataloader", self._loader)
+        super().__init__(prefix=prefix, **kwargs)
+
+    def build_metric(self) -> TextImageRPrecision:
+        return TextImageRPrecision(**self._metric_args)
+
+    def state_key_parts(self) -> dict[str, Any]:
+        return {"generate_method": self.generate_method, "evaluator": getattr(self.evaluator, "identity_hash", type(self.evaluator).__name__)}
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return dict(getattr(self.evaluator, "identity", {"evaluator": type(self.evaluator).__name__}))
+
+    # ---- prompts ---------------------------------------------------------------------------------------------------
+    def _pool(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[str]:
+        if not isinstance(self.prompts, str):
+            return self.prompts
+        for owner in (getattr(trainer, "datamodule", None), pl_module):
+            if owner is not None and hasattr(owner, self.prompts):
+                pool = getattr(owner, self.prompts)
+                return list(pool() if callable(pool) else pool)
+        raise AttributeError(
+            f"neither the datamodule nor the LightningModule has an attribute {self.prompts!r}; pass "
+            f"{type(self).__name__}(prompts=[...]) or the name of an attribute holding the prompt pool"
+        )
+
+    def check_module(self, pl_module: pl.LightningModule) -> None:
+        if not callable(getattr(pl_module, self.generate_method, None)):
+            raise AttributeError(f"{type(pl_module).__name__} has no method {self.generate_method!r}(prompts) -> images; set generate_method.")
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        ids, prompts = select_prompts(self._pool(trainer, pl_module), self.num_prompts, self.prompt_seed)
+        self._prompt_set = PromptSet(ids, prompts)
+        config = {"evaluator": self.identity, "protocol": self.metric.settings(), "num_prompts": self.num_prompts, "prompt_seed": self.prompt_seed}
+        for logger in trainer.loggers:
+            logger.log_hyperparams({self.prefix: config})
+        folder = self.output_folder(trainer)
+        if trainer.is_global_zero and folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "evaluator.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    def _loader(self) -> DataLoader:
+        if self._prompt_set is None:
+            raise RuntimeError("RPrecisionCallback evaluates only after setup (the prompt set is chosen there).")
+        return DataLoader(self._prompt_set, batch_size=self.batch_size, shuffle=False)
+
+    # ---- one batch -------------------------------------------------------------------------------------------------
+    def feed(self, pl_module: pl.LightningModule, batch: Mapping[str, Any]) -> None:
+        prompts = list(batch["prompt"])
+        ids = self.take_ids(len(prompts), batch.get("id"))
+        images = getattr(pl_module, self.generate_method)(prompts)
+        if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[0] != len(prompts):
+            got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            raise ValueError(f"{self.generate_method}(prompts) must return images [B, 3, H, W] in [0, 1] for B={len(prompts)} prompts, got {got}.")
+        image_features = self.evaluator.encode_images(images.detach().float())
+        text_features = self.evaluator.encode_texts(prompts).to(image_features.device)
+        device = pl_module.device
+        self.metric.update(image_features.to(device), text_features.to(device), ids.to(device), captions=prompts)
+        if self.num_table_rows and len(self._table) < self.num_table_rows:
+            for i, prompt, image in zip(ids.tolist(), prompts, images):
+                if len(self._table) < self.num_table_rows:
+                    self._table[i] = (prompt, image.detach().float().clamp(0, 1).cpu())
+
+    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+        self._table = {}
+        try:
+            return super().evaluate(trainer, pl_module)
+        finally:
+            self._table = {}
+
+    # ---- media (rank 0) --------------------------------------------------------------------------------------------
+    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+        if not self._table:
+            return
+        per_query = results["per_query"]
+        rank_of = dict(zip(per_query["query_id"].tolist(), per_query["rank"].tolist()))
+        rows = [
+            {"prompt": prompt, "generated_image": image, "rank_of_own_caption": int(rank_of[i]), "id": i}
+            for i, (prompt, image) in sorted(self._table.items())
+            if i in rank_of
+        ]
+        media.table("samples", ["prompt", "generated_image", "rank_of_own_caption", "id"], rows)

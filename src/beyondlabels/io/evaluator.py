@@ -1,0 +1,311 @@
+"""A frozen open_clip evaluator for text-to-image R-precision, with an on-disk text-feature cache.
+
+Identity
+    Numbers are comparable only under one evaluator. :class:`ClipEvaluator` records what it is in
+    :attr:`ClipEvaluator.identity` (a JSON-ready dict: the open_clip model name or the full model config, the pretrained
+    tag, the SHA-256 of a local checkpoint file, the seed of a random initialisation, the preprocessing) and
+    :attr:`ClipEvaluator.identity_hash` (SHA-256 of its canonical JSON). Reports and run configs store the identity.
+
+Weights
+    ``pretrained`` is an open_clip tag (``"openai"``, ``"laion2b_s34b_b79k"``, ...; open_clip may download it, which is
+    the user's choice at run time — no hub is reachable on this project's machines), ``checkpoint`` a local state-dict
+    file loaded with ``torch.load(weights_only=True)`` (no code in the file runs), or neither: a random initialisation
+    seeded by ``init_seed`` (tests).
+
+Preprocessing
+    Images are float tensors ``[N, 3, H, W]`` with values in ``[0, 1]`` (what a generator returns); they are resized to
+    the model's input size (bicubic, antialiased; skipped when the size already matches) and normalised by ``mean`` /
+    ``std`` (default: OpenAI CLIP's). Features are fp32 and L2-normalised.
+
+Text-feature cache
+    With ``cache_dir``, the features of each exact text are stored under ``cache_dir/<identity_hash>/``, keyed by the
+    SHA-256 of the UTF-8 text; re-evaluation encodes only texts not seen before. A changed evaluator (other weights,
+    config, preprocessing) has another identity hash, so it never reads a stale entry. Files are written atomically.
+
+Example:
+    >>> ev = ClipEvaluator(model_cfg=TINY_CONFIG, init_seed=0)
+    >>> ev.encode_texts(["a red square", "a blue circle"]).shape, ev.identity["weights"]
+    (torch.Size([2, 16]), 'random init seed 0')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["TINY_CONFIG", "ClipEvaluator", "TextFeatureCache", "file_sha256", "save_tiny_clip_evaluator"]
+
+_OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+_OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+
+# A tiny open_clip CLIP config (32 px images, 16-d features) for tests and demos: created without downloads.
+TINY_CONFIG: dict[str, Any] = {
+    "embed_dim": 16,
+    "vision_cfg": {"layers": 1, "width": 32, "head_width": 16, "patch_size": 8, "image_size": 32},
+    "text_cfg": {"context_length": 16, "width": 32, "heads": 2, "layers": 1},
+}
+
+
+def _plain(value: Any) -> Any:
+    """Nested mappings and sequences (also Hydra's DictConfig / ListConfig) as plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"))
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 hex digest of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class TextFeatureCache:
+    """Text features on disk under ``root/<identity_hash>/``, keyed by the SHA-256 of each exact text.
+
+    Args:
+        root: Cache folder (created on first write).
+        identity: The evaluator identity (its hash names the subfolder; the identity is written beside the entries).
+
+    Attributes:
+        hits, misses: Texts found / not found by :meth:`lookup` since creation.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], identity: Mapping[str, Any]) -> None:
+        self.identity = dict(identity)
+        self.identity_hash = hashlib.sha256(_canonical(self.identity).encode()).hexdigest()
+        self.folder = Path(root) / self.identity_hash
+        self.hits = 0
+        self.misses = 0
+        self._entries: dict[str, Tensor] | None = None
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def _load(self) -> dict[str, Tensor]:
+        if self._entries is None:
+            self._entries = {}
+            if self.folder.is_dir():
+                for shard in sorted(self.folder.glob("shard_*.pt")):
+                    data = torch.load(shard, map_location="cpu", weights_only=True)
+                    self._entries.update(zip(data["keys"], data["features"]))
+        return self._entries
+
+    def lookup(self, texts: Sequence[str]) -> dict[str, Tensor]:
+        """The cached features of those ``texts`` that are cached (``{text: [D] tensor}``); counts hits and misses."""
+        entries = self._load()
+        found = {t: entries[self.key(t)] for t in set(texts) if self.key(t) in entries}
+        self.hits += sum(1 for t in texts if t in found)
+        self.misses += sum(1 for t in texts if t not in found)
+        return found
+
+    def store(self, texts: Sequence[str], features: Tensor) -> None:
+        """Add features ``[len(texts), D]`` of ``texts`` as one new shard (atomic write)."""
+        if not texts:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        identity_file = self.folder / "identity.json"
+        if not identity_file.exists():
+            identity_file.write_text(json.dumps(self.identity, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        keys = [self.key(t) for t in texts]
+        features = features.detach().to("cpu", torch.float32).contiguous()
+        tmp = self.folder / f"tmp_{uuid.uuid4().hex}.part"
+        with open(tmp, "wb") as fh:
+            torch.save({"keys": keys, "features": features}, fh)
+        os.replace(tmp, self.folder / f"shard_{uuid.uuid4().hex}.pt")
+        self._load().update(zip(keys, features))
+
+
+class ClipEvaluator:
+    """A frozen open_clip CLIP that embeds generated images and prompts (definitions in the module docstring).
+
+    Args:
+        model_name: An open_clip model name (``open_clip.list_models()``), or None with ``model_cfg``.
+        pretrained: An open_clip pretrained tag for ``model_name`` (may download), or None.
+        checkpoint: A local state-dict file (``torch.save(model.state_dict())``), loaded with ``weights_only=True``.
+        model_cfg: A CLIP config dict (``embed_dim``, ``vision_cfg``, ``text_cfg``) instead of ``model_name``.
+        init_seed: Seed of the random initialisation when no weights are given.
+        mean, std: Image normalisation (default OpenAI CLIP's).
+        cache_dir: Folder of the text-feature cache (None: no cache).
+        batch_size: Texts or images encoded per forward pass.
+        device: Where the model runs.
+
+    Raises:
+        ValueError: if neither or both of ``model_name`` / ``model_cfg`` are given, both ``pretrained`` and
+            ``checkpoint``, a checkpoint that is missing or does not fit, or a model open_clip cannot create.
+    """
+
+    def __init__(
+        self,
+        model_name: str | None = None,
+        pretrained: str | None = None,
+        *,
+        checkpoint: str | os.PathLike[str] | None = None,
+        model_cfg: Mapping[str, Any] | None = None,
+        init_seed: int = 0,
+        mean: Sequence[float] = _OPENAI_MEAN,
+        std: Sequence[float] = _OPENAI_STD,
+        cache_dir: str | os.PathLike[str] | None = None,
+        batch_size: int = 256,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        import open_clip
+        from open_clip.model import CLIP
+        from open_clip.tokenizer import SimpleTokenizer
+
+        if (model_name is None) == (model_cfg is None):
+            raise ValueError("pass exactly one of `model_name` (an open_clip model name) and `model_cfg` (a CLIP config dict).")
+        if pretrained is not None and checkpoint is not None:
+            raise ValueError("pass `pretrained` (an open_clip tag) or `checkpoint` (a local file), not both.")
+        if pretrained is not None and model_cfg is not None:
+            raise ValueError("`pretrained` tags need `model_name`; with `model_cfg` load weights from `checkpoint`.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+        if len(mean) != 3 or len(std) != 3 or any(s <= 0 for s in std):
+            raise ValueError(f"`mean` and `std` must hold 3 values (std > 0), got {mean!r} and {std!r}.")
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            try:
+                if model_cfg is not None:
+                    cfg = _plain(model_cfg)
+                    self.model = CLIP(**cfg)
+                    self.tokenizer = SimpleTokenizer(context_length=int(cfg.get("text_cfg", {}).get("context_length", 77)))
+                else:
+                    self.model = open_clip.create_model(model_name, pretrained=pretrained)
+                    self.tokenizer = open_clip.get_tokenizer(model_name)
+            except (RuntimeError, TypeError, ValueError, KeyError) as exc:
+                raise ValueError(
+                    f"open_clip could not create the evaluator (model_name={model_name!r}, pretrained={pretrained!r}, "
+                    f"model_cfg={model_cfg!r}): {exc}"
+                ) from exc
+        if checkpoint is not None:
+            path = Path(checkpoint)
+            if not path.is_file():
+                raise ValueError(f"`checkpoint` {path} does not exist; pass a state-dict file saved with torch.save.")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            if isinstance(state, Mapping) and "state_dict" in state:
+                state = state["state_dict"]
+            try:
+                self.model.load_state_dict(state)
+            except (RuntimeError, TypeError, AttributeError) as exc:
+                raise ValueError(f"`checkpoint` {path} does not fit the evaluator's model: {exc}") from exc
+            weights = f"checkpoint sha256:{file_sha256(path)}"
+        elif pretrained is not None:
+            weights = f"open_clip pretrained {pretrained}"
+        else:
+            weights = f"random init seed {init_seed}"
+        self.model.to(self.device).eval().requires_grad_(False)
+        size = self.model.visual.image_size
+        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (int(size), int(size))
+        self.mean = torch.tensor([float(m) for m in mean], device=self.device).view(1, 3, 1, 1)
+        self.std = torch.tensor([float(s) for s in std], device=self.device).view(1, 3, 1, 1)
+        self.identity: dict[str, Any] = {
+            "model": model_name if model_name is not None else {"config": _plain(model_cfg)},
+            "weights": weights,
+            "preprocess": {
+                "input": "float [N, 3, H, W] in [0, 1]",
+                "resize": list(self.image_size),
+                "interpolation": "bicubic antialias",
+                "mean": [float(m) for m in mean],
+                "std": [float(s) for s in std],
+            },
+            "features": "fp32, L2-normalised",
+            "open_clip": getattr(open_clip, "__version__", "unknown"),
+        }
+        self.identity_hash = hashlib.sha256(_canonical(self.identity).encode()).hexdigest()
+        self.cache = TextFeatureCache(cache_dir, self.identity) if cache_dir is not None else None
+
+    @torch.no_grad()
+    def encode_images(self, images: Tensor) -> Tensor:
+        """fp32 L2-normalised features ``[N, D]`` of images ``[N, 3, H, W]`` with values in ``[0, 1]``."""
+        if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3 or not images.is_floating_point():
+            got = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, Tensor) else type(images).__name__
+            raise ValueError(f"`images` must be a float tensor [N, 3, H, W] with values in [0, 1], got {got}.")
+        if images.shape[0] == 0:
+            raise ValueError("`images` is empty; pass at least one image.")
+        if not bool(torch.isfinite(images).all()):
+            raise ValueError("`images` contains NaN or Inf values; check the generator's output.")
+        if (float(images.min()) < 0.0 or float(images.max()) > 1.0):
+            raise ValueError(
+                f"`images` must lie in [0, 1], got values in [{float(images.min()):.3g}, {float(images.max()):.3g}]; "
+                "map the generator's output to [0, 1] (e.g. (x + 1) / 2 for tanh outputs)."
+            )
+        out = []
+        for start in range(0, images.shape[0], self.batch_size):
+            x = images[start : start + self.batch_size].to(self.device, torch.float32)
+            if tuple(x.shape[-2:]) != self.image_size:
+                x = torch.nn.functional.interpolate(x, size=self.image_size, mode="bicubic", antialias=True, align_corners=False)
+            x = (x - self.mean) / self.std
+            out.append(self.model.encode_image(x, normalize=True).float())
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def _encode_texts(self, texts: list[str]) -> Tensor:
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            tokens = self.tokenizer(texts[start : start + self.batch_size]).to(self.device)
+            out.append(self.model.encode_text(tokens, normalize=True).float())
+        return torch.cat(out)
+
+    def encode_texts(self, texts: Sequence[str]) -> Tensor:
+        """fp32 L2-normalised features ``[N, D]`` of ``texts``; cached texts are read, only new ones are encoded."""
+        if isinstance(texts, str) or not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"`texts` must be a list of strings, got {type(texts).__name__}.")
+        texts = list(texts)
+        if not texts:
+            raise ValueError("`texts` is empty; pass at least one prompt.")
+        if self.cache is None:
+            return self._encode_texts(texts)
+        found = self.cache.lookup(texts)
+        new = list(dict.fromkeys(t for t in texts if t not in found))
+        if new:
+            features = self._encode_texts(new)
+            self.cache.store(new, features)
+            found.update(zip(new, features.cpu()))
+        return torch.stack([found[t] for t in texts]).to(self.device)
+
+
+def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Save the CLIP of a trained :class:`~beyondlabels.demo.model.TinyCLIP` as an evaluator checkpoint.
+
+    Writes ``module.clip.state_dict()`` to ``path`` and returns the keyword arguments of :class:`ClipEvaluator` that
+    rebuild it (``model_cfg``, ``checkpoint``, ``mean``, ``std``): the demo's dual encoder becomes a frozen evaluator
+    without downloads.
+
+    Raises:
+        ValueError: if ``module`` lacks the TinyCLIP hyperparameters or its ``clip`` model.
+    """
+    hp = getattr(module, "hparams", None)
+    needed = ("embed_dim", "vision_layers", "vision_width", "vision_head_width", "patch_size", "image_size", "context_length",
+              "text_width", "text_heads", "text_layers", "image_mean", "image_std")  # fmt: skip
+    if hp is None or not hasattr(module, "clip") or any(k not in hp for k in needed):
+        raise ValueError(f"`module` must be a TinyCLIP (hyperparameters {needed} and a `clip` model), got {type(module).__name__}.")
+    model_cfg = {
+        "embed_dim": int(hp["embed_dim"]),
+        "vision_cfg": {"layers": int(hp["vision_layers"]), "width": int(hp["vision_width"]), "head_width": int(hp["vision_head_width"]),
+                       "patch_size": int(hp["patch_size"]), "image_size": int(hp["image_size"])},
+        "text_cfg": {"context_length": int(hp["context_length"]), "width": int(hp["text_width"]), "heads": int(hp["text_heads"]),
+                     "layers": int(hp["text_layers"])},
+    }  # fmt: skip
+    state = {k: v.detach().cpu() for k, v in module.clip.state_dict().items()}
+    torch.save(state, path)
+    return {"model_cfg": model_cfg, "checkpoint": str(path), "mean": [float(v) for v in hp["image_mean"]], "std": [float(v) for v in hp["image_std"]]}

@@ -1,0 +1,150 @@
+"""RPrecisionCallback in a real Trainer: a generator whose pictures carry their prompt's colour, a colour evaluator
+(analytic: a faithful generator scores 1, a constant one 0 under the strict tie rule), the tiny open_clip evaluator,
+the evaluator identity in the run files, and the W&B table rows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from beyondlabels.callbacks.rprecision import RPrecisionCallback, select_prompts
+from beyondlabels.io.evaluator import TINY_CONFIG, ClipEvaluator
+
+POOL = [f"shape number {i}" for i in range(40)]
+
+
+def _colour(prompt: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(int(hashlib.sha256(prompt.encode()).hexdigest()[:12], 16))
+    return torch.rand(3, generator=g) * 0.8 + 0.1
+
+
+class ColourEvaluator:
+    """Images → their mean colour (centred); prompts → their colour (centred): a perfect generator matches exactly."""
+
+    identity = {"model": "colour", "weights": "none"}
+    identity_hash = "colour"
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        return images.mean(dim=(2, 3)) - 0.5
+
+    def encode_texts(self, texts) -> torch.Tensor:
+        return torch.stack([_colour(t) for t in texts]) - 0.5
+
+
+class Generator(pl.LightningModule):
+    def __init__(self, faithful: bool = True) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.faithful = faithful
+        self.prompts = POOL
+
+    def generate(self, prompts):
+        if not self.faithful:
+            return torch.full((len(prompts), 3, 8, 8), 0.7)
+        return torch.stack([_colour(p).view(3, 1, 1).expand(3, 8, 8) for p in prompts])
+
+    def training_step(self, batch, batch_idx):
+        return (self.w - batch[0].mean()) ** 2
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _fit(tmp_path, module, callback, steps=4):
+    trainer = pl.Trainer(
+        max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=tmp_path, accelerator="cpu", devices=1, callbacks=[callback],
+    )  # fmt: skip
+    trainer.fit(module, DataLoader(TensorDataset(torch.randn(16, 2)), batch_size=4))
+    return trainer
+
+
+@pytest.mark.parametrize(("faithful", "key", "expected"), [(True, "r_precision", 1.0), (True, "text_to_image_r_precision", 1.0),
+                                                        (False, "text_to_image_r_precision", 0.0)])  # fmt: skip
+def test_analytic_generators(tmp_path, faithful, key, expected):
+    """A faithful generator ranks every own caption first; identical pictures tie, and ties are misses."""
+    cb = RPrecisionCallback(ColourEvaluator(), num_prompts=24, num_candidates=10, top_r=(1, 5), every_n_steps=2, strict=True,
+                            near_duplicate_threshold=None, confidence_intervals=False)  # fmt: skip
+    trainer = _fit(tmp_path, Generator(faithful), cb)
+    assert [h["step"] for h in cb.history] == [2, 4]
+    assert all(h[key] == expected and h["num_samples"] == 24 and h["chance"] == pytest.approx(0.1) for h in cb.history)
+    assert float(trainer.callback_metrics[f"rprecision/{key}"]) == expected
+    assert len(cb.history[-1]["r_precision_curve"]) == 10
+    saved = json.loads((tmp_path / "rprecision" / "evaluator.json").read_text())
+    assert saved["evaluator"] == ColourEvaluator.identity and saved["protocol"]["num_candidates"] == 10
+
+
+def test_tiny_open_clip_evaluator_and_table_rows(tmp_path):
+    evaluator = ClipEvaluator(model_cfg=TINY_CONFIG, init_seed=0, cache_dir=tmp_path / "cache")
+    cb = RPrecisionCallback(evaluator, num_prompts=20, num_candidates=8, top_r=(1,), every_n_steps=4, strict=True,
+                            num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
+    module = Generator(True)
+    trainer = _fit(tmp_path, module, cb)
+    record = cb.history[-1]
+    assert len(cb.history) == 1 and 0.0 <= record["r_precision"] <= 1.0 and record["num_candidates"] == 8
+    assert (evaluator.cache.misses, evaluator.cache.hits) == (20, 0)
+    again = cb.evaluate(trainer, module)  # the prompts' features now come from the cache
+    assert (evaluator.cache.misses, evaluator.cache.hits) == (20, 20)
+    assert float(again["r_precision"]) == record["r_precision"]
+
+
+class _Media:
+    def __init__(self):
+        self.tables = {}
+
+    def table(self, name, columns, rows):
+        self.tables[name] = (columns, rows)
+
+
+def test_table_rows_hold_prompt_image_and_rank(tmp_path):
+    cb = RPrecisionCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=100, strict=True,
+                            num_table_rows=4, confidence_intervals=False, near_duplicate_threshold=None, save_dir=False)  # fmt: skip
+    module = Generator(True)
+    trainer = _fit(tmp_path, module, cb, steps=1)  # fit end evaluates once
+    assert len(cb.history) == 1
+    captured = {}
+    original = cb.log_media
+
+    def spy(trainer_, results, media):
+        fake = _Media()
+        original(trainer_, results, fake)
+        captured.update(fake.tables)
+
+    cb.log_media = spy
+    cb._log_wandb = lambda trainer_, results, step: cb.log_media(trainer_, results, None)
+    cb.evaluate(trainer, module)
+    columns, rows = captured["samples"]
+    assert columns == ["prompt", "generated_image", "rank_of_own_caption", "id"]
+    ids, prompts = select_prompts(POOL, 12, 0)
+    assert [r["id"] for r in rows] == ids[:4] and [r["prompt"] for r in rows] == prompts[:4]
+    assert all(r["rank_of_own_caption"] == 1 and r["generated_image"].shape == (3, 8, 8) for r in rows)
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="`evaluator` must have an `encode_images`"):
+        RPrecisionCallback(object())
+    with pytest.raises(ValueError, match="`num_prompts` 16 is below `num_candidates` 100"):
+        RPrecisionCallback(ColourEvaluator(), num_prompts=16)
+    with pytest.raises(ValueError, match="`num_prompts` 50 exceeds the 40 prompts"):
+        select_prompts(POOL, 50, 0)
+
+
+def test_hydra_config_instantiates_with_a_local_evaluator(tmp_path):
+    import hydra
+    from omegaconf import OmegaConf
+
+    from beyondlabels.callbacks import RPrecisionCallback as Exported
+
+    node = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "rprecision.yaml")
+    root = OmegaConf.create({"strict": True, "paths": {"log_dir": str(tmp_path)}, "callbacks": node})
+    root.callbacks.rprecision.evaluator = {"_target_": "beyondlabels.io.evaluator.ClipEvaluator", "model_cfg": TINY_CONFIG,
+                                           "cache_dir": "${paths.log_dir}/cache"}  # fmt: skip
+    cb = hydra.utils.instantiate(root.callbacks.rprecision)
+    assert isinstance(cb, Exported) and cb.metric.num_candidates == 100 and cb.every_n_steps == 200
+    assert cb.evaluator.cache.folder.parent == tmp_path / "cache"

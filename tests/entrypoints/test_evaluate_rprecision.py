@@ -1,0 +1,103 @@
+"""``evaluate.py task=rprecision``: npz in, a JSON report checked against the definition, settings and evaluator
+identity recorded, per-sample file written; missing arrays named; one end-to-end subprocess run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import open_dict
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import run_script  # noqa: E402
+
+from beyondlabels.functional.rprecision import draw_candidate_sets, save_candidate_sets  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_rprecision", REPO_ROOT / "evaluate.py")
+evaluate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(evaluate)
+
+
+def _cfg(tmp_path: Path, *overrides: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
+        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "job")
+    return cfg
+
+
+def _data(n: int = 60, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    txt = rng.normal(size=(n, 16)).astype(np.float32)
+    img = (txt + 1.5 * rng.normal(size=(n, 16))).astype(np.float32)
+    return img, txt
+
+
+def _oracle_hits(img: np.ndarray, txt: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    a = img / np.linalg.norm(img, axis=1, keepdims=True)
+    b = txt / np.linalg.norm(txt, axis=1, keepdims=True)
+    return np.array([float(all(a[q] @ b[d] < a[q] @ b[q] for d in ds)) for q, ds in enumerate(rows)])
+
+
+def test_report_holds_the_keys_settings_and_evaluator(tmp_path: Path):
+    img, txt = _data()
+    ids = np.arange(60) + 500
+    identity = {"model": "tiny", "pretrained": "sha256:abc", "preprocess": "resize 32"}
+    np.savez(tmp_path / "in.npz", image_embeddings=img, text_embeddings=txt, ids=ids, evaluator=json.dumps(identity),
+             captions=np.array([f"caption {i}" for i in range(60)]))  # fmt: skip
+    out = tmp_path / "out" / "r.json"
+    evaluate.evaluate_rprecision(
+        _cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=10", "top_r=[1,5]",
+             "repeats=1", "seed=3", "rprecision.hard_negatives=true")  # fmt: skip
+    )
+    report = json.loads(out.read_text())
+    sets = draw_candidate_sets(torch.from_numpy(txt), torch.from_numpy(ids), num_candidates=10, seed=3)
+    hits = _oracle_hits(img.astype(np.float64), txt.astype(np.float64), sets.distractor_ids.numpy() - 500)
+    assert report["r_precision"] == pytest.approx(hits.mean(), abs=1e-12)
+    for key in ("r_precision@5", "text_to_image_r_precision", "hard_r_precision", "clip_score", "r_precision_std"):
+        assert key in report
+    assert report["chance"] == pytest.approx(0.1) and report["num_samples"] == 60 and report["num_candidates"] == 10
+    assert len(report["r_precision_curve"]) == 10
+    assert report["settings"]["protocol"] == "folds" and report["settings"]["seed"] == 3
+    assert report["evaluator"] == identity
+    with np.load(out.parent / report["per_query_file"]) as pq:
+        np.testing.assert_array_equal(pq["query_id"], ids)
+        np.testing.assert_array_equal(pq["r_precision"], hits)
+
+
+def test_pinned_sets_and_missing_arrays(tmp_path: Path):
+    img, txt = _data(seed=1)
+    np.savez(tmp_path / "in.npz", image_embeddings=img, text_embeddings=txt)
+    sets = draw_candidate_sets(torch.from_numpy(txt), num_candidates=8, seed=9)
+    save_candidate_sets(sets, tmp_path / "sets.npz")
+    out = tmp_path / "r.json"
+    evaluate.evaluate_rprecision(
+        _cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=8", "top_r=[1]",
+             f"rprecision.candidate_sets={tmp_path / 'sets.npz'}")  # fmt: skip
+    )
+    hits = _oracle_hits(img.astype(np.float64), txt.astype(np.float64), sets.distractor_ids.numpy())
+    with np.load(tmp_path / json.loads(out.read_text())["per_query_file"]) as pq:
+        np.testing.assert_array_equal(pq["r_precision"], hits)
+    np.savez(tmp_path / "bad.npz", image_embeddings=img)
+    with pytest.raises(ValueError, match="text_embeddings"):
+        evaluate.evaluate_rprecision(_cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'bad.npz'}"))
+
+
+@pytest.mark.slow
+def test_command_line(tmp_path: Path):
+    img, txt = _data(n=40, seed=2)
+    np.savez(tmp_path / "in.npz", image_embeddings=img, text_embeddings=txt)
+    out = tmp_path / "r.json"
+    run_script("evaluate.py", "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=20",
+               "top_r=[1,5,10]", "repeats=10", "protocol=resample", "seed=0", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    report = json.loads(out.read_text())
+    assert report["settings"]["protocol"] == "resample" and 0.0 <= report["r_precision"] <= 1.0

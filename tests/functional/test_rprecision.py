@@ -1,0 +1,262 @@
+"""Text-to-image R-precision kernel against a numpy oracle, torchmetrics RetrievalHitRate and analytic cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torchmetrics.retrieval import RetrievalHitRate
+
+from beyondlabels.functional.rprecision import (
+    CandidateSets,
+    candidate_scores,
+    draw_candidate_sets,
+    fold_assignment,
+    load_candidate_sets,
+    rprecision_output_schema,
+    save_candidate_sets,
+    text_image_r_precision,
+)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _pairs(n: int, d: int = 32, noise: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    txt = torch.randn(n, d, generator=_gen(seed))
+    img = txt + noise * torch.randn(n, d, generator=_gen(seed + 1))
+    return img, txt
+
+
+# ---- a numpy oracle, written from the definition (float64, sample ids as row indices) ----------------------------------
+
+
+def oracle_ranks(img: np.ndarray, txt: np.ndarray, distractors: np.ndarray, direction: str) -> np.ndarray:
+    img = img / np.linalg.norm(img, axis=1, keepdims=True)
+    txt = txt / np.linalg.norm(txt, axis=1, keepdims=True)
+    sim = img @ txt.T  # sim[i, t]
+    ranks = []
+    for q, ds in enumerate(distractors):
+        gt = sim[q, q]
+        other = sim[q, ds] if direction == "image_to_text" else sim[ds, q]
+        ranks.append(1 + int(np.sum(other >= gt)))
+    return np.array(ranks)
+
+
+def test_matches_numpy_oracle_both_directions_and_curve():
+    img, txt = _pairs(60, noise=4.0)
+    out = text_image_r_precision(img, txt, num_candidates=12, top_r=(1, 3), repeats=7, near_duplicate_threshold=None)
+    sets = draw_candidate_sets(txt, num_candidates=12, near_duplicate_threshold=None)
+    i2t = oracle_ranks(img.double().numpy(), txt.double().numpy(), sets.distractor_ids.numpy(), "image_to_text")
+    t2i = oracle_ranks(img.double().numpy(), txt.double().numpy(), sets.distractor_ids.numpy(), "text_to_image")
+    assert out["per_query"]["rank"].tolist() == i2t.tolist()
+    assert out["per_query"]["text_to_image_r_precision"].tolist() == (t2i <= 1).astype(float).tolist()
+    assert 0.1 < (i2t <= 1).mean() < 0.95  # the case is informative
+    curve = [(i2t <= r).mean() for r in range(1, 13)]
+    np.testing.assert_allclose(out["r_precision_curve"].numpy(), curve)
+    # folds (7 unequal folds of 60): the value is the mean over samples, the std that of the fold means (ddof 0)
+    fold = fold_assignment(torch.arange(60), 0, 7).numpy()
+    assert sorted(np.bincount(fold).tolist()) == [8, 8, 8, 9, 9, 9, 9]
+    for key, ranks, cut in [("r_precision", i2t, 1), ("r_precision@3", i2t, 3), ("text_to_image_r_precision", t2i, 1)]:
+        assert out[key].item() == pytest.approx((ranks <= cut).mean(), abs=1e-12)
+    for key, ranks in [("r_precision_std", i2t), ("text_to_image_r_precision_std", t2i)]:
+        means = [(ranks[fold == j] <= 1).mean() for j in range(7)]
+        assert out[key].item() == pytest.approx(np.std(means), abs=1e-12)
+    for key in ("r_precision", "text_to_image_r_precision", "clip_score"):  # per-sample means are the scalars
+        assert out["per_query"][key].mean().item() == pytest.approx(out[key].item(), abs=1e-12)
+
+
+def test_resample_redraws_per_repeat():
+    img, txt = _pairs(40, noise=1.5, seed=3)
+    out = text_image_r_precision(img, txt, num_candidates=8, top_r=(1,), protocol="resample", repeats=4, seed=7, near_duplicate_threshold=None)
+    means = []
+    for k in range(4):
+        sets = draw_candidate_sets(txt, num_candidates=8, seed=7, repeat=k, near_duplicate_threshold=None)
+        means.append((oracle_ranks(img.numpy(), txt.numpy(), sets.distractor_ids.numpy(), "image_to_text") <= 1).mean())
+    assert len(set(means)) > 1  # the draws differ
+    assert out["r_precision"].item() == pytest.approx(np.mean(means), abs=1e-12)
+    assert out["r_precision_std"].item() == pytest.approx(np.std(means), abs=1e-12)
+
+
+def test_equals_torchmetrics_hit_rate_on_the_same_groups():
+    img, txt = _pairs(50, noise=2.0, seed=5)
+    sets = draw_candidate_sets(txt, num_candidates=10, near_duplicate_threshold=None)
+    scores = candidate_scores(img, txt, sets.distractor_ids)  # ids are 0..N-1: ids are rows
+    target = torch.zeros_like(scores, dtype=torch.bool)
+    target[:, 0] = True
+    indexes = torch.arange(50).unsqueeze(1).expand_as(scores)
+    # torchmetrics >= 1.8 drops candidates with score <= 0: shift every score (order is kept)
+    ref = RetrievalHitRate(top_k=1)(scores.flatten() + 2.0, target.flatten(), indexes=indexes.flatten())
+    out = text_image_r_precision(img, txt, num_candidates=10, top_r=(1,), repeats=1, near_duplicate_threshold=None)
+    assert out["r_precision"].item() == pytest.approx(ref.item(), abs=1e-7)
+    assert 0.0 < ref.item() < 1.0
+
+
+def test_perfectly_aligned_is_one_in_both_directions():
+    txt = torch.randn(80, 64, generator=_gen(1))
+    out = text_image_r_precision(txt.clone(), txt, num_candidates=20, top_r=(1, 5))
+    for key in ("r_precision", "r_precision@5", "text_to_image_r_precision"):
+        assert out[key].item() == 1.0
+    assert out["r_precision_std"].item() == 0.0
+    assert out["clip_score"].item() == pytest.approx(100.0, abs=1e-4)
+    assert out["clip_score_w2.5"].item() == pytest.approx(2.5, abs=1e-6)
+    assert torch.all(out["r_precision_curve"] == 1.0)
+
+
+def test_independent_random_is_chance_within_a_binomial_bound():
+    n, r_cands = 3000, 10
+    img = torch.randn(n, 48, generator=_gen(2))
+    txt = torch.randn(n, 48, generator=_gen(3))
+    out = text_image_r_precision(img, txt, num_candidates=r_cands, top_r=(1, 5), repeats=10)
+    bound = 5 * math.sqrt(0.1 * 0.9 / n)
+    assert out["chance"].item() == pytest.approx(0.1)
+    assert abs(out["r_precision"].item() - 0.1) < bound
+    assert abs(out["text_to_image_r_precision"].item() - 0.1) < bound
+    assert abs(out["r_precision@5"].item() - 0.5) < 5 * math.sqrt(0.25 / n)
+
+
+def test_planted_ties_count_as_misses():
+    txt = torch.randn(10, 16, generator=_gen(4))
+    txt[1] = txt[0]  # samples 0 and 1: one embedding, two captions
+    img = txt.clone()
+    out = text_image_r_precision(img, txt, num_candidates=10, top_r=(1, 2), repeats=1, near_duplicate_threshold=None)
+    rank = out["per_query"]["rank"]
+    assert rank[:2].tolist() == [2.0, 2.0]  # the tied distractor counts against the ground truth
+    assert torch.all(rank[2:] == 1)
+    assert out["r_precision"].item() == pytest.approx(0.8)
+    assert out["r_precision@2"].item() == 1.0
+    # with the captions' codes equal, the duplicate is no distractor: no tie is left
+    codes = torch.tensor([5, 5, 1, 2, 3, 4, 6, 7, 8, 9])
+    out = text_image_r_precision(img, txt, caption_codes=codes, num_candidates=9, top_r=(1,), repeats=1, near_duplicate_threshold=None)
+    assert out["r_precision"].item() == 1.0
+
+
+def test_clip_score_matches_definition():
+    img, txt = _pairs(30, noise=3.0, seed=8)
+    out = text_image_r_precision(img, txt, num_candidates=5, top_r=(1,))
+    a = img.double().numpy()
+    b = txt.double().numpy()
+    cos = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert (cos < 0).any()  # the clamp matters
+    assert out["clip_score"].item() == pytest.approx(100 * np.maximum(cos, 0).mean(), abs=1e-4)
+    assert out["clip_score_w2.5"].item() == pytest.approx(2.5 * np.maximum(cos, 0).mean(), abs=1e-6)
+
+
+# ---- candidate sets -------------------------------------------------------------------------------------------------
+
+
+def test_sets_are_a_function_of_seed_and_ids_only():
+    img, txt = _pairs(70, seed=9)
+    ids = torch.randperm(1000, generator=_gen(0))[:70]
+    perm = torch.randperm(70, generator=_gen(1))
+    a = text_image_r_precision(img, txt, ids, num_candidates=15, top_r=(1,), chunk_size=7)
+    b = text_image_r_precision(img[perm], txt[perm], ids[perm], num_candidates=15, top_r=(1,), chunk_size=64)
+    for key in ("r_precision", "r_precision_std", "text_to_image_r_precision"):
+        assert a[key].item() == b[key].item()
+    assert torch.equal(a["per_query"]["query_id"], torch.sort(ids).values)
+    assert torch.equal(a["per_query"]["rank"], b["per_query"]["rank"])
+    s1 = draw_candidate_sets(txt, ids, num_candidates=15, chunk_size=5)
+    s2 = draw_candidate_sets(txt[perm], ids[perm], num_candidates=15, chunk_size=100)
+    assert torch.equal(s1.distractor_ids, s2.distractor_ids)
+    s3 = draw_candidate_sets(txt, ids, num_candidates=15, seed=1)
+    assert not torch.equal(s1.distractor_ids, s3.distractor_ids)
+
+
+def test_draw_is_without_replacement_and_uniform():
+    txt = torch.randn(20, 8, generator=_gen(10))
+    counts = np.zeros(20)
+    for seed in range(300):
+        d = draw_candidate_sets(txt, num_candidates=5, seed=seed, near_duplicate_threshold=None).distractor_ids
+        for row in range(20):
+            assert len(set(d[row].tolist())) == 4 and row not in d[row].tolist()
+        counts[d[0].numpy()] += 1
+    p = 4 / 19
+    assert counts[0] == 0
+    bound = 5 * math.sqrt(300 * p * (1 - p))
+    assert np.all(np.abs(counts[1:] - 300 * p) < bound), counts
+
+
+def test_exclusions_class_caption_and_near_duplicates():
+    txt = torch.randn(60, 6, generator=_gen(11))
+    classes = torch.arange(60) % 4
+    codes = torch.arange(60) % 30  # sample i and i + 30 share a caption
+    sets = draw_candidate_sets(txt, num_candidates=20, class_ids=classes, caption_codes=codes, near_duplicate_threshold=0.5)
+    tn = torch.nn.functional.normalize(txt, dim=1)
+    for q, ds in enumerate(sets.distractor_ids.tolist()):
+        assert all(classes[d] != classes[q] for d in ds)
+        assert all(codes[d] != codes[q] for d in ds)
+        assert all(float(tn[q] @ tn[d]) < 0.5 for d in ds)
+    assert (tn @ tn.T).fill_diagonal_(0).max() > 0.5  # the filter had something to drop
+
+
+def test_hard_negatives_are_the_nearest_eligible_captions():
+    img, txt = _pairs(40, d=4, noise=0.5, seed=12)
+    classes = torch.arange(40) % 5
+    sets = draw_candidate_sets(txt, num_candidates=6, class_ids=classes, hard_negatives=True, near_duplicate_threshold=0.9)
+    t = txt.double().numpy()
+    t = t / np.linalg.norm(t, axis=1, keepdims=True)
+    sim = t @ t.T
+    for q in range(40):
+        eligible = [j for j in range(40) if classes[j] != classes[q] and sim[q, j] < 0.9]
+        expected = sorted(eligible, key=lambda j: (-sim[q, j], j))[:5]
+        assert sets.distractor_ids[q].tolist() == expected
+    out = text_image_r_precision(img, txt, class_ids=classes, num_candidates=6, top_r=(1,), hard_negatives=True, near_duplicate_threshold=0.9)
+    ranks = oracle_ranks(img.double().numpy(), txt.double().numpy(), sets.distractor_ids.numpy(), "image_to_text")
+    assert out["hard_r_precision"].item() == pytest.approx((ranks <= 1).mean())
+    assert out["hard_r_precision"].item() < out["r_precision"].item()  # hard negatives are harder
+    assert set(rprecision_output_schema((1,), True).per_query) == set(out["per_query"])
+
+
+def test_saved_sets_pin_the_protocol(tmp_path):
+    img, txt = _pairs(30, noise=1.5, seed=13)
+    ids = torch.arange(100, 130)
+    sets = draw_candidate_sets(txt, ids, num_candidates=7, seed=3)
+    save_candidate_sets(sets, tmp_path / "sets.npz")
+    loaded = load_candidate_sets(tmp_path / "sets.npz")
+    pinned = text_image_r_precision(img, txt, ids, num_candidates=7, top_r=(1,), candidate_sets=loaded, seed=0)
+    drawn = text_image_r_precision(img, txt, ids, num_candidates=7, top_r=(1,), seed=3)
+    assert torch.equal(pinned["per_query"]["rank"], drawn["per_query"]["rank"])
+    bad = CandidateSets(loaded.query_ids, loaded.distractor_ids.clone())
+    bad.distractor_ids[0, 0] = 999
+    with pytest.raises(ValueError, match="not in the pool"):
+        text_image_r_precision(img, txt, ids, num_candidates=7, top_r=(1,), candidate_sets=bad)
+    with pytest.raises(ValueError, match="num_candidates"):
+        text_image_r_precision(img, txt, ids, num_candidates=8, top_r=(1,), candidate_sets=loaded)
+    with pytest.raises(ValueError, match="protocol"):
+        text_image_r_precision(img, txt, ids, num_candidates=7, top_r=(1,), candidate_sets=loaded, protocol="resample")
+
+
+# ---- bad inputs -----------------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_raise_clear_errors():
+    img, txt = _pairs(10)
+    with pytest.raises(ValueError, match=r"`num_candidates` 11 .* only 10 samples"):
+        text_image_r_precision(img, txt, num_candidates=11, top_r=(1,))
+    nan = img.clone()
+    nan[3, 0] = float("nan")
+    with pytest.raises(ValueError, match="image_embeddings.*NaN"):
+        text_image_r_precision(nan, txt, num_candidates=5, top_r=(1,))
+    with pytest.raises(ValueError, match="text_embeddings.*2-D"):
+        text_image_r_precision(img, txt[0], num_candidates=5, top_r=(1,))
+    with pytest.raises(ValueError, match="10 rows but `text_embeddings` has 9"):
+        text_image_r_precision(img, txt[:9], num_candidates=5, top_r=(1,))
+    with pytest.raises(ValueError, match="dimension"):
+        text_image_r_precision(img, txt[:, :5], num_candidates=5, top_r=(1,))
+    with pytest.raises(ValueError, match="`ids` contains duplicates"):
+        text_image_r_precision(img, txt, torch.zeros(10, dtype=torch.long), num_candidates=5, top_r=(1,))
+    with pytest.raises(ValueError, match="`class_ids` has 9 entries"):
+        text_image_r_precision(img, txt, class_ids=torch.zeros(9, dtype=torch.long), num_candidates=5, top_r=(1,))
+    with pytest.raises(ValueError, match=r"only 8 eligible distractors .* needs 9"):
+        text_image_r_precision(img, txt, class_ids=torch.arange(10) % 5, num_candidates=10, top_r=(1,))
+    with pytest.raises(ValueError, match="`protocol`"):
+        text_image_r_precision(img, txt, num_candidates=5, top_r=(1,), protocol="bootstrap")
+    with pytest.raises(ValueError, match="`top_r`"):
+        text_image_r_precision(img, txt, num_candidates=5, top_r=(1, 6))
+    with pytest.raises(ValueError, match="near_duplicate_threshold"):
+        text_image_r_precision(img, txt, num_candidates=5, top_r=(1,), near_duplicate_threshold=2.0)
+    with pytest.raises(ValueError, match="`repeats`"):
+        text_image_r_precision(img, txt, num_candidates=5, top_r=(1,), repeats=0)
