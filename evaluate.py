@@ -50,7 +50,7 @@ from beyondlabels.schema import OutputSchema
 from beyondlabels.utils import close_wandb
 
 log = logging.getLogger(__name__)
-TASKS = ("retrieval", "compare", "crossmodal", "hierarchy", "ranking")
+TASKS = ("retrieval", "compare", "crossmodal", "hierarchy", "ranking", "rprecision", "mismatch", "profiles")
 SOURCES = ("files", "wandb")
 WHICH = ("final", "best")
 # task=compare source=wandb: how long to wait for a run whose log wandb is still writing
@@ -103,11 +103,14 @@ def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
     n = len(data.labels)
     curve_max_k = _curve_max_k(cfg.eval.get("curve_max_k"), ks, n)
     max_queries = cfg.eval.get("max_queries")
+    gains = _retrieval_profiles(cfg, data) if cfg.get("profiles") else None  # profiles=PATH: graded keys + mismatch section
     metrics = embedding_retrieval_metrics(
         data.embeddings, data.labels, data.ids, ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision),
         curve_max_k=curve_max_k, max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)),
+        **({"graded": [gains], "return_neighbors": 1} if gains is not None else {}),
     )
-    schema = _with_intervals(cfg, metrics, retrieval_output_schema(ks, sampled=max_queries is not None))
+    graded_names = [gains.name] if gains is not None else []
+    schema = _with_intervals(cfg, metrics, retrieval_output_schema(ks, graded=graded_names, sampled=max_queries is not None))
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
@@ -122,6 +125,8 @@ def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
         settings=settings,
         per_query_file=per_query_path.name,
     )
+    if gains is not None:
+        report["mismatch"] = _retrieval_mismatch(cfg, data, metrics, gains)
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     png = save_precision_curve_png({Path(cfg.input).stem: report["precision_curve"]}, output.with_suffix(".png"), title=f"precision@k — {Path(cfg.input).name}")
     print_metrics_table(report, title=f"retrieval: {cfg.input}", schema=schema)
@@ -201,6 +206,101 @@ def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
     report["schema"] = schema.to_json()
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print_metrics_table(report, title=f"crossmodal: {cfg.input}", schema=schema)
+    log.info("report: %s  per-query values: %s", output, per_query_path)
+    return report
+
+
+def load_rprecision_npz(path: str | Path) -> dict[str, Any]:
+    """``image_embeddings`` and ``text_embeddings`` (N×D each; row i is the prompt of image i), optional ``ids``,
+    ``class_ids`` (N ints), ``captions`` (N strings) and ``evaluator`` (a JSON string: the evaluator's identity) of an
+    ``.npz``.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the array that is missing or has the wrong shape or type.
+    """
+    import numpy as np
+    import torch
+
+    from beyondlabels.functional.labels import label_code
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays image_embeddings, text_embeddings")
+    with np.load(path, allow_pickle=False) as data:
+        missing = [n for n in ("image_embeddings", "text_embeddings") if n not in data.files]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the array(s) {missing}; it holds {data.files}. task=rprecision needs image_embeddings (N×D) "
+                "and text_embeddings (N×D, row i the prompt of image i)."
+            )
+        arrays = {n: np.asarray(data[n]) for n in data.files}
+    out: dict[str, Any] = {}
+    for name in ("image_embeddings", "text_embeddings"):
+        a = arrays[name]
+        if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
+            raise ValueError(f"'{name}' in {path} must be a 2-D float array, got shape {a.shape} dtype {a.dtype}")
+        out[name] = torch.from_numpy(a.astype(np.float32, copy=False))
+    n = len(out["image_embeddings"])
+    for name in ("ids", "class_ids"):
+        if name in arrays:
+            a = arrays[name]
+            if a.ndim != 1 or len(a) != n or not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"'{name}' in {path} must be 1-D integers, {n} of them, got shape {a.shape} dtype {a.dtype}")
+            out[name] = torch.from_numpy(a.astype(np.int64))
+    if "captions" in arrays:
+        a = arrays["captions"]
+        if a.ndim != 1 or len(a) != n:
+            raise ValueError(f"'captions' in {path} must be 1-D with {n} strings, got shape {a.shape}")
+        out["caption_codes"] = torch.tensor([label_code(str(c)) for c in a.tolist()], dtype=torch.long)
+    if "evaluator" in arrays:
+        text = str(arrays["evaluator"].item()) if arrays["evaluator"].ndim == 0 else str(arrays["evaluator"].tolist())
+        try:
+            out["evaluator"] = json.loads(text)
+        except json.JSONDecodeError:
+            out["evaluator"] = text
+    return out
+
+
+def evaluate_rprecision(cfg: DictConfig) -> dict[str, Any]:
+    """``task=rprecision``: text-to-image R-precision of saved image / prompt embeddings; a JSON report driven by the
+    schema (definitions: :mod:`beyondlabels.functional.rprecision`)."""
+    from beyondlabels.functional.rprecision import load_candidate_sets, rprecision_output_schema, text_image_r_precision
+
+    if not cfg.get("input"):
+        raise ValueError("task=rprecision needs input=PATH.npz (arrays image_embeddings, text_embeddings)")
+    data = load_rprecision_npz(cfg.input)
+    extra = cfg.get("rprecision") or {}
+    top_r = parse_ks(cfg.top_r)
+    settings = {
+        "num_candidates": int(cfg.num_candidates),
+        "r": int(extra.get("r", 1)),
+        "top_r": top_r,
+        "protocol": str(cfg.protocol),
+        "repeats": int(cfg.repeats),
+        "seed": int(cfg.seed),
+        "near_duplicate_threshold": None if extra.get("near_duplicate_threshold") is None else float(extra.near_duplicate_threshold),
+        "hard_negatives": bool(extra.get("hard_negatives", False)),
+    }
+    sets_path = extra.get("candidate_sets")
+    metrics = text_image_r_precision(
+        data["image_embeddings"], data["text_embeddings"], data.get("ids"), class_ids=data.get("class_ids"),
+        caption_codes=data.get("caption_codes"), candidate_sets=load_candidate_sets(sets_path) if sets_path else None, **settings,
+    )  # fmt: skip
+    schema = rprecision_output_schema(top_r, settings["hard_negatives"])
+    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
+    report: dict[str, Any] = {"task": "rprecision"}
+    for key in schema.scalar_keys():
+        value = float(metrics[key])
+        report[key] = int(value) if schema[key].count else value
+    report["r_precision_curve"] = [float(v) for v in metrics["r_precision_curve"]]
+    settings.update(input=str(cfg.input), candidate_sets=str(sets_path) if sets_path else None)
+    report.update(per_query_file=per_query_path.name, settings=settings, evaluator=data.get("evaluator"))
+    report["schema"] = schema.to_json()
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print_metrics_table(report, title=f"rprecision: {cfg.input}", schema=schema)
     log.info("report: %s  per-query values: %s", output, per_query_path)
     return report
 
@@ -373,6 +473,162 @@ def compare(cfg: DictConfig) -> dict[str, Any]:
     return table
 
 
+def _profile_labels(profiles: Any, texts: list[str], what: str) -> str:
+    """How ``texts`` (labels as text) name the profiled classes: ``"names"`` when every one is a class name,
+    ``"index"`` when every one is an int in ``0..C-1`` (the class at that position of the profiles file)."""
+    names = set(profiles.classes)
+    if all(t in names for t in texts):
+        return "names"
+    if all(t.lstrip("-").isdigit() and 0 <= int(t) < len(profiles) for t in texts):
+        return "index"
+    unknown = sorted({t for t in texts if t not in names})[:5]
+    raise ValueError(
+        f"{what} holds labels {unknown} that are not classes of the profiles file; use the class names of the profiles "
+        f"(e.g. {list(profiles.classes)[:3]}) or class indices 0..{len(profiles) - 1} in profiles-file order"
+    )
+
+
+def _mismatch_json(analysis: dict[str, Any], schema: OutputSchema) -> dict[str, Any]:
+    out = {k: (int(analysis[k]) if schema[k].count else float(analysis[k])) for k in schema.scalar_keys() if k in analysis}
+    out["null_ci95"] = [out.get("null_ci95_low"), out.get("null_ci95_high")]
+    return out
+
+
+def load_mismatch_pairs(path: str | Path, rank_max: int = 1) -> tuple[list[str], list[str], list[str]]:
+    """``(query labels of the analysed rows, their retrieved labels, the query label of each query)`` from a CSV
+    (columns ``query_label``, ``retrieved_label``, optional ``rank``) or an ``.npz`` with those arrays. Without
+    ``rank`` every row is one query at rank 1; with it, rows of rank <= ``rank_max`` are analysed and the rank-1 rows
+    give one query each (the class frequencies).
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the missing column, a bad rank or an empty file.
+    """
+    import csv
+
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"pairs file {path} does not exist; pass pairs=PATH.csv (query_label, retrieved_label[, rank])")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            cols = {n: np.asarray(data[n]).tolist() for n in data.files}
+    else:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        cols = {k: [row[k] for row in rows] for k in (rows[0].keys() if rows else [])}
+    missing = [c for c in ("query_label", "retrieved_label") if c not in cols]
+    if missing:
+        raise ValueError(f"pairs file {path} lacks the column(s) {missing}; it has {sorted(cols)}. Give query_label and retrieved_label (optional rank).")
+    q = [str(v) for v in cols["query_label"]]
+    r = [str(v) for v in cols["retrieved_label"]]
+    if not q or len(q) != len(r):
+        raise ValueError(f"pairs file {path} must hold one or more rows with both labels, got {len(q)} and {len(r)}")
+    if "rank" not in cols:
+        return q, r, q
+    try:
+        ranks = [int(v) for v in cols["rank"]]
+    except ValueError as err:
+        raise ValueError(f"pairs file {path}: the `rank` column must hold integers >= 1 ({err})") from err
+    if min(ranks) < 1:
+        raise ValueError(f"pairs file {path}: the `rank` column must hold integers >= 1, got {min(ranks)}")
+    keep = [i for i, k in enumerate(ranks) if k <= rank_max]
+    return [q[i] for i in keep], [r[i] for i in keep], [q[i] for i, k in enumerate(ranks) if k == 1]
+
+
+def evaluate_mismatch(cfg: DictConfig) -> dict[str, Any]:
+    """``task=mismatch pairs=PATH profiles=PATH``: label-mismatch similarity, percentile ranks and the
+    frequency-aware Monte Carlo null (definitions: ``beyondlabels.functional.mismatch``); a JSON report and the
+    observed-vs-null histogram PNG beside it."""
+    import torch
+
+    from beyondlabels.functional.mismatch import mismatch_analysis, mismatch_output_schema, mismatch_pair_table
+    from beyondlabels.functional.profiles import pair_distribution
+    from beyondlabels.profiles import load_profiles
+    from beyondlabels.reporting.heatmap import save_null_histogram_png
+
+    if not cfg.get("pairs") or not cfg.get("profiles"):
+        raise ValueError("task=mismatch needs pairs=PATH (CSV or npz: query_label, retrieved_label[, rank]) and profiles=PATH (YAML/JSON)")
+    profiles = load_profiles(str(cfg.profiles))
+    q_text, r_text, queries = load_mismatch_pairs(cfg.pairs, int(cfg.get("rank_max", 1)))
+    mode = _profile_labels(profiles, q_text + r_text, f"pairs file {cfg.pairs}")
+    to_index = (lambda ts: profiles.require_classes(ts)) if mode == "names" else (lambda ts: torch.tensor([int(t) for t in ts]))
+    q, r = to_index(q_text), to_index(r_text)
+    c = len(profiles)
+    if cfg.get("counts"):
+        raw = json.loads(Path(cfg.counts).read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"counts file {cfg.counts} must hold a JSON object {{class: count}}")
+        unknown = [k for k in raw if k not in profiles]
+        if unknown:
+            raise ValueError(f"counts file {cfg.counts} names classes {unknown[:5]} that the profiles do not have")
+        counts = torch.tensor([float(raw.get(name, 0)) for name in profiles.classes], dtype=torch.float64)
+    else:
+        counts = torch.bincount(to_index(queries), minlength=c).to(torch.float64)
+    m = profiles.similarity_matrix()
+    analysis = mismatch_analysis(q, r, m, counts=counts, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)))
+    schema = mismatch_output_schema()
+    report: dict[str, Any] = {"task": "mismatch", **_mismatch_json(analysis, schema)}
+    report["pair_distribution"] = pair_distribution(m, profiles.classes, top=10)
+    report["mismatch_pairs"] = mismatch_pair_table(q, r, m, profiles.classes, top=20)
+    report["settings"] = {"pairs": str(cfg.pairs), "profiles": str(cfg.profiles), "counts": cfg.get("counts"), "labels": mode,
+                          "trials": int(cfg.get("trials", 10_000)), "seed": int(cfg.get("seed", 42)), "rank_max": int(cfg.get("rank_max", 1))}
+    report["schema"] = schema.to_json()
+    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "mismatch.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if analysis["num_mismatches"]:
+        save_null_histogram_png(analysis["null"], analysis["mean_similarity"], output.with_suffix(".png"), p_value=analysis["p_value"])
+    log.info("mismatches %d: mean similarity %.3f, null %.3f ± %.4f, p = %.3g; report: %s", analysis["num_mismatches"],
+             analysis["mean_similarity"], analysis["null_mean"], analysis["null_std"], analysis["p_value"], output)
+    return report
+
+
+def evaluate_profiles(cfg: DictConfig) -> dict[str, Any]:
+    """``task=profiles profiles=PATH``: the M_feature matrix, its distinct-pair distribution and top pairs as JSON,
+    and a heatmap PNG beside it."""
+    from beyondlabels.functional.profiles import pair_distribution
+    from beyondlabels.profiles import load_profiles
+    from beyondlabels.reporting.heatmap import save_similarity_heatmap_png
+
+    if not cfg.get("profiles"):
+        raise ValueError("task=profiles needs profiles=PATH (YAML/JSON: features {ordinal, sets}, classes)")
+    profiles = load_profiles(str(cfg.profiles))
+    m = profiles.similarity_matrix()
+    report = {"task": "profiles", "classes": list(profiles.classes), "matrix": m.tolist(),
+              "pair_distribution": pair_distribution(m, profiles.classes, top=int(cfg.get("top_pairs", 10))),
+              "settings": {"profiles": str(cfg.profiles)}}
+    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "profiles.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    save_similarity_heatmap_png(m, profiles.classes, output.with_suffix(".png"))
+    log.info("profiles: %d classes, %d pairs, mean %.3f; report: %s", len(profiles), report["pair_distribution"]["num_pairs"],
+             report["pair_distribution"]["mean"], output)
+    return report
+
+
+def _retrieval_profiles(cfg: DictConfig, data: Any) -> Any:
+    """``task=retrieval profiles=PATH``: the profile-derived ClassGains (graded keys ``profile_*``) for the labels of
+    ``data`` (class names, or indices in profiles-file order)."""
+    from beyondlabels.profiles import load_profiles
+
+    profiles = load_profiles(str(cfg.profiles))
+    mode = _profile_labels(profiles, [str(v) for v in data.label_names.values()], f"input {cfg.input}")
+    return profiles.class_gains(name="profile", labels=None if mode == "names" else "index")
+
+
+def _retrieval_mismatch(cfg: DictConfig, data: Any, metrics: dict[str, Any], gains: Any) -> dict[str, Any]:
+    """The ``mismatch`` section of a retrieval report: top-1 mismatches against the profiles, with Spearman."""
+    from beyondlabels.functional.mismatch import mismatch_analysis, mismatch_output_schema
+
+    q = gains.class_index(metrics["per_query"]["label"].cpu(), "labels")
+    r = gains.class_index(data.labels[metrics["neighbors"]["indices"][:, 0].cpu()], "labels")
+    analysis = mismatch_analysis(q, r, gains.gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)),
+                                 embeddings=data.embeddings, embedding_classes=gains.class_index(data.labels, "labels"))
+    return _mismatch_json(analysis, mismatch_output_schema(spearman=True))
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     if cfg.task not in TASKS:
@@ -384,6 +640,12 @@ def main(cfg: DictConfig) -> None:
             evaluate_hierarchy(cfg)
         elif cfg.task == "ranking":
             evaluate_ranking(cfg)
+        elif cfg.task == "rprecision":
+            evaluate_rprecision(cfg)
+        elif cfg.task == "mismatch":
+            evaluate_mismatch(cfg)
+        elif cfg.task == "profiles":
+            evaluate_profiles(cfg)
         else:
             (evaluate_retrieval if cfg.task == "retrieval" else compare)(cfg)
     finally:

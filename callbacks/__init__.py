@@ -9,6 +9,7 @@ from beyondlabels.callbacks.convergence import ConvergenceMonitor
 from beyondlabels.callbacks.crossmodal import CrossModalEvalCallback
 from beyondlabels.callbacks.hierarchy import HierarchyEvalCallback
 from beyondlabels.callbacks.retrieval import RetrievalEvalCallback
+from beyondlabels.callbacks.rprecision import RPrecisionCallback
 from beyondlabels.callbacks.zeroshot import ZeroShotEvalCallback
 
-__all__ = ["ConvergenceMonitor", "CrossModalEvalCallback", "EvaluationCallback", "HierarchyEvalCallback", "RetrievalEvalCallback", "ZeroShotEvalCallback", "shard_loader"]
+__all__ = ["ConvergenceMonitor", "CrossModalEvalCallback", "EvaluationCallback", "HierarchyEvalCallback", "RetrievalEvalCallback", "RPrecisionCallback", "ZeroShotEvalCallback", "shard_loader"]

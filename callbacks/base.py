@@ -301,7 +301,8 @@ class EvaluationCallback(pl.Callback):
                 record[key] = int(value) if self.schema[key].count and math.isfinite(value) else value
         for key in self.schema.curve_keys():
             if key in results:
-                record[key] = [float(v) for v in results[key]]
+                # torchmetrics squeezes a one-element output to 0-d: a curve of length 1 arrives as a scalar
+                record[key] = [float(v) for v in torch.atleast_1d(torch.as_tensor(results[key]))]
         return record
 
     def _log_scalars(self, trainer: pl.Trainer, record: dict[str, Any], step: int) -> None:
@@ -447,7 +448,7 @@ class EvaluationCallback(pl.Callback):
         media = WandbMedia(logger, step=step, prefix=self.prefix)
         media.define_metrics(self.schema, done=self._wandb_defined)
         for key in self.schema.curve_keys():
-            curve = results.get(key)
+            curve = None if results.get(key) is None else torch.atleast_1d(torch.as_tensor(results[key]))
             if curve is not None and curve.numel() > 0:
                 media.curve(key, curve.tolist())
         band = self.output_folder(trainer)

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from beyondlabels.callbacks.base import EvaluationCallback
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.metrics import EmbeddingRetrieval
+from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,15 @@ class RetrievalEvalCallback(EvaluationCallback):
         num_mismatches: Rows of the worst-mismatch table (0 turns it off).
         class_names: Label → display name for tables (default: the datamodule's ``class_names``, or the names of
             string labels).
+        profiles: Feature profiles (:class:`~beyondlabels.profiles.FeatureProfiles`, a file path or a mapping) or a
+            :class:`~beyondlabels.functional.relevance.ClassGains`: adds graded credit (``profile_precision@k``,
+            ``profile_ndcg@k``) and the label-mismatch analysis of the top-1 neighbours (``mismatch_<key>``: mean
+            similarity, percentile ranks, frequency-aware null, ``mismatch_p_value``; see
+            :class:`~beyondlabels.metrics.RetrievalWithMismatch`); on rank 0 W&B also gets the similarity heatmap,
+            the observed-vs-null histogram and a table of the most frequent mismatch pairs.
+        profile_labels: The label each profiled class carries: None (the class names), ``"index"`` (class ``i`` of
+            the profiles file is label ``i``) or one label per class.
+        mismatch_trials, mismatch_seed: Trials and seed of the mismatch null.
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCallback` (``every_n_epochs``, ``every_n_steps``,
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
@@ -76,6 +85,10 @@ class RetrievalEvalCallback(EvaluationCallback):
         query_seed: int = 0,
         num_mismatches: int = 16,
         class_names: Sequence[str] | None = None,
+        profiles: Any = None,
+        profile_labels: Any = None,
+        mismatch_trials: int = 10_000,
+        mismatch_seed: int = 0,
         *,
         every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
@@ -97,9 +110,17 @@ class RetrievalEvalCallback(EvaluationCallback):
         self.max_queries, self.query_seed = max_queries, query_seed
         self.num_mismatches = num_mismatches
         self.class_names = list(class_names) if class_names is not None else None
+        self.profile_gains = _profile_gains(profiles, profile_labels)
+        self.mismatch_trials, self.mismatch_seed = mismatch_trials, mismatch_seed
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
     def build_metric(self) -> EmbeddingRetrieval:
+        if self.profile_gains is not None:
+            return RetrievalWithMismatch(
+                self.profile_gains, num_trials=self.mismatch_trials, seed=self.mismatch_seed, ks=self.ks,
+                chunk_size=self.chunk_size, precision=self.precision, curve_max_k=self.curve_max_k, graded=self.graded,
+                max_queries=self.max_queries, query_seed=self.query_seed, distributed_search=self.distributed_search,
+            )
         return EmbeddingRetrieval(
             ks=self.ks,
             chunk_size=self.chunk_size,
@@ -142,6 +163,32 @@ class RetrievalEvalCallback(EvaluationCallback):
     def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         if self.num_mismatches and "neighbors" in results:
             media.mismatch_table(self._mismatch_rows(trainer, results))
+        if self.profile_gains is not None:
+            self._log_profile_media(results, media)
+
+    def _log_profile_media(self, results: dict[str, Any], media: WandbMedia) -> None:
+        """Rank 0: similarity heatmap, observed-vs-null histogram and the most frequent mismatch pairs."""
+        import tempfile
+
+        import wandb
+
+        from beyondlabels.functional.mismatch import mismatch_pair_table
+        from beyondlabels.reporting.heatmap import save_null_histogram_png, save_similarity_heatmap_png
+
+        gains, metric = self.profile_gains, self.metric
+        names = [str(c) for c in gains.classes]
+        images = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png")
+            images["profile_similarity"] = wandb.Image(str(path))
+            if metric.null_distribution is not None and int(results["mismatch_num_mismatches"]) > 0:
+                path = save_null_histogram_png(metric.null_distribution, float(results["mismatch_mean_similarity"]),
+                                               f"{tmp}/null.png", p_value=float(results["mismatch_p_value"]))
+                images["mismatch_null"] = wandb.Image(str(path))
+            media.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in images.items()}, step=media.step)
+        if metric.mismatch_pairs is not None:
+            rows = mismatch_pair_table(*metric.mismatch_pairs, gains.gains, names, top=20)
+            media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)
 
     def _label_name(self, trainer: pl.Trainer, label: int) -> str:
         names = self.class_names or getattr(trainer.datamodule, "class_names", None)
@@ -171,6 +218,21 @@ class RetrievalEvalCallback(EvaluationCallback):
                 }
             )
         return rows
+
+
+def _profile_gains(profiles: Any, labels: Any) -> ClassGains | None:
+    """The class gains of the ``profiles`` option (None when it is not set)."""
+    if profiles is None:
+        if labels is not None:
+            raise ValueError("`profile_labels` needs `profiles`; set both or neither.")
+        return None
+    if isinstance(profiles, ClassGains):
+        return profiles
+    from beyondlabels.profiles import load_profiles
+
+    if not hasattr(profiles, "class_gains"):
+        profiles = load_profiles(profiles)  # a path or a mapping in the profiles file format
+    return profiles.class_gains(name="profile", labels=labels)
 
 
 def _thumbnail(dataset: Any, sample_id: int, input_key: str, id_key: str) -> torch.Tensor | None:

@@ -174,3 +174,10 @@ def test_evaluation_does_not_change_the_training_that_follows(tmp_path: Path):
     plain = final_weights([])
     evaluated = final_weights([RetrievalEvalCallback(every_n_steps=3, num_mismatches=0), RetrievalEvalCallback(prefix="again", num_mismatches=0)])
     assert torch.equal(plain, evaluated)
+
+
+def test_a_single_cut_off_gives_a_one_point_curve(tmp_path: Path):
+    """torchmetrics squeezes one-element outputs: precision_curve for ks=(1,) arrives 0-d and must still be a curve."""
+    callback = RetrievalEvalCallback(ks=(1,), num_mismatches=0)
+    _fit(tmp_path, callback)
+    assert callback.history[-1]["precision_curve"] == [pytest.approx(callback.history[-1]["precision@1"])]

@@ -91,7 +91,10 @@ def test_retrieval_report_matches_reference(tmp_path: Path):
     assert "precision@1" in result.stdout
     # schema-driven: the schema's scalars at the top level, its curve as a list, the schema itself, nothing else
     schema = OutputSchema.from_json(report["schema"])
-    assert schema == retrieval_output_schema([1, 3, 7])
+    from beyondlabels.functional.stats import confidence_interval_keys, with_confidence_intervals
+
+    base = retrieval_output_schema([1, 3, 7])
+    assert schema == with_confidence_intervals(base, confidence_interval_keys(base))  # the schema plus its intervals
     assert set(report) == {*schema.scalar_keys(), *schema.curve_keys(), *REPORT_EXTRAS, "label_names"}
     assert isinstance(report["num_queries"], int) and isinstance(report["map@r"], float)
     # string labels are coded by the one rule; their names are kept for the report

@@ -21,6 +21,16 @@ from beyondlabels.functional.hierarchy import (
     taxonomy_class_gains,
 )
 from beyondlabels.functional.labels import encode_labels, label_code
+from beyondlabels.functional.mismatch import (
+    class_mean_cosine,
+    class_pair_spearman,
+    frequency_null,
+    mismatch_analysis,
+    mismatch_output_schema,
+    mismatch_pair_table,
+    percentile_ranks,
+)
+from beyondlabels.functional.profiles import feature_similarity, pair_distribution
 from beyondlabels.functional.ranking import (
     fuse_term_scores,
     judge_run,
@@ -29,6 +39,16 @@ from beyondlabels.functional.ranking import (
     term_satisfaction,
 )
 from beyondlabels.functional.relevance import ClassGains
+from beyondlabels.functional.rprecision import (
+    CandidateSets,
+    candidate_scores,
+    draw_candidate_sets,
+    fold_assignment,
+    load_candidate_sets,
+    rprecision_output_schema,
+    save_candidate_sets,
+    text_image_r_precision,
+)
 from beyondlabels.functional.retrieval import (
     aggregate_retrieval,
     embedding_retrieval_metrics,
@@ -47,6 +67,23 @@ from beyondlabels.functional.zeroshot import (
 )
 
 __all__ = [
+    "CandidateSets",
+    "candidate_scores",
+    "draw_candidate_sets",
+    "fold_assignment",
+    "load_candidate_sets",
+    "rprecision_output_schema",
+    "save_candidate_sets",
+    "text_image_r_precision",
+    "class_mean_cosine",
+    "class_pair_spearman",
+    "feature_similarity",
+    "frequency_null",
+    "mismatch_analysis",
+    "mismatch_output_schema",
+    "mismatch_pair_table",
+    "pair_distribution",
+    "percentile_ranks",
     "ab_test",
     "bootstrap_ci",
     "cohen_kappa",
