@@ -37,7 +37,7 @@ from beyondlabels.io import (
     run_overrides,
     save_per_query,
 )
-from beyondlabels.io.arrays import load_embeddings_npz
+from beyondlabels.io.arrays import load_crossmodal_npz, load_embeddings_npz, load_rprecision_npz
 from beyondlabels.reporting import (
     compare_evaluation_runs,
     compare_runs,
@@ -147,43 +147,6 @@ def _log_report_to_wandb(cfg: DictConfig, report: dict[str, Any], schema: Output
     run.summary.update(scalars)
 
 
-def load_crossmodal_npz(path: str | Path) -> dict[str, Any]:
-    """``image_embeddings`` (N_img×D), ``text_embeddings`` (N_txt×D), ``text_image_index`` (N_txt ints: the row of each
-    caption's image) and optional ``image_ids`` / ``text_ids`` of an ``.npz``, as tensors (ids default to the rows).
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: naming the array that is missing or has the wrong shape or type.
-    """
-    import numpy as np
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays image_embeddings, text_embeddings, text_image_index")
-    with np.load(path, allow_pickle=False) as data:
-        missing = [n for n in ("image_embeddings", "text_embeddings", "text_image_index") if n not in data.files]
-        if missing:
-            raise ValueError(
-                f"{path} lacks the array(s) {missing}; it holds {data.files}. task=crossmodal needs image_embeddings (N_img×D), "
-                "text_embeddings (N_txt×D) and text_image_index (N_txt ints: the row of each caption's image)."
-            )
-        arrays = {n: np.asarray(data[n]) for n in data.files if n in ("image_embeddings", "text_embeddings", "text_image_index", "image_ids", "text_ids")}
-    out: dict[str, Any] = {}
-    for name in ("image_embeddings", "text_embeddings"):
-        a = arrays[name]
-        if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
-            raise ValueError(f"'{name}' in {path} must be a 2-D float array, got shape {a.shape} dtype {a.dtype}")
-        out[name] = torch.from_numpy(a.astype(np.float32, copy=False))
-    sizes = {"text_image_index": len(out["text_embeddings"]), "image_ids": len(out["image_embeddings"]), "text_ids": len(out["text_embeddings"])}
-    for name, size in sizes.items():
-        a = arrays.get(name, np.arange(size))
-        if a.ndim != 1 or len(a) != size or not np.issubdtype(a.dtype, np.integer):
-            raise ValueError(f"'{name}' in {path} must be 1-D integers, {size} of them, got shape {a.shape} dtype {a.dtype}")
-        out[name] = torch.from_numpy(a.astype(np.int64))
-    return out
-
-
 def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
     """``task=crossmodal``: image↔text recall@k and ranks of saved embeddings; a JSON report driven by the schema."""
     if not cfg.get("input"):
@@ -208,58 +171,6 @@ def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
     print_metrics_table(report, title=f"crossmodal: {cfg.input}", schema=schema)
     log.info("report: %s  per-query values: %s", output, per_query_path)
     return report
-
-
-def load_rprecision_npz(path: str | Path) -> dict[str, Any]:
-    """``image_embeddings`` and ``text_embeddings`` (N×D each; row i is the prompt of image i), optional ``ids``,
-    ``class_ids`` (N ints), ``captions`` (N strings) and ``evaluator`` (a JSON string: the evaluator's identity) of an
-    ``.npz``.
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: naming the array that is missing or has the wrong shape or type.
-    """
-    import numpy as np
-    import torch
-
-    from beyondlabels.functional.labels import label_code
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays image_embeddings, text_embeddings")
-    with np.load(path, allow_pickle=False) as data:
-        missing = [n for n in ("image_embeddings", "text_embeddings") if n not in data.files]
-        if missing:
-            raise ValueError(
-                f"{path} lacks the array(s) {missing}; it holds {data.files}. task=rprecision needs image_embeddings (N×D) "
-                "and text_embeddings (N×D, row i the prompt of image i)."
-            )
-        arrays = {n: np.asarray(data[n]) for n in data.files}
-    out: dict[str, Any] = {}
-    for name in ("image_embeddings", "text_embeddings"):
-        a = arrays[name]
-        if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
-            raise ValueError(f"'{name}' in {path} must be a 2-D float array, got shape {a.shape} dtype {a.dtype}")
-        out[name] = torch.from_numpy(a.astype(np.float32, copy=False))
-    n = len(out["image_embeddings"])
-    for name in ("ids", "class_ids"):
-        if name in arrays:
-            a = arrays[name]
-            if a.ndim != 1 or len(a) != n or not np.issubdtype(a.dtype, np.integer):
-                raise ValueError(f"'{name}' in {path} must be 1-D integers, {n} of them, got shape {a.shape} dtype {a.dtype}")
-            out[name] = torch.from_numpy(a.astype(np.int64))
-    if "captions" in arrays:
-        a = arrays["captions"]
-        if a.ndim != 1 or len(a) != n:
-            raise ValueError(f"'captions' in {path} must be 1-D with {n} strings, got shape {a.shape}")
-        out["caption_codes"] = torch.tensor([label_code(str(c)) for c in a.tolist()], dtype=torch.long)
-    if "evaluator" in arrays:
-        text = str(arrays["evaluator"].item()) if arrays["evaluator"].ndim == 0 else str(arrays["evaluator"].tolist())
-        try:
-            out["evaluator"] = json.loads(text)
-        except json.JSONDecodeError:
-            out["evaluator"] = text
-    return out
 
 
 def evaluate_rprecision(cfg: DictConfig) -> dict[str, Any]:

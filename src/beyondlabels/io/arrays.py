@@ -1,14 +1,16 @@
-"""Saved embeddings on disk: the ``.npz`` layout evaluate.py reads."""
+"""Saved outputs on disk: the ``.npz`` layouts evaluate.py reads (retrieval, cross-modal, text-to-image)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from beyondlabels.functional.labels import encode_labels
+from beyondlabels.functional.labels import encode_labels, label_code
 
 
 @dataclass(frozen=True)
@@ -53,25 +55,107 @@ def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
         (tensor(True), tensor(True))
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays 'embeddings' and 'labels'")
-    with np.load(path, allow_pickle=False) as data:
-        missing = [name for name in ("embeddings", "labels") if name not in data.files]
-        if missing:
-            raise ValueError(f"{path} lacks the array(s) {missing}; it holds {data.files}. Save embeddings (N×D) and labels (N).")
-        embeddings = np.asarray(data["embeddings"])
-        labels = np.asarray(data["labels"])
-        ids = np.asarray(data["ids"]) if "ids" in data.files else np.arange(len(labels))
-    if embeddings.ndim != 2 or not np.issubdtype(embeddings.dtype, np.floating):
-        raise ValueError(f"'embeddings' in {path} must be a 2-D float array (N×D), got shape {embeddings.shape} dtype {embeddings.dtype}")
+    arrays = read_npz(path, ("embeddings", "labels"), "Save embeddings (N×D) and labels (N).")
+    embeddings = float_matrix(arrays, "embeddings", path)
+    labels = arrays["labels"]
     if labels.ndim != 1 or len(labels) != len(embeddings):
         raise ValueError(f"'labels' in {path} must be 1-D with one label per embedding row ({len(embeddings)}), got shape {labels.shape}")
-    if ids.ndim != 1 or len(ids) != len(embeddings) or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"'ids' in {path} must be 1-D integers, one per embedding row ({len(embeddings)}), got shape {ids.shape} dtype {ids.dtype}")
+    ids = int_vector(arrays, "ids", path, len(embeddings), default_rows=True)
     codes, names = encode_labels(labels, name=f"'labels' in {path}")
     return EmbeddingSet(
-        embeddings=torch.from_numpy(embeddings.astype(np.float32, copy=False)),
+        embeddings=embeddings,
         labels=codes,
-        ids=torch.from_numpy(ids.astype(np.int64)),
+        ids=ids,
         label_names=names,
     )
+
+
+def read_npz(path: str | Path, required: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` (no pickles), after checking that the file and the ``required`` arrays exist.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist (the message names the arrays expected).
+        ValueError: naming the missing arrays, what the file holds, and ``what`` is expected.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays {', '.join(required)}")
+    with np.load(path, allow_pickle=False) as data:
+        missing = [name for name in required if name not in data.files]
+        if missing:
+            raise ValueError(f"{path} lacks the array(s) {missing}; it holds {data.files}. {what}")
+        return {name: np.asarray(data[name]) for name in data.files}
+
+
+def float_matrix(arrays: dict[str, np.ndarray], name: str, path: Path) -> torch.Tensor:
+    """``arrays[name]`` as an fp32 ``[N, D]`` tensor; a clear error for anything but a 2-D float array."""
+    a = arrays[name]
+    if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
+        raise ValueError(f"'{name}' in {path} must be a 2-D float array (N×D), got shape {a.shape} dtype {a.dtype}")
+    return torch.from_numpy(a.astype(np.float32, copy=False))
+
+
+def int_vector(arrays: dict[str, np.ndarray], name: str, path: Path, size: int, default_rows: bool = False) -> torch.Tensor | None:
+    """``arrays[name]`` as int64 ``[size]``; when absent, the row positions (``default_rows``) or None."""
+    if name not in arrays:
+        return torch.arange(size) if default_rows else None
+    a = arrays[name]
+    if a.ndim != 1 or len(a) != size or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"'{name}' in {path} must be 1-D integers, {size} of them, got shape {a.shape} dtype {a.dtype}")
+    return torch.from_numpy(a.astype(np.int64))
+
+
+def load_crossmodal_npz(path: str | Path) -> dict[str, Any]:
+    """``image_embeddings`` (N_img×D), ``text_embeddings`` (N_txt×D), ``text_image_index`` (N_txt ints: the row of each
+    caption's image) and optional ``image_ids`` / ``text_ids`` of an ``.npz``, as tensors (ids default to the rows).
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the array that is missing or has the wrong shape or type.
+    """
+    path = Path(path)
+    arrays = read_npz(
+        path,
+        ("image_embeddings", "text_embeddings", "text_image_index"),
+        "task=crossmodal needs image_embeddings (N_img×D), text_embeddings (N_txt×D) and text_image_index (N_txt ints: "
+        "the row of each caption's image).",
+    )
+    out: dict[str, Any] = {name: float_matrix(arrays, name, path) for name in ("image_embeddings", "text_embeddings")}
+    n_images, n_texts = len(out["image_embeddings"]), len(out["text_embeddings"])
+    for name, size in (("text_image_index", n_texts), ("image_ids", n_images), ("text_ids", n_texts)):
+        out[name] = int_vector(arrays, name, path, size, default_rows=True)
+    return out
+
+
+def load_rprecision_npz(path: str | Path) -> dict[str, Any]:
+    """``image_embeddings`` and ``text_embeddings`` (N×D each; row i is the prompt of image i), optional ``ids``,
+    ``class_ids`` (N ints), ``captions`` (N strings, returned as ``caption_codes``) and ``evaluator`` (a JSON string:
+    the evaluator's identity) of an ``.npz``.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the array that is missing or has the wrong shape or type.
+    """
+    path = Path(path)
+    arrays = read_npz(
+        path,
+        ("image_embeddings", "text_embeddings"),
+        "task=rprecision needs image_embeddings (N×D) and text_embeddings (N×D, row i the prompt of image i).",
+    )
+    out: dict[str, Any] = {name: float_matrix(arrays, name, path) for name in ("image_embeddings", "text_embeddings")}
+    n = len(out["image_embeddings"])
+    for name in ("ids", "class_ids"):
+        if name in arrays:
+            out[name] = int_vector(arrays, name, path, n)
+    if "captions" in arrays:
+        a = arrays["captions"]
+        if a.ndim != 1 or len(a) != n:
+            raise ValueError(f"'captions' in {path} must be 1-D with {n} strings, got shape {a.shape}")
+        out["caption_codes"] = torch.tensor([label_code(str(c)) for c in a.tolist()], dtype=torch.long)
+    if "evaluator" in arrays:
+        text = str(arrays["evaluator"].item()) if arrays["evaluator"].ndim == 0 else str(arrays["evaluator"].tolist())
+        try:
+            out["evaluator"] = json.loads(text)
+        except json.JSONDecodeError:
+            out["evaluator"] = text
+    return out
