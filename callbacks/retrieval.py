@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -53,11 +54,19 @@ class RetrievalEvalCallback(EvaluationCallback):
             :class:`~beyondlabels.functional.relevance.ClassGains`: adds graded credit (``profile_precision@k``,
             ``profile_ndcg@k``) and the label-mismatch analysis of the top-1 neighbours (``mismatch_<key>``: mean
             similarity, percentile ranks, frequency-aware null, ``mismatch_p_value``; see
-            :class:`~beyondlabels.metrics.RetrievalWithMismatch`); on rank 0 W&B also gets the similarity heatmap,
-            the observed-vs-null histogram and a table of the most frequent mismatch pairs.
+            :class:`~beyondlabels.metrics.RetrievalWithMismatch`) with ``mismatch_spearman_rho`` /
+            ``mismatch_spearman_p`` between the profile similarity and the mean embedding cosine of each class pair;
+            on rank 0 W&B also gets the similarity heatmap, the observed-vs-null histogram, a table of the most
+            frequent mismatch pairs and the embedding projection (``projection_points``).
         profile_labels: The label each profiled class carries: None (the class names), ``"index"`` (class ``i`` of
             the profiles file is label ``i``) or one label per class.
         mismatch_trials, mismatch_seed: Trials and seed of the mismatch null.
+        projection_points: With ``profiles``: on rank 0, a 2-D PCA projection of at most this many evaluation
+            embeddings (a fixed sample chosen by id, the same ids at every evaluation; the PCA is fitted on the
+            sample, so huge galleries stay cheap), coloured by class, with each axis's explained variance in the
+            title (:func:`~beyondlabels.functional.projection.pca_projection`); logged to W&B as
+            ``<prefix>/embedding_projection`` and written to ``<save_dir>/embedding_projection/step_<step>.png``.
+            0 turns it off; without ``profiles`` it has no effect.
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCallback` (``every_n_epochs``, ``every_n_steps``,
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
@@ -89,6 +98,7 @@ class RetrievalEvalCallback(EvaluationCallback):
         profile_labels: Any = None,
         mismatch_trials: int = 10_000,
         mismatch_seed: int = 0,
+        projection_points: int = 5000,
         *,
         every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
@@ -98,6 +108,8 @@ class RetrievalEvalCallback(EvaluationCallback):
     ) -> None:
         if isinstance(num_mismatches, bool) or not isinstance(num_mismatches, int) or num_mismatches < 0:
             raise ValueError(f"`num_mismatches` must be an int >= 0, got {num_mismatches!r}.")
+        if isinstance(projection_points, bool) or not isinstance(projection_points, int) or projection_points < 0:
+            raise ValueError(f"`projection_points` must be an int >= 0 (0 turns the projection off), got {projection_points!r}.")
         for name, value in (("encode_method", encode_method), ("input_key", input_key), ("label_key", label_key), ("id_key", id_key)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
@@ -112,12 +124,15 @@ class RetrievalEvalCallback(EvaluationCallback):
         self.class_names = list(class_names) if class_names is not None else None
         self.profile_gains = _profile_gains(profiles, profile_labels)
         self.mismatch_trials, self.mismatch_seed = mismatch_trials, mismatch_seed
+        self.projection_points = projection_points
+        self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by _write_files for log_media
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
     def build_metric(self) -> EmbeddingRetrieval:
         if self.profile_gains is not None:
             return RetrievalWithMismatch(
                 self.profile_gains, num_trials=self.mismatch_trials, seed=self.mismatch_seed, ks=self.ks,
+                projection_points=self.projection_points,
                 chunk_size=self.chunk_size, precision=self.precision, curve_max_k=self.curve_max_k, graded=self.graded,
                 max_queries=self.max_queries, query_seed=self.query_seed, distributed_search=self.distributed_search,
             )
@@ -164,10 +179,11 @@ class RetrievalEvalCallback(EvaluationCallback):
         if self.num_mismatches and "neighbors" in results:
             media.mismatch_table(self._mismatch_rows(trainer, results))
         if self.profile_gains is not None:
-            self._log_profile_media(results, media)
+            self._log_profile_media(results, media, trainer)
 
-    def _log_profile_media(self, results: dict[str, Any], media: WandbMedia) -> None:
-        """Rank 0: similarity heatmap, observed-vs-null histogram and the most frequent mismatch pairs."""
+    def _log_profile_media(self, results: dict[str, Any], media: WandbMedia, trainer: pl.Trainer | None = None) -> None:
+        """Rank 0: similarity heatmap, observed-vs-null histogram, embedding projection and the most frequent
+        mismatch pairs."""
         import tempfile
 
         import wandb
@@ -185,13 +201,49 @@ class RetrievalEvalCallback(EvaluationCallback):
                 path = save_null_histogram_png(metric.null_distribution, float(results["mismatch_mean_similarity"]),
                                                f"{tmp}/null.png", p_value=float(results["mismatch_p_value"]))
                 images["mismatch_null"] = wandb.Image(str(path))
+            path = self._projection_png(trainer, media.step, Path(tmp) / "projection.png")
+            if path is not None:
+                images["embedding_projection"] = wandb.Image(str(path))
             media.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in images.items()}, step=media.step)
         if metric.mismatch_pairs is not None:
             rows = mismatch_pair_table(*metric.mismatch_pairs, gains.gains, names, top=20)
             media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)
 
-    def _label_name(self, trainer: pl.Trainer, label: int) -> str:
-        names = self.class_names or getattr(trainer.datamodule, "class_names", None)
+    # ---- embedding projection (rank 0) --------------------------------------------------------------------------
+    def _write_files(self, trainer: pl.Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
+        """The base's files, plus ``embedding_projection/step_<step>.png`` beside them (with W&B or without)."""
+        super()._write_files(trainer, results, record)
+        self._projection_file = None
+        folder = self.output_folder(trainer)
+        if folder is not None:
+            step = int(record["step"])
+            path = self._save_projection_png(trainer, step, folder / "embedding_projection" / f"step_{step:09d}.png")
+            self._projection_file = None if path is None else (step, path)
+
+    def _projection_png(self, trainer: pl.Trainer | None, step: int, fallback: Path) -> Path | None:
+        """The projection PNG of ``step``: the one in the evaluation folder, else drawn into ``fallback``."""
+        if self._projection_file is not None and self._projection_file[0] == step:
+            return self._projection_file[1]
+        return self._save_projection_png(trainer, step, fallback)
+
+    def _save_projection_png(self, trainer: pl.Trainer | None, step: int, path: Path) -> Path | None:
+        """Draw the PCA projection of the metric's ``projection_sample`` into ``path`` (None when there is no sample
+        or it is too small to project: fewer than 2 rows or dimensions)."""
+        from beyondlabels.functional.projection import pca_projection
+        from beyondlabels.reporting.plots import save_embedding_projection_png
+
+        sample = getattr(self.metric, "projection_sample", None) if self.projection_points else None
+        if sample is None or sample[0].shape[0] < 2 or sample[0].shape[1] < 2:
+            return None
+        embeddings, codes = sample
+        coords, explained = pca_projection(embeddings, num_components=2)
+        classes, index = torch.unique(codes, return_inverse=True)  # legend order: label codes, ascending
+        names = [self._label_name(trainer, int(c)) for c in classes]
+        title = f"{self.prefix}: embeddings at step {step} (PCA of {embeddings.shape[0]} points)"
+        return save_embedding_projection_png(coords, index, names, explained, path, title=title)
+
+    def _label_name(self, trainer: pl.Trainer | None, label: int) -> str:
+        names = self.class_names or getattr(getattr(trainer, "datamodule", None), "class_names", None)
         if names is not None and 0 <= label < len(names):
             return str(names[label])
         return self.metric.label_names.get(label, str(label))

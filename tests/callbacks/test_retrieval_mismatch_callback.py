@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from PIL import Image
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
+from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).parent))
 from toy import LinearEncoder, PointDataModule  # noqa: E402
@@ -78,3 +80,89 @@ def test_profile_media_reach_the_offline_wandb_run(tmp_path):
         wandb.finish()
     keys = set(read_offline_run(tmp_path).keys())
     assert {"retrieval/profile_similarity", "retrieval/mismatch_pairs", "retrieval/mismatch_p_value"} <= keys
+    assert {"retrieval/embedding_projection", "retrieval/mismatch_spearman_rho"} <= keys
+
+
+class _Media:
+    """Stands in for WandbMedia: records what the callback logs (images through ``logger.log_metrics``, tables)."""
+
+    def __init__(self, step: int, prefix: str) -> None:
+        self.step, self.prefix, self.logged, self.tables = step, prefix, {}, {}
+        media = self
+
+        class _Logger:
+            @staticmethod
+            def log_metrics(metrics, step):
+                media.logged.update({k: (v, step) for k, v in metrics.items()})
+
+        self.logger = _Logger()
+
+    def table(self, name, columns, rows):
+        self.tables[name] = (columns, rows)
+
+    def mismatch_table(self, rows):
+        self.table("worst_mismatches", [], rows)
+
+
+def _fit_capturing_media(tmp_path: Path, **options):
+    """One fit (one evaluation, at the end of epoch 0) whose rank-0 W&B media go to a recording _Media."""
+    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1,), num_mismatches=0, profiles=PROFILES, profile_labels="index",
+                                     mismatch_trials=50, strict=True, confidence_intervals=False, **options)  # fmt: skip
+    captured = []
+
+    def log_wandb(trainer_, results, step):  # what the base runs on rank 0 when a WandbLogger is attached
+        captured.append(_Media(step, callback.prefix))
+        callback.log_media(trainer_, results, captured[-1])
+
+    callback._log_wandb = log_wandb
+    dm, model = PointDataModule(), LinearEncoder()
+    trainer = _trainer(tmp_path, callback, CSVLogger(tmp_path))
+    trainer.fit(model, dm)
+    assert len(captured) == 1 and len(callback.history) == 1
+    return callback, trainer, dm, model, captured[0]
+
+
+def test_spearman_and_embedding_projection_are_logged(tmp_path):
+    import wandb
+    from sklearn.decomposition import PCA
+
+    callback, trainer, dm, model, media = _fit_capturing_media(tmp_path, projection_points=30, save_dir=tmp_path / "eval")
+    # Spearman: scipy on each class pair's mean of the N x N pairwise cosines of the final model's embeddings
+    with torch.no_grad():
+        emb = model.proj(torch.from_numpy(dm.eval_set.points)).double().numpy()
+    labels = dm.eval_set.labels
+    u = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    cos = u @ u.T
+    pairs = [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    m = PROFILES.similarity_matrix().numpy()
+    ref = spearmanr([m[a, b] for a, b in pairs], [cos[np.ix_(labels == a, labels == b)].mean() for a, b in pairs])
+    last = callback.history[-1]
+    assert last["mismatch_spearman_pairs"] == 6
+    assert last["mismatch_spearman_rho"] == pytest.approx(ref.statistic, abs=1e-6)
+    assert last["mismatch_spearman_p"] == pytest.approx(ref.pvalue, rel=1e-4, abs=1e-9)
+    assert "retrieval/mismatch_spearman_rho" in (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
+    # the projection: a PNG beside the other evaluation files, and the same picture as a W&B image at the same step
+    step = last["step"]
+    png = tmp_path / "eval" / "embedding_projection" / f"step_{step:09d}.png"
+    assert png.is_file() and (tmp_path / "eval" / "history.json").is_file()
+    image, logged_step = media.logged["retrieval/embedding_projection"]
+    assert isinstance(image, wandb.Image) and logged_step == step
+    assert "retrieval/profile_similarity" in media.logged and "mismatch_pairs" in media.tables
+    assert ("retrieval/mismatch_null" in media.logged) == (last["mismatch_num_mismatches"] > 0)
+    sample = callback.metric.projection_sample[0].double().numpy()
+    assert sample.shape == (30, 6)
+    ratio = PCA(n_components=2).fit(sample).explained_variance_ratio_
+    title = Image.open(png).text["Title"]
+    assert f"PC1 {100 * ratio[0]:.1f}%, PC2 {100 * ratio[1]:.1f}%" in title and f"step {step}" in title
+
+
+def test_projection_without_save_dir_and_turned_off(tmp_path):
+    import wandb
+
+    callback, *_, media = _fit_capturing_media(tmp_path / "a", save_dir=False)
+    assert isinstance(media.logged["retrieval/embedding_projection"][0], wandb.Image)  # drawn in a temporary folder
+    callback, *_, media = _fit_capturing_media(tmp_path / "b", projection_points=0, save_dir=tmp_path / "b" / "eval")
+    assert "retrieval/embedding_projection" not in media.logged and "retrieval/profile_similarity" in media.logged
+    assert not (tmp_path / "b" / "eval" / "embedding_projection").exists() and callback.metric.projection_sample is None
+    with pytest.raises(ValueError, match="`projection_points`"):
+        RetrievalEvalCallback(profiles=PROFILES, profile_labels="index", projection_points=-1)

@@ -22,6 +22,7 @@ from outputs import assert_same_outputs  # noqa: E402
 from beyondlabels.demo import demo_profiles  # noqa: E402
 from beyondlabels.functional import ClassGains, encode_labels  # noqa: E402
 from beyondlabels.metrics import LabelMismatchAnalysis  # noqa: E402
+from beyondlabels.metrics import RetrievalWithMismatch  # noqa: E402
 
 C = 7
 
@@ -228,3 +229,98 @@ def test_retrieval_with_mismatch_two_processes_equal_one(tmp_path):
     mp.spawn(_ddp_retrieval_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
     for rank in range(2):
         assert_same_outputs(torch.load(f"{out_path}.{rank}"), ref)
+
+
+def _class_pair_spearman_oracle(emb: np.ndarray, labels: np.ndarray, sim: np.ndarray) -> tuple[float, float, int]:
+    """scipy.stats.spearmanr between ``sim`` and each class pair's mean cosine, averaged over the N x N pairwise
+    cosines of the pair's members (not through class mean vectors, as the kernel does)."""
+    u = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    cos = u @ u.T
+    classes = np.unique(labels)
+    xs, ys = [], []
+    for i, a in enumerate(classes):
+        for b in classes[i + 1 :]:
+            xs.append(sim[a, b])
+            ys.append(cos[np.ix_(labels == a, labels == b)].mean())
+    result = sps.spearmanr(xs, ys)
+    return float(result.statistic), float(result.pvalue), len(xs)
+
+
+@pytest.mark.parametrize("max_queries", [None, 30])
+def test_retrieval_with_mismatch_spearman_matches_scipy_on_pairwise_cosines(max_queries):
+    q, _, emb, ids = data()
+    m = RetrievalWithMismatch(ClassGains(similarity(), list(range(C)), name="s"), num_trials=50, seed=2, ks=(1,), chunk_size=16,
+                              max_queries=max_queries)  # fmt: skip
+    for s in range(0, len(q), 25):
+        m.update(emb[s : s + 25], q[s : s + 25], ids[s : s + 25])
+    out = m.compute()
+    rho, p, pairs = _class_pair_spearman_oracle(emb.double().numpy(), q.numpy(), similarity())
+    assert pairs == C * (C - 1) // 2 and int(out["mismatch_spearman_pairs"]) == pairs
+    assert out["mismatch_spearman_pairs"].dtype == torch.long
+    assert float(out["mismatch_spearman_rho"]) == pytest.approx(rho, abs=1e-10)  # the whole gallery, also with max_queries
+    assert float(out["mismatch_spearman_p"]) == pytest.approx(p, rel=1e-6)
+    schema = m.output_schema()
+    assert schema["mismatch_spearman_rho"].higher_is_better is True and schema["mismatch_spearman_p"].higher_is_better is False
+    assert schema["mismatch_spearman_pairs"].count
+    assert set(schema.scalar_keys()) <= set(out)
+
+
+def test_retrieval_with_mismatch_spearman_follows_the_embeddings():
+    """Classes embedded at unit vectors u_c, under the similarity (1 + u_a . u_b) / 2: the pair cosines rank as it does."""
+    u = np.random.default_rng(5).normal(size=(C, 5))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    sim = (1.0 + u @ u.T) / 2.0
+    np.fill_diagonal(sim, 1.0)  # exactly 1 (it is 1 up to rounding)
+    m = RetrievalWithMismatch(ClassGains(sim, list(range(C)), name="s"), num_trials=20, ks=(1,))
+    m.update(torch.tensor(np.tile(u, (3, 1)), dtype=torch.float32), torch.arange(C).repeat(3))
+    out = m.compute()
+    assert float(out["mismatch_spearman_rho"]) == pytest.approx(1.0) and float(out["mismatch_spearman_p"]) == 0.0
+
+
+def test_retrieval_with_mismatch_projection_sample_is_fixed_by_id():
+    q, _, emb, ids = data()
+    gains = ClassGains(similarity(), list(range(C)), name="s")
+    one = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=50, projection_seed=4)
+    one.update(emb, q, ids)
+    one.compute()
+    shuffled = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=50, projection_seed=4)
+    perm = torch.randperm(len(q), generator=torch.Generator().manual_seed(3))
+    for s in range(0, len(q), 11):
+        b = perm[s : s + 11]
+        shuffled.update(emb[b], q[b], ids[b])
+    shuffled.compute()
+    sample_emb, sample_labels = one.projection_sample
+    assert sample_emb.shape == (50, emb.shape[1]) and sample_labels.shape == (50,)
+    assert torch.equal(shuffled.projection_sample[0], sample_emb) and torch.equal(shuffled.projection_sample[1], sample_labels)
+    rows = [int(torch.nonzero((emb == e).all(dim=1)).flatten()[0]) for e in sample_emb]  # each sampled row is a sample
+    assert len(set(rows)) == 50 and torch.equal(q[rows], sample_labels)
+    assert rows == sorted(rows)  # in id order (ids grow with the row here)
+    whole = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=10_000)
+    whole.update(emb, q, ids)
+    whole.compute()
+    assert torch.equal(whole.projection_sample[0], emb)
+    off = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=0)
+    off.update(emb, q, ids)
+    off.compute()
+    assert off.projection_sample is None
+
+
+@pytest.mark.parametrize("kwargs, match", [({"projection_points": -1}, "`projection_points`"), ({"projection_points": 2.5}, "`projection_points`"),
+                                           ({"projection_seed": "a"}, "`projection_seed`")])  # fmt: skip
+def test_retrieval_with_mismatch_projection_options_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RetrievalWithMismatch(ClassGains([[1.0, 0.5], [0.5, 1.0]], [0, 1]), **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_retrieval_with_mismatch_spearman_and_projection_sample_on_cuda():
+    q, _, emb, ids = data()
+    cpu, gpu = _retrieval_metric(), _retrieval_metric().cuda()
+    cpu.update(emb, q, ids)
+    gpu.update(emb.cuda(), q.cuda(), ids.cuda())
+    a, b = cpu.compute(), gpu.compute()
+    for key in ("mismatch_spearman_rho", "mismatch_spearman_p", "mismatch_spearman_pairs"):
+        torch.testing.assert_close(b[key].cpu(), a[key], rtol=1e-9, atol=1e-12)
+    assert gpu.projection_sample[0].device.type == "cpu"
+    assert torch.equal(gpu.projection_sample[0], cpu.projection_sample[0]) and torch.equal(gpu.projection_sample[1], cpu.projection_sample[1])

@@ -25,7 +25,8 @@ from torch import Tensor
 
 from beyondlabels.functional.mismatch import PERCENTILE_KINDS, mismatch_analysis, mismatch_output_schema
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.metrics.base import PerSampleMetric
+from beyondlabels.functional.retrieval import sample_queries
+from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
 from beyondlabels.metrics.retrieval import EmbeddingRetrieval
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -167,49 +168,94 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
     Adds ``gains`` to ``graded`` (``<gains.name>_precision@k``, ``<gains.name>_ndcg@k``) and, for every scalar of
     :func:`~beyondlabels.functional.mismatch.mismatch_output_schema`, ``mismatch_<key>`` computed by
     :func:`~beyondlabels.functional.mismatch.mismatch_analysis` from each query's label and its top-1 neighbour's
-    (the null's class frequencies: the queries' labels). After :meth:`compute`: ``null_distribution`` (``[B]``) and
-    ``mismatch_pairs`` (the query and retrieved class indices, for tables). Every rank computes the same numbers.
+    (the null's class frequencies: the queries' labels), including ``mismatch_spearman_rho``, ``mismatch_spearman_p``
+    and ``mismatch_spearman_pairs`` between ``gains`` and the mean embedding cosine of each pair of classes
+    (:func:`~beyondlabels.functional.mismatch.class_pair_spearman`) over every evaluation embedding (the whole
+    gallery, also when ``max_queries`` samples the queries). After :meth:`compute`: ``null_distribution`` (``[B]``),
+    ``mismatch_pairs`` (the query and retrieved class indices, for tables) and ``projection_sample``. Every rank
+    computes the same numbers.
 
     Args:
         gains: the class similarity with the labels of its classes (e.g. ``FeatureProfiles.class_gains()``).
         num_trials, seed: the null's ``B`` and seed.
+        projection_points: after :meth:`compute`, ``projection_sample`` holds ``(embeddings [n, D] float32, label
+            codes [n])`` on the CPU for a picture of the embeddings (e.g.
+            :func:`~beyondlabels.functional.projection.pca_projection`), ``n = min(N, projection_points)``: a fixed
+            sample chosen by id and ``projection_seed`` (:func:`~beyondlabels.functional.retrieval.sample_queries`:
+            the same ids at every evaluation and on any world size), in id order. 0: ``projection_sample`` stays None.
+        projection_seed: seed of that sample.
         kwargs: :class:`~beyondlabels.metrics.EmbeddingRetrieval` options (``return_neighbors`` is at least 1).
 
     Example:
         >>> gains = ClassGains([[1.0, 0.6], [0.6, 1.0]], [0, 1], name="profile")
-        >>> metric = RetrievalWithMismatch(gains, ks=(1,), num_trials=100)
+        >>> metric = RetrievalWithMismatch(gains, ks=(1,), num_trials=100, projection_points=3)
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.3]]), torch.tensor([0, 0, 1, 1]))
         >>> out = metric.compute()
         >>> float(out["profile_precision@1"]), int(out["mismatch_num_mismatches"]), float(out["mismatch_mean_similarity"])
         (0.9, 1, 0.6)
+        >>> int(out["mismatch_spearman_pairs"]), metric.projection_sample[0].shape  # one class pair: too few for a rho
+        (1, torch.Size([3, 2]))
     """
 
-    def __init__(self, gains: ClassGains, *, num_trials: int = 10_000, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        gains: ClassGains,
+        *,
+        num_trials: int = 10_000,
+        seed: int = 0,
+        projection_points: int = 5000,
+        projection_seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(gains, ClassGains):
             raise ValueError(f"`gains` must be a ClassGains (e.g. FeatureProfiles.class_gains()), got {type(gains).__name__}.")
         if isinstance(num_trials, bool) or not isinstance(num_trials, int) or num_trials < 1:
             raise ValueError(f"`num_trials` must be an int >= 1, got {num_trials!r}.")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"`seed` must be an int, got {seed!r}.")
+        for name, value in (("seed", seed), ("projection_seed", projection_seed)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"`{name}` must be an int, got {value!r}.")
+        if isinstance(projection_points, bool) or not isinstance(projection_points, int) or projection_points < 0:
+            raise ValueError(f"`projection_points` must be an int >= 0 (0: no projection sample), got {projection_points!r}.")
         kwargs["graded"] = (*tuple(kwargs.get("graded", ())), gains)
         kwargs["return_neighbors"] = max(1, int(kwargs.get("return_neighbors", 0)))
         super().__init__(**kwargs)
         self.mismatch_gains, self.num_trials, self.seed = gains, num_trials, seed
+        self.projection_points, self.projection_seed = projection_points, projection_seed
         self.null_distribution: Tensor | None = None
         self.mismatch_pairs: tuple[Tensor, Tensor] | None = None
+        self.projection_sample: tuple[Tensor, Tensor] | None = None
+        self._samples: GatheredSamples | None = None
 
     def output_schema(self) -> OutputSchema:
-        mismatch = mismatch_output_schema()
+        mismatch = mismatch_output_schema(spearman=True)
         return super().output_schema().merged(OutputSchema({f"mismatch_{k}": mismatch[k] for k in mismatch.scalar_keys()}))
 
+    def gathered_samples(self) -> GatheredSamples:
+        """The base's gathered samples, also kept for :meth:`compute` (Spearman, projection sample) so that the
+        gallery is concatenated and deduplicated once."""
+        self._samples = super().gathered_samples()
+        return self._samples
+
     def compute(self) -> dict[str, Any]:
-        out = super().compute()
+        try:
+            out = super().compute()
+            samples = self._samples
+        finally:
+            self._samples = None  # the gallery is not kept between evaluations
+        embeddings, labels, ids = samples.values["embeddings"], samples.values["labels"], samples.ids
         q = self.mismatch_gains.class_index(out["per_query"]["label"].cpu(), "labels")
         r = self.mismatch_gains.class_index(out["neighbors"]["labels"][:, 0].cpu(), "labels")
-        analysis = mismatch_analysis(q, r, self.mismatch_gains.gains, num_trials=self.num_trials, seed=self.seed)
+        analysis = mismatch_analysis(
+            q, r, self.mismatch_gains.gains, num_trials=self.num_trials, seed=self.seed,
+            embeddings=embeddings, embedding_classes=self.mismatch_gains.class_index(labels, "labels"),
+        )
         self.null_distribution = analysis.pop("null")
         self.mismatch_pairs = (q, r)
-        for key in mismatch_output_schema().scalar_keys():
+        self.projection_sample = None
+        if self.projection_points:
+            rows = sample_queries(ids, self.projection_points, self.projection_seed)
+            self.projection_sample = (embeddings[rows].detach().cpu(), labels[rows].cpu())
+        for key in mismatch_output_schema(spearman=True).scalar_keys():
             value = analysis[key]
             out[f"mismatch_{key}"] = torch.tensor(value, dtype=torch.long if isinstance(value, int) else torch.float64)
         return out

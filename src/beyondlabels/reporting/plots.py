@@ -91,3 +91,75 @@ def save_history_band_png(
     finally:
         plt.close(fig)
     return path
+
+
+def save_embedding_projection_png(
+    coords: object,
+    labels: object,
+    class_names: Sequence[str],
+    explained: Sequence[float],
+    path: str | Path,
+    title: str = "embedding projection (PCA)",
+) -> Path:
+    """Scatter 2-D ``coords`` ``[N, 2]`` coloured by class into ``path``: ``labels`` ``[N]`` are indices into
+    ``class_names``; with at most 20 classes each gets a colour of its own and a legend entry, beyond that colours
+    follow the class index without a legend. ``explained`` holds the explained variance ratio of each axis (e.g. from
+    :func:`beyondlabels.functional.projection.pca_projection`), shown as percentages in the title and the axis labels
+    ("n/a" for NaN); the full title is also stored as the PNG's ``Title`` text.
+
+    Raises:
+        ValueError: naming the argument, for coords not ``[N, 2]`` with N >= 1, labels of another length or outside
+            ``0..len(class_names) - 1``, or an ``explained`` that is not two numbers.
+
+    Example:
+        >>> import tempfile
+        >>> from PIL import Image
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = save_embedding_projection_png([[0, 0], [1, 1], [2, 0]], [0, 1, 1], ["a", "b"], [0.75, 0.25], f"{tmp}/p.png")
+        ...     Image.open(path).text["Title"]
+        'embedding projection (PCA)\\nPC1 75.0%, PC2 25.0% of the variance'
+    """
+    import numpy as np
+
+    xy = np.asarray(coords, dtype=float)
+    if xy.ndim != 2 or xy.shape[1] != 2 or xy.shape[0] == 0:
+        raise ValueError(f"`coords` must be [N, 2] with N >= 1, got shape {xy.shape}.")
+    raw = np.asarray(labels)
+    if raw.shape != (xy.shape[0],) or not np.issubdtype(raw.dtype, np.integer):
+        raise ValueError(f"`labels` must be {xy.shape[0]} integer class indices (one per row of `coords`), got {raw.dtype} {raw.shape}.")
+    names = [str(c) for c in class_names]
+    if names == [] or int(raw.min()) < 0 or int(raw.max()) >= len(names):
+        raise ValueError(f"`labels` must index `class_names` (0..{len(names) - 1}), got values {int(raw.min())}..{int(raw.max())}.")
+    ratio = np.asarray(explained, dtype=float).ravel()
+    if ratio.shape != (2,):
+        raise ValueError(f"`explained` must hold the explained variance ratio of the 2 axes, got {ratio.size} values.")
+    shares = ["n/a" if not np.isfinite(r) else f"{100 * r:.1f}%" for r in ratio]
+    full_title = f"{title}\nPC1 {shares[0]}, PC2 {shares[1]} of the variance"
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    num_classes = len(names)
+    marker_size = float(np.clip(4000 / xy.shape[0], 2, 30))
+    fig, ax = plt.subplots(figsize=(6.5 if num_classes <= 20 else 5.5, 5), dpi=120)
+    try:
+        if num_classes <= 20:
+            cmap = plt.get_cmap("tab10" if num_classes <= 10 else "tab20")
+            for c in np.unique(raw):
+                rows = raw == c
+                ax.scatter(xy[rows, 0], xy[rows, 1], s=marker_size, color=cmap(int(c)), alpha=0.8, linewidths=0, label=names[c])
+            ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), markerscale=max(1.0, 12 / marker_size))
+        else:
+            ax.scatter(xy[:, 0], xy[:, 1], s=marker_size, c=raw, cmap="turbo", vmin=0, vmax=num_classes - 1, alpha=0.8, linewidths=0)
+        ax.set_xlabel(f"PC1 ({shares[0]})")
+        ax.set_ylabel(f"PC2 ({shares[1]})")
+        ax.set_title(full_title, fontsize=9)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path, metadata={"Title": full_title})
+    finally:
+        plt.close(fig)
+    return path
