@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torchmetrics.retrieval import RetrievalHitRate
 
-from beyondlabels.functional.rprecision import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
+
+from outputs import assert_same_outputs  # noqa: E402
+
+from beyondlabels.functional import rprecision  # noqa: E402
+from beyondlabels.functional.rprecision import (  # noqa: E402
     CandidateSets,
     candidate_scores,
     draw_candidate_sets,
@@ -19,6 +26,7 @@ from beyondlabels.functional.rprecision import (
     save_candidate_sets,
     text_image_r_precision,
 )
+from beyondlabels.functional.search import _scores, normalize_rows  # noqa: E402  (the core's Score, the definition)
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -229,6 +237,115 @@ def test_saved_sets_pin_the_protocol(tmp_path):
         text_image_r_precision(img, txt, ids, num_candidates=7, top_r=(1,), candidate_sets=loaded, protocol="resample")
 
 
+# ---- bitwise independence of the blocking, hard negatives ------------------------------------------------------------
+
+
+def test_scores_are_the_core_score_whatever_the_blocking(monkeypatch):
+    """Every candidate score, in both directions, is bitwise the core's Score of its (image, text) pair, read from one
+    full product, also when the products are cut into small pieces; planted duplicate rows tie exactly wherever they
+    sit among the candidates."""
+    img, txt = _pairs(53, d=24, noise=2.0, seed=14)
+    img[7], txt[7] = img[3], txt[3]  # samples 3 and 7: one image, one text
+    rows = torch.stack([torch.randperm(53, generator=_gen(q))[:20] for q in range(53)])
+    rows[3, 11], rows[7, 0] = 7, 3
+    full = _scores(normalize_rows(img), normalize_rows(txt))  # full[i, t] = s(i, t)
+    cands = torch.cat([torch.arange(53).unsqueeze(1), rows], dim=1)
+    i2t = candidate_scores(img, txt, rows)
+    t2i = candidate_scores(img, txt, rows, "text_to_image")
+    assert torch.equal(i2t, full.gather(1, cands))
+    assert torch.equal(t2i, full.T.gather(1, cands))
+    assert i2t[3, 12] == i2t[3, 0] and t2i[7, 1] == t2i[7, 0]  # the planted ties
+    monkeypatch.setattr(rprecision, "_MAX_PAIRS", 7)
+    assert torch.equal(candidate_scores(img, txt, rows), i2t) and torch.equal(candidate_scores(img, txt, rows, "text_to_image"), t2i)
+    monkeypatch.undo()
+    for part in (torch.arange(0, 17), torch.arange(30, 53)):  # other pools and candidate sets: the same bits per pair
+        m = part.numel()
+        local = (torch.arange(m).unsqueeze(1) + torch.arange(1, 6)) % m
+        sub = full[part][:, part]
+        cands = torch.cat([torch.arange(m).unsqueeze(1), local], dim=1)
+        assert torch.equal(candidate_scores(img[part], txt[part], local), sub.gather(1, cands))
+        assert torch.equal(candidate_scores(img[part], txt[part], local, "text_to_image"), sub.T.gather(1, cands))
+
+
+def test_outputs_are_bitwise_the_same_for_any_chunk_size_and_order():
+    img, txt = _pairs(75, d=16, noise=2.5, seed=15)
+    txt[40] = txt[10] + 0.01  # a near-duplicate pair
+    ids = torch.randperm(500, generator=_gen(2))[:75] - 100
+    classes, codes = ids % 3, ids % 25
+    settings = dict(class_ids=classes, caption_codes=codes, num_candidates=16, top_r=(1, 4), hard_negatives=True, near_duplicate_threshold=0.7)
+    ref = text_image_r_precision(img, txt, ids, chunk_size=256, **settings)
+    assert 0.05 < ref["r_precision"].item() < 0.95
+    # the ranks are those of the public pieces: the drawn sets scored by `candidate_scores`, bit for bit
+    order = torch.argsort(ids)
+    sets = draw_candidate_sets(txt, ids, num_candidates=16, class_ids=classes, caption_codes=codes, near_duplicate_threshold=0.7)
+    rows = torch.searchsorted(ids[order], sets.distractor_ids)
+    i2t = candidate_scores(img[order], txt[order], rows)
+    t2i = candidate_scores(img[order], txt[order], rows, "text_to_image")
+    assert torch.equal(ref["per_query"]["rank"], (1 + (i2t[:, 1:] >= i2t[:, :1]).sum(dim=1)).double())
+    assert torch.equal(ref["per_query"]["text_to_image_r_precision"], (t2i[:, 1:] < t2i[:, :1]).all(dim=1).double())
+    assert torch.equal(ref["per_query"]["clip_score"], 100.0 * i2t[:, 0].double().clamp(min=0))
+    for chunk, seed in [(1, 0), (5, 1), (16, 2)]:
+        perm = torch.randperm(75, generator=_gen(seed))
+        s = {**settings, "class_ids": classes[perm], "caption_codes": codes[perm]}
+        assert_same_outputs(text_image_r_precision(img[perm], txt[perm], ids[perm], chunk_size=chunk, **s), ref, chunk)
+        for hard in (False, True):
+            a = draw_candidate_sets(txt, ids, num_candidates=16, class_ids=classes, caption_codes=codes, hard_negatives=hard, near_duplicate_threshold=0.7)
+            b = draw_candidate_sets(txt[perm], ids[perm], num_candidates=16, class_ids=classes[perm], caption_codes=codes[perm],
+                                    hard_negatives=hard, near_duplicate_threshold=0.7, chunk_size=chunk)  # fmt: skip
+            assert torch.equal(a.distractor_ids, b.distractor_ids) and torch.equal(a.query_ids, b.query_ids)
+
+
+@pytest.mark.parametrize("threshold", [None, 0.9])
+def test_hard_negatives_equal_a_full_sort_with_planted_ties(threshold):
+    """Brute force: every eligible sample sorted by (descending Score, ascending id), the first R - 1 kept. Texts are
+    20 directions three times over (exact duplicates tie exactly), so ties straddle the (R - 1)-th place."""
+    base = torch.randn(20, 6, generator=_gen(16))
+    txt = base.repeat(3, 1)
+    n = txt.shape[0]
+    ids = torch.randperm(1000, generator=_gen(17))[:n]
+    classes = torch.randint(0, 4, (n,), generator=_gen(18))
+    codes = torch.arange(n) % 37
+    k = 7
+    order = torch.argsort(ids)
+    score = _scores(normalize_rows(txt), normalize_rows(txt)).tolist()
+    expected, straddles = [], 0
+    for q in order.tolist():
+        eligible = [j for j in range(n) if j != q and classes[j] != classes[q] and codes[j] != codes[q]
+                    and (threshold is None or score[q][j] < threshold)]  # fmt: skip
+        ranked = sorted(eligible, key=lambda j: (-score[q][j], int(ids[j])))
+        expected.append([int(ids[j]) for j in ranked[:k]])
+        straddles += score[q][ranked[k - 1]] == score[q][ranked[k]]
+    assert straddles > 5  # the tie rule decides who is in
+    perm = torch.randperm(n, generator=_gen(19))
+    for chunk in (1, 7, 256):
+        got = draw_candidate_sets(txt[perm], ids[perm], num_candidates=k + 1, class_ids=classes[perm], caption_codes=codes[perm],
+                                  hard_negatives=True, near_duplicate_threshold=threshold, chunk_size=chunk)  # fmt: skip
+        assert got.distractor_ids.tolist() == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_draws_the_cpu_sets_and_scores_blockwise_exactly():
+    """The seeded draw is integer arithmetic: the same sets on CUDA; CUDA scores are the CUDA Score of each pair
+    whatever the blocking (pieces included), and the values agree with the CPU's to fp32 rounding."""
+    img, txt = _pairs(300, d=32, noise=3.0, seed=20)
+    ids, classes, codes = torch.arange(300) * 3 - 7, torch.arange(300) % 7, torch.arange(300) % 120
+    kwargs = dict(num_candidates=20, class_ids=classes, caption_codes=codes, near_duplicate_threshold=None, seed=3)
+    cpu = draw_candidate_sets(txt, ids, **kwargs)
+    gpu = draw_candidate_sets(txt.cuda(), ids.cuda(), **{**kwargs, "class_ids": classes.cuda(), "caption_codes": codes.cuda()})
+    assert torch.equal(gpu.distractor_ids.cpu(), cpu.distractor_ids)
+    rows = torch.searchsorted(ids, cpu.distractor_ids).cuda()
+    full = _scores(normalize_rows(img.cuda()), normalize_rows(txt.cuda()))
+    cands = torch.cat([torch.arange(300, device="cuda").unsqueeze(1), rows], dim=1)
+    assert torch.equal(candidate_scores(img.cuda(), txt.cuda(), rows), full.gather(1, cands))
+    assert torch.equal(candidate_scores(img.cuda(), txt.cuda(), rows, "text_to_image"), full.T.gather(1, cands))
+    out_cpu = text_image_r_precision(img, txt, ids, num_candidates=20, hard_negatives=True)
+    out_gpu = text_image_r_precision(img.cuda(), txt.cuda(), ids.cuda(), num_candidates=20, hard_negatives=True)
+    assert_same_outputs(text_image_r_precision(img.cuda(), txt.cuda(), ids.cuda(), num_candidates=20, hard_negatives=True, chunk_size=7), out_gpu)
+    for key in ("r_precision", "text_to_image_r_precision", "hard_r_precision"):
+        assert out_gpu[key].item() == pytest.approx(out_cpu[key].item(), abs=0.01), key
+
+
 # ---- bad inputs -----------------------------------------------------------------------------------------------------
 
 
@@ -260,3 +377,9 @@ def test_bad_inputs_raise_clear_errors():
         text_image_r_precision(img, txt, num_candidates=5, top_r=(1,), near_duplicate_threshold=2.0)
     with pytest.raises(ValueError, match="`repeats`"):
         text_image_r_precision(img, txt, num_candidates=5, top_r=(1,), repeats=0)
+    with pytest.raises(ValueError, match="`rows` must index"):
+        candidate_scores(img, txt, torch.full((10, 3), 10))
+    with pytest.raises(ValueError, match="`rows` must be an integer tensor"):
+        candidate_scores(img, txt, torch.zeros(9, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="`seed` must be an int"):
+        draw_candidate_sets(txt, num_candidates=3, seed=1.5)

@@ -1,13 +1,18 @@
 """The ``protocol="folds"`` aggregation of text-to-image R-precision against a separately written numpy oracle of the
 DM-GAN / Comp-T2I procedure: shuffle the per-sample hits with the seed, split them into 10 folds, take each fold's
-mean, report the mean and the ddof-0 standard deviation of the fold means.
+mean, report the mean and the ddof-0 standard deviation of the fold means; and the seeded candidate draw against a
+plain-loop oracle of its definition.
 
-Everything the oracle needs is computed here in numpy (float64): the candidate sets are drawn with numpy's generator
-and pinned (``candidate_sets=``), so the kernel's own draw plays no part; the hits come from a plain cosine loop; the
-shuffle is the documented "order of a hash of (seed, id)" with the hash (the splitmix64 finaliser) written over
-numpy uint64; the folds are ``np.array_split``. A second, hash-free check treats the shuffle as a black box and tests
-that it behaves like a uniform random partition (the expected variance of fold means), which a split without shuffle
-fails on the data used.
+Everything the fold oracle needs is computed here in numpy (float64): the candidate sets are drawn with numpy's
+generator and pinned (``candidate_sets=``), so the kernel's own draw plays no part; the hits come from a plain cosine
+loop; the shuffle is the documented "order of a hash of (seed, id)" with the hash (the splitmix64 finaliser) written
+over numpy uint64; the folds are ``np.array_split``. A second, hash-free check treats the shuffle as a black box and
+tests that it behaves like a uniform random partition (the expected variance of fold means), which a split without
+shuffle fails on the data used.
+
+The draw oracle (:func:`oracle_draw`) follows the module docstring one draw at a time over Python ints (splitmix64
+written out, the space of each query listed explicitly, eligibility checked with float64 cosines on data whose cosines
+keep away from the threshold); it shares no code with the kernel.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from beyondlabels.functional.rprecision import CandidateSets, fold_assignment, text_image_r_precision
+from beyondlabels.functional.rprecision import CandidateSets, draw_candidate_sets, fold_assignment, text_image_r_precision
 
 _U64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -147,3 +152,152 @@ def test_fold_std_behaves_like_a_uniform_random_partition():
     variances = np.array([fold_var(seed) for seed in range(rounds)])
     standard_error = variances.std() / np.sqrt(rounds)
     assert abs(variances.mean() - expected) < 5 * standard_error, (variances.mean(), expected, standard_error)
+
+
+# ---- the seeded draw -------------------------------------------------------------------------------------------------
+
+
+def _mix64(z: int) -> int:
+    """splitmix64's finaliser on a Python int in [0, 2**64)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64
+    return z ^ (z >> 31)
+
+
+def oracle_draw(ids, txt, k, seed, repeat, classes=None, captions=None, threshold=None, stats=None):
+    """The distractor ids of every query (dict id -> list, in the order drawn), one draw at a time as defined: for
+    j = 0, 1, ... take the sample at position (h_j mod 2**63) mod M of the query's space (the other classes' samples,
+    or all, ascending id) with h_j = mix(mix(base ^ id) + (j + 1) * golden); keep it unless it is the query, shares
+    its caption, is a near-duplicate (cosine >= threshold) or was kept before. ``stats`` counts each reason."""
+    ids = [int(i) for i in ids]
+    unit = txt / np.linalg.norm(txt, axis=1, keepdims=True)
+    pool = sorted(range(len(ids)), key=lambda i: ids[i])
+    base = _mix64(_mix64(seed & _U64) ^ _mix64((repeat * _GOLDEN + 1) & _U64))
+    stats = {} if stats is None else stats
+    out = {}
+    for q in pool:
+        space = [j for j in pool if classes is None or classes[j] != classes[q]]
+        state = _mix64(base ^ (ids[q] & _U64))
+        kept, j = [], 0
+        while len(kept) < k:
+            assert j < 100_000, "the oracle's query does not fill"
+            h = _mix64((state + (j + 1) * _GOLDEN) & _U64)
+            cand = space[(h & ((1 << 63) - 1)) % len(space)]
+            j += 1
+            if cand == q:
+                reason = "self"
+            elif captions is not None and captions[cand] == captions[q]:
+                reason = "caption"
+            elif threshold is not None and float(unit[q] @ unit[cand]) >= threshold:
+                reason = "near"
+            elif cand in kept:
+                reason = "repeat"
+            else:
+                kept.append(cand)
+                continue
+            stats[reason] = stats.get(reason, 0) + 1
+        out[ids[q]] = [ids[c] for c in kept]
+    return out
+
+
+def _draw_case(n: int = 90, seed: int = 0):
+    """Texts [n, 64] with planted near-duplicates (cosine ~0.99; random pairs stay far below 0.9), unbalanced classes,
+    shared captions, scattered ids (one negative) in a shuffled row order."""
+    rng = np.random.default_rng(seed)
+    txt = rng.normal(size=(n, 64))
+    for a, b in [(0, 1), (2, 3), (2, 4), (10, 11), (20, 21), (30, 31), (40, 41), (50, 51), (60, 61), (70, 71)]:
+        txt[b] = txt[a] + 0.1 * rng.normal(size=64)
+    classes = rng.choice(4, size=n, p=[0.55, 0.25, 0.15, 0.05])
+    captions = np.arange(n) % (n // 3)  # three samples per caption
+    ids = rng.permutation(n * 5)[:n] * 3 - 40
+    unit = txt / np.linalg.norm(txt, axis=1, keepdims=True)
+    cos = unit @ unit.T
+    assert np.abs(cos - 0.9).min() > 1e-3  # float64 and fp32 scores fall on the same side of the threshold
+    return txt, classes, captions, ids
+
+
+@pytest.mark.parametrize(("seed", "repeat"), [(0, 0), (5, 3), (-2, 1)])
+def test_seeded_draw_equals_the_oracle(seed, repeat):
+    txt, classes, captions, ids = _draw_case()
+    k = 12
+    stats: dict = {}
+    expected = oracle_draw(ids, txt, k, seed, repeat, classes, captions, 0.9, stats)
+    assert {"caption", "near", "repeat"} <= set(stats), stats  # the exclusions were exercised
+    perm = np.random.default_rng(seed + 10).permutation(len(ids))
+    t = lambda rows: torch.from_numpy(rows)  # noqa: E731
+    for chunk in (1, 7, 256):
+        sets = draw_candidate_sets(
+            t(txt[perm]).float(), t(ids[perm]), num_candidates=k + 1, seed=seed, repeat=repeat, class_ids=t(classes[perm]),
+            caption_codes=t(captions[perm]), near_duplicate_threshold=0.9, chunk_size=chunk,
+        )  # fmt: skip
+        assert sets.query_ids.tolist() == sorted(expected)
+        assert {q: d for q, d in zip(sets.query_ids.tolist(), sets.distractor_ids.tolist())} == expected, chunk
+
+
+def test_seeded_draw_without_exclusions_and_a_dominant_class():
+    """No classes / captions / filter (the space is the whole pool, the query itself is skipped), then one class
+    holding most samples (the space of its queries is the few others): both as the oracle."""
+    rng = np.random.default_rng(3)
+    n = 60
+    txt = rng.normal(size=(n, 8))
+    ids = np.arange(n) * 11
+    t = torch.from_numpy
+    got = draw_candidate_sets(t(txt).float(), t(ids), num_candidates=40, seed=9, near_duplicate_threshold=None)
+    stats: dict = {}
+    assert dict(zip(got.query_ids.tolist(), got.distractor_ids.tolist())) == oracle_draw(ids, txt, 39, 9, 0, stats=stats)
+    assert stats.get("self", 0) > 0 and stats.get("repeat", 0) > 0
+    classes = np.where(np.arange(n) < 52, 0, 1 + np.arange(n) % 3)
+    got = draw_candidate_sets(t(txt).float(), t(ids), num_candidates=6, seed=2, class_ids=t(classes), near_duplicate_threshold=None)
+    assert dict(zip(got.query_ids.tolist(), got.distractor_ids.tolist())) == oracle_draw(ids, txt, 5, 2, 0, classes)
+
+
+def test_seeded_draw_when_near_duplicates_crowd_the_pool():
+    """Clusters of five near-duplicates and R - 1 close to the eligible count: queries take many rounds, meeting
+    rejected near-duplicates and repeats again and again, and still draw what the oracle draws."""
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(9, 64))
+    txt = np.repeat(centres, 5, axis=0) + 0.05 * rng.normal(size=(45, 64))
+    ids = rng.permutation(45) + 7
+    stats: dict = {}
+    expected = oracle_draw(ids, txt, 38, 1, 0, threshold=0.9, stats=stats)
+    assert stats["near"] > 45 * 5 and stats["repeat"] > 45 * 5, stats
+    for chunk in (1, 256):
+        got = draw_candidate_sets(
+            torch.from_numpy(txt).float(), torch.from_numpy(ids), num_candidates=39, seed=1, near_duplicate_threshold=0.9, chunk_size=chunk
+        )
+        assert dict(zip(got.query_ids.tolist(), got.distractor_ids.tolist())) == expected
+
+
+def test_resample_uses_the_oracle_draws():
+    """``protocol="resample"``: draw ``r`` is the oracle's ``repeat = r``; the value and std are over the draws' means."""
+    txt, classes, captions, ids = _draw_case(seed=1)
+    rng = np.random.default_rng(2)
+    img = txt + 8.0 * rng.normal(size=txt.shape)
+    t = torch.from_numpy
+    out = text_image_r_precision(
+        t(img).float(), t(txt).float(), t(ids), class_ids=t(classes), caption_codes=t(captions), num_candidates=8,
+        top_r=(1,), protocol="resample", repeats=3, seed=4, near_duplicate_threshold=0.9,
+    )  # fmt: skip
+    row = {int(i): r for r, i in enumerate(ids)}
+    means = []
+    for repeat in range(3):
+        sets = oracle_draw(ids, txt, 7, 4, repeat, classes, captions, 0.9)
+        rows = np.array([[row[d] for d in sets[int(i)]] for i in ids])
+        i2t, _ = oracle_hits(img, txt, rows, cut=1)
+        means.append(i2t.mean())
+    assert len(set(means)) > 1
+    assert out["r_precision"].item() == pytest.approx(np.mean(means), abs=1e-12)
+    assert out["r_precision_std"].item() == pytest.approx(np.std(means), abs=1e-12)
+
+
+def test_too_few_eligible_names_the_exact_count():
+    """Near-duplicates (found only while drawing) leave samples 0..3 with 6 eligible others where 7 are needed; the
+    error names the smallest of them and its exact count, whatever the chunk size; hard negatives agree."""
+    rng = np.random.default_rng(4)
+    txt = rng.normal(size=(10, 64))
+    txt[1:4] = txt[0] + 0.05 * rng.normal(size=(3, 64))
+    ids = torch.tensor([9, 3, 5, 7, 8, 1, 0, 2, 4, 6]) + 100  # row 0 holds id 109, rows 1..3 ids 103, 105, 107
+    for chunk in (1, 4, 256):
+        for hard in (False, True):
+            with pytest.raises(ValueError, match=r"sample id 103 has only 6 eligible distractors .* needs 7"):
+                draw_candidate_sets(torch.from_numpy(txt).float(), ids, num_candidates=8, chunk_size=chunk, hard_negatives=hard)

@@ -6,33 +6,48 @@ once here; the metric, the callback and ``evaluate.py task=rprecision`` refer to
 Samples
     Row ``i`` of ``image_embeddings`` is the image generated from the prompt whose embedding is row ``i`` of
     ``text_embeddings``; ``ids[i]`` is the sample's global id (unique). Every computation first orders the samples by
-    id, so results never depend on the order or the batches in which samples arrive.
+    id (the *pool*, positions ``0..N−1``), so results never depend on the order or the batches in which samples
+    arrive.
+
+Scores
+    ``s(i, t)``, the score of image ``i`` and text ``t``, is the core's Score (:mod:`beyondlabels.functional.search`):
+    the fp32 product of the L2-normalised rows, image on the left, in blocks never thinner than 16 rows or columns, so
+    a pair gets the same bits whatever the blocking, the candidate set, the direction or the chunk size. Text-to-text
+    scores (near-duplicates, hard negatives) are the Score of ``(text_q, text_j)``, query ``q`` on the left.
 
 Candidates
     ``R = num_candidates`` (default 100: 1 ground truth + 99 distractors, as AttnGAN / DM-GAN / CLIP-R-precision).
-    The distractors of sample ``q`` are captions of *other* samples, drawn without replacement, never
+    A sample ``j`` is an *eligible* distractor of sample ``q`` unless
 
-    - ``q`` itself,
-    - a sample of the same class when ``class_ids`` are given (CUB-style),
-    - a sample whose caption is the same string (``caption_codes`` equal, see
+    - ``j`` is ``q`` itself,
+    - ``j`` has ``q``'s class when ``class_ids`` are given (CUB-style),
+    - ``j`` has ``q``'s caption string (``caption_codes`` equal, see
       :func:`~beyondlabels.functional.labels.encode_labels`),
-    - with ``near_duplicate_threshold=t`` (default 0.8; None: off) a sample whose text embedding has cosine ``>= t``
-      with ``q``'s (a near-duplicate would leak the answer).
+    - with ``near_duplicate_threshold=t`` (default 0.8; None: off) the text score of ``(q, j)`` is ``>= t`` (a
+      near-duplicate would leak the answer).
 
-    Uniform draw: every pair of ids ``(q, j)`` gets a 64-bit key, a hash of ``(seed, repeat, q, j)``; the distractors of
-    ``q`` are its ``R − 1`` eligible samples of smallest key (the key is a bijection of ``j`` for fixed ``q``: no ties). The sets are thus a pure function of
-    ``(seed, repeat, the ids of the pool)`` — the same on any world size, batch size or input order — and can be
-    saved and loaded (:func:`save_candidate_sets`, :func:`load_candidate_sets`) to pin a paper's protocol.
-    Hard negatives (``hard_negatives=True``): the ``R − 1`` eligible samples whose text embeddings are nearest to
-    ``q``'s (descending cosine, ties: smaller id); reported under their own key ``hard_r_precision``.
-    Fewer than ``R − 1`` eligible samples for some query raises a ``ValueError`` naming the count.
+    Seeded draw: the *space* of ``q`` is the ``M_q`` samples of other classes (all ``N`` samples without
+    ``class_ids``) in ascending id order. For ``j = 0, 1, 2, ...`` the draw takes the sample at position
+    ``u_j = (h_j mod 2**63) mod M_q`` of the space, where ``h_j = mix(mix(base ^ q) + (j + 1)·γ)`` is the ``j``-th
+    output of splitmix64 seeded with ``mix(base ^ q)`` (``mix``: splitmix64's finaliser, ``γ = 0x9E3779B97F4A7C15``,
+    ``base = mix(mix(seed) ^ mix(repeat·γ + 1))``, all modulo ``2**64``, ``q`` the query's id); it keeps the sample
+    when it is eligible and not kept before, and stops at ``R − 1`` kept: the distractors in the order drawn. This is a
+    uniform draw without replacement from the eligible samples (up to the modulo's bias, below ``M_q / 2**63``); each
+    query costs ``O(R)`` draws while most of its space is eligible. The sets are thus a pure function of ``(seed,
+    repeat, the ids [and class ids, caption codes, text embeddings] of the pool)`` — the same on any world size, batch
+    size, chunk size or input order — and can be saved and loaded (:func:`save_candidate_sets`,
+    :func:`load_candidate_sets`; files written under earlier definitions stay readable) to pin a paper's protocol.
+    Hard negatives (``hard_negatives=True``): the ``R − 1`` eligible samples of highest text score with ``q``, equal
+    scores ordered by smaller id, also across the ``(R − 1)``-th place (the core's exact top-k, no sort of the pool);
+    reported under their own key ``hard_r_precision``.
+    Fewer than ``R − 1`` eligible samples for some query raises a ``ValueError`` naming one such query (the same
+    one whatever the chunk size) and its exact count.
 
-Scores and the tie rule
-    The cosine of L2-normalised fp32 embeddings (one similarity ``s(i, t) = <image_i, text_t>``). The rank of the
-    ground truth is ``1 + #{distractors d : s_d >= s_gt}``: a hit at ``r`` (``rank <= r``) needs the ground truth
-    **strictly** above all but ``r − 1`` distractors, so a tie counts as a miss. (DM-GAN's ``argmax`` counts a tie with
-    an earlier-indexed ground truth as a hit; its numbers can be higher on tied scores.) The top-r curve
-    ``r_precision_curve[r − 1] = mean(rank <= r)``, ``r = 1..R``, comes from the same scores.
+The tie rule
+    The rank of the ground truth is ``1 + #{distractors d : s_d >= s_gt}``: a hit at ``r`` (``rank <= r``) needs the
+    ground truth **strictly** above all but ``r − 1`` distractors, so a tie counts as a miss. (DM-GAN's ``argmax``
+    counts a tie with an earlier-indexed ground truth as a hit; its numbers can be higher on tied scores.) The top-r
+    curve ``r_precision_curve[r − 1] = mean(rank <= r)``, ``r = 1..R``, comes from the same scores.
 
 Directions
     Image → text (the standard, ``r_precision``): image ``q`` against caption ``q`` and the captions of its
@@ -54,9 +69,9 @@ Per-sample values
     on) and ``clip_score``; the mean of each is the scalar of the same name.
 
 Other keys
-    ``chance = r / R`` (the expected value of random embeddings), ``clip_score = 100 · mean(max(cos(image_i,
-    text_i), 0))`` (torchmetrics' CLIPScore scale) and ``clip_score_w2.5 = 2.5 · mean(max(cos, 0))`` (Hessel et al.'s
-    CLIP-S with w = 2.5), ``num_samples``, ``num_candidates``.
+    ``chance = r / R`` (the expected value of random embeddings), ``clip_score = 100 · mean(max(s(i, i), 0))``
+    (torchmetrics' CLIPScore scale) and ``clip_score_w2.5 = 2.5 · mean(max(s(i, i), 0))`` (Hessel et al.'s CLIP-S
+    with w = 2.5), ``num_samples``, ``num_candidates``.
 
 Example:
     >>> texts = torch.eye(4)
@@ -70,6 +85,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +95,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from beyondlabels.functional.search import _check_positive_int, _scores, normalize_rows
+from beyondlabels.functional.search import (
+    _MIN_BLOCK,
+    _check_positive_int,
+    _exact_topk,
+    _scores,
+    _Workspace,
+    normalize_rows,
+)
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -206,64 +230,255 @@ def _check_threshold(t: object) -> float | None:
 # candidate sets
 # ----------------------------------------------------------------------------------------------------------------------
 
+# Distinct queries per product of `_pair_scores` (at least the core's smallest block side).
+_QUERY_BLOCK = _MIN_BLOCK
+# Candidates per product of `_pair_scores`: a run of queries with more is scored in pieces (bounded memory).
+_MAX_PAIRS = 1 << 15
+# Elements of one round of the draw (queries x draws) above which a round is split.
+_ROUND_ELEMENTS = 1 << 20
+
+
+class _Pool:
+    """The id-ordered pool's exclusions: each query's draw space and its count of eligible samples before the
+    near-duplicate filter, both from group sizes in ``O(N log N)``."""
+
+    def __init__(self, ids: Tensor, class_ids: Tensor | None, caption_codes: Tensor | None) -> None:
+        n, device = ids.shape[0], ids.device
+        self.n, self.ids, self.cls, self.cap = n, ids, class_ids, caption_codes
+        self.keys: Tensor | None = None
+        if class_ids is None:
+            self.space = torch.full((n,), n, dtype=torch.long, device=device)
+            excluded = torch.ones(n, dtype=torch.long, device=device)  # itself
+        else:
+            _, self.rank, sizes = torch.unique(class_ids, return_inverse=True, return_counts=True)
+            self.space = n - sizes[self.rank]
+            excluded = sizes[self.rank]  # the class holds the query itself
+            # Positions of class c in ascending order, p_0 < p_1 < ...: p_i - i samples of other classes precede p_i,
+            # so the u-th sample outside c is at position u + #{i : p_i - i <= u}. One sorted key array serves all
+            # classes: key = rank(c) * (N + 1) + p_i - i.
+            by_class = torch.argsort(self.rank, stable=True)
+            self.starts = torch.cumsum(sizes, 0) - sizes
+            within = torch.arange(n, device=device) - self.starts[self.rank[by_class]]
+            self.keys = self.rank[by_class] * (n + 1) + by_class - within
+        if caption_codes is not None:
+            _, cap_rank, cap_sizes = torch.unique(caption_codes, return_inverse=True, return_counts=True)
+            if class_ids is None:
+                excluded = cap_sizes[cap_rank]
+            else:  # |class ∪ caption| = |class| + |caption| − |class ∩ caption|
+                _, pair_rank, pair_sizes = torch.unique(torch.stack([class_ids, caption_codes], 1), dim=0, return_inverse=True, return_counts=True)
+                excluded = excluded + cap_sizes[cap_rank] - pair_sizes[pair_rank]
+        self.eligible = n - excluded
+
+    def position(self, rows: Tensor, u: Tensor) -> Tensor:
+        """Pool positions of the draws ``u`` ``[a, W]`` (positions in the spaces of the queries at ``rows`` ``[a]``)."""
+        if self.keys is None:
+            return u
+        rank = self.rank[rows].unsqueeze(1)
+        before = torch.searchsorted(self.keys, rank * (self.n + 1) + u, right=True) - self.starts[rank]
+        return u + before
+
+    def allowed(self, rows: Tensor, pos: Tensor) -> Tensor:
+        """Whether the samples at ``pos`` ``[a, W]`` are no class, caption or self exclusion of the queries ``rows``."""
+        ok = pos != rows.unsqueeze(1)
+        if self.cls is not None:
+            ok &= self.cls[pos] != self.cls[rows].unsqueeze(1)
+        if self.cap is not None:
+            ok &= self.cap[pos] != self.cap[rows].unsqueeze(1)
+        return ok
+
+
+def _masked_text_scores(txt: Tensor, pool: _Pool, rows: Tensor, threshold: float | None) -> Tensor:
+    """Text scores ``[len(rows), N]`` of the queries at ``rows`` with every ineligible sample set to ``-inf``."""
+    sims = _scores(txt[rows], txt)
+    if threshold is not None:
+        sims.masked_fill_(sims >= threshold, float("-inf"))
+    sims[torch.arange(rows.numel(), device=rows.device), rows] = float("-inf")
+    for codes in (pool.cls, pool.cap):
+        if codes is not None:
+            sims.masked_fill_(codes.unsqueeze(0) == codes[rows].unsqueeze(1), float("-inf"))
+    return sims
+
+
+def _eligible_counts(sims: Tensor) -> Tensor:
+    return torch.count_nonzero(sims != float("-inf"), dim=1)
+
+
+def _raise_too_few(pool: _Pool, row: int, count: int, k: int, threshold: float | None) -> None:
+    raise ValueError(
+        f"sample id {int(pool.ids[row])} has only {count} eligible distractors but `num_candidates` {k + 1} needs {k} "
+        f"(exclusions: itself, same class, same caption, near-duplicates at cosine >= {threshold}); lower "
+        "`num_candidates`, raise or turn off `near_duplicate_threshold` (None), or evaluate more samples."
+    )
+
+
+def _check_enough(txt: Tensor, pool: _Pool, k: int, threshold: float | None) -> None:
+    """Raise for the smallest id whose class / caption exclusions alone leave fewer than ``k`` eligible samples."""
+    n = pool.n
+    if k > n - 1:
+        raise ValueError(
+            f"`num_candidates` {k + 1} needs {k} distractors but the pool has only {n} samples ({n - 1} others); "
+            f"lower `num_candidates` to at most {n} or evaluate more samples."
+        )
+    short = torch.nonzero(pool.eligible < k).flatten()
+    if short.numel():
+        row = short[:1]
+        count = int(pool.eligible[row]) if threshold is None else int(_eligible_counts(_masked_text_scores(txt, pool, row, threshold)))
+        _raise_too_few(pool, int(row), count, k, threshold)
+
+
+def _draw_chunk(
+    txt: Tensor, pool: _Pool, rows: Tensor, k: int, base: Tensor, threshold: float | None, img: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """The seeded draw (module docstring) of the queries at pool positions ``rows`` (ascending): rows ``[len(rows), k]``
+    and, with ``img`` and a near-duplicate filter, the image -> text scores of the kept pairs ``[len(rows), k]``.
+
+    Vectorised in rounds: a round draws the next ``W`` counters ``j`` of every unfinished query, and processes them
+    exactly as the one-by-one definition would, up to the draw holding the query's ``need``-th candidate that passes
+    the cheap checks (itself, class, caption, drawn before); only those get a text score for the near-duplicate
+    filter. The next round resumes at the first unprocessed counter.
+    """
+    device = txt.device
+    c = rows.numel()
+    stream = _mix(base ^ pool.ids[rows])
+    space = pool.space[rows]
+    kept = torch.full((c, k), -1, dtype=torch.long, device=device)
+    fused = img is not None and threshold is not None
+    kept_i2t = torch.empty(c, k, dtype=torch.float32, device=device) if fused else None
+    count = torch.zeros(c, dtype=torch.long, device=device)
+    counter = torch.zeros(c, dtype=torch.long, device=device)
+    budget = 4 * space + 64  # counters past this without finishing: count the eligible samples exactly, once
+    checked = torch.zeros(c, dtype=torch.bool, device=device)
+    # Expected draws per kept sample (at least): the space over the samples left by class / caption exclusions.
+    spread = float((space.double() / pool.eligible[rows].clamp(min=1).double()).max())
+    rnd = 0
+    while True:
+        active = torch.nonzero(count < k).flatten()
+        if active.numel() == 0:
+            return kept, kept_i2t
+        need = k - count[active]
+        width = math.ceil(int(need.max()) * spread * (1.15 if rnd == 0 else 2.0 ** min(rnd, 30))) + 8
+        width = max(int(need.max()), min(width, _ROUND_ELEMENTS // active.numel()))
+        if active.numel() * width > _ROUND_ELEMENTS:  # many queries: a part now, the rest in the next rounds
+            active = active[: max(1, _ROUND_ELEMENTS // width)]
+            need = need[: active.numel()]
+        q = rows[active]
+        j = counter[active].unsqueeze(1) + torch.arange(width, device=device)
+        h = _mix(stream[active].unsqueeze(1) + (j + 1) * _GOLDEN)
+        pos = pool.position(q, (h & _INT64_MAX) % space[active].unsqueeze(1))
+        ok = pool.allowed(q, pos)
+        # drawn before: earlier in this round (a stable sort keeps the first of equal positions first) ...
+        sorted_pos, perm = torch.sort(pos, dim=1, stable=True)
+        repeat = torch.zeros_like(ok)
+        repeat[:, 1:] = sorted_pos[:, 1:] == sorted_pos[:, :-1]
+        ok &= ~torch.zeros_like(ok).scatter_(1, perm, repeat)
+        # ... or kept in an earlier round
+        if rnd > 0:
+            previous = torch.sort(kept[active], dim=1).values
+            at = torch.searchsorted(previous, pos).clamp_(max=k - 1)
+            ok &= previous.gather(1, at) != pos
+        # Process the draws up to the one holding the need-th candidate (all of them when there are fewer). The first
+        # round counts candidates before the near-duplicate filter, so that only about `need` get a text score;
+        # later rounds (queries that met near-duplicates or repeats) filter first, so rejected ones cannot stall them.
+        i2t = torch.empty(ok.shape, dtype=torch.float32, device=device) if fused else None
+        if threshold is not None and rnd > 0:
+            _drop_near_duplicates(txt, q, pos, ok, threshold, img if fused else None, i2t)
+        running = torch.cumsum(ok, dim=1)
+        reached = running[:, -1] >= need
+        processed = torch.where(reached, torch.argmax((running >= need.unsqueeze(1)).to(torch.uint8), dim=1) + 1, width)
+        ok &= running <= need.unsqueeze(1)
+        if threshold is not None and rnd == 0:
+            _drop_near_duplicates(txt, q, pos, ok, threshold, img if fused else None, i2t)
+        slot = count[active].unsqueeze(1) + torch.cumsum(ok, dim=1) - 1
+        r_i, c_i = torch.nonzero(ok, as_tuple=True)
+        kept[active[r_i], slot[r_i, c_i]] = pos[r_i, c_i]
+        if fused:
+            kept_i2t[active[r_i], slot[r_i, c_i]] = i2t[r_i, c_i]
+        count[active] += ok.sum(dim=1)
+        counter[active] += processed
+        if threshold is not None:
+            suspect = torch.nonzero((count < k) & ~checked & (counter > budget)).flatten()
+            if suspect.numel():
+                checked[suspect] = True
+                short = _first_short(txt, pool, rows[suspect], k, threshold)
+                if short is not None:
+                    # report the smallest short id of the chunk: every short query is still unfinished
+                    earlier = torch.nonzero((count < k) & (rows < short[0])).flatten()
+                    _raise_too_few(pool, *(_first_short(txt, pool, rows[earlier], k, threshold) or short), k, threshold)
+        rnd += 1
+
+
+def _drop_near_duplicates(txt: Tensor, q: Tensor, pos: Tensor, ok: Tensor, threshold: float, img: Tensor | None, i2t: Tensor | None) -> None:
+    """Clear ``ok`` ``[a, W]`` (in place) where the sample at ``pos`` is a near-duplicate of query ``q`` (row); with
+    ``img``, write the image -> text scores ``s(q, pos)`` of the pairs checked into ``i2t`` ``[a, W]`` (same products)."""
+    r_i, c_i = torch.nonzero(ok, as_tuple=True)
+    if img is None:
+        text = _pair_scores(txt, txt, q[r_i], pos[r_i, c_i])
+    else:
+        text, i2t[r_i, c_i] = _pair_scores(txt, txt, q[r_i], pos[r_i, c_i], extra_left=img)
+    near = text >= threshold
+    ok[r_i[near], c_i[near]] = False
+
+
+def _first_short(txt: Tensor, pool: _Pool, rows: Tensor, k: int, threshold: float | None) -> tuple[int, int] | None:
+    """The first of ``rows`` (ascending) with fewer than ``k`` eligible samples and its exact count, or None."""
+    for start in range(0, rows.numel(), _MIN_BLOCK):
+        part = rows[start : start + _MIN_BLOCK]
+        exact = _eligible_counts(_masked_text_scores(txt, pool, part, threshold))
+        if bool((exact < k).any()):
+            bad = int(torch.nonzero(exact < k)[0])
+            return int(part[bad]), int(exact[bad])
+    return None
+
 
 def _draw(
     txt: Tensor,
-    ids: Tensor,
-    class_ids: Tensor | None,
-    caption_codes: Tensor | None,
+    pool: _Pool,
     num_candidates: int,
     seed: int,
     repeats: Sequence[int],
     threshold: float | None,
-    hard: bool,
     chunk_size: int,
-) -> list[Tensor]:
-    """Distractor *rows* ``[N, R − 1]`` (into the id-ordered pool) per repeat, or one set of hard negatives."""
-    n, device = ids.shape[0], ids.device
+    img: Tensor | None = None,
+) -> list[tuple[Tensor, Tensor | None]]:
+    """Per repeat, the distractor *rows* ``[N, R − 1]`` (into the id-ordered pool) of the seeded draw and, with
+    ``img`` and a near-duplicate filter, their image -> text scores (else None)."""
+    n, device = pool.n, txt.device
     k = num_candidates - 1
-    if k > n - 1:
-        raise ValueError(
-            f"`num_candidates` {num_candidates} needs {k} distractors but the pool has only {n} samples ({n - 1} others); "
-            f"lower `num_candidates` to at most {n} or evaluate more samples."
-        )
-    out: list[list[Tensor]] = [[] for _ in (["hard"] if hard else repeats)]
-    bases = [_base_key(seed, r, device) for r in repeats]
-    id_keys = ids * _GOLDEN
-    fewest = (n, -1)
+    _check_enough(txt, pool, k, threshold)
+    fused = img is not None and threshold is not None
+    out = []
+    for repeat in repeats:
+        base = _base_key(seed, repeat, device)
+        rows = torch.empty(n, k, dtype=torch.long, device=device)
+        i2t = torch.empty(n, k, dtype=torch.float32, device=device) if fused else None
+        if k > 0:
+            for start in range(0, n, chunk_size):
+                chunk = torch.arange(start, min(start + chunk_size, n), device=device)
+                rows[chunk], chunk_i2t = _draw_chunk(txt, pool, chunk, k, base, threshold, img)
+                if fused:
+                    i2t[chunk] = chunk_i2t
+        out.append((rows, i2t))
+    return out
+
+
+def _hard(txt: Tensor, pool: _Pool, num_candidates: int, threshold: float | None, chunk_size: int) -> Tensor:
+    """Hard-negative rows ``[N, R − 1]``: per query the exact top ``R − 1`` eligible text scores (ties: smaller id)."""
+    n, device = pool.n, txt.device
+    k = num_candidates - 1
+    _check_enough(txt, pool, k, threshold)
+    rows = torch.empty(n, k, dtype=torch.long, device=device)
+    if k == 0:
+        return rows
     for start in range(0, n, chunk_size):
-        rows = torch.arange(start, min(start + chunk_size, n), device=device)
-        eligible = torch.ones(rows.numel(), n, dtype=torch.bool, device=device)
-        eligible[torch.arange(rows.numel(), device=device), rows] = False
-        if class_ids is not None:
-            eligible &= class_ids[rows].unsqueeze(1) != class_ids.unsqueeze(0)
-        if caption_codes is not None:
-            eligible &= caption_codes[rows].unsqueeze(1) != caption_codes.unsqueeze(0)
-        sims = _scores(txt[rows], txt) if (threshold is not None or hard) else None
-        if threshold is not None:
-            eligible &= sims < threshold
-        counts = eligible.sum(dim=1)
-        low = int(counts.argmin())
-        if int(counts[low]) < fewest[0]:
-            fewest = (int(counts[low]), int(ids[rows[low]]))
-        if fewest[0] < k:
-            continue
-        if hard:
-            masked = sims.masked_fill(~eligible, float("-inf"))
-            out[0].append(torch.sort(masked, dim=1, descending=True, stable=True).indices[:, :k])
-            continue
-        for slot, base in enumerate(bases):
-            keys = _mix(_mix(base ^ ids[rows]).unsqueeze(1) ^ id_keys.unsqueeze(0))
-            keys = keys.masked_fill(~eligible, _INT64_MAX)
-            # keys of distinct ids are distinct (every step is a bijection of the id): the k smallest are exact
-            out[slot].append(torch.topk(keys, k, dim=1, largest=False, sorted=True).indices)
-    if fewest[0] < k:
-        raise ValueError(
-            f"sample id {fewest[1]} has only {fewest[0]} eligible distractors but `num_candidates` {num_candidates} needs "
-            f"{k} (exclusions: itself, same class, same caption, near-duplicates at cosine >= {threshold}); lower "
-            "`num_candidates`, raise or turn off `near_duplicate_threshold` (None), or evaluate more samples."
-        )
-    return [torch.cat(parts) if parts else torch.empty(0, k, dtype=torch.long, device=device) for parts in out]
+        chunk = torch.arange(start, min(start + chunk_size, n), device=device)
+        sims = _masked_text_scores(txt, pool, chunk, threshold)
+        # the pool is in id order, so the core's tie rule (smaller index first) is "smaller id first"
+        vals, rows[chunk] = _exact_topk(sims, k)
+        short = vals[:, -1] == float("-inf")  # an ineligible sample made the top k: fewer than k eligible
+        if bool(short.any()):
+            bad = int(torch.nonzero(short)[0])
+            _raise_too_few(pool, int(chunk[bad]), int(_eligible_counts(sims[bad : bad + 1])), k, threshold)
+    return rows
 
 
 def draw_candidate_sets(
@@ -287,9 +502,10 @@ def draw_candidate_sets(
         num_candidates: ``R``, ground truth included.
         seed, repeat: The draw (``repeat`` numbers the redraws of ``protocol="resample"``).
         class_ids, caption_codes: Optional int ``[N]``: same-class and same-caption samples are never distractors.
-        near_duplicate_threshold: Cosine at or above which a caption is no distractor (None: off).
+        near_duplicate_threshold: Text score at or above which a caption is no distractor (None: off).
         hard_negatives: Nearest eligible captions instead of a seeded draw.
-        chunk_size: Queries per block (memory ``chunk_size × N``).
+        chunk_size: Queries per block (the result does not depend on it; hard negatives hold ``chunk_size × N``
+            scores at a time).
 
     Returns:
         :class:`CandidateSets` in ascending id order.
@@ -303,8 +519,16 @@ def draw_candidate_sets(
     """
     _check_positive_int(num_candidates, "num_candidates")
     _check_positive_int(chunk_size, "chunk_size")
+    for value, name in ((seed, "seed"), (repeat, "repeat")):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"`{name}` must be an int, got {value!r}.")
+    seed, repeat = int(seed), int(repeat)
     txt, sid, cls, cap, _ = _check_pool(text_embeddings, ids, class_ids, caption_codes)
-    rows = _draw(txt, sid, cls, cap, num_candidates, int(seed), [int(repeat)], _check_threshold(near_duplicate_threshold), bool(hard_negatives), chunk_size)[0]
+    pool, threshold = _Pool(sid, cls, cap), _check_threshold(near_duplicate_threshold)
+    if hard_negatives:
+        rows = _hard(txt, pool, num_candidates, threshold, chunk_size)
+    else:
+        rows = _draw(txt, pool, num_candidates, seed, [repeat], threshold, chunk_size)[0][0]
     return CandidateSets(sid, sid[rows])
 
 
@@ -330,16 +554,65 @@ def _rows_of(sets: CandidateSets, ids: Tensor, num_candidates: int) -> Tensor:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _dot(a: Tensor, b: Tensor) -> Tensor:
-    """Row-wise dot products ``[..., D] · [..., D]`` (an elementwise product summed: the same per pair whatever the batch)."""
-    return (a * b).sum(dim=-1)
+def _pair_scores(
+    left: Tensor, right: Tensor, li: Tensor, ri: Tensor, queries_left: bool = True, extra_left: Tensor | None = None
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Scores ``[P]`` of the pairs ``(left[li[p]], right[ri[p]])`` (the core's Score, ``left`` rows on the left).
+
+    The query side (``li`` with ``queries_left``, else ``ri``) must be non-decreasing. Pairs are scored in one
+    product per run of 16 distinct queries against the candidates of that run (in pieces of at most ``_MAX_PAIRS``),
+    and each pair's entry is read out: 16 is the core's smallest block side, so every entry equals the Score of its
+    pair, whatever the runs hold. With
+    ``extra_left`` (queries on the left only) the pairs ``(extra_left[li[p]], right[ri[p]])`` are scored too, as more
+    rows of the same products (the gathered candidates are shared), and both score vectors are returned.
+    """
+    q, g = (li, ri) if queries_left else (ri, li)
+    out = torch.empty(q.shape[0], dtype=torch.float32, device=left.device)
+    extra = None if extra_left is None else torch.empty_like(out)
+    if q.numel() == 0:
+        return out if extra is None else (out, extra)
+    distinct, sizes = torch.unique_consecutive(q, return_counts=True)
+    local = torch.repeat_interleave(torch.arange(distinct.numel(), device=q.device) % _QUERY_BLOCK, sizes)
+    ends = torch.cumsum(sizes, 0)
+    bounds = [0, *ends[_QUERY_BLOCK - 1 :: _QUERY_BLOCK].tolist()]
+    if bounds[-1] != q.numel():
+        bounds.append(q.numel())
+    pieces = [
+        (block, lo, min(lo + _MAX_PAIRS, hi))
+        for block, (start, hi) in enumerate(zip(bounds[:-1], bounds[1:]))
+        for lo in range(start, hi, _MAX_PAIRS)
+    ]
+    ws = _Workspace(left.device)
+    at = torch.arange(min(q.numel(), _MAX_PAIRS), device=q.device)
+    d = left.shape[1]
+    for block, lo, hi in pieces:
+        queries = distinct[block * _QUERY_BLOCK : (block + 1) * _QUERY_BLOCK]
+        m = queries.numel()
+        cands = ws.get("cands", (hi - lo, d), left.dtype)
+        if queries_left:
+            side = ws.get("queries", (m if extra is None else 2 * m, d), left.dtype)
+            torch.index_select(left, 0, queries, out=side[:m])
+            if extra is not None:
+                torch.index_select(extra_left, 0, queries, out=side[m:])
+            scores = _scores(side, torch.index_select(right, 0, g[lo:hi], out=cands), ws)  # [queries, candidates]
+            flat = local[lo:hi] * scores.shape[1] + at[: hi - lo]
+            torch.index_select(scores[:m].reshape(-1), 0, flat, out=out[lo:hi])
+            if extra is not None:
+                torch.index_select(scores[m:].reshape(-1), 0, flat, out=extra[lo:hi])
+        else:
+            side = torch.index_select(right, 0, queries, out=ws.get("queries", (m, d), right.dtype))
+            scores = _scores(torch.index_select(left, 0, g[lo:hi], out=cands), side, ws)  # [candidates, queries]
+            flat = at[: hi - lo] * scores.shape[1] + local[lo:hi]
+            torch.index_select(scores.reshape(-1), 0, flat, out=out[lo:hi])
+    return out if extra is None else (out, extra)
 
 
 def candidate_scores(image_embeddings: Tensor, text_embeddings: Tensor, rows: Tensor, direction: str = "image_to_text", chunk_size: int = 256) -> Tensor:
     """Scores ``[N, R]`` of each query's candidates: column 0 the ground truth, then the distractors ``rows[q]``.
 
     ``direction="image_to_text"``: ``s(q, q), s(q, rows[q, 0]), ...``; ``"text_to_image"``: ``s(q, q), s(rows[q, 0], q),
-    ...`` with ``s(i, t)`` the cosine of image ``i`` and text ``t`` (inputs in pool order; rows index the pool).
+    ...`` with ``s(i, t)`` the score of image ``i`` and text ``t`` (inputs in pool order; rows index the pool).
+    ``chunk_size`` is accepted for compatibility: scores never depend on a blocking.
 
     Example:
         >>> candidate_scores(torch.eye(2), torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[1], [0]]))
@@ -350,18 +623,25 @@ def candidate_scores(image_embeddings: Tensor, text_embeddings: Tensor, rows: Te
     txt = normalize_rows(text_embeddings, "text_embeddings")
     if direction not in ("image_to_text", "text_to_image"):
         raise ValueError(f"`direction` must be 'image_to_text' or 'text_to_image', got {direction!r}.")
-    return _candidate_scores(img, txt, rows, direction, chunk_size)
+    _check_positive_int(chunk_size, "chunk_size")
+    if not isinstance(rows, Tensor) or rows.dim() != 2 or rows.shape[0] != img.shape[0] or rows.is_floating_point():
+        got = f"{tuple(rows.shape)} {rows.dtype}" if isinstance(rows, Tensor) else type(rows).__name__
+        raise ValueError(f"`rows` must be an integer tensor [N, R - 1] with one row per sample ({img.shape[0]}), got {got}.")
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= txt.shape[0]):
+        raise ValueError(f"`rows` must index the {txt.shape[0]} samples (0..{txt.shape[0] - 1}).")
+    if txt.shape != img.shape:
+        raise ValueError(f"`image_embeddings` {tuple(img.shape)} and `text_embeddings` {tuple(txt.shape)} must have one shape.")
+    return _candidate_scores(img, txt, rows.to(device=img.device, dtype=torch.long), direction)
 
 
-def _candidate_scores(img: Tensor, txt: Tensor, rows: Tensor, direction: str, chunk_size: int) -> Tensor:
-    queries, gallery = (img, txt) if direction == "image_to_text" else (txt, img)
-    parts = []
-    for start in range(0, img.shape[0], chunk_size):
-        sl = slice(start, start + chunk_size)
-        gt = _dot(img[sl], txt[sl]).unsqueeze(1)
-        dis = _dot(queries[sl].unsqueeze(1), gallery[rows[sl]])
-        parts.append(torch.cat([gt, dis], dim=1))
-    return torch.cat(parts)
+def _candidate_scores(img: Tensor, txt: Tensor, rows: Tensor, direction: str) -> Tensor:
+    n = img.shape[0]
+    queries = torch.arange(n, device=img.device)
+    cands = torch.cat([queries.unsqueeze(1), rows], dim=1)
+    q = queries.repeat_interleave(cands.shape[1])
+    if direction == "image_to_text":
+        return _pair_scores(img, txt, q, cands.flatten()).view(n, -1)
+    return _pair_scores(img, txt, cands.flatten(), q, queries_left=False).view(n, -1)
 
 
 def _ranks(scores: Tensor) -> Tensor:
@@ -475,7 +755,8 @@ def text_image_r_precision(
         hard_negatives: Also report ``hard_r_precision`` over the nearest eligible captions.
         candidate_sets: Pinned distractors (:class:`CandidateSets` covering exactly the samples' ids); only with
             ``protocol="folds"``.
-        chunk_size: Queries per block.
+        chunk_size: Queries per block of the draw and of the hard-negative search (results do not depend on it;
+            hard negatives hold ``chunk_size × N`` scores at a time).
 
     Returns:
         The keys of :func:`rprecision_output_schema` (float64 values, int64 counts) and ``per_query`` with the
@@ -510,17 +791,24 @@ def text_image_r_precision(
     txt, sid, cls, cap, order = _check_pool(text_embeddings, ids, class_ids, caption_codes)
     img = img[order]
     n, device = sid.shape[0], sid.device
+    pool = _Pool(sid, cls, cap)
 
     if candidate_sets is not None:
         if protocol != "folds":
             raise ValueError("`candidate_sets` pin one draw; use them with `protocol='folds'` (resample redraws).")
-        draws = [_rows_of(candidate_sets, sid, num_candidates)]
+        draws = [(_rows_of(candidate_sets, sid, num_candidates), None)]
     else:
         reps = range(repeats) if protocol == "resample" else range(1)
-        draws = _draw(txt, sid, cls, cap, num_candidates, seed, list(reps), threshold, False, chunk_size)
+        draws = _draw(txt, pool, num_candidates, seed, list(reps), threshold, chunk_size, img)
 
-    i2t_ranks = torch.stack([_ranks(_candidate_scores(img, txt, d, "image_to_text", chunk_size)) for d in draws])
-    t2i_ranks = torch.stack([_ranks(_candidate_scores(img, txt, d, "text_to_image", chunk_size)) for d in draws])
+    t2i_scores = [_candidate_scores(img, txt, d, "text_to_image") for d, _ in draws]
+    # the draw's near-duplicate filter already scored the kept pairs image -> text; column 0, s(q, q), is shared
+    i2t_scores = [
+        _candidate_scores(img, txt, d, "image_to_text") if fused is None else torch.cat([t2i[:, :1], fused], dim=1)
+        for (d, fused), t2i in zip(draws, t2i_scores)
+    ]
+    i2t_ranks = torch.stack([_ranks(s) for s in i2t_scores])
+    t2i_ranks = torch.stack([_ranks(s) for s in t2i_scores])
     f64 = torch.float64
 
     def aggregate(ranks: Tensor, cut: int) -> tuple[Tensor, Tensor]:
@@ -543,11 +831,11 @@ def text_image_r_precision(
         "text_to_image_r_precision": (t2i_ranks <= r).to(f64).mean(dim=0),
     }
     if hard_negatives:
-        hard = _draw(txt, sid, cls, cap, num_candidates, seed, [0], threshold, True, chunk_size)[0]
-        hard_hit = (_ranks(_candidate_scores(img, txt, hard, "image_to_text", chunk_size)) <= r).to(f64)
+        hard = _hard(txt, pool, num_candidates, threshold, chunk_size)
+        hard_hit = (_ranks(_candidate_scores(img, txt, hard, "image_to_text")) <= r).to(f64)
         out["hard_r_precision"] = hard_hit.mean()
         per_query["hard_r_precision"] = hard_hit
-    cos = _dot(img, txt).to(f64).clamp(min=0)
+    cos = i2t_scores[0][:, 0].to(f64).clamp(min=0)  # s(q, q)
     out["clip_score"] = 100.0 * cos.mean()
     out["clip_score_w2.5"] = 2.5 * cos.mean()
     per_query["clip_score"] = 100.0 * cos
