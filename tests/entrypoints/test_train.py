@@ -79,7 +79,7 @@ def test_optuna_sweep_optimises_the_returned_objective(tmp_path: Path):
 
     (results,) = tmp_path.glob("train/multiruns/*/optimization_results.yaml")
     best = yaml.safe_load(results.read_text())
-    assert 0.0 <= best["best_value"] <= 1.0 and set(best["best_params"]) >= {"model.lr", "model.vision_layers"}
+    assert 0.0 <= best["best_value"] <= 1.0 and set(best["best_params"]) >= {"model.lr", "model.conv_width"}
     # the best value is the retrieval/precision@1 that one of the trials logged
     logged = set()
     for metrics_csv in tmp_path.glob("train/multiruns/*/*/csv/metrics.csv"):

@@ -118,18 +118,31 @@ def test_bad_inputs():
         ev.encode_texts("one prompt")
 
 
-def test_the_demo_dual_encoder_becomes_an_evaluator(tmp_path):
+@pytest.mark.parametrize("vision", ["conv", "vit"])
+def test_the_demo_dual_encoder_becomes_an_evaluator(tmp_path, vision):
     from beyondlabels.demo.model import TinyCLIP
     from beyondlabels.io.evaluator import save_tiny_clip_evaluator
 
     torch.manual_seed(0)
-    module = TinyCLIP(embed_dim=16, vision_width=32, vision_layers=1, vision_head_width=16, text_width=32, text_heads=2, text_layers=1).eval()
+    module = TinyCLIP(embed_dim=16, vision=vision, conv_width=8, vision_width=32, vision_layers=1, vision_head_width=16,
+                      text_width=32, text_heads=2, text_layers=1).eval()  # fmt: skip
     kwargs = save_tiny_clip_evaluator(module, tmp_path / "tiny.pt")
+    assert kwargs["model_cfg"]["vision"] == vision and kwargs["model_factory"] == "beyondlabels.demo.model.tiny_clip_model"
     ev = ClipEvaluator(**kwargs)
     images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(ev.encode_texts(PROMPTS), module.encode_text(PROMPTS), rtol=0, atol=1e-6)
         torch.testing.assert_close(ev.encode_images(images), module.encode_image(images), rtol=0, atol=1e-6)
     assert ev.identity["weights"].startswith("checkpoint sha256:")
+    assert ev.identity["model_factory"] == "beyondlabels.demo.model.tiny_clip_model"
     with pytest.raises(ValueError, match="must be a TinyCLIP"):
         save_tiny_clip_evaluator(torch.nn.Linear(2, 2), tmp_path / "x.pt")
+
+
+def test_model_factory_must_be_an_importable_function():
+    with pytest.raises(ValueError, match="dotted function path"):
+        ClipEvaluator(model_factory="nodots", model_cfg={})
+    with pytest.raises(ValueError, match="cannot be imported"):
+        ClipEvaluator(model_factory="beyondlabels.demo.model.no_such_function", model_cfg={})
+    with pytest.raises(ValueError, match="unknown"):
+        ClipEvaluator(model_factory="beyondlabels.demo.model.tiny_clip_model", model_cfg={"wings": 2})

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from beyondlabels.demo.shapes import CLASS_NAMES, ShapeSample, class_phrase, render_shapes
+from beyondlabels.demo.shapes import CLASS_NAMES, ShapeSample, class_phrase, compose_caption, render_shapes
 
 SPLITS = ("train", "val", "test")
 
@@ -24,21 +24,38 @@ class ShapesDataset(Dataset):
 
     ``id`` is the item's index within its split; it identifies the sample across DDP ranks so that
     metrics can drop the copies a DistributedSampler adds.
+
+    ``caption_keep`` < 1 turns on caption dropout: every time an item is read, its size, colour and position are
+    each named with probability ``caption_keep`` (drawn from the global torch generator, so seeded runs repeat),
+    the shape always (:func:`~beyondlabels.demo.shapes.compose_caption`). Captions that often name only the shape
+    make the contrastive loss organise the embedding by shape first, the demo's class.
     """
 
-    def __init__(self, sample: ShapeSample, class_names: tuple[str, ...]) -> None:
+    def __init__(self, sample: ShapeSample, class_names: tuple[str, ...], caption_keep: float = 1.0) -> None:
+        if not 0.0 <= caption_keep <= 1.0:
+            raise ValueError(f"caption_keep must lie in [0, 1], got {caption_keep}")
         self.sample = sample
         self.class_names = class_names
+        self.caption_keep = caption_keep
         self.images = torch.from_numpy(sample.images)
         self.labels = torch.from_numpy(sample.labels)
 
     def __len__(self) -> int:
         return len(self.sample)
 
+    def caption(self, index: int) -> str:
+        """The item's caption: the full one, or (``caption_keep`` < 1) a freshly drawn partial one."""
+        if self.caption_keep >= 1.0:
+            return self.sample.captions[index]
+        named = (torch.rand(3) < self.caption_keep).tolist()
+        s = self.sample
+        attributes = [value if keep else None for value, keep in zip((s.sizes[index], s.colors[index], s.positions[index]), named)]
+        return compose_caption(self.class_names[int(s.labels[index])], *attributes)
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {
             "image": self.images[index].float().div_(255.0),
-            "caption": self.sample.captions[index],
+            "caption": self.caption(index),
             "label": self.labels[index],
             "id": index,
         }
@@ -55,6 +72,8 @@ class ShapesDataModule(pl.LightningDataModule):
         batch_size: batch size of every loader.
         num_workers: DataLoader workers (0 keeps everything in the main process).
         class_names: subset of :data:`~beyondlabels.demo.shapes.CLASS_NAMES` (default: all 16).
+        caption_keep: caption dropout of the training split (see :class:`ShapesDataset`); 1.0 keeps every caption
+            whole. Validation and test captions are always whole.
     """
 
     def __init__(
@@ -66,8 +85,11 @@ class ShapesDataModule(pl.LightningDataModule):
         batch_size: int = 128,
         num_workers: int = 0,
         class_names: list[str] | tuple[str, ...] | None = None,
+        caption_keep: float = 1.0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= caption_keep <= 1.0:
+            raise ValueError(f"caption_keep must lie in [0, 1], got {caption_keep}")
         for name, value in (
             ("train_per_class", train_per_class),
             ("val_per_class", val_per_class),
@@ -89,7 +111,12 @@ class ShapesDataModule(pl.LightningDataModule):
     @property
     def class_prompts(self) -> list[str]:
         """One caption-like prompt per class, in label order, for zero-shot classification."""
-        return [f"a {class_phrase(name)}" for name in self.class_names]
+        return [compose_caption(name) for name in self.class_names]
+
+    @property
+    def prompts(self) -> list[str]:
+        """The validation captions in id order: the prompt pool of text-to-image evaluation (``RPrecisionCallback``)."""
+        return list(self.dataset("val").sample.captions)
 
     def dataset(self, split: str) -> ShapesDataset:
         """The split's dataset, generated on first use."""
@@ -97,7 +124,8 @@ class ShapesDataModule(pl.LightningDataModule):
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if split not in self.datasets:
             sample = render_shapes(self.per_class[split], split_seed(self.hparams.data_seed, split), self.class_names)
-            self.datasets[split] = ShapesDataset(sample, self.class_names)
+            keep = self.hparams.caption_keep if split == "train" else 1.0
+            self.datasets[split] = ShapesDataset(sample, self.class_names, caption_keep=keep)
         return self.datasets[split]
 
     def setup(self, stage: str | None = None) -> None:

@@ -1,4 +1,4 @@
-"""A tiny open_clip CLIP (small ViT for 32 px pictures + small text transformer) as a LightningModule."""
+"""A tiny open_clip CLIP for 32 px pictures (a small conv net or ViT + a small text transformer) as a LightningModule."""
 
 from __future__ import annotations
 
@@ -8,8 +8,40 @@ from typing import Any, Sequence
 import pytorch_lightning as pl
 import torch
 from open_clip.loss import ClipLoss
+from torch import nn
 from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
 from open_clip.tokenizer import SimpleTokenizer
+
+
+VISION_TOWERS = ("conv", "vit")
+
+
+class ConvTower(nn.Module):
+    """Image tower for small pictures: three stages of two 3×3 convolutions (BatchNorm, ReLU) and a 2×2 max-pool,
+    with ``width``, ``2 * width`` and ``4 * width`` channels, then global average pooling and a linear map to
+    ``embed_dim``. Unlike a ViT with 8 px patches it sees edges and corners at full resolution, which is what tells
+    a pentagon from a hexagon at 32 px.
+
+    Example:
+        >>> ConvTower(embed_dim=8, width=4)(torch.zeros(2, 3, 32, 32)).shape
+        torch.Size([2, 8])
+    """
+
+    def __init__(self, embed_dim: int, width: int = 32, image_size: int = 32) -> None:
+        super().__init__()
+        self.image_size = image_size  # read by evaluators to resize their input
+
+        def stage(c_in: int, c_out: int) -> list[nn.Module]:
+            layers: list[nn.Module] = []
+            for c in (c_in, c_out):
+                layers += [nn.Conv2d(c, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+            return [*layers, nn.MaxPool2d(2)]
+
+        self.features = nn.Sequential(*stage(3, width), *stage(width, 2 * width), *stage(2 * width, 4 * width))
+        self.proj = nn.Linear(4 * width, embed_dim)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.features(images).mean(dim=(2, 3)))
 
 
 class TinyCLIP(pl.LightningModule):
@@ -25,7 +57,11 @@ class TinyCLIP(pl.LightningModule):
 
     Args:
         embed_dim: joint embedding width.
-        image_size, patch_size, vision_width, vision_layers, vision_head_width: the ViT.
+        vision: the image tower: ``"conv"`` (:class:`ConvTower`, the default: it learns shapes at 32 px within the
+            demo's budget) or ``"vit"`` (open_clip's VisionTransformer).
+        conv_width: channels of the conv tower's first stage.
+        image_size, patch_size, vision_width, vision_layers, vision_head_width: the ViT (``image_size`` also the
+            conv tower's input size).
         context_length, text_width, text_heads, text_layers: the text transformer.
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0 over the run.
         class_prompts: one prompt per class, in label order.
@@ -35,6 +71,8 @@ class TinyCLIP(pl.LightningModule):
     def __init__(
         self,
         embed_dim: int = 64,
+        vision: str = "conv",
+        conv_width: int = 32,
         image_size: int = 32,
         patch_size: int = 8,
         vision_width: int = 128,
@@ -52,18 +90,22 @@ class TinyCLIP(pl.LightningModule):
         image_std: Sequence[float] = (0.25, 0.25, 0.25),
     ) -> None:
         super().__init__()
+        if vision not in VISION_TOWERS:
+            raise ValueError(f"vision must be one of {VISION_TOWERS}, got {vision!r}")
         if image_size % patch_size:
             raise ValueError(f"patch_size ({patch_size}) must divide image_size ({image_size})")
         self.save_hyperparameters()
-        vision = CLIPVisionCfg(
-            layers=vision_layers,
+        vision_cfg = CLIPVisionCfg(
+            layers=vision_layers if vision == "vit" else 1,  # the conv tower replaces it
             width=vision_width,
             head_width=vision_head_width,
             patch_size=patch_size,
             image_size=image_size,
         )
         text = CLIPTextCfg(context_length=context_length, width=text_width, heads=text_heads, layers=text_layers)
-        self.clip = CLIP(embed_dim=embed_dim, vision_cfg=vision, text_cfg=text)
+        self.clip = CLIP(embed_dim=embed_dim, vision_cfg=vision_cfg, text_cfg=text)
+        if vision == "conv":
+            self.clip.visual = ConvTower(embed_dim, conv_width, image_size)
         self.tokenizer = SimpleTokenizer(context_length=context_length)
         self.register_buffer("image_mean", torch.tensor(image_mean).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("image_std", torch.tensor(image_std).view(1, -1, 1, 1), persistent=False)
@@ -138,3 +180,24 @@ class TinyCLIP(pl.LightningModule):
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+ARCHITECTURE_KEYS = (
+    "embed_dim", "vision", "conv_width", "image_size", "patch_size", "vision_width", "vision_layers", "vision_head_width",
+    "context_length", "text_width", "text_heads", "text_layers",
+)  # fmt: skip
+
+
+def tiny_clip_model(**architecture: Any) -> CLIP:
+    """The bare open_clip ``CLIP`` of a :class:`TinyCLIP` with these architecture arguments (:data:`ARCHITECTURE_KEYS`):
+    the ``model_factory`` with which :class:`~beyondlabels.io.evaluator.ClipEvaluator` rebuilds a saved TinyCLIP.
+
+    Example:
+        >>> tiny_clip_model(embed_dim=8, conv_width=4, text_width=16, text_heads=2, text_layers=1).encode_text(
+        ...     torch.zeros(1, 16, dtype=torch.long)).shape
+        torch.Size([1, 8])
+    """
+    unknown = sorted(set(architecture) - set(ARCHITECTURE_KEYS))
+    if unknown:
+        raise ValueError(f"tiny_clip_model takes the architecture arguments {ARCHITECTURE_KEYS}; unknown: {unknown}")
+    return TinyCLIP(**architecture).clip

@@ -6,9 +6,9 @@ rotation, position, background and pixel noise. The classes deliberately come in
 pentagon; three kinds of triangle; star / cross / arrow), so that a small model confuses related
 classes more than unrelated ones — which is what graded and hierarchical metrics are meant to see.
 
-Each picture comes with one caption from a small grammar, e.g. ``"a small red rectangle in the upper
-left"``, which names the class, colour, size and position, so the same data serves image retrieval,
-text-image retrieval and text-to-image generation.
+Each picture comes with a caption that leads with the shape and names its size, colour and position, e.g.
+``"a rectangle, small red, in the upper left"`` (:func:`compose_caption`), so the same data serves image
+retrieval, text-image retrieval and text-to-image generation.
 
 Generation is a pure function of the seed: the same seed gives the same pictures, captions and
 attributes on any machine (numpy's PCG64 generator, float64 geometry).
@@ -18,7 +18,7 @@ Example:
     >>> sample.images.shape, sample.images.dtype
     ((32, 3, 32, 32), dtype('uint8'))
     >>> sample.captions[0]
-    'a medium orange square in the center'
+    'a square, medium orange, in the center'
     >>> bool((render_shapes(num_per_class=2, seed=0).images == sample.images).all())
     True
 """
@@ -76,16 +76,28 @@ POSITIONS: tuple[str, ...] = (
     "lower left", "bottom", "lower right",
 )  # fmt: skip
 
-CAPTION_TEMPLATES: tuple[str, ...] = (
-    "{a} {size} {color} {shape} in the {position}",
-    "{a} {color} {shape}, {size}, in the {position}",
-    "{size} {color} {shape} at the {position}",
-)
-
-
 def class_phrase(name: str) -> str:
     """The words a caption uses for a class name: ``"right_triangle"`` → ``"right triangle"``."""
     return name.replace("_", " ")
+
+
+def compose_caption(shape: str, size: str | None = None, color: str | None = None, position: str | None = None) -> str:
+    """The caption of a picture, leading with its shape; attributes given as None are left out.
+
+    Example:
+        >>> compose_caption("octagon", "small", "red", "upper left")
+        'an octagon, small red, in the upper left'
+        >>> compose_caption("right_triangle", color="blue"), compose_caption("square")
+        ('a right triangle, blue', 'a square')
+    """
+    phrase = class_phrase(shape)
+    caption = ("an " if phrase[0] in "aeiou" else "a ") + phrase
+    looks = " ".join(word for word in (size, color) if word)
+    if looks:
+        caption += ", " + looks
+    if position:
+        caption += f", in the {position}"
+    return caption
 
 
 @dataclass(frozen=True)
@@ -223,7 +235,7 @@ def render_shapes(
     """Render ``num_per_class`` pictures of every class, deterministically from ``seed``.
 
     The split is balanced: each class appears exactly ``num_per_class`` times, classes interleaved
-    (picture ``i`` has label ``i % len(class_names)``). Colour, size, position, template and rotation
+    (picture ``i`` has label ``i % len(class_names)``). Colour, size, position and rotation
     are drawn independently of the class; the shape's centre is jittered inside its 3×3 grid cell and
     the caption's position word names that cell.
 
@@ -257,7 +269,6 @@ def render_shapes(
         color = color_names[rng.integers(len(color_names))]
         size = size_names[rng.integers(len(size_names))]
         cell = int(rng.integers(len(POSITIONS)))
-        template = CAPTION_TEMPLATES[rng.integers(len(CAPTION_TEMPLATES))]
         angle = rng.uniform(0.0, 2.0 * np.pi)
         radius = rng.uniform(*SIZES[size])
         # Cell centres at -0.5 / 0 / +0.5; larger shapes are pulled towards the middle so they fit.
@@ -273,11 +284,7 @@ def render_shapes(
         picture = picture + rng.normal(0.0, noise_std, size=picture.shape)
         images[i] = np.round(np.clip(picture, 0.0, 1.0) * 255).astype(np.uint8)
 
-        first_word = size if template.startswith("{a} {size}") else color
-        article = "an" if first_word[0] in "aeiou" else "a"
-        captions.append(
-            template.format(a=article, size=size, color=color, shape=class_phrase(name), position=POSITIONS[cell])
-        )
+        captions.append(compose_caption(name, size, color, POSITIONS[cell]))
         colors.append(color)
         sizes.append(size)
         positions.append(POSITIONS[cell])

@@ -36,7 +36,7 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from torch import Tensor
@@ -65,6 +65,20 @@ def _plain(value: Any) -> Any:
 
 def _canonical(value: Any) -> str:
     return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"))
+
+
+def _import_function(path: str) -> Any:
+    """The function named by a dotted path (``package.module.function``)."""
+    import importlib
+
+    module_name, _, name = path.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"`model_factory` {path!r} cannot be imported: {exc}") from exc
+    if not callable(fn):
+        raise ValueError(f"`model_factory` {path!r} is not callable.")
+    return fn
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -140,7 +154,12 @@ class ClipEvaluator:
         model_name: An open_clip model name (``open_clip.list_models()``), or None with ``model_cfg``.
         pretrained: An open_clip pretrained tag for ``model_name`` (may download), or None.
         checkpoint: A local state-dict file (``torch.save(model.state_dict())``), loaded with ``weights_only=True``.
-        model_cfg: A CLIP config dict (``embed_dim``, ``vision_cfg``, ``text_cfg``) instead of ``model_name``.
+        model_cfg: A CLIP config dict (``embed_dim``, ``vision_cfg``, ``text_cfg``) instead of ``model_name``, or the
+            keyword arguments of ``model_factory``.
+        model_factory: Dotted path of a function that builds the model from ``model_cfg`` (a CLIP-like module with
+            ``encode_image`` / ``encode_text(normalize=True)`` and ``visual.image_size``), for architectures
+            open_clip's config does not describe, e.g. ``"beyondlabels.demo.model.tiny_clip_model"``. It is imported,
+            never unpickled; ``model_cfg["context_length"]`` sets the tokenizer. Recorded in the identity.
         init_seed: Seed of the random initialisation when no weights are given.
         mean, std: Image normalisation (default OpenAI CLIP's).
         cache_dir: Folder of the text-feature cache (None: no cache).
@@ -159,6 +178,7 @@ class ClipEvaluator:
         *,
         checkpoint: str | os.PathLike[str] | None = None,
         model_cfg: Mapping[str, Any] | None = None,
+        model_factory: str | None = None,
         init_seed: int = 0,
         mean: Sequence[float] = _OPENAI_MEAN,
         std: Sequence[float] = _OPENAI_STD,
@@ -174,6 +194,8 @@ class ClipEvaluator:
             raise ValueError("pass exactly one of `model_name` (an open_clip model name) and `model_cfg` (a CLIP config dict).")
         if pretrained is not None and checkpoint is not None:
             raise ValueError("pass `pretrained` (an open_clip tag) or `checkpoint` (a local file), not both.")
+        if model_factory is not None and (model_cfg is None or not isinstance(model_factory, str) or "." not in model_factory):
+            raise ValueError(f"`model_factory` must be a dotted function path used with `model_cfg`, got {model_factory!r}.")
         if pretrained is not None and model_cfg is not None:
             raise ValueError("`pretrained` tags need `model_name`; with `model_cfg` load weights from `checkpoint`.")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -185,7 +207,11 @@ class ClipEvaluator:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             try:
-                if model_cfg is not None:
+                if model_factory is not None:
+                    cfg = _plain(model_cfg)
+                    self.model = _import_function(model_factory)(**cfg)
+                    self.tokenizer = SimpleTokenizer(context_length=int(cfg.get("context_length", 77)))
+                elif model_cfg is not None:
                     cfg = _plain(model_cfg)
                     self.model = CLIP(**cfg)
                     self.tokenizer = SimpleTokenizer(context_length=int(cfg.get("text_cfg", {}).get("context_length", 77)))
@@ -220,6 +246,7 @@ class ClipEvaluator:
         self.std = torch.tensor([float(s) for s in std], device=self.device).view(1, 3, 1, 1)
         self.identity: dict[str, Any] = {
             "model": model_name if model_name is not None else {"config": _plain(model_cfg)},
+            **({"model_factory": model_factory} if model_factory is not None else {}),
             "weights": weights,
             "preprocess": {
                 "input": "float [N, 3, H, W] in [0, 1]",
@@ -284,28 +311,32 @@ class ClipEvaluator:
         return torch.stack([found[t] for t in texts]).to(self.device)
 
 
-def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str] | IO[bytes]) -> dict[str, Any]:
     """Save the CLIP of a trained :class:`~beyondlabels.demo.model.TinyCLIP` as an evaluator checkpoint.
 
-    Writes ``module.clip.state_dict()`` to ``path`` and returns the keyword arguments of :class:`ClipEvaluator` that
-    rebuild it (``model_cfg``, ``checkpoint``, ``mean``, ``std``): the demo's dual encoder becomes a frozen evaluator
-    without downloads.
+    Writes ``module.clip.state_dict()`` to ``path`` (a file path or a binary file object) and returns the keyword
+    arguments of :class:`ClipEvaluator` that rebuild it (``model_factory`` =
+    :func:`beyondlabels.demo.model.tiny_clip_model`, ``model_cfg`` = every architecture argument, ``checkpoint``,
+    ``mean``, ``std``): the demo's dual encoder becomes a frozen evaluator without downloads.
 
     Raises:
         ValueError: if ``module`` lacks the TinyCLIP hyperparameters or its ``clip`` model.
     """
+    from beyondlabels.demo.model import ARCHITECTURE_KEYS
+
     hp = getattr(module, "hparams", None)
-    needed = ("embed_dim", "vision_layers", "vision_width", "vision_head_width", "patch_size", "image_size", "context_length",
-              "text_width", "text_heads", "text_layers", "image_mean", "image_std")  # fmt: skip
+    # A TinyCLIP saved before the conv tower existed has no `vision` / `conv_width`: it is a ViT.
+    needed = tuple(k for k in ARCHITECTURE_KEYS if k not in ("vision", "conv_width")) + ("image_mean", "image_std")
     if hp is None or not hasattr(module, "clip") or any(k not in hp for k in needed):
         raise ValueError(f"`module` must be a TinyCLIP (hyperparameters {needed} and a `clip` model), got {type(module).__name__}.")
-    model_cfg = {
-        "embed_dim": int(hp["embed_dim"]),
-        "vision_cfg": {"layers": int(hp["vision_layers"]), "width": int(hp["vision_width"]), "head_width": int(hp["vision_head_width"]),
-                       "patch_size": int(hp["patch_size"]), "image_size": int(hp["image_size"])},
-        "text_cfg": {"context_length": int(hp["context_length"]), "width": int(hp["text_width"]), "heads": int(hp["text_heads"]),
-                     "layers": int(hp["text_layers"])},
-    }  # fmt: skip
+    model_cfg = {k: _plain(hp[k]) for k in ARCHITECTURE_KEYS if k in hp}
+    model_cfg.setdefault("vision", "vit")
     state = {k: v.detach().cpu() for k, v in module.clip.state_dict().items()}
     torch.save(state, path)
-    return {"model_cfg": model_cfg, "checkpoint": str(path), "mean": [float(v) for v in hp["image_mean"]], "std": [float(v) for v in hp["image_std"]]}
+    return {
+        "model_factory": "beyondlabels.demo.model.tiny_clip_model",
+        "model_cfg": model_cfg,
+        "checkpoint": str(path) if isinstance(path, (str, os.PathLike)) else getattr(path, "name", None),
+        "mean": [float(v) for v in hp["image_mean"]],
+        "std": [float(v) for v in hp["image_std"]],
+    }
