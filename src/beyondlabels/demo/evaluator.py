@@ -1,0 +1,227 @@
+"""The demo's frozen text-to-image evaluator: a TinyCLIP trained on the demo shapes, without downloads.
+
+Text-to-image R-precision needs a frozen image-text dual encoder. Real runs use an open_clip model with pretrained
+weights; the demo (``python train.py experiment=t2i_demo``) has no hub to download from, so :func:`demo_evaluator`
+trains the demo's own :class:`~beyondlabels.demo.model.TinyCLIP` on the demo shapes once, saves it, and returns it as
+a :class:`~beyondlabels.io.evaluator.ClipEvaluator`.
+
+Files
+    ``path`` holds the CLIP's state dict (:func:`~beyondlabels.io.evaluator.save_tiny_clip_evaluator`) and
+    ``path`` with suffix ``.json`` (e.g. ``tiny_clip.json``) the :class:`ClipEvaluator` arguments that rebuild it plus
+    how it was made (``"training"``). Both are written atomically, the JSON last: a checkpoint is complete when its
+    JSON exists. The evaluator's identity records the checkpoint's SHA-256, so runs that share the file report one
+    identity and their numbers compare.
+
+Reuse
+    When both files exist they are loaded, nothing is trained. An evaluator trained here must have been trained as asked
+    (same epochs, seed, model and data settings); otherwise a ``ValueError`` says so instead of silently mixing
+    evaluators: delete its files or choose another ``path``. One exported by the user (:func:`export_demo_evaluator`)
+    is taken as it is, unless ``source_checkpoint`` names another source. A checkpoint without its JSON is refused.
+
+Training
+    ``TinyCLIP(**model)`` on ``ShapesDataModule(**data)`` (their defaults unless overridden), a plain
+    :class:`pytorch_lightning.Trainer` for ``epochs`` epochs, no loggers, callbacks, checkpoints or validation. Seeded by
+    ``seed`` inside :func:`torch.random.fork_rng`: the caller's torch random state is the same afterwards, so training
+    the evaluator does not change the training of the model it evaluates. The same seed and settings give the same
+    bytes, hence the same identity, on one machine with one torch version and thread count (float sums may round
+    otherwise elsewhere: the reason the identity names the file's hash, not the recipe).
+
+Your own TinyCLIP
+    The default demo run (``python train.py``) trains a TinyCLIP for longer than the one epoch here. To evaluate under
+    it, export it once with :func:`export_demo_evaluator`, in Python, or on the command line with
+    ``python train.py experiment=t2i_demo t2i_evaluator.source_checkpoint=logs/train/runs/<time>/checkpoints/last.ckpt
+    t2i_evaluator.path=logs/t2i_evaluator/my_clip.pt`` (the Lightning checkpoint is unpickled: only pass your own files).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> tiny = dict(embed_dim=8, vision_width=16, vision_layers=1, vision_head_width=8, text_width=16, text_heads=2,
+    ...             text_layers=1)
+    >>> ev = demo_evaluator(folder / "clip.pt", epochs=1, model=tiny, data=dict(train_per_class=2, batch_size=16))
+    >>> ev.identity["weights"].startswith("checkpoint sha256:"), sorted(p.name for p in folder.iterdir())
+    (True, ['clip.json', 'clip.pt'])
+    >>> import shutil; shutil.rmtree(folder)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from beyondlabels.io.evaluator import ClipEvaluator, _plain, save_tiny_clip_evaluator
+
+log = logging.getLogger(__name__)
+
+__all__ = ["demo_evaluator", "export_demo_evaluator"]
+
+# Bumped whenever the demo's defaults (TinyCLIP architecture, data, captions) change what training produces: an
+# evaluator trained under other defaults is then refused instead of silently reused.
+_FORMAT = "beyondlabels demo evaluator 2"
+
+
+def _json_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _write_json_atomic(path: Path, content: Mapping[str, Any]) -> None:
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.part"
+    try:
+        tmp.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def export_demo_evaluator(module: Any, path: str | os.PathLike[str], training: Mapping[str, Any] | None = None) -> Path:
+    """Save a trained :class:`~beyondlabels.demo.model.TinyCLIP` as a demo evaluator: ``path`` and its ``.json``.
+
+    Both files are written atomically (the JSON last), so :func:`demo_evaluator` with this ``path`` loads it.
+
+    Args:
+        module: A TinyCLIP (for one from a Lightning checkpoint: ``TinyCLIP.load_from_checkpoint(file)``).
+        path: The state-dict file to write (its folder is created).
+        training: How the module was made, recorded in the JSON (default: ``{"exported": True}``).
+
+    Returns:
+        The JSON file's path.
+
+    Raises:
+        ValueError: if ``module`` is not a TinyCLIP (from :func:`~beyondlabels.io.evaluator.save_tiny_clip_evaluator`).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.part"
+    try:
+        # Through a file object: torch.save then names the archive inside "archive", not after the (random) temporary
+        # file, so equal weights give equal bytes and one SHA-256.
+        with open(tmp, "wb") as fh:
+            kwargs = save_tiny_clip_evaluator(module, fh)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    kwargs.pop("checkpoint")
+    record = {"format": _FORMAT, "evaluator": kwargs, "training": _plain(dict(training)) if training else {"exported": True}}
+    _write_json_atomic(_json_path(path), record)
+    return _json_path(path)
+
+
+def _train(epochs: int, seed: int, model: Mapping[str, Any], data: Mapping[str, Any], device: torch.device) -> Any:
+    import pytorch_lightning as pl
+
+    from beyondlabels.demo.datamodule import ShapesDataModule
+    from beyondlabels.demo.model import TinyCLIP
+
+    accelerator = "gpu" if device.type == "cuda" else device.type
+    devices = [device.index or 0] if device.type == "cuda" else 1
+    fork_devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=fork_devices), tempfile.TemporaryDirectory() as root:
+        torch.manual_seed(seed)
+        datamodule = ShapesDataModule(**data)
+        clip = TinyCLIP(**model)
+        trainer = pl.Trainer(
+            max_epochs=epochs, accelerator=accelerator, devices=devices, logger=False, callbacks=[],
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+            limit_val_batches=0, default_root_dir=root,
+        )  # fmt: skip
+        trainer.fit(clip, datamodule=datamodule)
+    return clip.cpu().eval()
+
+
+def demo_evaluator(
+    path: str | os.PathLike[str] = "logs/t2i_evaluator/tiny_clip.pt",
+    epochs: int = 1,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    device: str | torch.device = "cpu",
+    *,
+    model: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+    source_checkpoint: str | os.PathLike[str] | None = None,
+    batch_size: int = 256,
+) -> ClipEvaluator:
+    """The demo's frozen TinyCLIP evaluator at ``path``: loaded when it exists, else trained (or exported) and saved.
+
+    Behaviour (files, reuse, training, seeding): the module docstring.
+
+    Args:
+        path: The evaluator's state-dict file; its JSON lies beside it (``.json`` suffix).
+        epochs: Training epochs of a new evaluator.
+        seed: Seed of a new evaluator's initialisation and data order (the data come from ``data``'s ``data_seed``).
+        cache_dir: Text-feature cache folder of the :class:`~beyondlabels.io.evaluator.ClipEvaluator` (None: off).
+        device: Where the evaluator trains and runs.
+        model: :class:`~beyondlabels.demo.model.TinyCLIP` arguments overriding its defaults.
+        data: :class:`~beyondlabels.demo.datamodule.ShapesDataModule` arguments overriding its defaults.
+        source_checkpoint: A Lightning checkpoint of a TinyCLIP (e.g. ``checkpoints/last.ckpt`` of the default demo
+            run) to export to ``path`` instead of training one. Unpickled: only pass files you trust.
+        batch_size: Images or texts the evaluator encodes per forward pass.
+
+    Returns:
+        The frozen evaluator; its identity names the checkpoint by SHA-256.
+
+    Raises:
+        ValueError: if ``epochs`` is not a positive int, ``seed`` not an int, ``path`` holds an evaluator made
+            differently or a checkpoint without its JSON, or ``source_checkpoint`` does not exist.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"`epochs` must be a positive int, got {epochs!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    for name, value in (("model", model), ("data", data)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError(f"`{name}` must be a mapping of keyword arguments or None, got {type(value).__name__}.")
+    path, device = Path(path), torch.device(device)
+    if path.suffix == ".json":
+        raise ValueError(f"`path` {path} must name the state-dict file (e.g. tiny_clip.pt); its JSON is written beside it.")
+    if source_checkpoint is not None:
+        source = Path(source_checkpoint)
+        if not source.is_file():
+            raise ValueError(
+                f"`source_checkpoint` {source} does not exist; pass a Lightning checkpoint of a TinyCLIP (e.g. checkpoints/last.ckpt)."
+            )
+        training: dict[str, Any] = {"source_checkpoint": str(source.resolve())}
+    else:
+        training = {
+            "epochs": epochs, "seed": seed, "model": _plain(dict(model or {})), "data": _plain(dict(data or {})),
+            "defaults": _FORMAT,
+        }  # fmt: skip
+
+    json_path = _json_path(path)
+    if json_path.is_file() and path.is_file():
+        record = json.loads(json_path.read_text(encoding="utf-8"))
+        made = record.get("training", {})
+        # An evaluator trained here must match the training asked for; one the user exported is taken as it is,
+        # unless the request names a source checkpoint it was not made from.
+        user_made = "epochs" not in made and source_checkpoint is None
+        if made != training and not user_made:
+            raise ValueError(
+                f"`path` {path} holds a demo evaluator made with {made}, not {training}; numbers under different "
+                "evaluators do not compare. Delete its two files to remake it, or choose another `path`."
+            )
+        log.info("demo evaluator: reusing %s", path)
+    elif path.is_file():
+        raise ValueError(
+            f"`path` {path} exists without {json_path.name}, so its model config is unknown; write both with "
+            "beyondlabels.demo.export_demo_evaluator(module, path), or delete the file to train a new evaluator there."
+        )
+    elif source_checkpoint is not None:
+        from beyondlabels.demo.model import TinyCLIP
+
+        log.info("demo evaluator: exporting %s to %s", source_checkpoint, path)
+        try:
+            clip = TinyCLIP.load_from_checkpoint(str(source_checkpoint), map_location="cpu", weights_only=False)
+        except (KeyError, TypeError, RuntimeError) as exc:
+            raise ValueError(f"`source_checkpoint` {source_checkpoint} is not a Lightning checkpoint of a TinyCLIP: {exc}") from exc
+        export_demo_evaluator(clip, path, training)
+    else:
+        log.info("demo evaluator: training TinyCLIP for %d epoch(s) (seed %d) -> %s; later runs reuse it", epochs, seed, path)
+        export_demo_evaluator(_train(epochs, seed, model or {}, data or {}, device), path, training)
+    record = json.loads(json_path.read_text(encoding="utf-8"))
+    return ClipEvaluator(**record["evaluator"], checkpoint=path, cache_dir=cache_dir, batch_size=batch_size, device=device)
