@@ -191,15 +191,37 @@ class RPrecisionCallback(EvaluationCallback):
         finally:
             self._table = {}
 
-    # ---- media (rank 0) --------------------------------------------------------------------------------------------
-    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    # ---- files and media (rank 0) ----------------------------------------------------------------------------------
+    def _sample_rows(self, results: dict[str, Any]) -> list[dict[str, Any]]:
+        """The first ``num_table_rows`` prompts of the evaluation with their generated image and own-caption rank."""
         if not self._table:
-            return
+            return []
         per_query = results["per_query"]
         rank_of = dict(zip(per_query["query_id"].tolist(), per_query["rank"].tolist()))
-        rows = [
+        return [
             {"prompt": prompt, "generated_image": image, "rank_of_own_caption": int(rank_of[i]), "id": i}
             for i, (prompt, image) in sorted(self._table.items())
             if i in rank_of
         ]
-        media.table("samples", ["prompt", "generated_image", "rank_of_own_caption", "id"], rows)
+
+    def _write_files(self, trainer: pl.Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
+        """The base's files, plus ``samples/step_<step>.png``: the sample pictures under their prompt and rank."""
+        super()._write_files(trainer, results, record)
+        folder = self.output_folder(trainer)
+        rows = self._sample_rows(results)
+        if folder is None or not rows:
+            return
+        from beyondlabels.reporting.plots import save_image_grid_png
+
+        step = int(record["step"])
+        save_image_grid_png(
+            torch.stack([row["generated_image"] for row in rows]),
+            [f"{row['prompt']} (rank {row['rank_of_own_caption']})" for row in rows],
+            folder / "samples" / f"step_{step:09d}.png",
+            title=f"{self.prefix}: generated at step {step} (rank of the own caption among {self.metric.num_candidates})",
+        )
+
+    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+        rows = self._sample_rows(results)
+        if rows:
+            media.table("samples", ["prompt", "generated_image", "rank_of_own_caption", "id"], rows)

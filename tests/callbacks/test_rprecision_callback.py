@@ -94,6 +94,24 @@ def test_tiny_open_clip_evaluator_and_table_rows(tmp_path):
     assert float(again["r_precision"]) == record["r_precision"]
 
 
+def test_sample_pictures_are_written_beside_the_history(tmp_path):
+    """Without W&B the generated samples still land on disk: one grid per evaluation, titled with prompt and rank."""
+    from PIL import Image
+
+    cb = RPrecisionCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=2, strict=True,
+                            num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
+    _fit(tmp_path, Generator(True), cb)
+    grids = sorted((tmp_path / "rprecision" / "samples").glob("step_*.png"))
+    assert [g.name for g in grids] == ["step_000000002.png", "step_000000004.png"]
+    width, height = Image.open(grids[0]).size
+    assert width > 4 * 100 and height > 2 * 100  # 5 pictures: a 4-column grid of 2 rows
+    cb_off = RPrecisionCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=4, strict=True,
+                                num_table_rows=0, confidence_intervals=False, near_duplicate_threshold=None,
+                                save_dir=tmp_path / "off")  # fmt: skip
+    _fit(tmp_path, Generator(True), cb_off)
+    assert (tmp_path / "off" / "history.json").is_file() and not (tmp_path / "off" / "samples").exists()
+
+
 class _Media:
     def __init__(self):
         self.tables = {}

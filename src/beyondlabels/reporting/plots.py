@@ -163,3 +163,56 @@ def save_embedding_projection_png(
     finally:
         plt.close(fig)
     return path
+
+
+def save_image_grid_png(images: object, titles: Sequence[str], path: str | Path, columns: int = 4, title: str = "") -> Path:
+    """Pictures ``[N, 3, H, W]`` with values in [0, 1] in a grid of ``columns`` columns, each under its (wrapped)
+    title, saved to ``path``: the generated samples of an evaluation, readable without a W&B server.
+
+    Raises:
+        ValueError: for pictures not ``[N, 3, H, W]`` with N >= 1, values outside [0, 1], a ``titles`` of another
+            length, or ``columns`` < 1.
+
+    Example:
+        >>> import tempfile, torch
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     save_image_grid_png(torch.zeros(2, 3, 8, 8), ["a square", "a star"], f"{tmp}/g.png").name
+        'g.png'
+    """
+    import textwrap
+
+    import numpy as np
+
+    pictures = np.asarray(images, dtype=float)
+    if pictures.ndim != 4 or pictures.shape[1] != 3 or pictures.shape[0] == 0:
+        raise ValueError(f"`images` must be [N, 3, H, W] with N >= 1, got shape {pictures.shape}.")
+    if not np.isfinite(pictures).all() or pictures.min() < 0.0 or pictures.max() > 1.0:
+        raise ValueError("`images` must hold finite values in [0, 1].")
+    if len(titles) != pictures.shape[0]:
+        raise ValueError(f"`titles` must hold one title per picture ({pictures.shape[0]}), got {len(titles)}.")
+    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+        raise ValueError(f"`columns` must be an int >= 1, got {columns!r}.")
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = pictures.shape[0]
+    cols = min(columns, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.5 * rows), dpi=100, squeeze=False)
+    try:
+        for ax in axes.flat:
+            ax.axis("off")
+        for ax, picture, text in zip(axes.flat, pictures, titles):
+            ax.imshow(picture.transpose(1, 2, 0), interpolation="nearest")
+            ax.set_title("\n".join(textwrap.wrap(str(text), 26)), fontsize=7)
+        if title:
+            fig.suptitle(title, fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
