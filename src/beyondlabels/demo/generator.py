@@ -42,6 +42,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from beyondlabels.demo.optim import adamw_warmup_cosine
+
 __all__ = ["ShapeGenerator", "caption_grams"]
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -194,22 +196,7 @@ class ShapeGenerator(pl.LightningModule):
         self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        decay, no_decay = [], []
-        for param in self.parameters():
-            if param.requires_grad:
-                (no_decay if param.ndim < 2 else decay).append(param)
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.hparams.lr,
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = min(self.hparams.warmup_steps, max(1, total // 10))
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = (step - warmup) / max(1, total - warmup)
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return adamw_warmup_cosine(
+            self.named_parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+            warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
+        )  # fmt: skip

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import pytorch_lightning as pl
 import torch
 from open_clip.loss import ClipLoss
-from torch import nn
 from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
 from open_clip.tokenizer import SimpleTokenizer
+from torch import nn
+
+from beyondlabels.demo.optim import adamw_warmup_cosine
 
 
 VISION_TOWERS = ("conv", "vit")
@@ -159,27 +160,11 @@ class TinyCLIP(pl.LightningModule):
         self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        decay, no_decay = [], []
-        for name, param in self.named_parameters():
-            if not param.requires_grad:
-                continue
-            (no_decay if param.ndim < 2 or "logit_scale" in name else decay).append(param)
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.hparams.lr,
-            betas=(0.9, 0.98),
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = min(self.hparams.warmup_steps, max(1, total // 10))
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = (step - warmup) / max(1, total - warmup)
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return adamw_warmup_cosine(
+            self.named_parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+            warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches, betas=(0.9, 0.98),
+            no_decay=lambda name, param: param.ndim < 2 or "logit_scale" in name,
+        )  # fmt: skip
 
 
 ARCHITECTURE_KEYS = (
