@@ -59,6 +59,14 @@ _SYMMETRIC_BUFFER_BYTES = 512 * 2**20
 # Largest block side of the leave-one-out search (larger blocks only add memory, the merges are already cheap).
 _SYMMETRIC_MAX_BLOCK = 4096
 _LOW32 = (1 << 32) - 1
+# Column stride of the sample that gives the candidate search its first bounds (`_sampled_bounds`).
+_CANDIDATE_STRIDE = 16
+# Margin of the sampled bound, in standard deviations of the sampled count (`_candidate_strides`).
+_CANDIDATE_SIGMAS = 3.0
+# The candidate search is used when the deepest depth is at least the minimum and at most 1 / ratio of the gallery
+# (shallower searches do not repay the sample's products, 1/8 of the symmetric ones).
+_CANDIDATE_MIN_DEPTH = 64
+_CANDIDATE_DEPTH_RATIO = 8
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -510,6 +518,172 @@ def _leave_one_out_topk(g: Tensor, depth: int, block: int, lo: int, hi: int) -> 
     return _from_keys(torch.sort(best, dim=1, descending=True).values)
 
 
+def _candidate_strides(need: Tensor, stride: int) -> Tensor:
+    """Per row, how many sampled scores must reach a bound for ``need`` items of the whole row to reach it (whp)."""
+    per = need.to(torch.float64) / stride
+    return (torch.ceil(per + _CANDIDATE_SIGMAS * torch.sqrt(per)) + 1).to(torch.long)
+
+
+def _sampled_bounds(g: Tensor, need: Tensor, block: int, lo: int, hi: int) -> Tensor:
+    """Lower-bound guesses ``L`` for rows ``lo:hi``: the k-th largest score over the columns ``0, s, 2s, ...``.
+
+    ``k`` (`_candidate_strides`) makes it likely that at least ``need`` items of the whole row score ``>= L``. Only a
+    guess: rows for which it is too high are found and searched again (see `_leave_one_out_candidates`). Rows whose
+    ``k`` exceeds the sample get the lowest finite fp32 (every item survives, the excluded self at ``-inf`` does not).
+    """
+    s = _CANDIDATE_STRIDE
+    sample = g[::s]
+    m = sample.shape[0]
+    lowest = torch.finfo(torch.float32).min
+    bound = torch.full((hi - lo,), lowest, dtype=torch.float32, device=g.device)
+    k = _candidate_strides(need, s)
+    for a in range(lo, hi, block):
+        a_end = min(a + block, hi)
+        kr = k[a - lo : a_end - lo]
+        usable = kr <= m - 1  # the row itself may be one of the sampled columns
+        if not bool(usable.any()):
+            continue
+        scores = _scores(g[a:a_end], sample)
+        rows = torch.arange(a, a_end, device=g.device)
+        own = torch.nonzero(rows % s == 0).flatten()
+        scores[own, rows[own] // s] = float("-inf")
+        top = torch.topk(scores, min(int(kr[usable].max()), m), dim=1, largest=True, sorted=True).values
+        kth = top.gather(1, (kr.clamp(max=top.shape[1]) - 1).unsqueeze(1)).squeeze(1)
+        bound[a - lo : a_end - lo] = torch.where(usable & (kth > float("-inf")), kth, lowest)
+    return bound
+
+
+def _leave_one_out_candidates(
+    g: Tensor, depths: Tensor, block: int, lo: int, hi: int, chunk_size: int
+) -> Iterator[Neighbors]:
+    """Exact top ``need[r]`` of rows ``lo:hi`` of ``g @ g.T`` (diagonal excluded) by thresholds and candidate lists.
+
+    Block pairs are visited as in `_leave_one_out_topk`, so a pair's score is the same block product. Each row ``r``
+    has a bound ``L[r]`` (first a guess from a sample of columns, `_sampled_bounds`) and a buffer of ``cap`` keys
+    (`_to_keys`): a block adds to it the row's items scoring ``>= L[r]``. When they would not fit, the row is compacted:
+    its buffer and the new items are cut to the top ``depth = max(need)`` keys and ``L[r]`` is raised to the lowest
+    of them — every item left out then ranks below ``depth`` items already seen, so it is not in the final top. After
+    the pass a row holds every item scoring ``>= L[r]``; if it was compacted, or holds at least ``need[r]`` items, its
+    ``need[r]``-th best scores ``>= L[r]``, so its top ``need[r]`` keys among the buffer are the exact top (ties
+    included: equal scores all pass the bound and the keys order them by index). The remaining rows (the guess was
+    above the row's ``need[r]``-th score) are searched again against the whole gallery (`_search_chunk`).
+    Rows are yielded in chunks of ``chunk_size`` in ascending order of ``depths`` (local to ``lo:hi``); ``need[r]`` is
+    the deepest depth of row ``r``'s chunk.
+    """
+    n = g.shape[0]
+    device = g.device
+    rows_n = hi - lo
+    # Chunks of rows in ascending order of depth; each row is searched as deep as its chunk's deepest.
+    order = torch.argsort(depths, stable=True)
+    ends = (torch.arange(rows_n, device=device) // chunk_size + 1).mul_(chunk_size).clamp_(max=rows_n) - 1
+    need = torch.empty_like(depths)
+    need[order] = depths[order][ends]
+    depth = int(need.max())
+    cap = _candidate_cap(depth)
+    lowest_key = torch.iinfo(torch.int64).min
+    bound = _sampled_bounds(g, need, block, lo, hi)
+    # One more slot at the end takes the items of compacted rows, which are written nowhere else.
+    flat_buf = torch.full((rows_n * cap + 1,), lowest_key, dtype=torch.int64, device=device)
+    buf, trash = flat_buf[:-1].view(rows_n, cap), rows_n * cap
+    fill = torch.zeros(rows_n, dtype=torch.int64, device=device)
+    compacted = torch.zeros(rows_n, dtype=torch.bool, device=device)
+    ws = _Workspace(device)
+
+    def insert(r0: int, nrows: int, row: Tensor, keys: Tensor) -> None:
+        """Append ``keys`` to rows ``r0 + row`` (``row`` ascending, local to ``r0:r0 + nrows``)."""
+        m = row.numel()
+        if m == 0:
+            return
+        edges = torch.searchsorted(row, torch.arange(nrows + 1, dtype=row.dtype, device=device))
+        start, counts = edges[:-1], edges[1:] - edges[:-1]
+        f = fill[r0 : r0 + nrows]
+        pos = ((r0 + torch.arange(nrows, device=device)) * cap + f - start).index_select(0, row)
+        pos += torch.arange(m, device=device)
+        over = f + counts > cap
+        if bool(over.any()):
+            # Compact these rows: their buffer and their new items, cut to the top `depth` keys.
+            ov = torch.nonzero(over).flatten()
+            n_ov, c_ov = ov.numel(), counts[ov]
+            width = cap + int(c_ov.max())
+            union = torch.full((n_ov, width), lowest_key, dtype=torch.int64, device=device)
+            union[:, :cap] = buf.index_select(0, r0 + ov)
+            first = torch.cumsum(c_ov, 0) - c_ov
+            slot = torch.repeat_interleave(torch.arange(n_ov, device=device), c_ov)
+            within = torch.arange(slot.numel(), device=device) - first.index_select(0, slot)
+            src = start.index_select(0, ov).index_select(0, slot) + within
+            union.view(-1).index_copy_(0, slot * width + cap + within, keys.index_select(0, src))
+            top = torch.topk(union, depth, dim=1, largest=True, sorted=False).values
+            buf[r0 + ov] = torch.cat([top, top.new_full((n_ov, cap - depth), lowest_key)], dim=1)
+            f[ov] = depth
+            bound[r0 + ov] = _from_keys(top.amin(dim=1))[0]
+            compacted[r0 + ov] = True
+            pos.masked_fill_(over.index_select(0, row), trash)  # their items are in the buffer already
+            counts = counts.masked_fill(over, 0)
+        flat_buf.index_copy_(0, pos, keys)
+        f += counts
+
+    def side_a(scores: Tensor, a: int, a_end: int, b: int) -> None:
+        nb = scores.shape[1]
+        mask = torch.ge(scores, bound[a - lo : a_end - lo].unsqueeze(1), out=ws.get("mask", scores.shape, torch.bool))
+        flat = torch.nonzero(mask.view(-1)).flatten()
+        vals = scores.view(-1).index_select(0, flat)
+        flat = flat.to(torch.int32)  # a block holds fewer than 2**31 scores
+        row = torch.div(flat, nb, rounding_mode="floor")
+        insert(a - lo, a_end - a, row, _survivor_keys(vals, flat.sub_(row * nb), b))
+
+    def side_b(scores: Tensor, a: int, b: int, b_end: int) -> None:
+        na, nb = scores.shape
+        mask = torch.ge(scores, bound[b - lo : b_end - lo].unsqueeze(0), out=ws.get("mask", scores.shape, torch.bool))
+        flat = torch.nonzero(mask.view(-1)).flatten()
+        flat32 = flat.to(torch.int32)
+        i = torch.div(flat32, nb, rounding_mode="floor")
+        # Group by column (the rows of block b): sort the positions in the transposed block.
+        trans, perm = torch.sort(flat32.sub_(i * nb).mul_(na).add_(i), stable=True)
+        row = torch.div(trans, na, rounding_mode="floor")
+        vals = scores.view(-1).index_select(0, flat.index_select(0, perm))
+        insert(b - lo, b_end - b, row, _survivor_keys(vals, trans.sub_(row * na), a))
+
+    for a in range(0, n, block):
+        a_end = min(a + block, n)
+        a_owned = lo <= a < hi
+        for b in range(a, n, block):
+            b_end = min(b + block, n)
+            b_owned = lo <= b < hi and a != b
+            if not (a_owned or b_owned):
+                continue
+            scores = _scores(g[a:a_end], g[b:b_end], ws)
+            if a == b:
+                scores.fill_diagonal_(float("-inf"))
+            if a_owned:
+                side_a(scores, a, a_end, b)
+            if b_owned:
+                side_b(scores, a, b, b_end)
+    short = ~compacted & (fill < need)
+    gal = _Gallery(g, None)
+    for start in range(0, rows_n, chunk_size):
+        local = order[start : start + chunk_size]
+        d = int(need[local].max())
+        keys = torch.topk(buf.index_select(0, local), d, dim=1, largest=True, sorted=False).values
+        keys = torch.sort(keys, dim=1, descending=True).values
+        vals, idx = _from_keys(keys)
+        redo = torch.nonzero(short[local]).flatten()
+        if redo.numel():
+            vals[redo], idx[redo] = _search_chunk(gal, g[lo + local[redo]], lo + local[redo], d)
+        yield Neighbors(local + lo, vals, idx)
+
+
+def _survivor_keys(vals: Tensor, cols: Tensor, col0: int) -> Tensor:
+    """`_to_keys` of a 1-D ``vals`` (a fresh tensor, overwritten) with int32 columns ``cols`` (offset ``col0``)."""
+    bits = vals.add_(0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0
+    ordered = (bits >> 31).bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
+    return ordered.to(torch.int64).bitwise_left_shift_(32).add_(_LOW32 - col0).sub_(cols)
+
+
+def _candidate_cap(depth: int) -> int:
+    """Keys a row of the candidate search holds before it is compacted to ``depth``."""
+    return depth + max(depth // 4, 64)
+
+
 def _available(n_gallery: int, excl: Tensor | None) -> int:
     """The smallest number of gallery items any query may retrieve."""
     if excl is None:
@@ -579,8 +753,10 @@ def search_neighbors(
     """Exact cosine top-``depth`` search, yielded chunk by chunk (definitions in the module docstring).
 
     Without ``queries`` this is leave-one-out search: every gallery row is a query that never retrieves itself, and
-    the score matrix is computed in symmetric blocks (half the products) while the running top lists fit in 512 MB.
-    Peak memory is one block of scores plus, for leave-one-out, ``rows x depth`` int64 keys — never ``N x N``.
+    the score matrix is computed in symmetric blocks (half the products): for depths from 64 to ``N / 8`` by per-row
+    bounds and candidate lists (in runs of rows whose lists fit in 512 MB), otherwise while the running top lists
+    fit in 512 MB (``docs/search.md``). Peak memory is one block of scores plus, for leave-one-out, at most 512 MB of
+    int64 keys — never ``N x N``.
 
     Args:
         gallery: Float tensor ``[N, D]``.
@@ -645,6 +821,14 @@ def _search_normalized(
         block = _symmetric_block(n, chunk_size)
         n_blocks = -(-n // block)
         bounds = [min(n, (i * n_blocks // count) * block) for i in range(count + 1)]
+        deepest = int(depths.max())
+        if _CANDIDATE_MIN_DEPTH <= deepest and _CANDIDATE_DEPTH_RATIO * deepest <= n:
+            # Candidate search, in runs of blocks whose candidate buffers fit the budget.
+            run = block * max(1, _SYMMETRIC_BUFFER_BYTES // (_candidate_cap(deepest) * 8 * block))
+            for lo in range(bounds[index], bounds[index + 1], run):
+                hi = min(lo + run, bounds[index + 1])
+                yield from _leave_one_out_candidates(gn, depths[lo:hi], block, lo, hi, chunk_size)
+            return
         fits = all(
             (bounds[i + 1] - bounds[i]) * int(depths[bounds[i] : bounds[i + 1]].max()) * 8 <= _SYMMETRIC_BUFFER_BYTES
             for i in range(count)
