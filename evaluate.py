@@ -103,14 +103,20 @@ def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
     n = len(data.labels)
     curve_max_k = _curve_max_k(cfg.eval.get("curve_max_k"), ks, n)
     max_queries = cfg.eval.get("max_queries")
+    deep_metrics = cfg.eval.get("deep_metrics", True)
+    if not isinstance(deep_metrics, bool):
+        raise ValueError(f"eval.deep_metrics must be true or false, got {deep_metrics!r}")
     gains = _retrieval_profiles(cfg, data) if cfg.get("profiles") else None  # profiles=PATH: graded keys + mismatch section
     metrics = embedding_retrieval_metrics(
         data.embeddings, data.labels, data.ids, ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision),
         curve_max_k=curve_max_k, max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)),
+        deep_metrics=deep_metrics,
         **({"graded": [gains], "return_neighbors": 1} if gains is not None else {}),
     )
     graded_names = [gains.name] if gains is not None else []
-    schema = _with_intervals(cfg, metrics, retrieval_output_schema(ks, graded=graded_names, sampled=max_queries is not None))
+    schema = _with_intervals(cfg, metrics, retrieval_output_schema(
+        ks, graded=graded_names, sampled=max_queries is not None, deep_metrics=deep_metrics
+    ))
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)

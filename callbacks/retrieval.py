@@ -47,6 +47,8 @@ class RetrievalEvalCallback(EvaluationCallback):
         max_queries, query_seed: Evaluate a fixed, seeded sample of queries (the same ids at every evaluation)
             against the whole gallery, for galleries too large to search whole; standard errors are logged beside
             the means (``<key>_se``).
+        deep_metrics: Passed to the metric: False skips ``r_precision``, ``map@r`` and the first-relevant ranks
+            (shallow mode: each query is searched only to ``max(ks)``, much faster when classes are large).
         num_mismatches: Rows of the worst-mismatch table (0 turns it off).
         class_names: Label → display name for tables (default: the datamodule's ``class_names``, or the names of
             string labels).
@@ -99,6 +101,7 @@ class RetrievalEvalCallback(EvaluationCallback):
         mismatch_trials: int = 10_000,
         mismatch_seed: int = 0,
         projection_points: int = 5000,
+        deep_metrics: bool = True,
         *,
         every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
@@ -120,6 +123,7 @@ class RetrievalEvalCallback(EvaluationCallback):
         self.curve_max_k = curve_max_k
         self.graded = tuple(graded)
         self.max_queries, self.query_seed = max_queries, query_seed
+        self.deep_metrics = deep_metrics
         self.num_mismatches = num_mismatches
         self.class_names = list(class_names) if class_names is not None else None
         self.profile_gains = _profile_gains(profiles, profile_labels)
@@ -135,6 +139,7 @@ class RetrievalEvalCallback(EvaluationCallback):
                 projection_points=self.projection_points,
                 chunk_size=self.chunk_size, precision=self.precision, curve_max_k=self.curve_max_k, graded=self.graded,
                 max_queries=self.max_queries, query_seed=self.query_seed, distributed_search=self.distributed_search,
+                deep_metrics=self.deep_metrics,
             )
         return EmbeddingRetrieval(
             ks=self.ks,
@@ -146,6 +151,7 @@ class RetrievalEvalCallback(EvaluationCallback):
             query_seed=self.query_seed,
             return_neighbors=1 if self.num_mismatches else 0,
             distributed_search=self.distributed_search,
+            deep_metrics=self.deep_metrics,
         )
 
     def state_key_parts(self) -> dict[str, Any]:

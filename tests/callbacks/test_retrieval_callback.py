@@ -70,6 +70,24 @@ def test_logged_values_match_a_brute_force_oracle_on_the_final_model(tmp_path: P
     assert schema["keys"]["mean_first_relevant_rank"]["higher_is_better"] is False
 
 
+def test_shallow_mode_logs_every_key_but_the_depth_r_ones(tmp_path: Path):
+    dm, model = PointDataModule(), LinearEncoder()
+    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 5), num_mismatches=0, deep_metrics=False)
+    trainer = _trainer(tmp_path, [callback], max_epochs=1, logger=CSVLogger(tmp_path))
+    trainer.fit(model, dm)
+    p1, _ = brute_force_precision_at_1_and_r_precision(*_final_embeddings(model, dm))
+    last = callback.history[-1]
+    assert last["precision@1"] == pytest.approx(p1, abs=1e-9) and last["num_queries"] == 37
+    deep_words = ("r_precision", "map@r", "first_relevant_rank")
+    assert not [k for k in last if any(w in k for w in deep_words)]
+    assert not [k for k in callback.schema if any(w in k for w in deep_words)]
+    assert "precision@1_ci_low" in callback.schema  # the intervals of the other keys are still there
+    header = (Path(trainer.logger.log_dir) / "metrics.csv").read_text().splitlines()[0]
+    assert "retrieval/precision@5" in header and not any(w in header for w in deep_words)
+    with np.load(tmp_path / "retrieval" / last["per_query_file"]) as per_query:
+        assert "first_relevant_rank" not in per_query and "precision@5" in per_query
+
+
 def test_every_n_steps_schedule(tmp_path: Path):
     callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=3, num_mismatches=0, evaluate_at_fit_end=False)
     _trainer(tmp_path, [callback], max_epochs=2).fit(LinearEncoder(), PointDataModule())  # 8 steps per epoch
@@ -212,6 +230,7 @@ def test_state_key_distinguishes_instances():
         ({"save_dir": True}, "save_dir"),
         ({"encode_method": ""}, "encode_method"),
         ({"precision": "fp64"}, "precision"),
+        ({"deep_metrics": "no"}, "deep_metrics"),
     ],
 )
 def test_bad_arguments_name_the_argument(kwargs, match):

@@ -285,3 +285,21 @@ def test_reports_carry_bootstrap_intervals_of_the_headline_metrics(tmp_path: Pat
     with np.load(tmp_path / "r.per_query.npz") as pq:  # the interval is the bootstrap of the saved per-query values
         ci = bootstrap_ci(torch.from_numpy(pq["precision@1"]), rounds=2000, seed=11)
     assert (report["precision@1_ci_low"], report["precision@1_ci_high"]) == pytest.approx((ci.low, ci.high))
+
+
+def test_shallow_mode_leaves_out_the_depth_r_keys(tmp_path: Path):
+    x, cls = _clusters(n=60)
+    path = _save(tmp_path, "sh.npz", embeddings=x, labels=cls)
+    deep = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'deep.json'}", "k=[1,5]"))
+    report = evaluate.evaluate_retrieval(
+        _cfg(tmp_path, f"input={path}", f"output={tmp_path / 'sh.json'}", "k=[1,5]", "eval.deep_metrics=false")
+    )
+    deep_words = ("r_precision", "map@r", "first_relevant_rank")
+    assert not [k for k in [*report, *report["schema"]["keys"]] if any(w in k for w in deep_words)]
+    assert report["precision@1"] == deep["precision@1"] == pytest.approx(_loo_reference(x, cls, 1)["precision@1"], abs=1e-12)
+    assert report["precision_curve"] == deep["precision_curve"] and report["settings"]["deep_metrics"] is False
+    with np.load(tmp_path / "sh.per_query.npz") as pq:
+        assert "map@r" not in pq and "precision@5" in pq
+    bad = _cfg(tmp_path, f"input={path}", f"output={tmp_path / 'bad.json'}", "eval.deep_metrics=maybe")
+    with pytest.raises(ValueError, match="eval.deep_metrics"):
+        evaluate.evaluate_retrieval(bad)

@@ -240,14 +240,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool, max_queries) -> None:
+def _ddp_worker(
+    rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool, max_queries, deep_metrics: bool = True
+) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         emb, labels, ids = shards[rank]
-        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16, max_queries=max_queries)
+        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16, max_queries=max_queries, deep_metrics=deep_metrics)
         for s in range(0, len(ids), 11):  # uneven batches
             m.update(emb[s : s + 11], labels[s : s + 11], ids[s : s + 11])
         out = m.compute()
@@ -275,6 +277,51 @@ def test_two_process_gloo_equals_single_process(data, tmp_path, distributed_sear
         got = torch.load(f"{out_path}.{rank}")
         assert int(got["num_duplicates"]) == 10 and int(ref["num_duplicates"]) == 0
         assert_same(got, ref)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_queries", [None, 50])
+def test_two_process_gloo_shallow_mode_equals_single_process(data, tmp_path, max_queries):
+    emb, labels, ids = data
+    perm = torch.randperm(150, generator=torch.Generator().manual_seed(1))
+    shards = [(emb[r], labels[r], ids[r]) for r in (perm[:80], torch.cat([perm[80:], perm[:10]]))]
+    single = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, max_queries=max_queries, deep_metrics=False)
+    single.update(emb, labels, ids)
+    ref = single.compute()
+    assert "r_precision" not in ref and "first_relevant_rank" not in ref["per_query"]
+    out_path = str(tmp_path / "out")
+    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, True, max_queries, False), nprocs=2, join=True)
+    for rank in range(2):
+        assert_same(torch.load(f"{out_path}.{rank}"), ref)
+
+
+def test_shallow_mode_equals_the_kernel_and_follows_its_schema(data):
+    emb, labels, ids = data
+    m = EmbeddingRetrieval(ks=KS, deep_metrics=False, max_queries=60, return_neighbors=3)
+    m.update(emb, labels, ids)
+    out = m.compute()
+    order = torch.argsort(ids)
+    ref = embedding_retrieval_metrics(
+        emb[order], labels[order], ids[order], ks=KS, deep_metrics=False, max_queries=60, return_neighbors=3
+    )
+    ref["neighbors"] = {"ids": ids[order][ref["neighbors"]["indices"]], "labels": labels[order][ref["neighbors"]["indices"]],
+                        "scores": ref["neighbors"]["scores"]}
+    assert_same(out, ref)
+    schema = m.output_schema()
+    assert set(out) - {"per_query", "neighbors"} == set(schema)
+    assert set(out["per_query"]) == set(schema.per_query)
+    assert not {"r_precision", "map@r", "macro_map@r", "mean_first_relevant_rank", "map@r_se"} & set(schema)
+    deep = EmbeddingRetrieval(ks=KS, max_queries=60)
+    deep.update(emb, labels, ids)
+    full = deep.compute()
+    for key in schema.scalar_keys():
+        assert torch.equal(out[key].nan_to_num(-1.0), full[key].nan_to_num(-1.0)), key
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_deep_metrics_must_be_a_bool(value):
+    with pytest.raises(ValueError, match="`deep_metrics`"):
+        EmbeddingRetrieval(deep_metrics=value)
 
 
 def test_query_sample_is_the_same_at_every_world_size_and_order(data):

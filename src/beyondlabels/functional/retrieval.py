@@ -47,7 +47,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -55,6 +55,7 @@ from torch import Tensor
 
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.search import (
+    Neighbors,
     _Gallery,
     _available,
     _check_int_vector,
@@ -80,11 +81,16 @@ __all__ = [
 
 
 def retrieval_output_schema(
-    ks: Sequence[int], graded: Sequence[str] = (), sampled: bool = False, mistake_stats: Mapping[str, Sequence[str]] | None = None
+    ks: Sequence[int],
+    graded: Sequence[str] = (),
+    sampled: bool = False,
+    mistake_stats: Mapping[str, Sequence[str]] | None = None,
+    deep_metrics: bool = True,
 ) -> OutputSchema:
     """The output schema of :func:`embedding_retrieval_metrics` for cut-offs ``ks`` and graded matrix names; with
     ``sampled`` (a query sample, ``max_queries``) also ``num_query_pool`` and the standard error ``<key>_se`` of
-    every micro-averaged metric.
+    every micro-averaged metric; without ``deep_metrics`` (see :func:`embedding_retrieval_metrics`) none of the
+    keys that need a search past ``max(ks)``.
 
     Example:
         >>> s = retrieval_output_schema((1, 5))
@@ -94,6 +100,7 @@ def retrieval_output_schema(
         False
     """
     ks = _check_ks(ks)
+    deep_metrics = _check_deep_metrics(deep_metrics)
     up, down = KeySpec("scalar", True), KeySpec("scalar", False)
     keys: dict[str, KeySpec] = {}
     per_query: dict[str, KeySpec] = {}
@@ -110,30 +117,38 @@ def retrieval_output_schema(
         for stat in stats:
             keys[f"{name}_mistake_{stat}"] = up
             per_query[f"{name}_mistake_{stat}"] = KeySpec("per_query", True)
-    keys["r_precision"] = up
-    keys["map@r"] = up
-    per_query["r_precision"] = per_query["map@r"] = KeySpec("per_query", True)
-    keys["mean_first_relevant_rank"] = keys["median_first_relevant_rank"] = down
-    per_query["first_relevant_rank"] = KeySpec("per_query", False)
+    if deep_metrics:
+        keys["r_precision"] = up
+        keys["map@r"] = up
+        per_query["r_precision"] = per_query["map@r"] = KeySpec("per_query", True)
+        keys["mean_first_relevant_rank"] = keys["median_first_relevant_rank"] = down
+        per_query["first_relevant_rank"] = KeySpec("per_query", False)
     for k in ks:
         keys[f"macro_precision@{k}"] = up
-    keys["macro_r_precision"] = keys["macro_map@r"] = up
+    if deep_metrics:
+        keys["macro_r_precision"] = keys["macro_map@r"] = up
     keys["num_queries"] = keys["num_lone_queries"] = KeySpec("scalar", None, count=True)
     keys["precision_curve"] = KeySpec("curve", True)
     per_query["num_relevant"] = KeySpec("per_query", None, count=True)
     per_query["query_id"] = per_query["label"] = KeySpec("per_query", None)
     if sampled:
-        for key in _micro_keys(ks, graded):
+        for key in _micro_keys(ks, graded, deep_metrics):
             keys[f"{key}_se"] = KeySpec("scalar", None)
         keys["num_query_pool"] = KeySpec("scalar", None, count=True)
     return OutputSchema(keys, per_query)
 
 
-def _micro_keys(ks: Sequence[int], graded: Sequence[str]) -> list[str]:
+def _micro_keys(ks: Sequence[int], graded: Sequence[str], deep_metrics: bool = True) -> list[str]:
     """The keys that are plain means over (non-lone) queries, in output order."""
     keys = [f"{family}@{k}" for family in ("precision", "recall", "hit", "ndcg") for k in ks]
     keys += [f"{name}_{family}@{k}" for name in graded for family in ("precision", "ndcg") for k in ks]
-    return keys + ["r_precision", "map@r", "mean_first_relevant_rank"]
+    return keys + (["r_precision", "map@r", "mean_first_relevant_rank"] if deep_metrics else [])
+
+
+def _check_deep_metrics(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"`deep_metrics` must be True or False, got {value!r}.")
+    return value
 
 
 def sample_queries(ids: Tensor, max_queries: int, seed: int = 0) -> Tensor:
@@ -210,6 +225,36 @@ def _first_relevant_rank_full(gal: _Gallery, q: Tensor, q_labels: Tensor, g_labe
     return before.sum(dim=1).to(torch.float64) + 1.0
 
 
+# Shallow mode joins the search's chunks into blocks of up to this many neighbours for the metric code (see `_joined`).
+_SHALLOW_JOIN_ELEMENTS = 2**19
+
+
+def _joined(chunks: Iterator[Neighbors], max_elements: int) -> Iterator[Neighbors]:
+    """Consecutive chunks of equal depth joined into chunks of at most ``max_elements`` neighbours (or one chunk).
+
+    Shallow lists are short, so the metric code would otherwise run many small steps per chunk. Every per-query
+    value is computed row by row, so joining chunks changes no value.
+    """
+    pending: list[Neighbors] = []
+    size = 0
+    for chunk in chunks:
+        if pending and (chunk.depth != pending[0].depth or size + chunk.indices.numel() > max_elements):
+            yield _join(pending)
+            pending, size = [], 0
+        pending.append(chunk)
+        size += chunk.indices.numel()
+    if pending:
+        yield _join(pending)
+
+
+def _join(parts: list[Neighbors]) -> Neighbors:
+    if len(parts) == 1:
+        return parts[0]
+    return Neighbors(
+        torch.cat([p.rows for p in parts]), torch.cat([p.scores for p in parts]), torch.cat([p.indices for p in parts])
+    )
+
+
 def retrieval_per_query(
     embeddings: Tensor,
     labels: Tensor,
@@ -226,6 +271,7 @@ def retrieval_per_query(
     return_neighbors: int = 0,
     share: tuple[int, int] | None = None,
     query_rows: Tensor | None = None,
+    deep_metrics: bool = True,
 ) -> dict[str, Tensor]:
     """Per-query values of the queries in ``share`` (all by default), the input of :func:`aggregate_retrieval`.
 
@@ -238,15 +284,16 @@ def retrieval_per_query(
     Returns:
         A dict of tensors with one row per query of the share: ``query_index`` (position in the query set),
         ``hits`` (int64 ``[c, K]``: relevant items within the top 1..K, ``K = max(curve_max_k, max(ks))``),
-        ``num_relevant`` and float64 ``r_precision``, ``map@r``, ``first_relevant_rank``, ``ndcg@{k}`` and the graded
-        ``{name}_precision@{k}`` / ``{name}_ndcg@{k}`` (NaN for lone queries); with ``return_neighbors=n`` also
-        ``neighbor_indices`` and ``neighbor_scores`` ``[c, n]``.
+        ``num_relevant`` and float64 ``ndcg@{k}``, the graded ``{name}_precision@{k}`` / ``{name}_ndcg@{k}`` and, with
+        ``deep_metrics``, ``r_precision``, ``map@r``, ``first_relevant_rank`` (NaN for lone queries); with
+        ``return_neighbors=n`` also ``neighbor_indices`` and ``neighbor_scores`` ``[c, n]``.
     """
     ks_t = _check_ks(ks)
     _check_positive_int(chunk_size, "chunk_size")
     lowp = _check_precision(precision)
     curve_max_k = ks_t[-1] if curve_max_k is None else _check_positive_int(curve_max_k, "curve_max_k")
     _check_non_negative_int(return_neighbors, "return_neighbors")
+    deep_metrics = _check_deep_metrics(deep_metrics)
     graded = tuple(graded)
     for g in graded:
         if not isinstance(g, ClassGains):
@@ -310,7 +357,11 @@ def retrieval_per_query(
 
     kmax = ks_t[-1]
     hits_k = max(curve_max_k, kmax)
-    depths = torch.clamp(torch.maximum(r, torch.tensor(max(hits_k, return_neighbors), device=device)), max=avail)
+    shallow_depth = torch.tensor(max(hits_k, return_neighbors), device=device)
+    if deep_metrics:
+        depths = torch.clamp(torch.maximum(r, shallow_depth), max=avail)
+    else:  # nothing needs depth R: every query is searched to the same depth K
+        depths = shallow_depth.expand(r.shape[0])
     ks_index = torch.tensor([k - 1 for k in ks_t], device=device)
     discount = 1.0 / torch.log2(torch.arange(2, kmax + 2, device=device, dtype=torch.float64))
     binary_ideal = torch.cumsum(discount, dim=0)
@@ -347,33 +398,38 @@ def retrieval_per_query(
             type(c)(query_rows[c.rows], c.scores, c.indices)
             for c in _search_normalized(gn, depths[query_rows], subset, sub_excl, share, chunk_size, lowp)
         )
+    if not deep_metrics:
+        chunks = _joined(chunks, _SHALLOW_JOIN_ELEMENTS)
     for chunk in chunks:
         rows, vals, idx = chunk.rows, chunk.scores, chunk.indices
         depth = idx.shape[1]
-        ql, rq, ok = q_labels[rows], r[rows], ~lone[rows]
-        rel = (g_labels[idx] == ql.unsqueeze(1)) & torch.isfinite(vals)
+        # index_select, not x[rows]: the same values, but no parallel region (which costs milliseconds per call on an
+        # oversubscribed CPU, where the second OpenMP thread has to be woken).
+        ql, rq, ok = q_labels.index_select(0, rows), r.index_select(0, rows), ~lone.index_select(0, rows)
+        rel = (g_labels.index_select(0, idx.reshape(-1)).view(idx.shape) == ql.unsqueeze(1)) & torch.isfinite(vals)
         cum = torch.cumsum(rel, dim=1, dtype=torch.int32)
         out_rows.append(rows)
         out_hits.append(cum[:, :hits_k].clone())  # a slice would keep the whole [c, depth] block alive
 
         rq_safe = rq.clamp(min=1)
-        rank = torch.arange(1, depth + 1, device=device, dtype=torch.float64)
-        within_r = rank.unsqueeze(0) <= rq.unsqueeze(1)
-        in_r = torch.gather(cum, 1, (rq_safe - 1).unsqueeze(1)).squeeze(1).to(torch.float64)
-        prec_terms = torch.where(rel & within_r, cum.to(torch.float64) / rank, 0.0)
-        # A running sum read at rank R: the summation order does not depend on the chunk's depth.
-        ap = torch.gather(torch.cumsum(prec_terms, dim=1), 1, (rq_safe - 1).unsqueeze(1)).squeeze(1) / rq_safe
-        out_rp.append(torch.where(ok, in_r / rq_safe, nan))
-        out_map.append(torch.where(ok, ap, nan))
+        if deep_metrics:
+            rank = torch.arange(1, depth + 1, device=device, dtype=torch.float64)
+            within_r = rank.unsqueeze(0) <= rq.unsqueeze(1)
+            in_r = torch.gather(cum, 1, (rq_safe - 1).unsqueeze(1)).squeeze(1).to(torch.float64)
+            prec_terms = torch.where(rel & within_r, cum.to(torch.float64) / rank, 0.0)
+            # A running sum read at rank R: the summation order does not depend on the chunk's depth.
+            ap = torch.gather(torch.cumsum(prec_terms, dim=1), 1, (rq_safe - 1).unsqueeze(1)).squeeze(1) / rq_safe
+            out_rp.append(torch.where(ok, in_r / rq_safe, nan))
+            out_map.append(torch.where(ok, ap, nan))
 
-        found = rel.any(dim=1)
-        first = torch.argmax(rel.to(torch.uint8), dim=1).to(torch.float64) + 1.0
-        missing = ok & ~found
-        if bool(missing.any()):
-            m = torch.nonzero(missing).flatten()
-            ex = None if excl is None else excl[rows[m]]
-            first[m] = _first_relevant_rank_full(gal, gal.g[rows[m]] if qn is None else qn[rows[m]], ql[m], g_labels, ex)
-        out_first.append(torch.where(ok, first, nan))
+            found = rel.any(dim=1)
+            first = torch.argmax(rel.to(torch.uint8), dim=1).to(torch.float64) + 1.0
+            missing = ok & ~found
+            if bool(missing.any()):
+                m = torch.nonzero(missing).flatten()
+                ex = None if excl is None else excl[rows[m]]
+                first[m] = _first_relevant_rank_full(gal, gal.g[rows[m]] if qn is None else qn[rows[m]], ql[m], g_labels, ex)
+            out_first.append(torch.where(ok, first, nan))
 
         dcg = torch.cumsum(rel[:, :kmax].to(torch.float64) * discount, dim=1)
         ndcg = dcg[:, ks_index] / binary_ideal[torch.minimum(rq_safe.unsqueeze(1), ks_index.unsqueeze(0) + 1) - 1]
@@ -404,12 +460,13 @@ def retrieval_per_query(
     rows_all = cat(out_rows, (0,), torch.long)
     result = {
         "query_index": rows_all,
-        "num_relevant": r[rows_all],
+        "num_relevant": r.index_select(0, rows_all),
         "hits": cat(out_hits, (0, hits_k), torch.long).to(torch.long),
-        "r_precision": cat(out_rp, (0,), torch.float64),
-        "map@r": cat(out_map, (0,), torch.float64),
-        "first_relevant_rank": cat(out_first, (0,), torch.float64),
     }
+    if deep_metrics:
+        result["r_precision"] = cat(out_rp, (0,), torch.float64)
+        result["map@r"] = cat(out_map, (0,), torch.float64)
+        result["first_relevant_rank"] = cat(out_first, (0,), torch.float64)
     ndcg_all = cat(out_ndcg, (0, len(ks_t)), torch.float64)
     for j, k in enumerate(ks_t):
         result[f"ndcg@{k}"] = ndcg_all[:, j]
@@ -449,6 +506,7 @@ def aggregate_retrieval(
     graded: Sequence[str] = (),
     query_ids: Tensor | None = None,
     query_pool: int | None = None,
+    deep_metrics: bool = True,
 ) -> dict[str, Tensor | dict[str, Tensor]]:
     """Scalars, curve and ``per_query`` dict from the per-query values of every query (see the module docstring).
 
@@ -463,20 +521,25 @@ def aggregate_retrieval(
         ks, curve_max_k: As given to :func:`retrieval_per_query`.
         graded: Names of the graded matrices given to it.
         query_ids: Optional ``[Q]`` ids reported as ``per_query["query_id"]`` (default: the query position).
+        deep_metrics: As given to :func:`retrieval_per_query`.
 
     Returns:
         The dict described in :func:`embedding_retrieval_metrics`.
     """
     ks_t = _check_ks(ks)
+    deep_metrics = _check_deep_metrics(deep_metrics)
+    if deep_metrics and "r_precision" not in per_query:
+        raise ValueError("`per_query` was computed with deep_metrics=False; aggregate it with deep_metrics=False too.")
     curve_max_k = ks_t[-1] if curve_max_k is None else curve_max_k
     order = torch.argsort(per_query["query_index"])
-    pq = {k: v[order] for k, v in per_query.items()}
+    pq = {k: v.index_select(0, order) for k, v in per_query.items()}  # index_select: see retrieval_per_query
     device = pq["hits"].device
     index = pq["query_index"]
     labels = query_labels.to(device=device, dtype=torch.long)[index]
     r = pq["num_relevant"]
     ok = r > 0
-    n_ok = int(ok.sum())
+    ok_rows = torch.nonzero(ok).flatten()
+    n_ok = int(ok_rows.numel())
     n_queries = int(index.numel())
     nan = torch.tensor(float("nan"), dtype=torch.float64, device=device)
     hits = pq["hits"].to(torch.float64)
@@ -495,41 +558,45 @@ def aggregate_retrieval(
         for family in ("precision", "ndcg"):
             for k in ks_t:
                 vectors[f"{name}_{family}@{k}"] = pq[f"{name}_{family}@{k}"]
-    for key in ("r_precision", "map@r"):
-        vectors[key] = pq[key]
+    if deep_metrics:
+        for key in ("r_precision", "map@r"):
+            vectors[key] = pq[key]
     mistakes = {key: pq[key] for key in pq if "_mistake_" in key}
 
-    codes = torch.unique(labels[ok], return_inverse=True)[1] if n_ok else None
+    codes = torch.unique(labels.index_select(0, ok_rows), return_inverse=True)[1] if n_ok else None
     n_classes = int(codes.max()) + 1 if n_ok else 0
     for key, value in vectors.items():
-        out[key] = value[ok].mean() if n_ok else nan
+        out[key] = value.index_select(0, ok_rows).mean() if n_ok else nan
     for key, value in mistakes.items():  # means over the top-1 mistakes (NaN elsewhere)
         found = ~torch.isnan(value)
         out[key] = value[found].mean() if bool(found.any()) else nan
-    first = pq["first_relevant_rank"]
-    out["mean_first_relevant_rank"] = first[ok].mean() if n_ok else nan
-    out["median_first_relevant_rank"] = torch.quantile(first[ok], 0.5) if n_ok else nan
+    if deep_metrics:
+        first = pq["first_relevant_rank"]
+        out["mean_first_relevant_rank"] = first.index_select(0, ok_rows).mean() if n_ok else nan
+        out["median_first_relevant_rank"] = torch.quantile(first.index_select(0, ok_rows), 0.5) if n_ok else nan
     for k in ks_t:
-        out[f"macro_precision@{k}"] = _class_mean(vectors[f"precision@{k}"][ok], codes, n_classes) if n_ok else nan
-    out["macro_r_precision"] = _class_mean(vectors["r_precision"][ok], codes, n_classes) if n_ok else nan
-    out["macro_map@r"] = _class_mean(vectors["map@r"][ok], codes, n_classes) if n_ok else nan
+        out[f"macro_precision@{k}"] = _class_mean(vectors[f"precision@{k}"].index_select(0, ok_rows), codes, n_classes) if n_ok else nan
+    if deep_metrics:
+        out["macro_r_precision"] = _class_mean(vectors["r_precision"].index_select(0, ok_rows), codes, n_classes) if n_ok else nan
+        out["macro_map@r"] = _class_mean(vectors["map@r"].index_select(0, ok_rows), codes, n_classes) if n_ok else nan
     out["num_queries"] = torch.tensor(n_ok, dtype=torch.long, device=device)
     out["num_lone_queries"] = torch.tensor(n_queries - n_ok, dtype=torch.long, device=device)
     rank = torch.arange(1, curve_max_k + 1, device=device, dtype=torch.float64)
     if n_ok:
-        out["precision_curve"] = hits[ok, :curve_max_k].sum(dim=0) / rank / n_ok
+        out["precision_curve"] = hits.index_select(0, ok_rows)[:, :curve_max_k].contiguous().sum(dim=0) / rank / n_ok
     else:
         out["precision_curve"] = torch.full_like(rank, float("nan"))
     per_query_out = {"query_id": index if query_ids is None else query_ids.to(device)[index], "label": labels, "num_relevant": r}
     per_query_out.update(vectors)
     per_query_out.update(mistakes)
-    per_query_out["first_relevant_rank"] = first
+    if deep_metrics:
+        per_query_out["first_relevant_rank"] = first
     out["per_query"] = per_query_out
     if query_pool is not None:
         fpc = math.sqrt(max(query_pool - n_ok, 0) / (query_pool - 1)) if query_pool > 1 else 0.0
-        for key in _micro_keys(ks_t, graded):
+        for key in _micro_keys(ks_t, graded, deep_metrics):
             values = per_query_out[key.replace("mean_", "")] if key.startswith("mean_") else per_query_out[key]
-            values = values[ok]
+            values = values.index_select(0, ok_rows)
             se = values.std(unbiased=True) / math.sqrt(n_ok) * fpc if n_ok > 1 else nan
             out[f"{key}_se"] = se if n_ok > 1 else nan
         out["num_query_pool"] = torch.tensor(query_pool, dtype=torch.long, device=device)
@@ -554,6 +621,7 @@ def embedding_retrieval_metrics(
     return_neighbors: int = 0,
     max_queries: int | None = None,
     query_seed: int = 0,
+    deep_metrics: bool = True,
 ) -> dict[str, Tensor | dict[str, Tensor]]:
     """Retrieval metrics of an embedding gallery from one exact cosine search (definitions: module docstring).
 
@@ -579,6 +647,13 @@ def embedding_retrieval_metrics(
             by position without ids), each against the whole gallery; adds ``num_query_pool`` and the standard error
             ``<key>_se`` of every micro-averaged metric. None (default): every query.
         query_seed: Seed of the query sample.
+        deep_metrics: Also compute the metrics that need a search past ``K = max(max(ks), curve_max_k,
+            return_neighbors)``: ``r_precision`` and ``map@r`` (each query searched to depth ``max(R, K)``), their
+            ``macro_*`` versions, and ``first_relevant_rank`` (exact over the whole gallery: queries without a
+            relevant item in their searched list get a full row of products) with its mean and median. False
+            (shallow mode) searches every query to depth ``K`` only and leaves those keys out of the outputs, the
+            schema, ``per_query`` and the ``_se`` / interval keys; every other value is bitwise the one of
+            ``deep_metrics=True``. On data with large ``R`` shallow mode costs little more than the products.
 
     Returns:
         A dict of 0-d tensors (float64 metrics; int64 ``num_queries``, ``num_lone_queries``), the 1-D float64
@@ -588,15 +663,19 @@ def embedding_retrieval_metrics(
     Raises:
         ValueError: On empty, non-finite, zero-norm or wrongly shaped embeddings; labels or ids whose length does not
             match; non-integer labels; duplicated ids; bad ``ks`` / ``curve_max_k`` (non-positive, or larger than the
-            gallery available to a query); labels missing from a gain matrix; bad ``chunk_size``, ``precision`` or
-            ``return_neighbors``.
+            gallery available to a query); labels missing from a gain matrix; bad ``chunk_size``, ``precision``,
+            ``return_neighbors`` or ``deep_metrics`` (not a bool).
 
     Example:
         >>> emb = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
         >>> m = embedding_retrieval_metrics(emb, torch.tensor([0, 0, 1, 1]), ks=(1, 2))
         >>> m["precision@1"], m["precision@2"], m["ndcg@2"]
         (tensor(1., dtype=torch.float64), tensor(0.5000, dtype=torch.float64), tensor(1., dtype=torch.float64))
+        >>> shallow = embedding_retrieval_metrics(emb, torch.tensor([0, 0, 1, 1]), ks=(1, 2), deep_metrics=False)
+        >>> shallow["precision@2"] == m["precision@2"], "map@r" in shallow, "first_relevant_rank" in shallow["per_query"]
+        (tensor(True), False, False)
     """
+    deep_metrics = _check_deep_metrics(deep_metrics)
     q_labels = labels if query_embeddings is None else query_labels
     q_ids = ids if query_embeddings is None else query_ids
     rows, pool = None, None
@@ -619,6 +698,7 @@ def embedding_retrieval_metrics(
         graded=graded,
         return_neighbors=return_neighbors,
         query_rows=rows,
+        deep_metrics=deep_metrics,
     )
     return aggregate_retrieval(
         per_query,
@@ -628,5 +708,6 @@ def embedding_retrieval_metrics(
         graded=[g.name for g in graded],
         query_ids=q_ids,
         query_pool=None if max_queries is None else pool,
+        deep_metrics=deep_metrics,
     )
 

@@ -10,7 +10,13 @@ from torch import Tensor
 
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.functional.retrieval import aggregate_retrieval, retrieval_output_schema, retrieval_per_query, sample_queries
+from beyondlabels.functional.retrieval import (
+    _check_deep_metrics,
+    aggregate_retrieval,
+    retrieval_output_schema,
+    retrieval_per_query,
+    sample_queries,
+)
 from beyondlabels.functional.search import _check_ks, _check_non_negative_int, _check_positive_int, _check_precision
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
@@ -50,6 +56,9 @@ class EmbeddingRetrieval(PerSampleMetric):
         query_seed: Seed of the query sample.
         distributed_search: Split the search between processes (see above).
         validate_args: Check embeddings for NaN/Inf in every update (a host sync per batch).
+        deep_metrics: Also compute ``r_precision``, ``map@r`` and ``first_relevant_rank`` (and their means), which
+            need a search past ``max(ks)``; False is the shallow mode of
+            :func:`~beyondlabels.functional.retrieval.embedding_retrieval_metrics` (those keys are absent).
         kwargs: Passed to :class:`torchmetrics.Metric` (e.g. ``sync_on_compute``, ``process_group``).
 
     Inputs of :meth:`update`:
@@ -87,6 +96,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         query_seed: int = 0,
         distributed_search: bool = True,
         validate_args: bool = True,
+        deep_metrics: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
@@ -101,6 +111,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             _check_positive_int(max_queries, "max_queries")
         if isinstance(query_seed, bool) or not isinstance(query_seed, int):
             raise ValueError(f"`query_seed` must be an int, got {query_seed!r}.")
+        _check_deep_metrics(deep_metrics)
         graded = tuple(graded)
         for g in graded:
             if not isinstance(g, ClassGains):
@@ -114,6 +125,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         self.return_neighbors = return_neighbors
         self.max_queries = max_queries
         self.query_seed = query_seed
+        self.deep_metrics = deep_metrics
         self.distributed_search = bool(distributed_search)
         self.label_names: dict[int, str] = {}
         self.add_sample_state("embeddings")
@@ -125,6 +137,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             [g.name for g in self.graded],
             sampled=self.max_queries is not None,
             mistake_stats={g.name: list(g.mistake_stats) for g in self.graded if g.mistake_stats},
+            deep_metrics=self.deep_metrics,
         )
         return schema.merged(OutputSchema({"num_duplicates": self.count_spec()}))
 
@@ -175,6 +188,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             return_neighbors=self.return_neighbors,
             share=share,
             query_rows=query_rows,
+            deep_metrics=self.deep_metrics,
         )
         rows = self.gather_rows(rows) if share is not None else rows
         out = aggregate_retrieval(
@@ -185,6 +199,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             graded=[g.name for g in self.graded],
             query_ids=ids,
             query_pool=None if self.max_queries is None else ids.numel(),
+            deep_metrics=self.deep_metrics,
         )
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
         if "neighbors" in out:
