@@ -483,23 +483,14 @@ def _symmetric_block(n: int, chunk_size: int) -> int:
     return min(n, aligned) if aligned <= side else block
 
 
-def _leave_one_out_topk(g: Tensor, depth: int, block: int, lo: int, hi: int) -> tuple[Tensor, Tensor]:
-    """Exact top ``depth`` of rows ``lo:hi`` of ``g @ g.T`` with the diagonal excluded, each block pair computed once.
-
-    The score matrix is symmetric, so only blocks ``(a, b)`` with ``a <= b`` are multiplied; block ``(a, b)`` updates
-    the rows of ``a`` and, transposed, those of ``b`` — those inside ``lo:hi`` (both multiples of ``block``, or
-    ``hi == n``). Every row keeps its running top ``depth`` as int64 keys (`_to_keys`), whose order is the exact
-    ranking order, so merging a block into it is one ``torch.topk``. A pair's score comes from the same block
-    product whatever ``lo:hi`` is, so a share gives bitwise the rows the whole search gives.
-    """
+def _symmetric_blocks(
+    g: Tensor, block: int, lo: int, hi: int, ws: _Workspace
+) -> Iterator[tuple[int, int, int, int, bool, bool, Tensor]]:
+    """The score blocks ``(a, b)``, ``a <= b``, of ``g @ g.T`` (diagonal at -inf) that touch rows ``lo:hi``, each
+    computed once: ``(a, a_end, b, b_end, a_owned, b_owned, scores)``, where ``a_owned`` says the rows of block ``a``
+    lie in ``lo:hi`` and ``b_owned`` that the transposed block updates the rows of block ``b``. A pair's score comes
+    from the same block product whatever ``lo:hi`` is. ``scores`` lives in ``ws`` until the next block."""
     n = g.shape[0]
-    best = torch.full((hi - lo, depth), torch.iinfo(torch.int64).min, dtype=torch.int64, device=g.device)
-    ws = _Workspace(g.device)
-
-    def merge(start: int, stop: int, scores: Tensor, col0: int, transposed: bool) -> None:
-        rows = slice(start - lo, stop - lo)
-        best[rows] = _topk_keys(scores, depth, col0, transposed, best[rows], ws)
-
     for a in range(0, n, block):
         a_end = min(a + block, n)
         a_owned = lo <= a < hi
@@ -511,10 +502,30 @@ def _leave_one_out_topk(g: Tensor, depth: int, block: int, lo: int, hi: int) -> 
             scores = _scores(g[a:a_end], g[b:b_end], ws)
             if a == b:
                 scores.fill_diagonal_(float("-inf"))
-            if a_owned:
-                merge(a, a_end, scores, b, False)
-            if b_owned:
-                merge(b, b_end, scores, a, True)
+            yield a, a_end, b, b_end, a_owned, b_owned, scores
+
+
+def _leave_one_out_topk(g: Tensor, depth: int, block: int, lo: int, hi: int) -> tuple[Tensor, Tensor]:
+    """Exact top ``depth`` of rows ``lo:hi`` of ``g @ g.T`` with the diagonal excluded, each block pair computed once.
+
+    The score matrix is symmetric, so only blocks ``(a, b)`` with ``a <= b`` are multiplied; block ``(a, b)`` updates
+    the rows of ``a`` and, transposed, those of ``b`` — those inside ``lo:hi`` (both multiples of ``block``, or
+    ``hi == n``). Every row keeps its running top ``depth`` as int64 keys (`_to_keys`), whose order is the exact
+    ranking order, so merging a block into it is one ``torch.topk``. A pair's score comes from the same block
+    product whatever ``lo:hi`` is, so a share gives bitwise the rows the whole search gives.
+    """
+    best = torch.full((hi - lo, depth), torch.iinfo(torch.int64).min, dtype=torch.int64, device=g.device)
+    ws = _Workspace(g.device)
+
+    def merge(start: int, stop: int, scores: Tensor, col0: int, transposed: bool) -> None:
+        rows = slice(start - lo, stop - lo)
+        best[rows] = _topk_keys(scores, depth, col0, transposed, best[rows], ws)
+
+    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):
+        if a_owned:
+            merge(a, a_end, scores, b, False)
+        if b_owned:
+            merge(b, b_end, scores, a, True)
     return _from_keys(torch.sort(best, dim=1, descending=True).values)
 
 
@@ -570,7 +581,6 @@ def _leave_one_out_candidates(
     Rows are yielded in chunks of ``chunk_size`` in ascending order of ``depths`` (local to ``lo:hi``); ``need[r]`` is
     the deepest depth of row ``r``'s chunk.
     """
-    n = g.shape[0]
     device = g.device
     rows_n = hi - lo
     # Chunks of rows in ascending order of depth; each row is searched as deep as its chunk's deepest.
@@ -643,21 +653,11 @@ def _leave_one_out_candidates(
         vals = scores.view(-1).index_select(0, flat.index_select(0, perm))
         insert(b - lo, b_end - b, row, _survivor_keys(vals, trans.sub_(row * na), a))
 
-    for a in range(0, n, block):
-        a_end = min(a + block, n)
-        a_owned = lo <= a < hi
-        for b in range(a, n, block):
-            b_end = min(b + block, n)
-            b_owned = lo <= b < hi and a != b
-            if not (a_owned or b_owned):
-                continue
-            scores = _scores(g[a:a_end], g[b:b_end], ws)
-            if a == b:
-                scores.fill_diagonal_(float("-inf"))
-            if a_owned:
-                side_a(scores, a, a_end, b)
-            if b_owned:
-                side_b(scores, a, b, b_end)
+    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):
+        if a_owned:
+            side_a(scores, a, a_end, b)
+        if b_owned:
+            side_b(scores, a, b, b_end)
     short = ~compacted & (fill < need)
     gal = _Gallery(g, None)
     for start in range(0, rows_n, chunk_size):
