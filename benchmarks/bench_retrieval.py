@@ -16,7 +16,8 @@ fresh subprocess per method. Threads are pinned with torch.set_num_threads / fai
 (each query searched to depth max(R, k)), ours in shallow mode (``deep_metrics=False``: depth max(k) only, no
 R-precision / MAP@R / first relevant rank), the search alone at that depth, a plain torch baseline (2,048-row chunks of
 ``X @ X.T``, diagonal masked, ``topk(max R)``) and faiss. Ratios are against the half products (the least work any
-exact leave-one-out search does).
+exact leave-one-out search does). Then the peak memory of ours, full leave-one-out on the same kind of data at
+``--mem-n`` (default 100,000; 0 skips it), in a fresh process.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def peak_rss_mb() -> float:
 def child(args) -> None:
     """Run one method once in this fresh process and print its peak RSS."""
     set_threads(args.threads)
-    emb, labels = make_data(args.n, args.d, args.classes, args.noise)
+    emb, labels = make_data(args.n, args.d, args.classes, args.noise, centre_scale=args.centre_scale)
     base = peak_rss_mb()
     t = time.perf_counter()
     if args.child == "ours-subset":
@@ -285,8 +286,8 @@ def child(args) -> None:
 def measure_in_subprocess(method: str, n: int, args, extra=()) -> dict:
     cmd = [
         sys.executable, __file__, "--child", method, "--n", str(n), "--d", str(args.d), "--classes",
-        str(args.classes), "--noise", str(args.noise), "--threads", str(args.threads), "--device", args.device,
-        *extra,
+        str(args.classes), "--noise", str(args.noise), "--centre-scale", str(args.centre_scale), "--threads",
+        str(args.threads), "--device", args.device, *extra,
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -349,6 +350,12 @@ def deep_comparison(args) -> None:
         f"deep / shallow: {best['ours fp32 (deep: depth max(R, k))'] / shallow:.2f}x; "
         f"search alone / half products: {search / half:.2f}x; metric code alone / half products: {metric_code / half:.2f}x"
     )
+    if args.mem_n:
+        r = measure_in_subprocess("ours fp32", args.mem_n, args)
+        print(
+            f"# peak memory of ours, full leave-one-out on deep data at N={args.mem_n} (fresh process, VmHWM): "
+            f"{r['peak_mb']:.0f} MB (after data: {r['data_mb']:.0f} MB), {r['seconds']:.1f} s"
+        )
 
 
 def main() -> None:
@@ -358,7 +365,7 @@ def main() -> None:
     p.add_argument("--classes", type=int, default=100)
     p.add_argument("--noise", type=float, default=3.0, help="noise / centre scale; 3.0 gives P@1 about 0.7 at D=512")
     p.add_argument("--tm-n", type=int, default=4_000, help="size at which torchmetrics (N x N pairs) is compared")
-    p.add_argument("--mem-n", type=int, default=100_000, help="size at which our peak memory is measured")
+    p.add_argument("--mem-n", type=int, default=100_000, help="size at which our peak memory is measured (0: skip)")
     p.add_argument("--mem-queries", type=int, default=8_192,
                    help="queries searched in the memory run (0 = all); peak memory is set by the gallery and one chunk")
     p.add_argument("--threads", type=int, default=2)
@@ -374,14 +381,15 @@ def main() -> None:
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.deep:
-        if "--n" not in sys.argv:
-            args.n = 40_000
         args.classes, args.noise, args.centre_scale = 40, 1.0, 0.15
-        set_threads(args.threads)
-        deep_comparison(args)
-        return
     if args.child:
         child(args)
+        return
+    if args.deep:
+        if "--n" not in sys.argv:
+            args.n = 40_000
+        set_threads(args.threads)
+        deep_comparison(args)
         return
     if args.quick:
         args.n, args.tm_n, args.mem_n, args.mem_queries, args.repeats = 3_000, 1_500, 20_000, 2_048, 1
