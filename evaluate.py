@@ -95,6 +95,23 @@ def _with_intervals(cfg: DictConfig, metrics: dict[str, Any], schema: OutputSche
     return with_confidence_intervals(schema, keys)
 
 
+def _report_files(cfg: DictConfig, metrics: dict[str, Any], schema: OutputSchema) -> tuple[Path, Path]:
+    """The report's path (``output``, default ``<run>/report.json``, its folder created) and the per-query file
+    written beside it (``<stem>.per_query.npz``)."""
+    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    return output, save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
+
+
+def _scalar_report(task: str, metrics: dict[str, Any], schema: OutputSchema) -> dict[str, Any]:
+    """``{"task": task}`` and every scalar of ``schema`` from ``metrics`` (counts as ints)."""
+    report: dict[str, Any] = {"task": task}
+    for key in schema.scalar_keys():
+        value = float(metrics[key])
+        report[key] = int(value) if schema[key].count else value
+    return report
+
+
 def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.get("input"):
         raise ValueError("task=retrieval needs input=PATH.npz (arrays 'embeddings' N×D and 'labels' N, optional 'ids')")
@@ -117,9 +134,7 @@ def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
     schema = _with_intervals(cfg, metrics, retrieval_output_schema(
         ks, graded=graded_names, sampled=max_queries is not None, deep_metrics=deep_metrics
     ))
-    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
+    output, per_query_path = _report_files(cfg, metrics, schema)
     settings = {"input": str(cfg.input), **OmegaConf.to_container(cfg.eval, resolve=True), "curve_max_k": curve_max_k}
     report = retrieval_report(
         metrics,
@@ -164,13 +179,8 @@ def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
         precision=str(cfg.eval.precision), image_ids=data["image_ids"], text_ids=data["text_ids"],
     )  # fmt: skip
     schema = _with_intervals(cfg, metrics, crossmodal_output_schema(ks))
-    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
-    report: dict[str, Any] = {"task": "crossmodal"}
-    for key in schema.scalar_keys():
-        value = float(metrics[key])
-        report[key] = int(value) if schema[key].count else value
+    output, per_query_path = _report_files(cfg, metrics, schema)
+    report = _scalar_report("crossmodal", metrics, schema)
     report.update(ks=ks, per_query_file=per_query_path.name, settings={"input": str(cfg.input), "chunk_size": int(cfg.eval.chunk_size), "precision": str(cfg.eval.precision)})
     report["schema"] = schema.to_json()
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -205,13 +215,8 @@ def evaluate_rprecision(cfg: DictConfig) -> dict[str, Any]:
         caption_codes=data.get("caption_codes"), candidate_sets=load_candidate_sets(sets_path) if sets_path else None, **settings,
     )  # fmt: skip
     schema = rprecision_output_schema(top_r, settings["hard_negatives"])
-    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
-    report: dict[str, Any] = {"task": "rprecision"}
-    for key in schema.scalar_keys():
-        value = float(metrics[key])
-        report[key] = int(value) if schema[key].count else value
+    output, per_query_path = _report_files(cfg, metrics, schema)
+    report = _scalar_report("rprecision", metrics, schema)
     report["r_precision_curve"] = [float(v) for v in metrics["r_precision_curve"]]
     settings.update(input=str(cfg.input), candidate_sets=str(sets_path) if sets_path else None)
     report.update(per_query_file=per_query_path.name, settings=settings, evaluator=data.get("evaluator"))
@@ -265,17 +270,12 @@ def evaluate_hierarchy(cfg: DictConfig) -> dict[str, Any]:
     metrics = hierarchical_precision_recall(pred, rows.gt, taxonomy, include_root=include_root)
     metrics["per_query"]["query_id"] = rows.ids
     schema = _with_intervals(cfg, metrics, hierarchy_output_schema())
-    report: dict[str, Any] = {"task": "hierarchy"}
-    for key in schema.scalar_keys():
-        value = float(metrics[key])
-        report[key] = int(value) if schema[key].count else value
+    report = _scalar_report("hierarchy", metrics, schema)
     report["error_lca_depth_fraction"] = [float(v) for v in metrics["error_lca_depth_fraction"]]
     report["rules"] = {rule: rules.count(rule) for rule in dict.fromkeys(rules)}
     report["settings"] = {"taxonomy": str(cfg.taxonomy), "predictions": str(cfg.predictions), **dict(_plain(options))}
     report["schema"] = schema.to_json()
-    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
+    output, per_query_path = _report_files(cfg, metrics, schema)
     report["per_query_file"] = per_query_path.name
     tmp = output.with_name(output.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -297,13 +297,8 @@ def evaluate_ranking(cfg: DictConfig) -> dict[str, Any]:
     judged = judge_run(load_run(cfg.run), load_qrels(cfg.qrels), depth=cfg.get("depth"))
     metrics = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=ks, relevance_level=int(cfg.get("relevance_level", 1)), query_ids=judged.query_ids)
     schema = _with_intervals(cfg, metrics, ranking_output_schema(ks))
-    output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "report.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", metrics["per_query"], schema)
-    report: dict[str, Any] = {"task": "ranking"}
-    for key in schema.scalar_keys():
-        value = float(metrics[key])
-        report[key] = int(value) if schema[key].count else value
+    output, per_query_path = _report_files(cfg, metrics, schema)
+    report = _scalar_report("ranking", metrics, schema)
     pq = {k: v.tolist() for k, v in metrics["per_query"].items() if k != "query_id"}
     report["per_query"] = {q: {k: (None if v[i] != v[i] else v[i]) for k, v in pq.items()} for i, q in enumerate(judged.queries)}
     report.update(ks=ks, queries_without_qrels=judged.queries_without_qrels, queries_without_run=judged.queries_without_run, per_query_file=per_query_path.name)
