@@ -1,0 +1,185 @@
+"""The selection steps of the search on CPU: comparison masks, positions of set entries, row sorts and row top-k.
+
+Each function returns exactly what the torch expression in its docstring returns. For CPU tensors the work is done by
+numpy (whose sorts and selections use SIMD kernels several times faster than torch's on x86), split by rows over as
+many threads as torch uses (numpy releases the GIL in these loops). Tensors on any other device use the torch
+expression itself. Results share no memory with the inputs unless stated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+from torch import Tensor
+
+# Below this many elements one thread does the work (a thread hand-off costs tens of microseconds).
+_MIN_PARALLEL_ELEMENTS = 1 << 17
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = -1
+
+
+def _executor() -> ThreadPoolExecutor:
+    """One pool per process (a pool inherited through ``fork`` has no threads, so a child makes its own)."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="beyondlabels-select")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim  # glibc only
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc ``malloc_trim``; elsewhere nothing).
+
+    glibc keeps the memory of freed mid-sized blocks (a few MB up to 32 MB) in its heap for reuse; the search frees
+    many such temporaries of varying sizes, and without an occasional trim the process would keep several times the
+    memory the search actually holds at once.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _on_cpu(*tensors: Tensor) -> bool:
+    return all(t.device.type == "cpu" for t in tensors)
+
+
+def _row_slices(rows: int, numel: int) -> list[slice]:
+    parts = min(torch.get_num_threads(), rows) if numel >= _MIN_PARALLEL_ELEMENTS else 1
+    parts = max(parts, 1)
+    edges = [rows * i // parts for i in range(parts + 1)]
+    return [slice(edges[i], edges[i + 1]) for i in range(parts)]
+
+
+def _by_rows(work: Callable[[slice], object], rows: int, numel: int) -> list[object]:
+    """``work`` on each row slice, the first in this thread and the rest in the pool; results in slice order."""
+    slices = _row_slices(rows, numel)
+    if len(slices) == 1:
+        return [work(slices[0])]
+    futures = [_executor().submit(work, s) for s in slices[1:]]
+    first = work(slices[0])
+    return [first] + [f.result() for f in futures]
+
+
+def ge_rows(scores: Tensor, bound: Tensor, out: Tensor) -> Tensor:
+    """``torch.ge(scores, bound.unsqueeze(1), out=out)`` for a 2-D ``scores`` and a bound per row."""
+    if not _on_cpu(scores, bound, out) or not scores.is_contiguous():
+        return torch.ge(scores, bound.unsqueeze(1), out=out)
+    s, b, o = scores.numpy(), bound.numpy()[:, None], out.numpy()
+    _by_rows(lambda r: np.greater_equal(s[r], b[r], out=o[r]), s.shape[0], s.size)
+    return out
+
+
+def ge_cols(scores: Tensor, bound: Tensor, out: Tensor) -> Tensor:
+    """``torch.ge(scores, bound.unsqueeze(0), out=out)`` for a 2-D ``scores`` and a bound per column."""
+    if not _on_cpu(scores, bound, out) or not scores.is_contiguous():
+        return torch.ge(scores, bound.unsqueeze(0), out=out)
+    s, b, o = scores.numpy(), bound.numpy()[None, :], out.numpy()
+    _by_rows(lambda r: np.greater_equal(s[r], b, out=o[r]), s.shape[0], s.size)
+    return out
+
+
+def flat_nonzero(mask: Tensor) -> Tensor:
+    """``torch.nonzero(mask.reshape(-1)).flatten()``: the ascending flat positions of the set entries (int64)."""
+    if not _on_cpu(mask) or not mask.is_contiguous() or mask.dim() != 2:
+        return torch.nonzero(mask.reshape(-1)).flatten()
+    m = mask.numpy()
+    width = m.shape[1]
+    parts = _by_rows(lambda r: np.flatnonzero(m[r]) + (r.start * width), m.shape[0], m.size)
+    return torch.from_numpy(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+
+def sort_rows_descending(x: Tensor, in_place: bool = False) -> Tensor:
+    """``torch.sort(x, dim=1, descending=True).values`` for a 2-D int64 or float tensor without NaN; with
+    ``in_place`` the rows of ``x`` itself are sorted (on CPU without any temporary) and ``x`` is returned."""
+    if not _on_cpu(x) or x.dim() != 2 or x.dtype not in (torch.int64, torch.float32) or not x.is_contiguous():
+        values = torch.sort(x, dim=1, descending=True).values
+        return x.copy_(values) if in_place else values
+    if not in_place:
+        x = x.clone()
+    a = x.numpy()
+    # Ascending sort of an order-reversing image: ~v for integers (exact), -v for floats (exact, no NaN).
+    flip = np.invert if a.dtype.kind == "i" else np.negative
+
+    def work(r: slice) -> None:
+        rows = a[r]
+        flip(rows, out=rows)
+        rows.sort(axis=1)
+        flip(rows, out=rows)
+
+    _by_rows(work, a.shape[0], a.size)
+    return x
+
+
+def top_rows(x: Tensor, k: int) -> Tensor:
+    """``torch.topk(x, k, dim=1, sorted=False).values`` as a set: the ``k`` largest of each row, in no order.
+
+    For rows of distinct values (the search's keys) the set is the one torch picks; with repeated values the
+    multiset of values is the same.
+    """
+    if not _on_cpu(x) or x.dim() != 2 or x.dtype not in (torch.int64, torch.float32):
+        return torch.topk(x, k, dim=1, largest=True, sorted=False).values
+    a = x.numpy()
+    n = a.shape[1]
+    if k >= n:
+        return x.clone()
+    out = np.empty((a.shape[0], k), dtype=a.dtype)
+
+    def work(r: slice) -> None:
+        out[r] = np.partition(a[r], n - k, axis=1)[:, n - k :]
+
+    _by_rows(work, a.shape[0], a.size)
+    return torch.from_numpy(out)
+
+
+def stable_group_order(groups: Tensor, n_groups: int) -> Tensor:
+    """``torch.sort(groups, stable=True).indices`` for a 1-D tensor of values in ``0 .. n_groups - 1`` (int64)."""
+    if not _on_cpu(groups) or groups.dim() != 1:
+        return torch.sort(groups, stable=True).indices
+    g = groups.numpy()
+    if n_groups <= np.iinfo(np.int16).max:
+        g = g.astype(np.int16)  # numpy sorts 16-bit integers stably by radix, in linear time
+    return torch.from_numpy(np.argsort(g, kind="stable").astype(np.int64, copy=False))
+
+
+def concurrently(tasks: Sequence[Callable[[], None]], device: torch.device) -> None:
+    """Run ``tasks`` (which must touch disjoint memory) at the same time, one thread each, on CPU.
+
+    Meanwhile torch's intra-op threads are split between them (``torch.set_num_threads``, restored afterwards):
+    many mid-sized tensor ops run about twice as fast side by side on one thread each as one after the other on
+    two, where every op pays to wake the other thread. On other devices, or with one torch thread, in turn.
+    """
+    threads = torch.get_num_threads()
+    if len(tasks) < 2 or device.type != "cpu" or threads < 2:
+        for task in tasks:
+            task()
+        return
+    torch.set_num_threads(max(1, threads // len(tasks)))
+    try:
+        futures = [_executor().submit(task) for task in tasks[1:]]
+        try:
+            tasks[0]()
+        finally:
+            for future in futures:
+                future.result()
+    finally:
+        torch.set_num_threads(threads)
