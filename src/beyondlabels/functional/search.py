@@ -48,6 +48,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from beyondlabels.functional import _select
+
 __all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
 
 _PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -558,7 +560,7 @@ def _sampled_bounds(g: Tensor, need: Tensor, block: int, lo: int, hi: int) -> Te
         rows = torch.arange(a, a_end, device=g.device)
         own = torch.nonzero(rows % s == 0).flatten()
         scores[own, rows[own] // s] = float("-inf")
-        top = torch.topk(scores, min(int(kr[usable].max()), m), dim=1, largest=True, sorted=True).values
+        top = _select.sort_rows_descending(_select.top_rows(scores, min(int(kr[usable].max()), m)), in_place=True)
         kth = top.gather(1, (kr.clamp(max=top.shape[1]) - 1).unsqueeze(1)).squeeze(1)
         bound[a - lo : a_end - lo] = torch.where(usable & (kth > float("-inf")), kth, lowest)
     return bound
@@ -589,9 +591,11 @@ def _leave_one_out_candidates(
     need = torch.empty_like(depths)
     need[order] = depths[order][ends]
     depth = int(need.max())
-    cap = _candidate_cap(depth)
+    cap = _candidate_cap(depth, rows_n)
     lowest_key = torch.iinfo(torch.int64).min
     bound = _sampled_bounds(g, need, block, lo, hi)
+    if device.type == "cpu":
+        _select.release_free_memory()
     # One more slot at the end takes the items of compacted rows, which are written nowhere else.
     flat_buf = torch.full((rows_n * cap + 1,), lowest_key, dtype=torch.int64, device=device)
     buf, trash = flat_buf[:-1].view(rows_n, cap), rows_n * cap
@@ -622,7 +626,7 @@ def _leave_one_out_candidates(
             within = torch.arange(slot.numel(), device=device) - first.index_select(0, slot)
             src = start.index_select(0, ov).index_select(0, slot) + within
             union.view(-1).index_copy_(0, slot * width + cap + within, keys.index_select(0, src))
-            top = torch.topk(union, depth, dim=1, largest=True, sorted=False).values
+            top = _select.top_rows(union, depth)
             buf[r0 + ov] = torch.cat([top, top.new_full((n_ov, cap - depth), lowest_key)], dim=1)
             f[ov] = depth
             bound[r0 + ov] = _from_keys(top.amin(dim=1))[0]
@@ -632,44 +636,55 @@ def _leave_one_out_candidates(
         flat_buf.index_copy_(0, pos, keys)
         f += counts
 
-    def side_a(scores: Tensor, a: int, a_end: int, b: int) -> None:
+    def side_a(scores: Tensor, a: int, a_end: int, b: int, ws: _Workspace) -> None:
         nb = scores.shape[1]
-        mask = torch.ge(scores, bound[a - lo : a_end - lo].unsqueeze(1), out=ws.get("mask", scores.shape, torch.bool))
-        flat = torch.nonzero(mask.view(-1)).flatten()
+        mask = _select.ge_rows(scores, bound[a - lo : a_end - lo], ws.get("mask", scores.shape, torch.bool))
+        flat = _select.flat_nonzero(mask)
         vals = scores.view(-1).index_select(0, flat)
         flat = flat.to(torch.int32)  # a block holds fewer than 2**31 scores
         row = torch.div(flat, nb, rounding_mode="floor")
         insert(a - lo, a_end - a, row, _survivor_keys(vals, flat.sub_(row * nb), b))
 
-    def side_b(scores: Tensor, a: int, b: int, b_end: int) -> None:
+    def side_b(scores: Tensor, a: int, b: int, b_end: int, ws: _Workspace) -> None:
         na, nb = scores.shape
-        mask = torch.ge(scores, bound[b - lo : b_end - lo].unsqueeze(0), out=ws.get("mask", scores.shape, torch.bool))
-        flat = torch.nonzero(mask.view(-1)).flatten()
+        mask = _select.ge_cols(scores, bound[b - lo : b_end - lo], ws.get("mask", scores.shape, torch.bool))
+        flat = _select.flat_nonzero(mask)
         flat32 = flat.to(torch.int32)
         i = torch.div(flat32, nb, rounding_mode="floor")
-        # Group by column (the rows of block b): sort the positions in the transposed block.
-        trans, perm = torch.sort(flat32.sub_(i * nb).mul_(na).add_(i), stable=True)
-        row = torch.div(trans, na, rounding_mode="floor")
+        # Group by column (the rows of block b), keeping the ascending rows of block a within a column.
+        col = flat32.sub_(i * nb)
+        perm = _select.stable_group_order(col, nb)
+        row = col.index_select(0, perm)
         vals = scores.view(-1).index_select(0, flat.index_select(0, perm))
-        insert(b - lo, b_end - b, row, _survivor_keys(vals, trans.sub_(row * na), a))
+        insert(b - lo, b_end - b, row, _survivor_keys(vals, i.index_select(0, perm), a))
 
+    # The two sides of a block update disjoint rows, so they run side by side (each with its own workspace).
+    ws_b = _Workspace(device)
     for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):
+        tasks = []
         if a_owned:
-            side_a(scores, a, a_end, b)
+            tasks.append(lambda: side_a(scores, a, a_end, b, ws))
         if b_owned:
-            side_b(scores, a, b, b_end)
-    short = ~compacted & (fill < need)
+            tasks.append(lambda: side_b(scores, a, b, b_end, ws_b))
+        _select.concurrently(tasks, device)
+    # Rows whose guess was too high, searched again against the whole gallery, all together; their buffer then
+    # holds exactly their top keys.
+    short = torch.nonzero(~compacted & (fill < need)).flatten()
     gal = _Gallery(g, None)
+    for start in range(0, short.numel(), chunk_size):
+        rows = short[start : start + chunk_size]
+        d = int(need[rows].max())
+        vals, idx = _search_chunk(gal, g[lo + rows], lo + rows, d)
+        buf[rows] = lowest_key
+        buf[rows, :d] = _to_keys(vals, idx)
     for start in range(0, rows_n, chunk_size):
         local = order[start : start + chunk_size]
         d = int(need[local].max())
-        keys = torch.topk(buf.index_select(0, local), d, dim=1, largest=True, sorted=False).values
-        keys = torch.sort(keys, dim=1, descending=True).values
-        vals, idx = _from_keys(keys)
-        redo = torch.nonzero(short[local]).flatten()
-        if redo.numel():
-            vals[redo], idx[redo] = _search_chunk(gal, g[lo + local[redo]], lo + local[redo], d)
+        vals, idx = _from_keys(_select.sort_rows_descending(buf.index_select(0, local), in_place=True)[:, :d])
         yield Neighbors(local + lo, vals, idx)
+    del flat_buf, buf
+    if device.type == "cpu":
+        _select.release_free_memory()
 
 
 def _survivor_keys(vals: Tensor, cols: Tensor, col0: int) -> Tensor:
@@ -679,9 +694,13 @@ def _survivor_keys(vals: Tensor, cols: Tensor, col0: int) -> Tensor:
     return ordered.to(torch.int64).bitwise_left_shift_(32).add_(_LOW32 - col0).sub_(cols)
 
 
-def _candidate_cap(depth: int) -> int:
-    """Keys a row of the candidate search holds before it is compacted to ``depth``."""
-    return depth + max(depth // 4, 64)
+def _candidate_cap(depth: int, rows: int = 0) -> int:
+    """Keys a row of the candidate search holds before it is compacted to ``depth``: at least
+    ``depth + max(depth // 4, 64)``, and up to ``depth * 3 / 2 + 64`` while ``rows`` such rows fit the buffer budget
+    (fewer rows overflow the sampled guess, so fewer are compacted)."""
+    least = depth + max(depth // 4, 64)
+    fits = _SYMMETRIC_BUFFER_BYTES // (8 * max(rows, 1))
+    return max(least, min(depth + depth // 2 + 64, fits))
 
 
 def _available(n_gallery: int, excl: Tensor | None) -> int:
