@@ -378,12 +378,10 @@ def retrieval_per_query(
             e_cls = torch.where(excl >= 0, g_cls[excl.clamp(min=0)], -1)
         graded_state.append((g.name, gains, g_cls, q_cls, counts, e_cls, {k: v.to(device) for k, v in g.mistake_stats.items()}))
 
-    out_rows, out_hits, out_rp, out_map, out_first, out_ndcg = [], [], [], [], [], []
-    out_graded: dict[str, list[Tensor]] = {}
-    out_nb_idx, out_nb_scores = [], []
     gal = _Gallery(gn, lowp)
     nan = float("nan")
     if query_rows is None:
+        out = _RowCollector(q_labels.shape[0])
         chunks = _search_normalized(gn, depths, qn, excl, share, chunk_size, lowp)
     else:
         n_queries = q_labels.shape[0]
@@ -392,6 +390,7 @@ def retrieval_per_query(
         query_rows = query_rows.to(device=device, dtype=torch.long)
         if query_rows.numel() and (int(query_rows.min()) < 0 or int(query_rows.max()) >= n_queries):
             raise ValueError(f"`query_rows` must hold positions in 0..{n_queries - 1}.")
+        out = _RowCollector(query_rows.numel())
         subset = (gn if qn is None else qn)[query_rows]
         sub_excl = None if excl is None else excl[query_rows]
         chunks = (
@@ -408,8 +407,9 @@ def retrieval_per_query(
         ql, rq, ok = q_labels.index_select(0, rows), r.index_select(0, rows), ~lone.index_select(0, rows)
         rel = (g_labels.index_select(0, idx.reshape(-1)).view(idx.shape) == ql.unsqueeze(1)) & torch.isfinite(vals)
         cum = torch.cumsum(rel, dim=1, dtype=torch.int32)
-        out_rows.append(rows)
-        out_hits.append(cum[:, :hits_k].clone())  # a slice would keep the whole [c, depth] block alive
+        out.next_rows(rows.shape[0])
+        out.put("query_index", rows)
+        out.put("hits", cum[:, :hits_k])
 
         rq_safe = rq.clamp(min=1)
         if deep_metrics:
@@ -419,8 +419,8 @@ def retrieval_per_query(
             prec_terms = torch.where(rel & within_r, cum.to(torch.float64) / rank, 0.0)
             # A running sum read at rank R: the summation order does not depend on the chunk's depth.
             ap = torch.gather(torch.cumsum(prec_terms, dim=1), 1, (rq_safe - 1).unsqueeze(1)).squeeze(1) / rq_safe
-            out_rp.append(torch.where(ok, in_r / rq_safe, nan))
-            out_map.append(torch.where(ok, ap, nan))
+            out.put("r_precision", torch.where(ok, in_r / rq_safe, nan))
+            out.put("map@r", torch.where(ok, ap, nan))
 
             found = rel.any(dim=1)
             first = torch.argmax(rel.to(torch.uint8), dim=1).to(torch.float64) + 1.0
@@ -429,11 +429,11 @@ def retrieval_per_query(
                 m = torch.nonzero(missing).flatten()
                 ex = None if excl is None else excl[rows[m]]
                 first[m] = _first_relevant_rank_full(gal, gal.g[rows[m]] if qn is None else qn[rows[m]], ql[m], g_labels, ex)
-            out_first.append(torch.where(ok, first, nan))
+            out.put("first_relevant_rank", torch.where(ok, first, nan))
 
         dcg = torch.cumsum(rel[:, :kmax].to(torch.float64) * discount, dim=1)
         ndcg = dcg[:, ks_index] / binary_ideal[torch.minimum(rq_safe.unsqueeze(1), ks_index.unsqueeze(0) + 1) - 1]
-        out_ndcg.append(torch.where(ok.unsqueeze(1), ndcg, nan))
+        out.put("ndcg", torch.where(ok.unsqueeze(1), ndcg, nan))
 
         for name, gains, g_cls, q_cls, counts, e_cls, stats in graded_state:
             if stats:
@@ -441,52 +441,78 @@ def retrieval_per_query(
                 miss = ok & (g_labels[idx[:, 0]] != ql)
                 for stat, table in stats.items():
                     value = torch.where(miss, table[q_cls[rows], first_cls], nan)
-                    out_graded.setdefault(f"{name}_mistake_{stat}", []).append(value)
+                    out.put(f"{name}_mistake_{stat}", value)
             gain = gains[q_cls[rows].unsqueeze(1), g_cls[idx[:, :kmax]]]
             cum_gain = torch.cumsum(gain, dim=1)
             ks_f = ks_index.to(torch.float64) + 1.0
             g_prec = cum_gain[:, ks_index] / ks_f
             g_dcg = torch.cumsum(gain * discount, dim=1)[:, ks_index]
             g_ideal = _ideal_dcg(gains, q_cls[rows], e_cls[rows], counts, kmax, discount)[:, ks_index]
-            out_graded.setdefault(f"{name}_precision", []).append(torch.where(ok.unsqueeze(1), g_prec, nan))
-            out_graded.setdefault(f"{name}_ndcg", []).append(torch.where(ok.unsqueeze(1), g_dcg / g_ideal, nan))
+            out.put(f"{name}_precision", torch.where(ok.unsqueeze(1), g_prec, nan))
+            out.put(f"{name}_ndcg", torch.where(ok.unsqueeze(1), g_dcg / g_ideal, nan))
         if return_neighbors:
-            out_nb_idx.append(idx[:, :return_neighbors].clone())
-            out_nb_scores.append(vals[:, :return_neighbors].clone())
+            out.put("neighbor_indices", idx[:, :return_neighbors])
+            out.put("neighbor_scores", vals[:, :return_neighbors])
 
-    def cat(parts: list[Tensor], empty_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-        return torch.cat(parts) if parts else torch.empty(empty_shape, dtype=dtype, device=device)
+    def get(key: str, empty_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        return out.get(key, torch.empty(empty_shape, dtype=dtype, device=device))
 
-    rows_all = cat(out_rows, (0,), torch.long)
+    rows_all = get("query_index", (0,), torch.long)
     result = {
         "query_index": rows_all,
         "num_relevant": r.index_select(0, rows_all),
-        "hits": cat(out_hits, (0, hits_k), torch.long).to(torch.long),
+        "hits": get("hits", (0, hits_k), torch.int32).to(torch.long),
     }
     if deep_metrics:
-        result["r_precision"] = cat(out_rp, (0,), torch.float64)
-        result["map@r"] = cat(out_map, (0,), torch.float64)
-        result["first_relevant_rank"] = cat(out_first, (0,), torch.float64)
-    ndcg_all = cat(out_ndcg, (0, len(ks_t)), torch.float64)
+        for key in ("r_precision", "map@r", "first_relevant_rank"):
+            result[key] = get(key, (0,), torch.float64)
+    ndcg_all = get("ndcg", (0, len(ks_t)), torch.float64)
     for j, k in enumerate(ks_t):
         result[f"ndcg@{k}"] = ndcg_all[:, j]
-    for key, parts in out_graded.items():
-        if "_mistake_" in key:
-            result[key] = cat(parts, (0,), torch.float64)
-            continue
-        values = cat(parts, (0, len(ks_t)), torch.float64)
-        for j, k in enumerate(ks_t):
-            result[f"{key}@{k}"] = values[:, j]
     for name, *_, stats in graded_state:
         for stat in stats:
-            result.setdefault(f"{name}_mistake_{stat}", torch.empty(0, dtype=torch.float64, device=device))
+            key = f"{name}_mistake_{stat}"
+            result[key] = get(key, (0,), torch.float64)
         for family in ("precision", "ndcg"):
-            for k in ks_t:
-                result.setdefault(f"{name}_{family}@{k}", torch.empty(0, dtype=torch.float64, device=device))
+            values = get(f"{name}_{family}", (0, len(ks_t)), torch.float64)
+            for j, k in enumerate(ks_t):
+                result[f"{name}_{family}@{k}"] = values[:, j]
     if return_neighbors:
-        result["neighbor_indices"] = cat(out_nb_idx, (0, return_neighbors), torch.long)
-        result["neighbor_scores"] = cat(out_nb_scores, (0, return_neighbors), torch.float32)
+        result["neighbor_indices"] = get("neighbor_indices", (0, return_neighbors), torch.long)
+        result["neighbor_scores"] = get("neighbor_scores", (0, return_neighbors), torch.float32)
     return result
+
+
+class _RowCollector:
+    """Per-query outputs written chunk by chunk into tensors allocated once for every row to come.
+
+    Appending each chunk's small results to lists would interleave many small long-lived allocations with the large
+    short-lived temporaries of the chunks; the allocator's heap then fragments and keeps growing (about 10 MB per
+    chunk at depth 1,000). Rows keep the order in which the chunks came.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.tensors: dict[str, Tensor] = {}
+        self.start = self.stop = 0
+
+    def next_rows(self, count: int) -> None:
+        """The following ``put`` calls hold the next ``count`` rows."""
+        self.start, self.stop = self.stop, self.stop + count
+
+    def put(self, key: str, value: Tensor) -> None:
+        tensor = self.tensors.get(key)
+        if tensor is None:
+            tensor = torch.empty((self.capacity, *value.shape[1:]), dtype=value.dtype, device=value.device)
+            self.tensors[key] = tensor
+        tensor[self.start : self.stop] = value
+
+    def get(self, key: str, empty: Tensor) -> Tensor:
+        """The rows written so far under ``key`` (``empty`` when none were)."""
+        tensor = self.tensors.get(key)
+        if tensor is None:
+            return empty
+        return tensor if self.stop == self.capacity else tensor[: self.stop].clone()
 
 
 def _class_mean(values: Tensor, classes: Tensor, n_classes: int) -> Tensor:
