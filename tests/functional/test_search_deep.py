@@ -137,6 +137,7 @@ def test_compaction_at_every_block_and_a_tiny_sample(ties, spy, monkeypatch):
     g, oracle = ties
     monkeypatch.setattr(kernel, "_candidate_cap", lambda depth, rows=0: depth)  # every overflow compacts the row
     monkeypatch.setattr(kernel, "_CANDIDATE_STRIDE", 400)  # 6 sampled columns: most rows start from no bound
+    monkeypatch.setattr(kernel, "_COMPACTION_ROWS", 7)  # compactions in many small slices of rows
     assert_equals_oracle(g, 200, oracle, chunk_size=256)
     assert spy
 

@@ -68,6 +68,8 @@ _CANDIDATE_SIGMAS = 3.0
 # The candidate search is used when the deepest depth is at least the minimum and at most 1 / ratio of the gallery
 # (shallower searches do not repay the sample's products, 1/8 of the symmetric ones).
 _CANDIDATE_MIN_DEPTH = 64
+# Rows compacted at once (bounds the temporaries of a compaction to a few times this many buffer rows).
+_COMPACTION_ROWS = 512
 _CANDIDATE_DEPTH_RATIO = 8
 
 
@@ -615,26 +617,32 @@ def _leave_one_out_candidates(
         pos += torch.arange(m, device=device)
         over = f + counts > cap
         if bool(over.any()):
-            # Compact these rows: their buffer and their new items, cut to the top `depth` keys.
-            ov = torch.nonzero(over).flatten()
-            n_ov, c_ov = ov.numel(), counts[ov]
-            width = cap + int(c_ov.max())
-            union = torch.full((n_ov, width), lowest_key, dtype=torch.int64, device=device)
-            union[:, :cap] = buf.index_select(0, r0 + ov)
-            first = torch.cumsum(c_ov, 0) - c_ov
-            slot = torch.repeat_interleave(torch.arange(n_ov, device=device), c_ov)
-            within = torch.arange(slot.numel(), device=device) - first.index_select(0, slot)
-            src = start.index_select(0, ov).index_select(0, slot) + within
-            union.view(-1).index_copy_(0, slot * width + cap + within, keys.index_select(0, src))
-            top = _select.top_rows(union, depth)
-            buf[r0 + ov] = torch.cat([top, top.new_full((n_ov, cap - depth), lowest_key)], dim=1)
-            f[ov] = depth
-            bound[r0 + ov] = _from_keys(top.amin(dim=1))[0]
-            compacted[r0 + ov] = True
+            overflowing = torch.nonzero(over).flatten()
+            for part in overflowing.split(_COMPACTION_ROWS):
+                compact(r0 + part, start.index_select(0, part), counts.index_select(0, part), keys)
+            f[overflowing] = depth
             pos.masked_fill_(over.index_select(0, row), trash)  # their items are in the buffer already
             counts = counts.masked_fill(over, 0)
         flat_buf.index_copy_(0, pos, keys)
         f += counts
+
+    def compact(rows: Tensor, start: Tensor, counts: Tensor, keys: Tensor) -> None:
+        """Cut buffer rows ``rows`` and their new items ``keys[start : start + counts]`` to their top ``depth`` keys."""
+        n_rows = rows.numel()
+        width = cap + int(counts.max())
+        union = torch.full((n_rows, width), lowest_key, dtype=torch.int64, device=device)
+        union[:, :cap] = buf.index_select(0, rows)
+        first = torch.cumsum(counts, 0) - counts
+        slot = torch.repeat_interleave(torch.arange(n_rows, device=device), counts)
+        within = torch.arange(slot.numel(), device=device) - first.index_select(0, slot)
+        src = start.index_select(0, slot) + within
+        union.view(-1).index_copy_(0, slot * width + cap + within, keys.index_select(0, src))
+        top = _select.top_rows(union, depth)
+        del union
+        buf[rows, :depth] = top
+        buf[rows, depth:] = lowest_key
+        bound[rows] = _from_keys(top.amin(dim=1))[0]
+        compacted[rows] = True
 
     def side_a(scores: Tensor, a: int, a_end: int, b: int, ws: _Workspace) -> None:
         nb = scores.shape[1]
@@ -655,7 +663,8 @@ def _leave_one_out_candidates(
         col = flat32.sub_(i * nb)
         perm = _select.stable_group_order(col, nb)
         row = col.index_select(0, perm)
-        vals = scores.view(-1).index_select(0, flat.index_select(0, perm))
+        # Read the scores in ascending address order (cache friendly), then put them in column order.
+        vals = scores.view(-1).index_select(0, flat).index_select(0, perm)
         insert(b - lo, b_end - b, row, _survivor_keys(vals, i.index_select(0, perm), a))
 
     # The two sides of a block update disjoint rows, so they run side by side (each with its own workspace).
@@ -667,6 +676,7 @@ def _leave_one_out_candidates(
         if b_owned:
             tasks.append(lambda: side_b(scores, a, b, b_end, ws_b))
         _select.concurrently(tasks, device)
+    ws = ws_b = scores = tasks = None  # the final steps need none of the pass's buffers
     # Rows whose guess was too high, searched again against the whole gallery, all together; their buffer then
     # holds exactly their top keys.
     short = torch.nonzero(~compacted & (fill < need)).flatten()
