@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -35,6 +34,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from _memory import peak_rss_mb  # noqa: E402 (this folder is on the path when a script runs)
 
 from beyondlabels.functional import embedding_retrieval_metrics, retrieval_per_query, search_neighbors  # noqa: E402
 
@@ -261,17 +262,6 @@ def timed(fn, repeats: int):
         out = fn()
         best = min(best, time.perf_counter() - t)
     return best, out
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (VmHWM; unlike ru_maxrss it does not carry the parent's peak across exec)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child(args) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -41,6 +40,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from _memory import peak_rss_mb  # noqa: E402 (this folder is on the path when a script runs)
 
 from beyondlabels.functional.rprecision import candidate_scores, draw_candidate_sets, text_image_r_precision  # noqa: E402
 
@@ -100,17 +101,6 @@ def numpy_loop_hit_rate(img: torch.Tensor, txt: torch.Tensor, distractors: torch
 def tied_groups(scores: torch.Tensor) -> int:
     """Groups where some distractor scores exactly the ground truth's value (torchmetrics' order is then arbitrary)."""
     return int((scores[:, 1:] == scores[:, :1]).any(dim=1).sum())
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (VmHWM; ru_maxrss as a fallback)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child(args) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import platform
 
 import numpy as np
 import pytest
@@ -127,5 +128,8 @@ def test_a_forked_child_gets_its_own_thread_pool():
         torch.set_num_threads(before)
 
 
-def test_release_free_memory_is_safe_to_call():
-    _select.release_free_memory()
+def test_release_free_memory_uses_malloc_trim_on_glibc():
+    if platform.libc_ver()[0] == "glibc":
+        assert _select._malloc_trim is not None  # the trim the search relies on for its memory bound
+    _select.release_free_memory(torch.device("cpu"))
+    _select.release_free_memory(torch.device("meta"))  # nothing to do off the CPU

@@ -68,9 +68,9 @@ _CANDIDATE_SIGMAS = 3.0
 # The candidate search is used when the deepest depth is at least the minimum and at most 1 / ratio of the gallery
 # (shallower searches do not repay the sample's products, 1/8 of the symmetric ones).
 _CANDIDATE_MIN_DEPTH = 64
+_CANDIDATE_DEPTH_RATIO = 8
 # Rows compacted at once (bounds the temporaries of a compaction to a few times this many buffer rows).
 _COMPACTION_ROWS = 512
-_CANDIDATE_DEPTH_RATIO = 8
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -596,8 +596,7 @@ def _leave_one_out_candidates(
     cap = _candidate_cap(depth, rows_n)
     lowest_key = torch.iinfo(torch.int64).min
     bound = _sampled_bounds(g, need, block, lo, hi)
-    if device.type == "cpu":
-        _select.release_free_memory()
+    _select.release_free_memory(device)
     # One more slot at the end takes the items of compacted rows, which are written nowhere else.
     flat_buf = torch.full((rows_n * cap + 1,), lowest_key, dtype=torch.int64, device=device)
     buf, trash = flat_buf[:-1].view(rows_n, cap), rows_n * cap
@@ -692,9 +691,8 @@ def _leave_one_out_candidates(
         d = int(need[local].max())
         vals, idx = _from_keys(_select.sort_rows_descending(buf.index_select(0, local), in_place=True)[:, :d])
         yield Neighbors(local + lo, vals, idx)
-    del flat_buf, buf
-    if device.type == "cpu":
-        _select.release_free_memory()
+    flat_buf = buf = None  # the buffers go before the heap is trimmed
+    _select.release_free_memory(device)
 
 
 def _survivor_keys(vals: Tensor, cols: Tensor, col0: int) -> Tensor:
