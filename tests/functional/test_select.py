@@ -36,22 +36,39 @@ def distinct_keys(shape, seed):
     return torch.randperm(shape[0] * shape[1], generator=g).view(shape).to(torch.int64) * 7919 - 2**40
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_comparison_masks_equal_torch(threads, shape):
+def reaching_oracle(x, row_bound, col_bound):
+    """Flat positions by a plain loop over the entries (numpy scalars compare IEEE-wise: -0.0 >= 0.0 holds)."""
+    a = x.numpy()
+    by_row = [i * a.shape[1] + j for i in range(a.shape[0]) for j in range(a.shape[1]) if a[i, j] >= row_bound[i]]
+    by_col = [i * a.shape[1] + j for i in range(a.shape[0]) for j in range(a.shape[1]) if a[i, j] >= col_bound[j]]
+    return torch.tensor(by_row, dtype=torch.int64), torch.tensor(by_col, dtype=torch.int64)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (37, 29)])
+@pytest.mark.parametrize("tile_bytes", [4 * 5, 4 * 29 * 4, 1 << 20], ids=["one-row-tiles", "four-row-tiles", "one-tile"])
+def test_flat_reaching_finds_the_entries_at_or_above_each_bound(monkeypatch, threads, shape, tile_bytes):
+    monkeypatch.setattr(_select, "_TILE_BYTES", tile_bytes)
+    monkeypatch.setattr(_select, "_MIN_PARALLEL_ELEMENTS", 1)  # split even small matrices over the threads
     x = tied_scores(shape, 0)
-    rows, cols = x[:, 0].clone(), x[0].clone()
-    out = torch.empty(shape, dtype=torch.bool)
-    assert torch.equal(_select.ge_rows(x, rows, out), torch.ge(x, rows.unsqueeze(1)))
-    assert torch.equal(_select.ge_cols(x, cols, out), torch.ge(x, cols.unsqueeze(0)))
+    x[0, 0] = float("-inf")  # the excluded self of the search
+    row_bound, col_bound = x[:, -1].clone(), x[-1].clone()
+    row_bound[1] = torch.finfo(torch.float32).min  # every finite entry of the row reaches it
+    want_rows, want_cols = reaching_oracle(x, row_bound, col_bound)
+    by_row, by_col = _select.flat_reaching(x, row_bound, col_bound)
+    assert by_row.dtype == by_col.dtype == torch.int64
+    assert torch.equal(by_row, want_rows) and torch.equal(by_col, want_cols)
+    assert torch.equal(_select.flat_reaching(x, row_bound, None)[0], want_rows)
+    assert _select.flat_reaching(x, row_bound, None)[1] is None
+    assert torch.equal(_select.flat_reaching(x, None, col_bound)[1], want_cols)
+    # A non-contiguous matrix goes through torch, with the same answer.
+    by_row_t, by_col_t = _select.flat_reaching(x.T.contiguous().T, row_bound, col_bound)
+    assert torch.equal(by_row_t, want_rows) and torch.equal(by_col_t, want_cols)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("density", [0.0, 0.03, 1.0])
-def test_flat_nonzero_equals_torch(threads, shape, density):
-    mask = torch.rand(shape, generator=torch.Generator().manual_seed(1)) < density
-    got = _select.flat_nonzero(mask)
-    assert got.dtype == torch.int64
-    assert torch.equal(got, torch.nonzero(mask.reshape(-1)).flatten())
+def test_flat_reaching_on_a_matrix_with_no_entry_reaching():
+    x = torch.zeros(4, 6)
+    by_row, by_col = _select.flat_reaching(x, torch.ones(4), torch.ones(6))
+    assert by_row.numel() == by_col.numel() == 0 and by_row.dtype == torch.int64
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -104,9 +121,9 @@ def test_concurrently_runs_every_task_and_restores_the_thread_count(threads):
 def _nonzero_in_child(queue):
     # numpy only around the call: torch's own OpenMP regions are not safe in a forked child whatever this module does.
     torch.set_num_threads(2)
-    mask = np.random.default_rng(6).random((600, 400)) < 0.1
-    got = _select.flat_nonzero(torch.from_numpy(mask)).numpy()
-    queue.put(bool(np.array_equal(got, np.flatnonzero(mask))))
+    scores = np.random.default_rng(6).random((600, 400), dtype=np.float32)
+    got = _select.flat_reaching(torch.from_numpy(scores), torch.full((600,), 0.9), None)[0].numpy()
+    queue.put(bool(np.array_equal(got, np.flatnonzero(scores >= np.float32(0.9)))))
 
 
 @pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs the fork start method")
@@ -114,7 +131,7 @@ def test_a_forked_child_gets_its_own_thread_pool():
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        _select.flat_nonzero(torch.ones(600, 400, dtype=torch.bool))  # the parent's pool now has threads
+        _select.flat_reaching(torch.ones(600, 400), torch.zeros(600), None)  # the parent's pool now has threads
         ctx = mp.get_context("fork")
         queue = ctx.Queue()
         child = ctx.Process(target=_nonzero_in_child, args=(queue,))

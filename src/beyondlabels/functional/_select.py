@@ -1,4 +1,4 @@
-"""The selection steps of the search on CPU: comparison masks, positions of set entries, row sorts and row top-k.
+"""The selection steps of the search on CPU: positions of the scores reaching bounds, row sorts and row top-k.
 
 Each function returns exactly what the torch expression in its docstring returns. For CPU tensors the work is done by
 numpy (whose sorts and selections use SIMD kernels several times faster than torch's on x86), split by rows over as
@@ -80,32 +80,46 @@ def _by_rows(work: Callable[[slice], object], rows: int, numel: int) -> list[obj
     return [first] + [f.result() for f in futures]
 
 
-def ge_rows(scores: Tensor, bound: Tensor, out: Tensor) -> Tensor:
-    """``torch.ge(scores, bound.unsqueeze(1), out=out)`` for a 2-D ``scores`` and a bound per row."""
-    if not _on_cpu(scores, bound, out) or not scores.is_contiguous():
-        return torch.ge(scores, bound.unsqueeze(1), out=out)
-    s, b, o = scores.numpy(), bound.numpy()[:, None], out.numpy()
-    _by_rows(lambda r: np.greater_equal(s[r], b[r], out=o[r]), s.shape[0], s.size)
-    return out
+# Bytes of scores in a tile of `flat_reaching`: its masks stay in a core's cache (the scores are read once).
+_TILE_BYTES = 1 << 20
 
 
-def ge_cols(scores: Tensor, bound: Tensor, out: Tensor) -> Tensor:
-    """``torch.ge(scores, bound.unsqueeze(0), out=out)`` for a 2-D ``scores`` and a bound per column."""
-    if not _on_cpu(scores, bound, out) or not scores.is_contiguous():
-        return torch.ge(scores, bound.unsqueeze(0), out=out)
-    s, b, o = scores.numpy(), bound.numpy()[None, :], out.numpy()
-    _by_rows(lambda r: np.greater_equal(s[r], b, out=o[r]), s.shape[0], s.size)
-    return out
+def flat_reaching(
+    scores: Tensor, row_bound: Tensor | None, col_bound: Tensor | None
+) -> tuple[Tensor | None, Tensor | None]:
+    """The ascending flat positions (int64) of the entries of a 2-D ``scores`` reaching their row's bound, and those
+    reaching their column's bound: ``torch.nonzero((scores >= row_bound[:, None]).reshape(-1)).flatten()`` and
+    ``torch.nonzero((scores >= col_bound[None, :]).reshape(-1)).flatten()``; ``None`` for a bound given as ``None``.
 
+    On CPU the scores are read once, in tiles of a few rows whose masks stay in cache.
+    """
+    if not _on_cpu(*(t for t in (scores, row_bound, col_bound) if t is not None)) or not scores.is_contiguous():
+        return tuple(  # type: ignore[return-value]
+            None if bound is None else torch.nonzero((scores >= bound.unsqueeze(dim)).reshape(-1)).flatten()
+            for bound, dim in ((row_bound, 1), (col_bound, 0))
+        )
+    s = scores.numpy()
+    rows_n, width = s.shape
+    bounds = [None if row_bound is None else row_bound.numpy()[:, None], None if col_bound is None else col_bound.numpy()]
+    tile = max(1, _TILE_BYTES // max(1, width * s.itemsize))
 
-def flat_nonzero(mask: Tensor) -> Tensor:
-    """``torch.nonzero(mask.reshape(-1)).flatten()``: the ascending flat positions of the set entries (int64)."""
-    if not _on_cpu(mask) or not mask.is_contiguous() or mask.dim() != 2:
-        return torch.nonzero(mask.reshape(-1)).flatten()
-    m = mask.numpy()
-    width = m.shape[1]
-    parts = _by_rows(lambda r: np.flatnonzero(m[r]) + (r.start * width), m.shape[0], m.size)
-    return torch.from_numpy(parts[0] if len(parts) == 1 else np.concatenate(parts))
+    def work(r: slice) -> list[list[np.ndarray]]:
+        found: list[list[np.ndarray]] = [[], []]
+        mask = np.empty((min(tile, r.stop - r.start), width), dtype=bool)
+        for t0 in range(r.start, r.stop, tile):
+            t1 = min(t0 + tile, r.stop)
+            for side, bound in enumerate(bounds):
+                if bound is not None:
+                    per_row = bound[t0:t1] if side == 0 else bound
+                    positions = np.flatnonzero(np.greater_equal(s[t0:t1], per_row, out=mask[: t1 - t0]))
+                    found[side].append(np.add(positions, t0 * width, out=positions))
+        return found
+
+    parts = _by_rows(work, rows_n, s.size)
+    return tuple(  # type: ignore[return-value]
+        None if bounds[side] is None else torch.from_numpy(np.concatenate([a for p in parts for a in p[side]]))
+        for side in (0, 1)
+    )
 
 
 def sort_rows_descending(x: Tensor, in_place: bool = False) -> Tensor:

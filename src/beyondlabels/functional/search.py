@@ -62,7 +62,7 @@ _SYMMETRIC_BUFFER_BYTES = 512 * 2**20
 _SYMMETRIC_MAX_BLOCK = 4096
 _LOW32 = (1 << 32) - 1
 # Column stride of the sample that gives the candidate search its first bounds (`_sampled_bounds`).
-_CANDIDATE_STRIDE = 16
+_CANDIDATE_STRIDE = 32
 # Margin of the sampled bound, in standard deviations of the sampled count (`_candidate_strides`).
 _CANDIDATE_SIGMAS = 3.0
 # The candidate search is used when the deepest depth is at least the minimum and at most 1 / ratio of the gallery
@@ -643,19 +643,15 @@ def _leave_one_out_candidates(
         bound[rows] = _from_keys(top.amin(dim=1))[0]
         compacted[rows] = True
 
-    def side_a(scores: Tensor, a: int, a_end: int, b: int, ws: _Workspace) -> None:
+    def side_a(scores: Tensor, flat: Tensor, a: int, a_end: int, b: int) -> None:
         nb = scores.shape[1]
-        mask = _select.ge_rows(scores, bound[a - lo : a_end - lo], ws.get("mask", scores.shape, torch.bool))
-        flat = _select.flat_nonzero(mask)
         vals = scores.view(-1).index_select(0, flat)
         flat = flat.to(torch.int32)  # a block holds fewer than 2**31 scores
         row = torch.div(flat, nb, rounding_mode="floor")
         insert(a - lo, a_end - a, row, _survivor_keys(vals, flat.sub_(row * nb), b))
 
-    def side_b(scores: Tensor, a: int, b: int, b_end: int, ws: _Workspace) -> None:
-        na, nb = scores.shape
-        mask = _select.ge_cols(scores, bound[b - lo : b_end - lo], ws.get("mask", scores.shape, torch.bool))
-        flat = _select.flat_nonzero(mask)
+    def side_b(scores: Tensor, flat: Tensor, a: int, b: int, b_end: int) -> None:
+        nb = scores.shape[1]
         flat32 = flat.to(torch.int32)
         i = torch.div(flat32, nb, rounding_mode="floor")
         # Group by column (the rows of block b), keeping the ascending rows of block a within a column.
@@ -666,16 +662,19 @@ def _leave_one_out_candidates(
         vals = scores.view(-1).index_select(0, flat).index_select(0, perm)
         insert(b - lo, b_end - b, row, _survivor_keys(vals, i.index_select(0, perm), a))
 
-    # The two sides of a block update disjoint rows, so they run side by side (each with its own workspace).
-    ws_b = _Workspace(device)
     for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):
+        # One read of the block finds the entries reaching the bound of their row (rows of block a) and those
+        # reaching the bound of their column (rows of block b).
+        flat_a, flat_b = _select.flat_reaching(
+            scores, bound[a - lo : a_end - lo] if a_owned else None, bound[b - lo : b_end - lo] if b_owned else None
+        )
         tasks = []
         if a_owned:
-            tasks.append(lambda: side_a(scores, a, a_end, b, ws))
+            tasks.append(lambda: side_a(scores, flat_a, a, a_end, b))
         if b_owned:
-            tasks.append(lambda: side_b(scores, a, b, b_end, ws_b))
+            tasks.append(lambda: side_b(scores, flat_b, a, b, b_end))
         _select.concurrently(tasks, device)
-    ws = ws_b = scores = tasks = None  # the final steps need none of the pass's buffers
+    ws = scores = flat_a = flat_b = tasks = None  # the final steps need none of the pass's buffers
     # Rows whose guess was too high, searched again against the whole gallery, all together; their buffer then
     # holds exactly their top keys.
     short = torch.nonzero(~compacted & (fill < need)).flatten()
