@@ -45,7 +45,9 @@ def reaching_oracle(x, row_bound, col_bound):
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (37, 29)])
-@pytest.mark.parametrize("tile_bytes", [4 * 5, 4 * 29 * 4, 1 << 20], ids=["one-row-tiles", "four-row-tiles", "one-tile"])
+@pytest.mark.parametrize(
+    "tile_bytes", [4 * 5, 4 * 29 * 4, 1 << 20], ids=["one-row-tiles", "four-row-tiles", "one-tile"]
+)
 def test_flat_reaching_finds_the_entries_at_or_above_each_bound(monkeypatch, threads, shape, tile_bytes):
     monkeypatch.setattr(_select, "_TILE_BYTES", tile_bytes)
     monkeypatch.setattr(_select, "_MIN_PARALLEL_ELEMENTS", 1)  # split even small matrices over the threads
@@ -54,21 +56,31 @@ def test_flat_reaching_finds_the_entries_at_or_above_each_bound(monkeypatch, thr
     row_bound, col_bound = x[:, -1].clone(), x[-1].clone()
     row_bound[1] = torch.finfo(torch.float32).min  # every finite entry of the row reaches it
     want_rows, want_cols = reaching_oracle(x, row_bound, col_bound)
+
+    def check(reaching, want):
+        positions, values = reaching
+        assert positions.dtype == torch.int64 and values.dtype == torch.float32
+        assert torch.equal(positions, want)
+        assert torch.equal(values, x.reshape(-1)[want])  # bitwise: signed zeros included
+        assert torch.equal(values.view(torch.int32), x.reshape(-1)[want].view(torch.int32))
+
     by_row, by_col = _select.flat_reaching(x, row_bound, col_bound)
-    assert by_row.dtype == by_col.dtype == torch.int64
-    assert torch.equal(by_row, want_rows) and torch.equal(by_col, want_cols)
-    assert torch.equal(_select.flat_reaching(x, row_bound, None)[0], want_rows)
-    assert _select.flat_reaching(x, row_bound, None)[1] is None
-    assert torch.equal(_select.flat_reaching(x, None, col_bound)[1], want_cols)
+    check(by_row, want_rows)
+    check(by_col, want_cols)
+    only_rows = _select.flat_reaching(x, row_bound, None)
+    check(only_rows[0], want_rows)
+    assert only_rows[1] is None
+    check(_select.flat_reaching(x, None, col_bound)[1], want_cols)
     # A non-contiguous matrix goes through torch, with the same answer.
     by_row_t, by_col_t = _select.flat_reaching(x.T.contiguous().T, row_bound, col_bound)
-    assert torch.equal(by_row_t, want_rows) and torch.equal(by_col_t, want_cols)
+    check(by_row_t, want_rows)
+    check(by_col_t, want_cols)
 
 
 def test_flat_reaching_on_a_matrix_with_no_entry_reaching():
     x = torch.zeros(4, 6)
     by_row, by_col = _select.flat_reaching(x, torch.ones(4), torch.ones(6))
-    assert by_row.numel() == by_col.numel() == 0 and by_row.dtype == torch.int64
+    assert by_row[0].numel() == by_col[0].numel() == by_row[1].numel() == 0 and by_row[0].dtype == torch.int64
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -122,7 +134,7 @@ def _nonzero_in_child(queue):
     # numpy only around the call: torch's own OpenMP regions are not safe in a forked child whatever this module does.
     torch.set_num_threads(2)
     scores = np.random.default_rng(6).random((600, 400), dtype=np.float32)
-    got = _select.flat_reaching(torch.from_numpy(scores), torch.full((600,), 0.9), None)[0].numpy()
+    got = _select.flat_reaching(torch.from_numpy(scores), torch.full((600,), 0.9), None)[0][0].numpy()
     queue.put(bool(np.array_equal(got, np.flatnonzero(scores >= np.float32(0.9)))))
 
 

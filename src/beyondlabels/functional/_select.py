@@ -80,31 +80,40 @@ def _by_rows(work: Callable[[slice], object], rows: int, numel: int) -> list[obj
     return [first] + [f.result() for f in futures]
 
 
-# Bytes of scores in a tile of `flat_reaching`: its masks stay in a core's cache (the scores are read once).
+# Bytes of scores in a tile of `flat_reaching`: its masks and values stay in a core's cache (the scores are read
+# from memory once).
 _TILE_BYTES = 1 << 20
 
 
 def flat_reaching(
     scores: Tensor, row_bound: Tensor | None, col_bound: Tensor | None
-) -> tuple[Tensor | None, Tensor | None]:
-    """The ascending flat positions (int64) of the entries of a 2-D ``scores`` reaching their row's bound, and those
-    reaching their column's bound: ``torch.nonzero((scores >= row_bound[:, None]).reshape(-1)).flatten()`` and
-    ``torch.nonzero((scores >= col_bound[None, :]).reshape(-1)).flatten()``; ``None`` for a bound given as ``None``.
+) -> tuple[tuple[Tensor, Tensor] | None, tuple[Tensor, Tensor] | None]:
+    """The entries of a 2-D ``scores`` reaching their row's bound, and those reaching their column's bound, each as
+    ``(flat positions, values)``: the ascending positions (int64)
+    ``torch.nonzero((scores >= row_bound[:, None]).reshape(-1)).flatten()`` (with ``col_bound[None, :]`` for the
+    second) and the scores there; ``None`` for a bound given as ``None``.
 
-    On CPU the scores are read once, in tiles of a few rows whose masks stay in cache.
+    On CPU the scores are read once, in tiles of a few rows whose masks and values stay in cache.
     """
+
+    def reaching(bound: Tensor | None, dim: int) -> tuple[Tensor, Tensor] | None:
+        if bound is None:
+            return None
+        flat = torch.nonzero((scores >= bound.unsqueeze(dim)).reshape(-1)).flatten()
+        return flat, scores.reshape(-1).index_select(0, flat)
+
     if not _on_cpu(*(t for t in (scores, row_bound, col_bound) if t is not None)) or not scores.is_contiguous():
-        return tuple(  # type: ignore[return-value]
-            None if bound is None else torch.nonzero((scores >= bound.unsqueeze(dim)).reshape(-1)).flatten()
-            for bound, dim in ((row_bound, 1), (col_bound, 0))
-        )
+        return reaching(row_bound, 1), reaching(col_bound, 0)
     s = scores.numpy()
     rows_n, width = s.shape
-    bounds = [None if row_bound is None else row_bound.numpy()[:, None], None if col_bound is None else col_bound.numpy()]
+    bounds = [
+        None if row_bound is None else row_bound.numpy()[:, None],
+        None if col_bound is None else col_bound.numpy(),
+    ]
     tile = max(1, _TILE_BYTES // max(1, width * s.itemsize))
 
-    def work(r: slice) -> list[list[np.ndarray]]:
-        found: list[list[np.ndarray]] = [[], []]
+    def work(r: slice) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+        found: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
         mask = np.empty((min(tile, r.stop - r.start), width), dtype=bool)
         for t0 in range(r.start, r.stop, tile):
             t1 = min(t0 + tile, r.stop)
@@ -112,12 +121,15 @@ def flat_reaching(
                 if bound is not None:
                     per_row = bound[t0:t1] if side == 0 else bound
                     positions = np.flatnonzero(np.greater_equal(s[t0:t1], per_row, out=mask[: t1 - t0]))
-                    found[side].append(np.add(positions, t0 * width, out=positions))
+                    values = s[t0:t1].ravel().take(positions)
+                    found[side].append((np.add(positions, t0 * width, out=positions), values))
         return found
 
     parts = _by_rows(work, rows_n, s.size)
     return tuple(  # type: ignore[return-value]
-        None if bounds[side] is None else torch.from_numpy(np.concatenate([a for p in parts for a in p[side]]))
+        None
+        if bounds[side] is None
+        else tuple(torch.from_numpy(np.concatenate([t[which] for p in parts for t in p[side]])) for which in (0, 1))
         for side in (0, 1)
     )
 

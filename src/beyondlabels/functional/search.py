@@ -643,38 +643,36 @@ def _leave_one_out_candidates(
         bound[rows] = _from_keys(top.amin(dim=1))[0]
         compacted[rows] = True
 
-    def side_a(scores: Tensor, flat: Tensor, a: int, a_end: int, b: int) -> None:
-        nb = scores.shape[1]
-        vals = scores.view(-1).index_select(0, flat)
+    def side_a(reaching: tuple[Tensor, Tensor], nb: int, a: int, a_end: int, b: int) -> None:
+        flat, vals = reaching
         flat = flat.to(torch.int32)  # a block holds fewer than 2**31 scores
         row = torch.div(flat, nb, rounding_mode="floor")
         insert(a - lo, a_end - a, row, _survivor_keys(vals, flat.sub_(row * nb), b))
 
-    def side_b(scores: Tensor, flat: Tensor, a: int, b: int, b_end: int) -> None:
-        nb = scores.shape[1]
-        flat32 = flat.to(torch.int32)
-        i = torch.div(flat32, nb, rounding_mode="floor")
+    def side_b(reaching: tuple[Tensor, Tensor], nb: int, a: int, b: int, b_end: int) -> None:
+        flat, vals = reaching
+        flat = flat.to(torch.int32)
+        i = torch.div(flat, nb, rounding_mode="floor")
         # Group by column (the rows of block b), keeping the ascending rows of block a within a column.
-        col = flat32.sub_(i * nb)
+        col = flat.sub_(i * nb)
         perm = _select.stable_group_order(col, nb)
-        row = col.index_select(0, perm)
-        # Read the scores in ascending address order (cache friendly), then put them in column order.
-        vals = scores.view(-1).index_select(0, flat).index_select(0, perm)
-        insert(b - lo, b_end - b, row, _survivor_keys(vals, i.index_select(0, perm), a))
+        keys = _survivor_keys(vals.index_select(0, perm), i.index_select(0, perm), a)
+        insert(b - lo, b_end - b, col.index_select(0, perm), keys)
 
     for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):
         # One read of the block finds the entries reaching the bound of their row (rows of block a) and those
         # reaching the bound of their column (rows of block b).
-        flat_a, flat_b = _select.flat_reaching(
+        reaching_a, reaching_b = _select.flat_reaching(
             scores, bound[a - lo : a_end - lo] if a_owned else None, bound[b - lo : b_end - lo] if b_owned else None
         )
+        nb = scores.shape[1]
         tasks = []
         if a_owned:
-            tasks.append(lambda: side_a(scores, flat_a, a, a_end, b))
+            tasks.append(lambda: side_a(reaching_a, nb, a, a_end, b))
         if b_owned:
-            tasks.append(lambda: side_b(scores, flat_b, a, b, b_end))
+            tasks.append(lambda: side_b(reaching_b, nb, a, b, b_end))
         _select.concurrently(tasks, device)
-    ws = scores = flat_a = flat_b = tasks = None  # the final steps need none of the pass's buffers
+    ws = scores = reaching_a = reaching_b = tasks = None  # the final steps need none of the pass's buffers
     # Rows whose guess was too high, searched again against the whole gallery, all together; their buffer then
     # holds exactly their top keys.
     short = torch.nonzero(~compacted & (fill < need)).flatten()
