@@ -62,7 +62,7 @@ _SYMMETRIC_BUFFER_BYTES = 512 * 2**20
 _SYMMETRIC_MAX_BLOCK = 4096
 _LOW32 = (1 << 32) - 1
 # Column stride of the sample that gives the candidate search its first bounds (`_sampled_bounds`).
-_CANDIDATE_STRIDE = 32
+_CANDIDATE_STRIDE = 16
 # Margin of the sampled bound, in standard deviations of the sampled count (`_candidate_strides`).
 _CANDIDATE_SIGMAS = 3.0
 # The candidate search is used when the deepest depth is at least the minimum and at most 1 / ratio of the gallery
