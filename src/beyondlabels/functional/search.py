@@ -666,6 +666,7 @@ def _leave_one_out_candidates(
             scores, bound[a - lo : a_end - lo] if a_owned else None, bound[b - lo : b_end - lo] if b_owned else None
         )
         nb = scores.shape[1]
+        # The two sides update disjoint rows, so they run side by side.
         tasks = []
         if a_owned:
             tasks.append(lambda: side_a(reaching_a, nb, a, a_end, b))
