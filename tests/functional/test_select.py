@@ -61,7 +61,7 @@ def test_flat_reaching_finds_the_entries_at_or_above_each_bound(monkeypatch, thr
         positions, values = reaching
         assert positions.dtype == torch.int64 and values.dtype == torch.float32
         assert torch.equal(positions, want)
-        assert torch.equal(values, x.reshape(-1)[want])  # bitwise: signed zeros included
+        # Bitwise, so that -0.0 and 0.0 are told apart.
         assert torch.equal(values.view(torch.int32), x.reshape(-1)[want].view(torch.int32))
 
     by_row, by_col = _select.flat_reaching(x, row_bound, col_bound)
@@ -77,10 +77,12 @@ def test_flat_reaching_finds_the_entries_at_or_above_each_bound(monkeypatch, thr
     check(by_col_t, want_cols)
 
 
-def test_flat_reaching_on_a_matrix_with_no_entry_reaching():
-    x = torch.zeros(4, 6)
-    by_row, by_col = _select.flat_reaching(x, torch.ones(4), torch.ones(6))
-    assert by_row[0].numel() == by_col[0].numel() == by_row[1].numel() == 0 and by_row[0].dtype == torch.int64
+@pytest.mark.parametrize("rows", [4, 0], ids=["no-entry-reaching", "no-rows"])
+def test_flat_reaching_with_nothing_found(rows):
+    x = torch.zeros(rows, 6)
+    for positions, values in _select.flat_reaching(x, torch.ones(rows), torch.ones(6)):
+        assert positions.numel() == values.numel() == 0
+        assert positions.dtype == torch.int64 and values.dtype == torch.float32
 
 
 @pytest.mark.parametrize("shape", SHAPES)

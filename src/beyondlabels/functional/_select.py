@@ -126,10 +126,14 @@ def flat_reaching(
         return found
 
     parts = _by_rows(work, rows_n, s.size)
+    nothing = (np.empty(0, dtype=np.int64), np.empty(0, dtype=s.dtype))  # a matrix without rows has no tiles
     return tuple(  # type: ignore[return-value]
         None
         if bounds[side] is None
-        else tuple(torch.from_numpy(np.concatenate([t[which] for p in parts for t in p[side]])) for which in (0, 1))
+        else tuple(
+            torch.from_numpy(np.concatenate([nothing[which]] + [t[which] for p in parts for t in p[side]]))
+            for which in (0, 1)
+        )
         for side in (0, 1)
     )
 

@@ -643,18 +643,21 @@ def _leave_one_out_candidates(
         bound[rows] = _from_keys(top.amin(dim=1))[0]
         compacted[rows] = True
 
+    def row_and_col(flat: Tensor, nb: int) -> tuple[Tensor, Tensor]:
+        """int32 row and column of flat positions in a block of ``nb`` columns (fewer than 2**31 scores)."""
+        flat = flat.to(torch.int32)
+        row = torch.div(flat, nb, rounding_mode="floor")
+        return row, flat.sub_(row * nb)
+
     def side_a(reaching: tuple[Tensor, Tensor], nb: int, a: int, a_end: int, b: int) -> None:
         flat, vals = reaching
-        flat = flat.to(torch.int32)  # a block holds fewer than 2**31 scores
-        row = torch.div(flat, nb, rounding_mode="floor")
-        insert(a - lo, a_end - a, row, _survivor_keys(vals, flat.sub_(row * nb), b))
+        row, col = row_and_col(flat, nb)
+        insert(a - lo, a_end - a, row, _survivor_keys(vals, col, b))
 
     def side_b(reaching: tuple[Tensor, Tensor], nb: int, a: int, b: int, b_end: int) -> None:
         flat, vals = reaching
-        flat = flat.to(torch.int32)
-        i = torch.div(flat, nb, rounding_mode="floor")
+        i, col = row_and_col(flat, nb)
         # Group by column (the rows of block b), keeping the ascending rows of block a within a column.
-        col = flat.sub_(i * nb)
         perm = _select.stable_group_order(col, nb)
         keys = _survivor_keys(vals.index_select(0, perm), i.index_select(0, perm), a)
         insert(b - lo, b_end - b, col.index_select(0, perm), keys)
