@@ -16,9 +16,9 @@ from typing import Any
 import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import LearningRateMonitor
 
-from beyondlabels.callbacks import EvaluationCallback
+from beyondlabels.callbacks.base import EvaluationCore
+from beyondlabels.callbacks.packages import is_lightning_instance
 from beyondlabels.utils import (
     close_wandb,
     instantiate_callbacks,
@@ -41,7 +41,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     loggers = instantiate_loggers(cfg.get("logger"))
     if not loggers:
         # LearningRateMonitor refuses to run without a logger; with logger=none there is nothing to monitor into.
-        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+        callbacks = [c for c in callbacks if not is_lightning_instance(c, "LearningRateMonitor")]
     trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     objects = {"cfg": cfg, "datamodule": datamodule, "model": model, "callbacks": callbacks, "loggers": loggers, "trainer": trainer}
 
@@ -62,7 +62,7 @@ def main(cfg: DictConfig) -> float | None:
         if objects["trainer"].is_global_zero:
             schema = {}
             for callback in objects["callbacks"]:
-                if isinstance(callback, EvaluationCallback):
+                if isinstance(callback, EvaluationCore):
                     schema.update(callback.schema.prefixed(callback.prefix))
             print_run_summary(cfg.paths.output_dir, metrics, schema=schema)
         if objects["trainer"].fast_dev_run:

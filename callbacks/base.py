@@ -5,7 +5,7 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
 
 - ``build_metric()`` → a :class:`~beyondlabels.metrics.PerSampleMetric` (its ``output_schema()`` drives logging);
 - ``feed(pl_module, batch)`` → encode one evaluation batch and call ``self.metric.update(...)`` with the ids from
-  :meth:`EvaluationCallback.take_ids` (the batch's own ids, or its positions / dataset indices);
+  :meth:`EvaluationCore.take_ids` (the batch's own ids, or its positions / dataset indices);
 - optionally ``log_media(trainer, results, media)`` (rank 0, W&B tables and the like) and ``state_key_parts()``.
 
 What the base guarantees:
@@ -49,13 +49,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
-from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
+from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
 from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
 from beyondlabels.io.run_files import save_per_query
 from beyondlabels.metrics.base import PerSampleMetric
@@ -64,7 +62,12 @@ from beyondlabels.schema import OutputSchema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvaluationCallback"]
+__all__ = ["EvaluationCore", "Trainer", "LightningModule", "shard_loader"]
+
+# The hooks receive a Trainer and a LightningModule of whichever Lightning package the user's run is built on
+# (beyondlabels.callbacks.packages); the cores use only what both packages' objects share.
+Trainer = Any
+LightningModule = Any
 
 
 def _check_optional_positive(value: Any, name: str) -> None:
@@ -72,8 +75,10 @@ def _check_optional_positive(value: Any, name: str) -> None:
         raise ValueError(f"`{name}` must be a positive int or None, got {value!r}.")
 
 
-class EvaluationCallback(pl.Callback):
-    """Base class of periodic evaluation callbacks (behaviour: the module docstring).
+class EvaluationCore:
+    """Base class of periodic evaluation callbacks (behaviour: the module docstring), importing neither Lightning
+    package: a Trainer gets it as ``EvaluationCallback`` of :mod:`beyondlabels.callbacks` (``pytorch_lightning``) or
+    of :mod:`beyondlabels.callbacks.lightning` (``lightning.pytorch``), which add the package's ``Callback`` base.
 
     Args:
         every_n_epochs: Evaluate on every N-th validation epoch.
@@ -161,24 +166,26 @@ class EvaluationCallback(pl.Callback):
     def build_metric(self) -> PerSampleMetric:
         raise NotImplementedError
 
-    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+    def feed(self, pl_module: LightningModule, batch: Any) -> None:
         """Encode one evaluation batch and update ``self.metric``."""
         raise NotImplementedError
 
-    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         """Family-specific W&B media on rank 0 (tables, ...); curves are logged by the base."""
 
     def state_key_parts(self) -> dict[str, Any]:
         """What distinguishes two instances of the family besides the prefix (e.g. the encode method)."""
         return {}
 
-    def check_module(self, pl_module: pl.LightningModule) -> None:
+    def check_module(self, pl_module: LightningModule) -> None:
         """Raise at setup when the module lacks what :meth:`feed` calls."""
 
     # ---- Lightning plumbing ----------------------------------------------------------------------------------------
+    callback_name = "EvaluationCallback"  # the name a Trainer gets it under (in error messages)
+
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(prefix=self.prefix, **self.state_key_parts())
+        return lightning_state_key(self, prefix=self.prefix, **self.state_key_parts())
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": list(self.history), "last_step_evaluated": self._last_step_evaluated}
@@ -192,13 +199,14 @@ class EvaluationCallback(pl.Callback):
         last = state_dict.get("last_step_evaluated", -1)
         self._last_step_evaluated = last if isinstance(last, int) and not isinstance(last, bool) else -1
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        check_same_package(self, trainer)
         self._wandb_defined = set()  # a new fit may log to a new W&B run
         self.check_module(pl_module)
         self._check_monitors(trainer)
         self._train_epoch_fallback = False
         if stage == "fit" and self.every_n_epochs is not None:
-            has_val = is_overridden("validation_step", pl_module) and trainer.limit_val_batches != 0
+            has_val = overrides(pl_module, "validation_step") and trainer.limit_val_batches != 0
             if not has_val:
                 self._train_epoch_fallback = True
                 log.info(
@@ -208,10 +216,11 @@ class EvaluationCallback(pl.Callback):
                     self.every_n_epochs,
                 )
 
-    def _check_monitors(self, trainer: pl.Trainer) -> None:
+    def _check_monitors(self, trainer: Trainer) -> None:
         """A ModelCheckpoint / EarlyStopping monitoring one of our keys in the wrong direction keeps the worst model."""
         for cb in trainer.callbacks:
-            if not isinstance(cb, (ModelCheckpoint, EarlyStopping)) or not getattr(cb, "monitor", None):
+            watches = is_lightning_instance(cb, "ModelCheckpoint") or is_lightning_instance(cb, "EarlyStopping")
+            if not watches or not getattr(cb, "monitor", None):
                 continue
             monitor = cb.monitor
             if not monitor.startswith(f"{self.prefix}/"):
@@ -226,29 +235,29 @@ class EvaluationCallback(pl.Callback):
                     raise ValueError(message)
                 log.warning(message)
 
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.every_n_epochs is None or trainer.sanity_checking or self._train_epoch_fallback:
             return
         if (trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run:
             self.evaluate(trainer, pl_module)
 
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._train_epoch_fallback and ((trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run):
             self.evaluate(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.every_n_steps is None:
             return
         step = trainer.global_step
         if step > 0 and step % self.every_n_steps == 0 and step != self._last_step_evaluated:
             self.evaluate(trainer, pl_module)
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.evaluate_at_fit_end and not trainer.interrupted and trainer.global_step != self._last_step_evaluated:
             self.evaluate(trainer, pl_module)
 
     # ---- one evaluation -------------------------------------------------------------------------------------------------
-    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
         """Run one evaluation now (on every rank) and log it; returns the metric's output, or None if it failed."""
         step, epoch = trainer.global_step, trainer.current_epoch
         self._last_step_evaluated = step
@@ -305,7 +314,7 @@ class EvaluationCallback(pl.Callback):
                 record[key] = [float(v) for v in torch.atleast_1d(torch.as_tensor(results[key]))]
         return record
 
-    def _log_scalars(self, trainer: pl.Trainer, record: dict[str, Any], step: int) -> None:
+    def _log_scalars(self, trainer: Trainer, record: dict[str, Any], step: int) -> None:
         scalars = {f"{self.prefix}/{k}": float(record[k]) for k in self.schema.scalar_keys() if k in record}
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=step)
@@ -317,7 +326,7 @@ class EvaluationCallback(pl.Callback):
             if name in scalars:
                 trainer.progress_bar_metrics[name] = scalars[name]
 
-    def _make_loader(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> DataLoader:
+    def _make_loader(self, trainer: Trainer, pl_module: LightningModule) -> DataLoader:
         source = self.dataloader
         if isinstance(source, str):
             owner = next((o for o in (trainer.datamodule, pl_module) if o is not None and hasattr(o, source)), None)
@@ -342,7 +351,7 @@ class EvaluationCallback(pl.Callback):
             self._positions = list(iter(loader.sampler))
         return loader
 
-    def batch_ids(self, batch_size: int, given: Any, offset: int, trainer: pl.Trainer) -> torch.Tensor | None:
+    def batch_ids(self, batch_size: int, given: Any, offset: int, trainer: Trainer) -> torch.Tensor | None:
         """The ids of a batch: as given, else (positional batches) the dataset index of each sample under DDP or the
         position in the fixed evaluation order on one process."""
         if given is not None:
@@ -351,7 +360,7 @@ class EvaluationCallback(pl.Callback):
             return torch.as_tensor(self._positions[offset : offset + batch_size], dtype=torch.long)
         return torch.arange(offset, offset + batch_size)
 
-    def _batches(self, trainer: pl.Trainer, loader: DataLoader) -> Iterable[Any]:
+    def _batches(self, trainer: Trainer, loader: DataLoader) -> Iterable[Any]:
         limit = self.limit_batches
         if trainer.fast_dev_run:
             limit = min(limit or 2, 2)
@@ -360,7 +369,7 @@ class EvaluationCallback(pl.Callback):
                 break
             yield batch
 
-    def _feed_all(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loader: DataLoader) -> None:
+    def _feed_all(self, trainer: Trainer, pl_module: LightningModule, loader: DataLoader) -> None:
         """Encode every evaluation batch in eval mode without gradients. The torch random state (CPU and the module's
         GPU) is restored afterwards: iterating a DataLoader draws a seed from it, and an evaluation must not change
         the training that follows it (a run trains identically with or without evaluation callbacks)."""
@@ -415,12 +424,12 @@ class EvaluationCallback(pl.Callback):
         )
 
     # ---- files and media (rank 0) ------------------------------------------------------------------------------------
-    def output_folder(self, trainer: pl.Trainer) -> Path | None:
+    def output_folder(self, trainer: Trainer) -> Path | None:
         if self.save_dir is False:
             return None
         return Path(self.save_dir) if self.save_dir else Path(trainer.default_root_dir) / self.prefix
 
-    def _write_files(self, trainer: pl.Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
+    def _write_files(self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
         folder = self.output_folder(trainer)
         if folder is None:
             return
@@ -441,7 +450,7 @@ class EvaluationCallback(pl.Callback):
             keys = [*(k for k in self.prog_bar if k in self.ci_keys), *self.ci_keys]  # progress-bar keys first
             save_history_band_png(self.history, keys, folder / "confidence_intervals.png", title=f"{self.prefix}: 95% CI over queries")
 
-    def _log_wandb(self, trainer: pl.Trainer, results: dict[str, Any], step: int) -> None:
+    def _log_wandb(self, trainer: Trainer, results: dict[str, Any], step: int) -> None:
         logger = find_wandb_logger(trainer)
         if logger is None:
             return

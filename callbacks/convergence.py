@@ -1,7 +1,7 @@
 """A Lightning callback that watches one logged metric over training and says when it stopped improving or turned down.
 
 It never recomputes a metric: it reads values that were already logged — the history of the
-:class:`~beyondlabels.callbacks.EvaluationCallback` whose prefix the monitored key carries (``retrieval`` for
+:class:`~beyondlabels.callbacks.base.EvaluationCore` whose prefix the monitored key carries (``retrieval`` for
 ``retrieval/precision@1``), or else ``trainer.callback_metrics[monitor]`` at the end of each validation run (and each
 training epoch, for keys logged there). Its statistics come from :mod:`beyondlabels.functional.stats`.
 
@@ -35,21 +35,22 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 
-from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
+from beyondlabels.callbacks.packages import check_same_package, lightning_state_key
 from beyondlabels.functional.stats import bootstrap_ci, bootstrap_difference_ci
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConvergenceMonitor"]
+__all__ = ["ConvergenceMonitorCore"]
 
 EVENTS = ("plateau", "downturn")
 
 
-class ConvergenceMonitor(pl.Callback):
-    """Watch a logged metric for a plateau or a downturn (rules: the module docstring).
+class ConvergenceMonitorCore:
+    """Watch a logged metric for a plateau or a downturn (rules: the module docstring). Package-neutral: a Trainer
+    gets it as ``ConvergenceMonitor`` of :mod:`beyondlabels.callbacks` or :mod:`beyondlabels.callbacks.lightning`.
 
     Args:
         monitor: The logged key, e.g. ``"retrieval/precision@1"`` or ``"val/loss"``.
@@ -65,6 +66,7 @@ class ConvergenceMonitor(pl.Callback):
         prefix: Namespace of the logged keys.
 
     Example:
+        >>> from beyondlabels.callbacks import ConvergenceMonitor
         >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=3, rounds=200)
         >>> for step, value in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]):
         ...     state = monitor.observe(step, value)
@@ -108,9 +110,11 @@ class ConvergenceMonitor(pl.Callback):
         self.stopped_at: int | None = None
 
     # ---- Lightning plumbing --------------------------------------------------------------------------------------------
+    callback_name = "ConvergenceMonitor"
+
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(monitor=self.monitor, window=self.window, mode=self.mode)
+        return lightning_state_key(self, monitor=self.monitor, window=self.window, mode=self.mode)
 
     def state_dict(self) -> dict[str, Any]:
         return {"series": [list(p) for p in self.series], "events": list(self.events), "stopped_at": self.stopped_at}
@@ -127,7 +131,8 @@ class ConvergenceMonitor(pl.Callback):
         stopped = state_dict.get("stopped_at")
         self.stopped_at = stopped if isinstance(stopped, int) and not isinstance(stopped, bool) else None
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        check_same_package(self, trainer)
         source = self._source(trainer)
         if source is not None:
             key = self.monitor[len(source.prefix) + 1 :]
@@ -135,29 +140,29 @@ class ConvergenceMonitor(pl.Callback):
             if wanted is not None and wanted != self.mode:
                 log.warning("ConvergenceMonitor(monitor=%r) uses mode=%r but the key is better when %s; set mode=%r.", self.monitor, self.mode, "higher" if wanted == "max" else "lower", wanted)
 
-    def _source(self, trainer: pl.Trainer) -> EvaluationCallback | None:
+    def _source(self, trainer: Trainer) -> EvaluationCore | None:
         for callback in trainer.callbacks:
-            if isinstance(callback, EvaluationCallback) and self.monitor.startswith(f"{callback.prefix}/"):
+            if isinstance(callback, EvaluationCore) and self.monitor.startswith(f"{callback.prefix}/"):
                 if self.monitor[len(callback.prefix) + 1 :] in callback.schema.scalar_keys():
                     return callback
         return None
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._source(trainer) is not None:  # step-scheduled evaluations
             self._collect(trainer)
 
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking:
             self._collect(trainer)
 
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._collect(trainer)
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._collect(trainer, stopping=False)  # the evaluation at fit end
 
     # ---- reading values -------------------------------------------------------------------------------------------------
-    def _new_values(self, trainer: pl.Trainer) -> list[tuple[int, float]]:
+    def _new_values(self, trainer: Trainer) -> list[tuple[int, float]]:
         last = self.series[-1][0] if self.series else -1
         source = self._source(trainer)
         if source is not None:
@@ -174,7 +179,7 @@ class ConvergenceMonitor(pl.Callback):
         value = float(value.item() if isinstance(value, torch.Tensor) else value)
         return [(step, value)] if math.isfinite(value) else []
 
-    def _collect(self, trainer: pl.Trainer, stopping: bool = True) -> None:
+    def _collect(self, trainer: Trainer, stopping: bool = True) -> None:
         new = self._new_values(trainer)
         if not new:
             return

@@ -5,18 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.metrics import CrossModalRetrieval
 
-__all__ = ["CrossModalEvalCallback"]
+__all__ = ["CrossModalEvalCore"]
 
 
-class CrossModalEvalCallback(EvaluationCallback):
+class CrossModalEvalCore(EvaluationCore):
     """Every few epochs or steps, embed an image-caption evaluation set with both towers and log image↔text recall@k.
 
     Each evaluation walks the evaluation loader, calls ``pl_module.<image_method>(images)`` and
@@ -25,7 +24,7 @@ class CrossModalEvalCallback(EvaluationCallback):
     ``<prefix>/image_to_text_recall@k``, ``<prefix>/text_to_image_recall@k``, mean and median ranks of the first
     relevant item in both directions and the counts at the trainer's global step; on rank 0 W&B also gets a table of
     the worst text → image misses (the caption, its image and the image retrieved first). Schedule, loader sharding,
-    failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+    failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Batches are dicts: ``batch[image_key]`` the images ``[B, ...]``, ``batch[id_key]`` their global ids (default: the
     position, or the dataset index under DDP), and ``batch[caption_key]`` one entry per image: a caption string, or a
@@ -46,15 +45,18 @@ class CrossModalEvalCallback(EvaluationCallback):
         chunk_size, precision, distributed_search: Passed to the metric.
         num_misses: Rows of the worst-miss table (0 turns it off).
         kwargs: Schedule, loader, files and failure options of
-            :class:`~beyondlabels.callbacks.base.EvaluationCallback` (``every_n_epochs``, ``every_n_steps``,
+            :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
             ``evaluate_at_fit_end``, ``strict``).
 
     Example:
+        >>> from beyondlabels.callbacks import CrossModalEvalCallback
         >>> callback = CrossModalEvalCallback(every_n_epochs=1, prog_bar=["text_to_image_recall@1"])
         >>> callback.schema.mode("image_to_text_recall@5"), callback.schema.mode("text_to_image_median_rank")
         ('max', 'min')
     """
+
+    callback_name = "CrossModalEvalCallback"
 
     def __init__(
         self,
@@ -109,7 +111,7 @@ class CrossModalEvalCallback(EvaluationCallback):
     def state_key_parts(self) -> dict[str, Any]:
         return {"image_method": self.image_method, "text_method": self.text_method}
 
-    def check_module(self, pl_module: pl.LightningModule) -> None:
+    def check_module(self, pl_module: LightningModule) -> None:
         for option, name in (("image_method", self.image_method), ("text_method", self.text_method), ("tokenizer", self.tokenizer)):
             if name is not None and not callable(getattr(pl_module, name, None)):
                 raise AttributeError(
@@ -117,7 +119,7 @@ class CrossModalEvalCallback(EvaluationCallback):
                     "module's " + ("tokenizer attribute" if option == "tokenizer" else "method that returns embeddings")
                 )
 
-    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
         self._captions = {}
         try:
             return super().evaluate(trainer, pl_module)
@@ -145,7 +147,7 @@ class CrossModalEvalCallback(EvaluationCallback):
             out.append(texts)
         return out
 
-    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+    def feed(self, pl_module: LightningModule, batch: Any) -> None:
         if not isinstance(batch, dict):
             raise TypeError(f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and {self.id_key!r}); got {type(batch).__name__}")
         missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
@@ -179,7 +181,7 @@ class CrossModalEvalCallback(EvaluationCallback):
             self._captions.update(zip(text_ids.tolist(), texts))
 
     # ---- media ---------------------------------------------------------------------------------------------------
-    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         if self.num_misses and "neighbors" in results:
             columns = ["caption", "true_image", "retrieved_image", "true_image_rank", "cosine", "text_id", "true_image_id", "retrieved_image_id"]
             media.table("worst_text_to_image_misses", columns, self.miss_rows(results))

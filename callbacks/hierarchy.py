@@ -6,11 +6,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.callbacks.retrieval import _thumbnail
 from beyondlabels.functional.hierarchy import per_class_means
@@ -19,12 +18,12 @@ from beyondlabels.taxonomy import Taxonomy, TextToNode, load_taxonomy
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HierarchyEvalCallback"]
+__all__ = ["HierarchyEvalCore"]
 
 SOURCES = ("labels", "text")
 
 
-class HierarchyEvalCallback(EvaluationCallback):
+class HierarchyEvalCore(EvaluationCore):
     """Every few epochs or steps, ask the module for predictions on a fixed evaluation set and log hP / hR / hF.
 
     Predictions come from the LightningModule, in eval mode without gradients:
@@ -40,7 +39,7 @@ class HierarchyEvalCallback(EvaluationCallback):
     ``<prefix>/<name>`` (``hierarchy/hP``, ``hierarchy/hR``, ``hierarchy/hF``, ``hierarchy/micro_hF``, ...) at the
     trainer's global step. On rank 0, W&B also gets a table of examples (image, answer, mapped node, rule, ground
     truth, p_n, r_n) and an hP-hR scatter with one point per ground-truth class. Schedule, loader sharding, failures,
-    files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+    files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Args:
         taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what :func:`~beyondlabels.taxonomy.load_taxonomy`
@@ -55,14 +54,17 @@ class HierarchyEvalCallback(EvaluationCallback):
         top_k, ngram_orders, lca_margin: options of :class:`~beyondlabels.taxonomy.TextToNode`.
         input_key, label_key, id_key: keys of dict batches (tuples are ``(inputs, labels[, ids])``).
         num_examples: rows of the W&B example table (0 turns it off).
-        kwargs: schedule, loader, files and failure options of :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+        kwargs: schedule, loader, files and failure options of :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Example:
         >>> from beyondlabels.demo import demo_taxonomy
+        >>> from beyondlabels.callbacks import HierarchyEvalCallback
         >>> callback = HierarchyEvalCallback(demo_taxonomy(), every_n_epochs=2, prog_bar=["hF"])
         >>> callback.schema.mode("hF"), callback.schema.curve_keys()
         ('max', ['error_lca_depth_fraction'])
     """
+
+    callback_name = "HierarchyEvalCallback"
 
     def __init__(
         self,
@@ -130,7 +132,7 @@ class HierarchyEvalCallback(EvaluationCallback):
         method = self.predict_method if self.source == "labels" else self.text_method
         return {"source": self.source, "method": method}
 
-    def check_module(self, pl_module: pl.LightningModule) -> None:
+    def check_module(self, pl_module: LightningModule) -> None:
         method = self.predict_method if self.source == "labels" else self.text_method
         if not callable(getattr(pl_module, method, None)):
             option = "predict_method" if self.source == "labels" else "text_method"
@@ -144,7 +146,7 @@ class HierarchyEvalCallback(EvaluationCallback):
                 "HierarchyEvalCallback(encoder=...) to 'hashing', 'open_clip:<model>' or a callable"
             )
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         names = self.class_names
         if names is None:
@@ -153,7 +155,7 @@ class HierarchyEvalCallback(EvaluationCallback):
 
     # ---- one batch -----------------------------------------------------------------------------------------------------
     def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCallback.unpack_labelled`)."""
+        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCore.unpack_labelled`)."""
         return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
 
     def _to_nodes(self, values: Any, what: str, device: torch.device) -> torch.Tensor:
@@ -176,7 +178,7 @@ class HierarchyEvalCallback(EvaluationCallback):
             raise ValueError(f"{what} hold class indices outside [0, {table.numel()}) (the {table.numel()} class names)")
         return table[classes.long()]
 
-    def _text_mapper(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> TextToNode:
+    def _text_mapper(self, trainer: Trainer, pl_module: LightningModule) -> TextToNode:
         if self.encoder != "module":
             assert self._mapper is not None
             return self._mapper
@@ -186,7 +188,7 @@ class HierarchyEvalCallback(EvaluationCallback):
         self._mapper.encode, self._mapper.encoder_key = pl_module.encode_text, key  # new weights, new cache entry
         return self._mapper
 
-    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+    def feed(self, pl_module: LightningModule, batch: Any) -> None:
         inputs, labels, given_ids = self.unpack(batch)
         if isinstance(inputs, torch.Tensor):
             inputs = inputs.to(pl_module.device)
@@ -216,12 +218,12 @@ class HierarchyEvalCallback(EvaluationCallback):
                     "ground_truth": names[int(gt[row])],
                 }
 
-    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
         self._examples = {}
         return super().evaluate(trainer, pl_module)
 
     # ---- media (rank 0) ----------------------------------------------------------------------------------------------
-    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         per_query = results["per_query"]
         if self.num_examples and self._examples:
             position = {int(q): i for i, q in enumerate(per_query["query_id"].tolist())}

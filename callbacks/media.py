@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import WandbLogger
 
+from beyondlabels.callbacks.packages import is_lightning_instance
 from beyondlabels.schema import OutputSchema
 
 
-def find_wandb_logger(trainer: pl.Trainer) -> WandbLogger | None:
-    """The trainer's first WandbLogger, or None."""
-    return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+def find_wandb_logger(trainer: Any) -> Any | None:
+    """The trainer's first ``WandbLogger`` (of either Lightning package), or None."""
+    return next((lg for lg in trainer.loggers if is_lightning_instance(lg, "WandbLogger")), None)
 
 
 def to_uint8_image(image: torch.Tensor) -> Any:
@@ -32,7 +31,7 @@ class WandbMedia:
     Lightning steps agree (never ``wandb.log(step=...)``).
     """
 
-    def __init__(self, logger: WandbLogger, step: int, prefix: str) -> None:
+    def __init__(self, logger: Any, step: int, prefix: str) -> None:
         self.logger, self.step, self.prefix = logger, step, prefix
 
     def define_metrics(self, schema: OutputSchema, done: set[str]) -> None:

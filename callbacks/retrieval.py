@@ -7,21 +7,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RetrievalEvalCallback"]
+__all__ = ["RetrievalEvalCore"]
 
 
-class RetrievalEvalCallback(EvaluationCallback):
+class RetrievalEvalCore(EvaluationCore):
     """Every few epochs or steps, embed a fixed evaluation set and log P@k, R-precision, MAP@R, nDCG, ...
 
     Each evaluation walks the evaluation loader (by default the datamodule's ``val_dataloader``), calls
@@ -29,7 +28,7 @@ class RetrievalEvalCallback(EvaluationCallback):
     :class:`~beyondlabels.metrics.EmbeddingRetrieval` on every rank. Every scalar is logged as ``<prefix>/<name>``
     (e.g. ``retrieval/precision@1``) at the trainer's global step; on rank 0 W&B also gets the precision@k curve and a
     table of the most confident label mismatches (query and retrieved thumbnails, labels, cosine). Schedule, loader
-    sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+    sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Batches: dicts (read with ``input_key``, ``label_key`` and ``id_key``; without an ``id_key`` entry the sample
     position is the id), ``(inputs, labels, ids)`` or ``(inputs, labels)`` tuples. Labels may be integer tensors,
@@ -70,15 +69,18 @@ class RetrievalEvalCallback(EvaluationCallback):
             ``<prefix>/embedding_projection`` and written to ``<save_dir>/embedding_projection/step_<step>.png``.
             0 turns it off; without ``profiles`` it has no effect.
         kwargs: Schedule, loader, files and failure options of
-            :class:`~beyondlabels.callbacks.base.EvaluationCallback` (``every_n_epochs``, ``every_n_steps``,
+            :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
             ``evaluate_at_fit_end``, ``strict``).
 
     Example:
+        >>> from beyondlabels.callbacks import RetrievalEvalCallback
         >>> callback = RetrievalEvalCallback(every_n_steps=500, ks=(1, 10), prog_bar=["precision@1"])
         >>> callback.schema.mode("r_precision"), callback.schema.mode("mean_first_relevant_rank")
         ('max', 'min')
     """
+
+    callback_name = "RetrievalEvalCallback"
 
     def __init__(
         self,
@@ -157,7 +159,7 @@ class RetrievalEvalCallback(EvaluationCallback):
     def state_key_parts(self) -> dict[str, Any]:
         return {"encode_method": self.encode_method}
 
-    def check_module(self, pl_module: pl.LightningModule) -> None:
+    def check_module(self, pl_module: LightningModule) -> None:
         if not callable(getattr(pl_module, self.encode_method, None)):
             raise AttributeError(
                 f"{type(pl_module).__name__} has no method {self.encode_method!r}; set "
@@ -165,10 +167,10 @@ class RetrievalEvalCallback(EvaluationCallback):
             )
 
     def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCallback.unpack_labelled`)."""
+        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCore.unpack_labelled`)."""
         return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
 
-    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+    def feed(self, pl_module: LightningModule, batch: Any) -> None:
         inputs, labels, given_ids = self.unpack(batch)
         if isinstance(inputs, torch.Tensor):
             inputs = inputs.to(pl_module.device)
@@ -181,13 +183,13 @@ class RetrievalEvalCallback(EvaluationCallback):
         self.metric.update(embeddings.float(), labels, ids.to(pl_module.device))
 
     # ---- media ---------------------------------------------------------------------------------------------------
-    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         if self.num_mismatches and "neighbors" in results:
             media.mismatch_table(self._mismatch_rows(trainer, results))
         if self.profile_gains is not None:
             self._log_profile_media(results, media, trainer)
 
-    def _log_profile_media(self, results: dict[str, Any], media: WandbMedia, trainer: pl.Trainer | None = None) -> None:
+    def _log_profile_media(self, results: dict[str, Any], media: WandbMedia, trainer: Trainer | None = None) -> None:
         """Rank 0: similarity heatmap, observed-vs-null histogram, embedding projection and the most frequent
         mismatch pairs."""
         import tempfile
@@ -216,7 +218,7 @@ class RetrievalEvalCallback(EvaluationCallback):
             media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)
 
     # ---- embedding projection (rank 0) --------------------------------------------------------------------------
-    def _write_files(self, trainer: pl.Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
+    def _write_files(self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
         """The base's files, plus ``embedding_projection/step_<step>.png`` beside them (with W&B or without)."""
         super()._write_files(trainer, results, record)
         self._projection_file = None
@@ -226,13 +228,13 @@ class RetrievalEvalCallback(EvaluationCallback):
             path = self._save_projection_png(trainer, step, folder / "embedding_projection" / f"step_{step:09d}.png")
             self._projection_file = None if path is None else (step, path)
 
-    def _projection_png(self, trainer: pl.Trainer | None, step: int, fallback: Path) -> Path | None:
+    def _projection_png(self, trainer: Trainer | None, step: int, fallback: Path) -> Path | None:
         """The projection PNG of ``step``: the one in the evaluation folder, else drawn into ``fallback``."""
         if self._projection_file is not None and self._projection_file[0] == step:
             return self._projection_file[1]
         return self._save_projection_png(trainer, step, fallback)
 
-    def _save_projection_png(self, trainer: pl.Trainer | None, step: int, path: Path) -> Path | None:
+    def _save_projection_png(self, trainer: Trainer | None, step: int, path: Path) -> Path | None:
         """Draw the PCA projection of the metric's ``projection_sample`` into ``path`` (None when there is no sample
         or it is too small to project: fewer than 2 rows or dimensions)."""
         from beyondlabels.functional.projection import pca_projection
@@ -248,13 +250,13 @@ class RetrievalEvalCallback(EvaluationCallback):
         title = f"{self.prefix}: embeddings at step {step} (PCA of {embeddings.shape[0]} points)"
         return save_embedding_projection_png(coords, index, names, explained, path, title=title)
 
-    def _label_name(self, trainer: pl.Trainer | None, label: int) -> str:
+    def _label_name(self, trainer: Trainer | None, label: int) -> str:
         names = self.class_names or getattr(getattr(trainer, "datamodule", None), "class_names", None)
         if names is not None and 0 <= label < len(names):
             return str(names[label])
         return self.metric.label_names.get(label, str(label))
 
-    def _mismatch_rows(self, trainer: pl.Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
+    def _mismatch_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
         """The most confident wrong top-1 neighbours, with thumbnails looked up by id in the dataset."""
         per_query, neighbors = results["per_query"], results["neighbors"]
         query_ids, query_labels = per_query["query_id"], per_query["label"]

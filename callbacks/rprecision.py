@@ -8,18 +8,17 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.search import _check_positive_int
 from beyondlabels.metrics.rprecision import TextImageRPrecision
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PromptSet", "RPrecisionCallback", "select_prompts"]
+__all__ = ["PromptSet", "RPrecisionCore", "select_prompts"]
 
 
 def select_prompts(pool: Sequence[str], num_prompts: int, seed: int) -> tuple[list[int], list[str]]:
@@ -53,7 +52,7 @@ class PromptSet(Dataset):
         return {"prompt": self.prompts[i], "id": self.ids[i]}
 
 
-class RPrecisionCallback(EvaluationCallback):
+class RPrecisionCore(EvaluationCore):
     """Every N steps (or epochs): generate images for a fixed seeded prompt set and log their R-precision.
 
     Each evaluation takes the same ``num_prompts`` prompts (chosen from ``prompts`` with ``prompt_seed``), calls
@@ -75,8 +74,10 @@ class RPrecisionCallback(EvaluationCallback):
             :class:`~beyondlabels.metrics.TextImageRPrecision`.
         num_table_rows: Rows of the W&B table (0: none).
         prefix: Namespace of the logged keys.
-        kwargs: Passed to :class:`~beyondlabels.callbacks.EvaluationCallback` (schedule, files, strict, ...).
+        kwargs: Passed to :class:`~beyondlabels.callbacks.base.EvaluationCore` (schedule, files, strict, ...).
     """
+
+    callback_name = "RPrecisionCallback"
 
     def __init__(
         self,
@@ -134,7 +135,7 @@ class RPrecisionCallback(EvaluationCallback):
         return dict(getattr(self.evaluator, "identity", {"evaluator": type(self.evaluator).__name__}))
 
     # ---- prompts ---------------------------------------------------------------------------------------------------
-    def _pool(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[str]:
+    def _pool(self, trainer: Trainer, pl_module: LightningModule) -> list[str]:
         if not isinstance(self.prompts, str):
             return self.prompts
         for owner in (getattr(trainer, "datamodule", None), pl_module):
@@ -146,11 +147,11 @@ class RPrecisionCallback(EvaluationCallback):
             f"{type(self).__name__}(prompts=[...]) or the name of an attribute holding the prompt pool"
         )
 
-    def check_module(self, pl_module: pl.LightningModule) -> None:
+    def check_module(self, pl_module: LightningModule) -> None:
         if not callable(getattr(pl_module, self.generate_method, None)):
             raise AttributeError(f"{type(pl_module).__name__} has no method {self.generate_method!r}(prompts) -> images; set generate_method.")
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         ids, prompts = select_prompts(self._pool(trainer, pl_module), self.num_prompts, self.prompt_seed)
         self._prompt_set = PromptSet(ids, prompts)
@@ -168,7 +169,7 @@ class RPrecisionCallback(EvaluationCallback):
         return DataLoader(self._prompt_set, batch_size=self.batch_size, shuffle=False)
 
     # ---- one batch -------------------------------------------------------------------------------------------------
-    def feed(self, pl_module: pl.LightningModule, batch: Mapping[str, Any]) -> None:
+    def feed(self, pl_module: LightningModule, batch: Mapping[str, Any]) -> None:
         prompts = list(batch["prompt"])
         ids = self.take_ids(len(prompts), batch.get("id"))
         images = getattr(pl_module, self.generate_method)(prompts)
@@ -184,7 +185,7 @@ class RPrecisionCallback(EvaluationCallback):
                 if len(self._table) < self.num_table_rows:
                     self._table[i] = (prompt, image.detach().float().clamp(0, 1).cpu())
 
-    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
         self._table = {}
         try:
             return super().evaluate(trainer, pl_module)
@@ -204,7 +205,7 @@ class RPrecisionCallback(EvaluationCallback):
             if i in rank_of
         ]
 
-    def _write_files(self, trainer: pl.Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
+    def _write_files(self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
         """The base's files, plus ``samples/step_<step>.png``: the sample pictures under their prompt and rank."""
         super()._write_files(trainer, results, record)
         folder = self.output_folder(trainer)
@@ -221,7 +222,7 @@ class RPrecisionCallback(EvaluationCallback):
             title=f"{self.prefix}: generated at step {step} (rank of the own caption among {self.metric.num_candidates})",
         )
 
-    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         rows = self._sample_rows(results)
         if rows:
             media.table("samples", ["prompt", "generated_image", "rank_of_own_caption", "id"], rows)

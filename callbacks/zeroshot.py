@@ -5,19 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCallback
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.zeroshot import check_class_names, check_templates, class_prompts, prompt_ensemble, zeroshot_scores
 from beyondlabels.metrics import ZeroShotClassification
 
-__all__ = ["ZeroShotEvalCallback"]
+__all__ = ["ZeroShotEvalCore"]
 
 
-class ZeroShotEvalCallback(EvaluationCallback):
+class ZeroShotEvalCore(EvaluationCore):
     """Every few epochs or steps, classify the evaluation images against prompt-ensembled class embeddings.
 
     At the start of each evaluation the class embeddings are rebuilt with the module's current text tower (it trains):
@@ -29,7 +28,7 @@ class ZeroShotEvalCallback(EvaluationCallback):
     It logs ``<prefix>/top1``, ``<prefix>/top5``, ``<prefix>/balanced_accuracy`` and counts at the trainer's global
     step, writes each sample's top-1 ``prediction`` to the per-query files (what label-based families read) and, on
     rank 0, logs the confusion matrix to W&B. Schedule, loader sharding, failures, files and resume:
-    :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+    :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Args:
         class_names: Class names in label order (label ``i`` is ``class_names[i]``); None reads the datamodule's (or
@@ -46,13 +45,16 @@ class ZeroShotEvalCallback(EvaluationCallback):
         ks: The k of every ``top{k}`` key; at most the number of classes.
         confusion_matrix: Log the confusion matrix to W&B (rank 0).
         kwargs: Schedule, loader, files and failure options of
-            :class:`~beyondlabels.callbacks.base.EvaluationCallback`.
+            :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Example:
+        >>> from beyondlabels.callbacks import ZeroShotEvalCallback
         >>> callback = ZeroShotEvalCallback(class_names=["cat", "dog", "bird", "fish", "frog"], templates=["a {}", "a photo of a {}"])
         >>> callback.prompts()[:3], callback.schema.scalar_keys()[:3]
         (['a cat', 'a photo of a cat', 'a dog'], ['top1', 'top5', 'balanced_accuracy'])
     """
+
+    callback_name = "ZeroShotEvalCallback"
 
     def __init__(
         self,
@@ -115,7 +117,7 @@ class ZeroShotEvalCallback(EvaluationCallback):
             raise ValueError("no class names yet: pass class_names=[...] or attach the callback to a trainer whose datamodule has them")
         return class_prompts(self._names, self.templates)
 
-    def _resolve_names(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> tuple[str, ...]:
+    def _resolve_names(self, trainer: Trainer, pl_module: LightningModule) -> tuple[str, ...]:
         if self.class_names is not None:
             return self.class_names
         for owner in (trainer.datamodule, pl_module):
@@ -127,12 +129,12 @@ class ZeroShotEvalCallback(EvaluationCallback):
             f"attribute {self.class_names_from!r} listing them in label order (set class_names_from=... to its name)"
         )
 
-    def check_module(self, pl_module: pl.LightningModule) -> None:
+    def check_module(self, pl_module: LightningModule) -> None:
         for option, name in (("image_method", self.image_method), ("text_method", self.text_method), ("tokenizer", self.tokenizer)):
             if name is not None and not callable(getattr(pl_module, name, None)):
                 raise AttributeError(f"{type(pl_module).__name__} has no callable {name!r}; set ZeroShotEvalCallback({option}=...)")
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         self._use_names(self._resolve_names(trainer, pl_module))
 
@@ -142,7 +144,7 @@ class ZeroShotEvalCallback(EvaluationCallback):
             # a ValueError naming `ks` when ks exceeds the number of classes; the schema depends on ks only
             self.metric = self.build_metric()
 
-    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
         if self._names is None or self.metric.num_classes != len(self._names):
             self._use_names(self._resolve_names(trainer, pl_module))
         self._classifier = None  # rebuilt with the current text tower, once per evaluation
@@ -152,7 +154,7 @@ class ZeroShotEvalCallback(EvaluationCallback):
             self._classifier = None
 
     # ---- one batch -----------------------------------------------------------------------------------------------
-    def class_embeddings(self, pl_module: pl.LightningModule) -> torch.Tensor:
+    def class_embeddings(self, pl_module: LightningModule) -> torch.Tensor:
         """The prompt-ensembled class embeddings ``[C, D]`` of this evaluation (built on first use, then cached)."""
         if self._classifier is None:
             prompts = self.prompts()
@@ -170,7 +172,7 @@ class ZeroShotEvalCallback(EvaluationCallback):
         return self._classifier
 
     def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCallback.unpack_labelled`)."""
+        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCore.unpack_labelled`)."""
         return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
 
     def _label_indices(self, labels: Any, device: torch.device) -> torch.Tensor:
@@ -182,7 +184,7 @@ class ZeroShotEvalCallback(EvaluationCallback):
             return torch.tensor([index[v] for v in labels], dtype=torch.long, device=device)
         return torch.as_tensor(labels).to(device)
 
-    def feed(self, pl_module: pl.LightningModule, batch: Any) -> None:
+    def feed(self, pl_module: LightningModule, batch: Any) -> None:
         images, labels, given_ids = self.unpack(batch)
         if isinstance(images, torch.Tensor):
             images = images.to(pl_module.device)
@@ -194,7 +196,7 @@ class ZeroShotEvalCallback(EvaluationCallback):
         self.metric.update(scores, self._label_indices(labels, scores.device), ids.to(pl_module.device))
 
     # ---- media ---------------------------------------------------------------------------------------------------
-    def log_media(self, trainer: pl.Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         if not self.confusion_matrix or "confusion_matrix" not in results:
             return
         import wandb

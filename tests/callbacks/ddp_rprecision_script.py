@@ -69,7 +69,7 @@ class ToyGenerator(pl.LightningModule):
 
 
 def main() -> None:
-    from beyondlabels.callbacks.rprecision import RPrecisionCallback
+    from beyondlabels.callbacks import RPrecisionCallback
 
     out, devices = Path(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)

@@ -13,7 +13,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from beyondlabels.callbacks.rprecision import RPrecisionCallback, select_prompts
+from beyondlabels.callbacks import RPrecisionCallback
+from beyondlabels.callbacks.rprecision import select_prompts
 from beyondlabels.io.evaluator import TINY_CONFIG, ClipEvaluator
 
 POOL = [f"shape number {i}" for i in range(40)]

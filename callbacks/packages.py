@@ -1,0 +1,113 @@
+"""Which Lightning package a trainer, module, callback or logger belongs to, found without importing either package.
+
+Lightning ships the same classes twice: as ``pytorch_lightning`` and as ``lightning.pytorch`` (what Lightning's own
+documentation teaches). The two copies are different classes: a ``pytorch_lightning`` callback given to a
+``lightning.pytorch`` Trainer, or Lightning's ``is_overridden`` asked about a module of the other package, fails
+(``ValueError: Expected a parent``). The evaluation callbacks therefore keep their logic in package-neutral cores
+that only look at the trainer and module they receive, through the functions here, and come as one thin subclass per
+package (:mod:`beyondlabels.callbacks.pytorch_lightning`, :mod:`beyondlabels.callbacks.lightning`), each importing
+only its own package.
+
+Example:
+    >>> class Trainer:  # stands for a class of either package
+    ...     pass
+    >>> Trainer.__module__ = "lightning.pytorch.trainer.trainer"
+    >>> lightning_package(Trainer())
+    'lightning.pytorch'
+    >>> lightning_package(object()) is None
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CALLBACK_MODULES",
+    "PACKAGES",
+    "check_same_package",
+    "is_lightning_instance",
+    "lightning_package",
+    "lightning_state_key",
+    "overrides",
+]
+
+# The two distributions of Lightning, by the name their classes are imported from.
+PACKAGES = ("lightning.pytorch", "pytorch_lightning")
+# Where the evaluation callbacks of each package are imported from.
+CALLBACK_MODULES = {"lightning.pytorch": "beyondlabels.callbacks.lightning", "pytorch_lightning": "beyondlabels.callbacks"}
+
+
+def _package_of_class(cls: type) -> str | None:
+    module = getattr(cls, "__module__", "") or ""
+    return next((p for p in PACKAGES if module == p or module.startswith(p + ".")), None)
+
+
+def lightning_package(obj: Any) -> str | None:
+    """The Lightning package (``"lightning.pytorch"`` or ``"pytorch_lightning"``) of the nearest Lightning class that
+    ``obj`` (an instance or a class) derives from; None when it derives from none."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    for base in cls.__mro__:
+        package = _package_of_class(base)
+        if package is not None:
+            return package
+    return None
+
+
+def is_lightning_instance(obj: Any, class_name: str) -> bool:
+    """Whether ``obj`` is an instance of the Lightning class named ``class_name`` (e.g. ``"ModelCheckpoint"``,
+    ``"WandbLogger"``) of either package, subclasses included."""
+    return any(base.__name__ == class_name and _package_of_class(base) is not None for base in type(obj).__mro__)
+
+
+def overrides(obj: Any, method: str) -> bool:
+    """Whether ``obj`` (a LightningModule, DataModule or Callback of either package) defines ``method`` itself, rather
+    than inheriting Lightning's default: the method is set on the instance, or the first class of its MRO that
+    defines it is not one of Lightning's. False when no class defines it."""
+    if method in getattr(obj, "__dict__", {}):
+        return True
+    for base in type(obj).__mro__:
+        if method in vars(base):
+            return _package_of_class(base) is None
+    return False
+
+
+def lightning_state_key(callback: Any, **parts: Any) -> str:
+    """The key of ``callback``'s state in a checkpoint, in Lightning's format (class name, then ``parts``): the same
+    under both packages, so a checkpoint written under one resumes under the other.
+
+    Example:
+        >>> class RetrievalEvalCallback:
+        ...     pass
+        >>> lightning_state_key(RetrievalEvalCallback(), prefix="retrieval")
+        "RetrievalEvalCallback{'prefix': 'retrieval'}"
+    """
+    return f"{type(callback).__qualname__}{parts!r}"
+
+
+def check_same_package(callback: Any, trainer: Any) -> None:
+    """Raise a ``TypeError`` naming the fix when ``callback`` was made for another Lightning package than
+    ``trainer``'s (a trainer of neither package, e.g. a stand-in in a test, is accepted).
+
+    Raises:
+        TypeError: ``callback`` is a package-neutral core (no Lightning base at all) or a callback of the other
+            package; the message says which module to import the callback from.
+    """
+    theirs = lightning_package(trainer)
+    if theirs is None:
+        return
+    ours = lightning_package(callback)
+    if ours == theirs:
+        return
+    name = getattr(type(callback), "callback_name", type(callback).__name__)
+    fix = f"use `from {CALLBACK_MODULES[theirs]} import {name}`, the same callback for {theirs}"
+    if ours is None:
+        raise TypeError(
+            f"{type(callback).__module__}.{type(callback).__name__} is the package-neutral core of a beyondlabels "
+            f"callback, not a Lightning callback; the Trainer is a {theirs} Trainer: {fix}."
+        )
+    raise TypeError(
+        f"{type(callback).__module__}.{type(callback).__name__} is a {ours} callback, but the Trainer is a {theirs} "
+        f"Trainer (the two Lightning packages do not mix): {fix}, or build every object (Trainer, LightningModule, "
+        f"callbacks, loggers) from one package."
+    )
