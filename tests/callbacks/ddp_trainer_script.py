@@ -1,27 +1,28 @@
 """Run RetrievalEvalCallback under Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump what each rank saw.
 
-Usage: python ddp_trainer_script.py OUT_JSON DEVICES MODE
+Usage: python ddp_trainer_script.py OUT_JSON DEVICES MODE [PACKAGE]
 The evaluation set has 37 items: over 2 ranks DistributedSampler pads it to 38 by repeating one item,
 which the metric must drop by id so that the numbers equal a single-process run.
 
 MODE: "dicts" (dict batches with ids), "tuples" ((point, label) batches without ids: the evaluation uses dataset
 indices), "strict_file_error" (strict mode and an unwritable save_dir: rank 0 fails writing, every rank must raise).
+PACKAGE: the Lightning package of the Trainer, module and callback: "pytorch_lightning" (default) or "lightning.pytorch".
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule  # noqa: E402
+from toy import lightning_classes  # noqa: E402
 
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
+CALLBACKS = {"pytorch_lightning": "beyondlabels.callbacks", "lightning.pytorch": "beyondlabels.callbacks.lightning"}
 
 
 class TupleView(Dataset):
@@ -38,6 +39,10 @@ class TupleView(Dataset):
 
 def main() -> None:
     out, devices, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    package = sys.argv[4] if len(sys.argv) > 4 else "pytorch_lightning"
+    pl = importlib.import_module(package)
+    PointDataModule, LinearEncoder = lightning_classes(package)
+    RetrievalEvalCallback = importlib.import_module(CALLBACKS[package]).RetrievalEvalCallback
     torch.set_num_threads(1)
     dm = PointDataModule(n_train=32, n_eval=37, batch_size=5)
     model = LinearEncoder(lr=0.0)  # lr 0: the embeddings are the initial projection on every rank
@@ -64,7 +69,7 @@ def main() -> None:
     trainer.fit(model, dm)
     logged = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("retrieval/")}
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")
-    path.write_text(json.dumps({"history": callback.history, "logged": logged, "world_size": trainer.world_size}))
+    path.write_text(json.dumps({"history": callback.history, "logged": logged, "world_size": trainer.world_size, "package": type(trainer).__module__}))
 
 
 if __name__ == "__main__":

@@ -13,18 +13,18 @@ import pytest
 SCRIPT = Path(__file__).with_name("ddp_trainer_script.py")
 
 
-def _launch(tmp_path: Path, devices: int, mode: str) -> tuple[subprocess.CompletedProcess, Path]:
-    out = tmp_path / f"{mode}-world{devices}" / "result.json"
+def _launch(tmp_path: Path, devices: int, mode: str, package: str = "pytorch_lightning") -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / f"{mode}-world{devices}-{package}" / "result.json"
     out.parent.mkdir(parents=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), str(devices), mode], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+        [sys.executable, str(SCRIPT), str(out), str(devices), mode, package], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
     return proc, out
 
 
-def _run(tmp_path: Path, devices: int, mode: str) -> list[dict]:
-    proc, out = _launch(tmp_path, devices, mode)
+def _run(tmp_path: Path, devices: int, mode: str, package: str = "pytorch_lightning") -> list[dict]:
+    proc, out = _launch(tmp_path, devices, mode, package)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return [json.loads(p.read_text()) for p in sorted(out.parent.glob("result.rank*.json"))]
 
@@ -35,11 +35,13 @@ def _values(history: list[dict]) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["dicts", "tuples"])
-def test_two_process_ddp_equals_single_process(tmp_path: Path, mode: str):
-    (single,) = _run(tmp_path, 1, mode)
-    ranks = _run(tmp_path, 2, mode)
-    assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
+@pytest.mark.parametrize(("mode", "package"), [("dicts", "pytorch_lightning"), ("tuples", "pytorch_lightning"), ("dicts", "lightning.pytorch")])
+def test_two_process_ddp_equals_single_process(tmp_path: Path, mode: str, package: str):
+    if package == "lightning.pytorch":
+        pytest.importorskip("lightning", reason="the `lightning` package is part of the test extras")
+    (single,) = _run(tmp_path, 1, mode, package)
+    ranks = _run(tmp_path, 2, mode, package)
+    assert len(ranks) == 2 and all(r["world_size"] == 2 and r["package"].startswith(package) for r in ranks)
     assert single["history"][0]["num_duplicates"] == 0
     for rank in ranks:
         # 37 items over 2 ranks: the sampler repeats one, which the metric drops by id

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -29,47 +30,62 @@ class PointDataset(Dataset):
         return {"image": torch.from_numpy(self.points[i]), "label": int(self.labels[i]), "id": i}
 
 
-class PointDataModule(pl.LightningDataModule):
-    def __init__(self, n_train: int = 64, n_eval: int = 37, batch_size: int = 8) -> None:
-        super().__init__()
-        self.train_set, self.eval_set, self.batch_size = PointDataset(n_train, seed=1), PointDataset(n_eval, seed=2), batch_size
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=False)
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.eval_set, batch_size=self.batch_size)
+def lightning_classes(package: str = "pytorch_lightning") -> tuple[type, type]:
+    """``(PointDataModule, LinearEncoder)`` built on the Lightning package ``package`` (``"pytorch_lightning"`` or
+    ``"lightning.pytorch"``); the module-level classes are the ``pytorch_lightning`` ones."""
+    if package not in _CLASSES:
+        _CLASSES[package] = _define(importlib.import_module(package))
+    return _CLASSES[package]
 
 
-class LinearEncoder(pl.LightningModule):
-    """Embeds points with one linear layer trained by a pull-to-class-centre loss."""
+def _define(pl):
+    class PointDataModule(pl.LightningDataModule):
+        def __init__(self, n_train: int = 64, n_eval: int = 37, batch_size: int = 8) -> None:
+            super().__init__()
+            self.train_set, self.eval_set, self.batch_size = PointDataset(n_train, seed=1), PointDataset(n_eval, seed=2), batch_size
 
-    def __init__(self, dim: int = 8, out: int = 6, lr: float = 0.05, fail_on_call: int | None = None) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.proj = torch.nn.Linear(dim, out)
-        self.lr = lr
-        self.fail_on_call = fail_on_call
-        self.calls = 0
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=False)
 
-    def encode_image(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        if self.fail_on_call is not None and self.calls == self.fail_on_call:
-            raise RuntimeError("encoder exploded")
-        return self.proj(x)
+        def val_dataloader(self) -> DataLoader:
+            return DataLoader(self.eval_set, batch_size=self.batch_size)
 
-    def training_step(self, batch, batch_idx):
-        z = torch.nn.functional.normalize(self.proj(batch["image"]), dim=1)
-        same = (batch["label"][:, None] == batch["label"][None, :]).float()
-        loss = ((z @ z.T - same) ** 2).mean()
-        self.log("train/loss", loss)
-        return loss
 
-    def validation_step(self, batch, batch_idx):
-        pass
+    class LinearEncoder(pl.LightningModule):
+        """Embeds points with one linear layer trained by a pull-to-class-centre loss."""
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=self.lr)
+        def __init__(self, dim: int = 8, out: int = 6, lr: float = 0.05, fail_on_call: int | None = None) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.proj = torch.nn.Linear(dim, out)
+            self.lr = lr
+            self.fail_on_call = fail_on_call
+            self.calls = 0
+
+        def encode_image(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            if self.fail_on_call is not None and self.calls == self.fail_on_call:
+                raise RuntimeError("encoder exploded")
+            return self.proj(x)
+
+        def training_step(self, batch, batch_idx):
+            z = torch.nn.functional.normalize(self.proj(batch["image"]), dim=1)
+            same = (batch["label"][:, None] == batch["label"][None, :]).float()
+            loss = ((z @ z.T - same) ** 2).mean()
+            self.log("train/loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            pass
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    return PointDataModule, LinearEncoder
+
+
+_CLASSES: dict = {}
+PointDataModule, LinearEncoder = lightning_classes("pytorch_lightning")
 
 
 def brute_force_precision_at_1_and_r_precision(embeddings: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
