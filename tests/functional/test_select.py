@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import platform
+import re
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,19 +121,67 @@ def test_stable_group_order_equals_a_stable_torch_sort(n_groups):
     assert torch.equal(_select.stable_group_order(groups, n_groups), torch.sort(groups, stable=True).indices)
 
 
-def test_concurrently_runs_every_task_and_restores_the_thread_count(threads):
-    done = []
-    record = lambda: done.append(torch.get_num_threads())  # noqa: E731
-    _select.concurrently([record, record], torch.device("cpu"))
-    assert done == [max(1, threads // 2)] * 2  # the threads are split between the tasks meanwhile
-    assert torch.get_num_threads() == threads
+def _threads_in_child(queue, cpus, torch_threads):
+    os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(torch_threads)
+    scores = np.random.default_rng(7).random((600, 400), dtype=np.float32)
+    got = _select.flat_reaching(torch.from_numpy(scores), torch.full((600,), 0.5), None)[0][0].numpy()
+    workers = {t.name for t in threading.enumerate() if t.name.startswith("beyondlabels-select")}
+    queue.put((_select.usable_cpus(), _select.worker_threads(), len(_select._row_slices(600, 240_000)), len(workers),
+               bool(np.array_equal(got, np.flatnonzero(scores >= np.float32(0.5))))))
 
-    def boom():
-        raise RuntimeError("task failed")
 
-    with pytest.raises(RuntimeError, match="task failed"):
-        _select.concurrently([lambda: None, boom], torch.device("cpu"))
-    assert torch.get_num_threads() == threads
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or "fork" not in mp.get_all_start_methods(), reason="needs Linux affinity")
+@pytest.mark.parametrize(("cpus", "torch_threads", "expected"), [({0}, 2, 1), ({0, 1}, 1, 1), ({0, 1}, 2, 2), ({0, 1}, 8, 2)])
+def test_threads_follow_the_affinity_and_torch_thread_count(cpus, torch_threads, expected):
+    """A scheduler's CPU affinity (a SLURM job given 1 of the machine's cores) caps the threads, as does torch's count."""
+    if not cpus <= os.sched_getaffinity(0):
+        pytest.skip(f"this machine does not offer CPUs {sorted(cpus)}")
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_threads_in_child, args=(queue, cpus, torch_threads))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    usable, workers, slices, pool_threads, correct = queue.get(timeout=5)
+    assert (usable, workers, slices) == (len(cpus), expected, expected) and correct
+    assert pool_threads == expected - 1  # the calling thread does one slice itself
+
+
+def test_the_search_leaves_torch_thread_settings_alone(monkeypatch):
+    """The deep leave-one-out search (candidate lists, both sides of every block) and the row-slice steps never set
+    torch's thread counts, which every thread of a user's process shares."""
+    from beyondlabels.functional import embedding_retrieval_metrics, search
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(("set_num_threads", n)))
+    monkeypatch.setattr(torch, "set_num_interop_threads", lambda n: calls.append(("set_num_interop_threads", n)))
+    candidate_search = search._leave_one_out_candidates
+    runs = []
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        yield from candidate_search(*args, **kwargs)
+
+    monkeypatch.setattr(search, "_leave_one_out_candidates", counted)
+    g = torch.Generator().manual_seed(0)
+    labels = torch.arange(4000) % 40  # R = 100 of 4,000: deep enough for the candidate search
+    x = torch.nn.functional.normalize(torch.randn(4000, 16, generator=g) + labels[:, None].float(), dim=1)
+    before = torch.get_num_threads()
+    out = embedding_retrieval_metrics(x, labels, ks=(1,), chunk_size=512)
+    assert runs and calls == [] and torch.get_num_threads() == before and 0 <= float(out["r_precision"]) <= 1
+
+
+def test_library_code_never_sets_process_wide_thread_counts():
+    root = Path(__file__).resolve().parents[2]
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("src", "callbacks")
+        for path in sorted((root / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"set_num(_interop)?_threads\(", line) and not line.lstrip().startswith("#")
+    ]
+    assert offenders == []
 
 
 def _nonzero_in_child(queue):

@@ -2,7 +2,8 @@
 
 Each function returns exactly what the torch expression in its docstring returns. For CPU tensors the work is done by
 numpy (whose sorts and selections use SIMD kernels several times faster than torch's on x86), split by rows over as
-many threads as torch uses (numpy releases the GIL in these loops). Tensors on any other device use the torch
+many threads as torch uses, at most the CPUs the process may run on (numpy releases the GIL in these loops). The
+threads are this module's own pools; nothing here changes torch's thread settings. Tensors on any other device use the torch
 expression itself. Results share no memory with the inputs unless stated.
 """
 
@@ -12,7 +13,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -23,18 +24,34 @@ from torch import Tensor
 _MIN_PARALLEL_ELEMENTS = 1 << 17
 
 _pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
+_pool: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, workers, pool)
 
 
-def _executor() -> ThreadPoolExecutor:
-    """One pool per process (a pool inherited through ``fork`` has no threads, so a child makes its own)."""
-    global _pool, _pool_pid
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its scheduler affinity (what a SLURM job or ``taskset`` grants), else the
+    machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity API (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_threads() -> int:
+    """Threads the selection steps use at most: torch's intra-op thread count, capped by :func:`usable_cpus`."""
+    return max(1, min(torch.get_num_threads(), usable_cpus()))
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    """This process's pool, with at least ``workers`` threads. A pool inherited through ``fork`` has no threads, so a
+    child makes its own; a pool too small for the current thread count is replaced (its threads end when their work
+    is done)."""
+    global _pool
     with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="beyondlabels-select")
-            _pool_pid = os.getpid()
-        return _pool
+        if _pool is None or _pool[0] != os.getpid() or _pool[1] < workers:
+            if _pool is not None and _pool[0] == os.getpid():
+                _pool[2].shutdown(wait=False)
+            _pool = (os.getpid(), workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="beyondlabels-select"))
+        return _pool[2]
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
@@ -64,7 +81,7 @@ def _on_cpu(*tensors: Tensor) -> bool:
 
 
 def _row_slices(rows: int, numel: int) -> list[slice]:
-    parts = min(torch.get_num_threads(), rows) if numel >= _MIN_PARALLEL_ELEMENTS else 1
+    parts = min(worker_threads(), rows) if numel >= _MIN_PARALLEL_ELEMENTS else 1
     parts = max(parts, 1)
     edges = [rows * i // parts for i in range(parts + 1)]
     return [slice(edges[i], edges[i + 1]) for i in range(parts)]
@@ -75,7 +92,8 @@ def _by_rows(work: Callable[[slice], object], rows: int, numel: int) -> list[obj
     slices = _row_slices(rows, numel)
     if len(slices) == 1:
         return [work(slices[0])]
-    futures = [_executor().submit(work, s) for s in slices[1:]]
+    pool = _executor(len(slices) - 1)
+    futures = [pool.submit(work, s) for s in slices[1:]]
     first = work(slices[0])
     return [first] + [f.result() for f in futures]
 
@@ -189,27 +207,3 @@ def stable_group_order(groups: Tensor, n_groups: int) -> Tensor:
     if n_groups <= np.iinfo(np.int16).max:
         g = g.astype(np.int16)  # numpy sorts 16-bit integers stably by radix, in linear time
     return torch.from_numpy(np.argsort(g, kind="stable").astype(np.int64, copy=False))
-
-
-def concurrently(tasks: Sequence[Callable[[], None]], device: torch.device) -> None:
-    """Run ``tasks`` (which must touch disjoint memory) at the same time, one thread each, on CPU.
-
-    Meanwhile torch's intra-op threads are split between them (``torch.set_num_threads``, restored afterwards):
-    many mid-sized tensor ops run about twice as fast side by side on one thread each as one after the other on
-    two, where every op pays to wake the other thread. On other devices, or with one torch thread, in turn.
-    """
-    threads = torch.get_num_threads()
-    if len(tasks) < 2 or device.type != "cpu" or threads < 2:
-        for task in tasks:
-            task()
-        return
-    torch.set_num_threads(max(1, threads // len(tasks)))
-    try:
-        futures = [_executor().submit(task) for task in tasks[1:]]
-        try:
-            tasks[0]()
-        finally:
-            for future in futures:
-                future.result()
-    finally:
-        torch.set_num_threads(threads)

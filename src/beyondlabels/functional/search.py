@@ -669,14 +669,13 @@ def _leave_one_out_candidates(
             scores, bound[a - lo : a_end - lo] if a_owned else None, bound[b - lo : b_end - lo] if b_owned else None
         )
         nb = scores.shape[1]
-        # The two sides update disjoint rows, so they run side by side.
-        tasks = []
+        # One side after the other: since the block is read once for both, running them side by side (two threads,
+        # torch's threads split between them) measured no faster, and splitting them needs torch.set_num_threads.
         if a_owned:
-            tasks.append(lambda: side_a(reaching_a, nb, a, a_end, b))
+            side_a(reaching_a, nb, a, a_end, b)
         if b_owned:
-            tasks.append(lambda: side_b(reaching_b, nb, a, b, b_end))
-        _select.concurrently(tasks, device)
-    ws = scores = reaching_a = reaching_b = tasks = None  # the final steps need none of the pass's buffers
+            side_b(reaching_b, nb, a, b, b_end)
+    ws = scores = reaching_a = reaching_b = None  # the final steps need none of the pass's buffers
     # Rows whose guess was too high, searched again against the whole gallery, all together; their buffer then
     # holds exactly their top keys.
     short = torch.nonzero(~compacted & (fill < need)).flatten()
