@@ -12,7 +12,7 @@
 ``task=retrieval`` writes a JSON report (every scalar of the output schema at the top level, the curve as a list, and
 the schema itself under ``schema``), the per-query values beside it (``<output stem>.per_query.npz``), prints a table
 and saves ``<output>.png`` with the precision@k curve. ``task=compare`` reads the evaluation files the callbacks write
-(``source=files``: history.json, schema.json; or evaluate.py reports) or offline W&B runs (``source=wandb``) and prints
+(``source=files``: history.jsonl, schema.json; or evaluate.py reports) or offline W&B runs (``source=wandb``) and prints
 one row per metric and one column per run: final values, or ``which=best`` under each metric's direction.
 """
 
@@ -38,6 +38,7 @@ from beyondlabels.io import (
     save_per_query,
 )
 from beyondlabels.io.arrays import load_crossmodal_npz, load_embeddings_npz, load_rprecision_npz
+from beyondlabels.io.atomic import write_json
 from beyondlabels.reporting import (
     compare_evaluation_runs,
     compare_runs,
@@ -148,7 +149,7 @@ def evaluate_retrieval(cfg: DictConfig) -> dict[str, Any]:
     )
     if gains is not None:
         report["mismatch"] = _retrieval_mismatch(cfg, data, metrics, gains)
-    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(output, report)
     png = save_precision_curve_png({Path(cfg.input).stem: report["precision_curve"]}, output.with_suffix(".png"), title=f"precision@k — {Path(cfg.input).name}")
     print_metrics_table(report, title=f"retrieval: {cfg.input}", schema=schema)
     log.info("report: %s  per-query values: %s  curve: %s", output, per_query_path, png)
@@ -183,7 +184,7 @@ def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
     report = _scalar_report("crossmodal", metrics, schema)
     report.update(ks=ks, per_query_file=per_query_path.name, settings={"input": str(cfg.input), "chunk_size": int(cfg.eval.chunk_size), "precision": str(cfg.eval.precision)})
     report["schema"] = schema.to_json()
-    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(output, report)
     print_metrics_table(report, title=f"crossmodal: {cfg.input}", schema=schema)
     log.info("report: %s  per-query values: %s", output, per_query_path)
     return report
@@ -221,7 +222,7 @@ def evaluate_rprecision(cfg: DictConfig) -> dict[str, Any]:
     settings.update(input=str(cfg.input), candidate_sets=str(sets_path) if sets_path else None)
     report.update(per_query_file=per_query_path.name, settings=settings, evaluator=data.get("evaluator"))
     report["schema"] = schema.to_json()
-    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(output, report)
     print_metrics_table(report, title=f"rprecision: {cfg.input}", schema=schema)
     log.info("report: %s  per-query values: %s", output, per_query_path)
     return report
@@ -277,9 +278,7 @@ def evaluate_hierarchy(cfg: DictConfig) -> dict[str, Any]:
     report["schema"] = schema.to_json()
     output, per_query_path = _report_files(cfg, metrics, schema)
     report["per_query_file"] = per_query_path.name
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, output)
+    write_json(output, report)
     print_metrics_table(report, title=f"hierarchy: {cfg.predictions}", schema=schema)
     log.info("report: %s  per-sample values: %s", output, per_query_path)
     return report
@@ -304,7 +303,7 @@ def evaluate_ranking(cfg: DictConfig) -> dict[str, Any]:
     report.update(ks=ks, queries_without_qrels=judged.queries_without_qrels, queries_without_run=judged.queries_without_run, per_query_file=per_query_path.name)
     report["settings"] = {"run": str(cfg.run), "qrels": str(cfg.qrels), "depth": cfg.get("depth"), "relevance_level": int(cfg.get("relevance_level", 1))}
     report["schema"] = schema.to_json()
-    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(output, report)
     print_metrics_table(report, title=f"ranking: {cfg.run} against {cfg.qrels}", schema=schema)
     log.info("report: %s  per-query values: %s", output, per_query_path)
     return report
@@ -330,7 +329,7 @@ def compare_ab(cfg: DictConfig) -> dict[str, Any]:
     print_ab_table(table)
     if cfg.get("output"):
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.output).write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+        write_json(cfg.output, table)
     return table
 
 
@@ -346,7 +345,7 @@ def compare(cfg: DictConfig) -> dict[str, Any]:
     roots = _plain(cfg.get("runs"))
     roots = [roots] if isinstance(roots, str) else list(roots or [])
     if not roots:
-        raise ValueError("task=compare needs runs=[PATH, ...]: run folders, multirun folders or history.json files")
+        raise ValueError("task=compare needs runs=[PATH, ...]: run folders, multirun folders or history.jsonl files")
     source = cfg.get("source", "files")
     which = cfg.get("which", "final")
     if source not in SOURCES:
@@ -381,7 +380,7 @@ def compare(cfg: DictConfig) -> dict[str, Any]:
     print_comparison(table)
     if cfg.get("output"):
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.output).write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+        write_json(cfg.output, table)
     return table
 
 
@@ -489,7 +488,7 @@ def evaluate_mismatch(cfg: DictConfig) -> dict[str, Any]:
     report["schema"] = schema.to_json()
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "mismatch.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(output, report)
     if analysis["num_mismatches"]:
         save_null_histogram_png(analysis["null"], analysis["mean_similarity"], output.with_suffix(".png"), p_value=analysis["p_value"])
     log.info("mismatches %d: mean similarity %.3f, null %.3f ± %.4f, p = %.3g; report: %s", analysis["num_mismatches"],
@@ -513,7 +512,7 @@ def evaluate_profiles(cfg: DictConfig) -> dict[str, Any]:
               "settings": {"profiles": str(cfg.profiles)}}
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / "profiles.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(output, report)
     save_similarity_heatmap_png(m, profiles.classes, output.with_suffix(".png"))
     log.info("profiles: %d classes, %d pairs, mean %.3f; report: %s", len(profiles), report["pair_distribution"]["num_pairs"],
              report["pair_distribution"]["mean"], output)

@@ -6,7 +6,12 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
 - ``build_metric()`` → a :class:`~beyondlabels.metrics.PerSampleMetric` (its ``output_schema()`` drives logging);
 - ``feed(pl_module, batch)`` → encode one evaluation batch and call ``self.metric.update(...)`` with the ids from
   :meth:`EvaluationCore.take_ids` (the batch's own ids, or its positions / dataset indices);
-- optionally ``log_media(trainer, results, media)`` (rank 0, W&B tables and the like) and ``state_key_parts()``.
+- optionally ``log_media(trainer, results, media)`` (rank 0, W&B tables and the like), ``write_step_files(trainer,
+  results, step, files)`` (rank 0, pictures of one evaluation, kept under the retention policy) and
+  ``state_key_parts()``.
+
+The base imports neither Lightning package: the hooks use only the trainer and module they receive, and each package
+gets a thin subclass (:mod:`beyondlabels.callbacks.packages`).
 
 What the base guarantees:
 
@@ -17,8 +22,10 @@ What the base guarantees:
   numbers whatever ``max_epochs`` and the cadence are.
 - **One step everywhere.** Each evaluation is logged at ``trainer.global_step`` through every Lightning logger
   (``logger.log_metrics(..., step=trainer.global_step)``), never throttled by ``log_every_n_steps``; the same step is
-  written to ``history.json``, the per-query file and the W&B media. Scalars also enter ``trainer.callback_metrics``
+  written to ``history.jsonl``, the per-query file and the W&B media. Scalars also enter ``trainer.callback_metrics``
   on every rank (ModelCheckpoint, EarlyStopping and sweepers monitor them) and, for ``prog_bar`` keys, the progress bar.
+  ``<prefix>/eval_seconds`` is the evaluation's wall time, files and media included (rank 0's, on every rank);
+  :attr:`EvaluationCore.last_timings` splits it into forward, compute, intervals, files and media.
 - **Loader.** The evaluation loader is a datamodule or module method name, a DataLoader, or a callable. Under DDP it is
   rebuilt with a ``DistributedSampler`` (no shuffling) that keeps the user's ``collate_fn``, ``num_workers``,
   ``pin_memory``, ``worker_init_fn``, ``persistent_workers``, ``timeout``, ``prefetch_factor``,
@@ -29,21 +36,25 @@ What the base guarantees:
 - **Failures.** An evaluation that raises on any rank is skipped on every rank (ranks agree through
   ``trainer.strategy`` before any collective), recorded in the history and logged as an error; training goes on.
   With ``strict=True`` it raises on *every* rank — also for errors writing files or media on rank 0.
-- **Files** (rank 0, beside any logger), under ``save_dir`` (default ``<default_root_dir>/<prefix>``):
-  ``history.json`` (one record per evaluation), ``schema.json`` (kind and direction of every key),
-  ``per_query/step_<step>.npz`` (the per-query values of each evaluation: the input of confidence intervals and paired
-  tests), one PNG per curve key with every evaluation's curve, and ``confidence_intervals.png`` (the headline keys
-  over the steps with their bootstrap bands; also logged to W&B).
+- **Files** (rank 0, beside any logger), under ``save_dir`` (default ``<default_root_dir>/<prefix>``), at a cost
+  that does not grow with the run (:class:`~beyondlabels.callbacks.files.EvaluationFiles`): ``history.jsonl`` (one
+  record per evaluation, appended), ``schema.json`` (kind and direction of every key), ``per_query/step_<step>.npz``
+  (the per-query values: the input of confidence intervals and paired tests; compressed, kept for the latest, the
+  best, and every ``keep_every_n``-th evaluation), one PNG per curve key (at most 8 evaluations' curves) and
+  ``confidence_intervals.png`` (the headline keys over the steps with their bootstrap bands; also logged to W&B),
+  both redrawn every ``plot_every_n`` evaluations and at the end of fit. Every write is atomic; a failed one (a full
+  disk) is logged, damages nothing on disk and is retried at the next evaluation; training goes on.
 - **Resume.** ``state_dict`` holds the history and the last evaluated step; ``load_state_dict`` ignores malformed
-  entries with a warning.
+  entries with a warning. The first write after a resume makes ``history.jsonl`` hold exactly the restored history
+  (evaluations the killed run made after its checkpoint are dropped; they are made again).
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
+import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -52,17 +63,19 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
+from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
 from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
 from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
-from beyondlabels.io.run_files import save_per_query
 from beyondlabels.metrics.base import PerSampleMetric
-from beyondlabels.reporting.plots import save_curves_png, save_history_band_png
-from beyondlabels.schema import OutputSchema
+from beyondlabels.schema import KeySpec, OutputSchema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvaluationCore", "Trainer", "LightningModule", "shard_loader"]
+__all__ = ["EVAL_SECONDS", "EvaluationCore", "Trainer", "LightningModule", "shard_loader"]
+
+# Logged with every evaluation: its wall time in seconds, files and media included (rank 0's, on every rank).
+EVAL_SECONDS = "eval_seconds"
 
 # The hooks receive a Trainer and a LightningModule of whichever Lightning package the user's run is built on
 # (beyondlabels.callbacks.packages); the cores use only what both packages' objects share.
@@ -90,7 +103,17 @@ class EvaluationCore:
         limit_batches: Evaluate on at most this many batches (None: all).
         prog_bar: Keys (un-prefixed, e.g. ``["precision@1"]``) also shown in the progress bar.
         save_dir: Folder of the evaluation files; None means ``<trainer.default_root_dir>/<prefix>``, False writes none.
-        save_per_query: Write ``per_query/step_<step>.npz`` for every evaluation.
+        save_per_query: Write ``per_query/step_<step>.npz``: True for the evaluations the retention policy keeps
+            (``keep_every_n``, ``keep_best``), ``"all"`` for every evaluation, False for none.
+        keep_every_n: Step files (per-query values and the pictures a family draws per evaluation) are kept for the
+            latest evaluation, the best by ``keep_best``, and every ``keep_every_n``-th evaluation (the 1st, the
+            ``keep_every_n + 1``-th, ...); the others are removed when they fall out of that set.
+        keep_best: The key whose best evaluation keeps its step files; None picks the key a ``ModelCheckpoint`` or
+            ``EarlyStopping`` of the trainer monitors under this prefix, else the first ``prog_bar`` key with a
+            direction, else the first headline key.
+        plot_every_n: Redraw the plots of the whole run (one PNG per curve key, ``confidence_intervals.png``) every
+            N evaluations and at the end of fit; each draws at most 8 curves (evenly spaced evaluations, the latest
+            among them) and 500 points per line, so its cost does not grow with the run.
         evaluate_at_fit_end: Evaluate once more when fit ends after the last evaluation.
         strict: Raise (on every rank) instead of logging evaluation errors.
         confidence_intervals: Log ``<key>_ci_low`` / ``<key>_ci_high``, a 95% percentile bootstrap interval over
@@ -111,7 +134,10 @@ class EvaluationCore:
         limit_batches: int | None = None,
         prog_bar: Sequence[str] = (),
         save_dir: str | Path | None | bool = None,
-        save_per_query: bool = True,
+        save_per_query: bool | str = True,
+        keep_every_n: int = 10,
+        keep_best: str | None = None,
+        plot_every_n: int = 10,
         evaluate_at_fit_end: bool = True,
         strict: bool = False,
         confidence_intervals: bool | Sequence[str] = True,
@@ -138,6 +164,12 @@ class EvaluationCore:
             raise ValueError(f"`prog_bar` must be a list of metric names, got {prog_bar!r}.")
         if save_dir is True:
             raise ValueError("`save_dir` must be a folder, None (the default folder) or False (no files), not True.")
+        if save_per_query not in (True, False, "all"):
+            raise ValueError(f"`save_per_query` must be True (the retained evaluations), 'all' or False, got {save_per_query!r}.")
+        _check_optional_positive(keep_every_n, "keep_every_n")
+        _check_optional_positive(plot_every_n, "plot_every_n")
+        if keep_every_n is None or plot_every_n is None:
+            raise ValueError("`keep_every_n` and `plot_every_n` must be positive ints (1: every evaluation).")
         self.every_n_epochs = every_n_epochs
         self.every_n_steps = every_n_steps
         self.dataloader = dataloader
@@ -145,22 +177,31 @@ class EvaluationCore:
         self.limit_batches = limit_batches
         self.prog_bar = tuple(prog_bar)
         self.save_dir = save_dir
-        self.save_per_query = bool(save_per_query)
+        self.save_per_query = save_per_query
+        self.keep_every_n, self.keep_best, self.plot_every_n = keep_every_n, keep_best, plot_every_n
         self.evaluate_at_fit_end = bool(evaluate_at_fit_end)
         self.strict = bool(strict)
         self.metric: PerSampleMetric = self.build_metric()
         self.schema: OutputSchema = self.metric.output_schema()
         self.ci_keys = confidence_interval_keys(self.schema, True if confidence_intervals is None else confidence_intervals)
-        self.schema = with_confidence_intervals(self.schema, self.ci_keys)
+        self.schema = with_confidence_intervals(self.schema, self.ci_keys).merged(
+            OutputSchema({EVAL_SECONDS: KeySpec("scalar", None)})
+        )
         self.bootstrap_rounds, self.ci_seed = int(bootstrap_rounds or 2000), ci_seed
         unknown = [k for k in self.prog_bar if k not in self.schema.scalar_keys()]
         if unknown:
             raise ValueError(f"`prog_bar` names {unknown}, which this evaluation does not log; choose from {self.schema.scalar_keys()}.")
+        if keep_best is not None and self.schema.mode(keep_best) is None:
+            with_direction = [k for k in self.schema.scalar_keys() if self.schema.mode(k)]
+            raise ValueError(f"`keep_best` must be a key with a direction that this evaluation logs, got {keep_best!r}; choose from {with_direction}.")
         self.history: list[dict[str, Any]] = []
         self._last_step_evaluated = -1
         self._wandb_defined: set[str] = set()
         self._train_epoch_fallback = False
         self._eval_dataset: Any = None
+        self._monitored: str | None = None  # a key of ours that a ModelCheckpoint / EarlyStopping monitors
+        self.files: EvaluationFiles | None = None  # the folder's writer, made at the first evaluation of a fit
+        self.last_timings: dict[str, float] = {}
 
     # ---- what a family provides ---------------------------------------------------------------------------------
     def build_metric(self) -> PerSampleMetric:
@@ -172,6 +213,11 @@ class EvaluationCore:
 
     def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
         """Family-specific W&B media on rank 0 (tables, ...); curves are logged by the base."""
+
+    def write_step_files(self, trainer: Trainer, results: dict[str, Any], step: int, files: EvaluationFiles) -> None:
+        """Family-specific files of one evaluation on rank 0 (e.g. a picture of its samples), each written to
+        ``files.step_path(kind, step, suffix)`` so that the retention policy keeps and removes it with the step's
+        per-query file."""
 
     def state_key_parts(self) -> dict[str, Any]:
         """What distinguishes two instances of the family besides the prefix (e.g. the encode method)."""
@@ -198,10 +244,12 @@ class EvaluationCore:
             log.warning("%s: ignoring a checkpointed history of unexpected type %s", self.state_key, type(history).__name__)
         last = state_dict.get("last_step_evaluated", -1)
         self._last_step_evaluated = last if isinstance(last, int) and not isinstance(last, bool) else -1
+        self.files = None  # the folder is brought in line with the restored history at the next evaluation
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
         self._wandb_defined = set()  # a new fit may log to a new W&B run
+        self.files = None  # a new fit starts its files afresh (the history file is rewritten once, then appended)
         self.check_module(pl_module)
         self._check_monitors(trainer)
         self._train_epoch_fallback = False
@@ -217,7 +265,9 @@ class EvaluationCore:
                 )
 
     def _check_monitors(self, trainer: Trainer) -> None:
-        """A ModelCheckpoint / EarlyStopping monitoring one of our keys in the wrong direction keeps the worst model."""
+        """A ModelCheckpoint / EarlyStopping monitoring one of our keys in the wrong direction keeps the worst model.
+        The first such key with a direction is the default ``keep_best``."""
+        self._monitored = None
         for cb in trainer.callbacks:
             watches = is_lightning_instance(cb, "ModelCheckpoint") or is_lightning_instance(cb, "EarlyStopping")
             if not watches or not getattr(cb, "monitor", None):
@@ -226,6 +276,8 @@ class EvaluationCore:
             if not monitor.startswith(f"{self.prefix}/"):
                 continue
             wanted = self.schema.mode(monitor[len(self.prefix) + 1 :])
+            if wanted is not None and self._monitored is None:
+                self._monitored = monitor[len(self.prefix) + 1 :]
             if wanted is not None and cb.mode != wanted:
                 message = (
                     f"{type(cb).__name__}(monitor={monitor!r}) uses mode={cb.mode!r} but {monitor} is better when "
@@ -254,11 +306,20 @@ class EvaluationCore:
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.evaluate_at_fit_end and not trainer.interrupted and trainer.global_step != self._last_step_evaluated:
-            self.evaluate(trainer, pl_module)
+            self.evaluate(trainer, pl_module, final=True)
+        elif trainer.is_global_zero and self.files is not None and self.files.plots_stale():
+            errors = self.files.draw_plots(self.history)  # the run's plots include its last evaluation
+            if not errors:
+                self._log_band_image(trainer, trainer.global_step)
+            elif self.strict:
+                raise errors[0]
 
     # ---- one evaluation -------------------------------------------------------------------------------------------------
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
-        """Run one evaluation now (on every rank) and log it; returns the metric's output, or None if it failed."""
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
+        """Run one evaluation now (on every rank) and log it; returns the metric's output, or None if it failed.
+        ``final``: the evaluation at the end of fit (the plots of the whole run are drawn)."""
+        started = time.perf_counter()
+        timings: dict[str, float] = {}
         step, epoch = trainer.global_step, trainer.current_epoch
         self._last_step_evaluated = step
         self.metric.to(pl_module.device)
@@ -270,37 +331,98 @@ class EvaluationCore:
             self._feed_all(trainer, pl_module, loader)
         except Exception as exc:  # noqa: BLE001 - decided collectively below, re-raised in strict mode
             error = exc
+        timings["forward"] = time.perf_counter() - started
         # Collective decision: gather (inside compute) only if every rank encoded its shard.
         results = None
         if trainer.strategy.reduce_boolean_decision(error is None, all=True):
             try:
+                mark = time.perf_counter()
                 results = self.metric.compute()
+                timings["compute"] = time.perf_counter() - mark
                 if self.ci_keys and isinstance(results.get("per_query"), dict):
+                    mark = time.perf_counter()
                     bounds = confidence_intervals(results["per_query"], self.ci_keys, rounds=self.bootstrap_rounds, seed=self.ci_seed)
                     results.update(bounds)
+                    timings["intervals"] = time.perf_counter() - mark
             except Exception as exc:  # noqa: BLE001
                 error = exc
         if not trainer.strategy.reduce_boolean_decision(error is None, all=True):
             self.metric.reset()
-            self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), step, epoch)
+            self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), step, epoch, trainer)
             return None
         record = self._record(results, step, epoch)
+        # Files and media (rank 0) come before the scalars, so that eval_seconds counts them; the history line is
+        # written last, with eval_seconds in it.
+        problems: list[BaseException] = []
+        if trainer.is_global_zero:
+            problems = self._write_outputs(trainer, results, record, timings, final)
+            record[EVAL_SECONDS] = time.perf_counter() - started
+            if self.files is not None:
+                problems += self.files.write_history([*self.history, record])
+        failed, seconds = trainer.strategy.broadcast((bool(problems), record.get(EVAL_SECONDS, 0.0)), src=0)
+        record[EVAL_SECONDS] = float(seconds)
+        timings["total"] = float(seconds)
+        self.last_timings = timings
         self._log_scalars(trainer, record, step)
         self.history.append(record)
-        media_error: BaseException | None = None
-        if trainer.is_global_zero:
-            try:
-                self._write_files(trainer, results, record)
-                self._log_wandb(trainer, results, step)
-            except Exception as exc:  # noqa: BLE001 - decided collectively below
-                media_error = exc
-        if trainer.strategy.broadcast(media_error is not None, src=0):
-            if self.strict:
-                raise media_error or RuntimeError(f"{self.prefix}: writing evaluation files or media failed on rank 0")
-            if media_error is not None:
-                log.error("%s: writing evaluation files or W&B media failed; scalars were logged:\n%s", self.prefix, "".join(traceback.format_exception(media_error)))
         self.metric.reset()
+        if failed:
+            if self.strict:
+                raise problems[0] if problems else RuntimeError(f"{self.prefix}: writing evaluation files or media failed on rank 0")
+            if problems:
+                log.error(
+                    "%s: %d evaluation file or media write(s) failed at step %d; scalars were logged, nothing on disk was "
+                    "damaged, and the files are retried at the next evaluation:\n%s", self.prefix, len(problems), step,
+                    "".join(traceback.format_exception(problems[0])),
+                )  # fmt: skip
         return results
+
+    def _write_outputs(
+        self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any], timings: dict[str, float], final: bool
+    ) -> list[BaseException]:
+        """Rank 0: this evaluation's files (:class:`EvaluationFiles`, the family's step files) and W&B media. Each
+        failure is collected, none stops the others."""
+        problems: list[BaseException] = []
+        mark = time.perf_counter()
+        folder = self.output_folder(trainer)
+        if folder is not None:
+            if self.files is None:
+                self.files = EvaluationFiles(
+                    folder, self.schema, self.prefix, per_query=self.save_per_query, keep_every_n=self.keep_every_n,
+                    best=self._best_key(), plot_every_n=self.plot_every_n, band_keys=self._band_keys(),
+                )  # fmt: skip
+                self.files.start(self.history)
+            drawn_before = self.files.plotted_evaluations
+            # the family's files first: the retention policy then knows every kind of step file it removes
+            self.files.attempt(problems, "this evaluation's pictures", self.write_step_files, trainer, results, int(record["step"]), self.files)
+            problems += self.files.write_evaluation(record, results, self.history, final=final)
+            band_drawn = self.files.plotted_evaluations != drawn_before and self.files.band_path.is_file()
+        else:
+            band_drawn = False
+        timings["files"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        try:
+            self._log_wandb(trainer, results, int(record["step"]), band_drawn)
+        except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
+            log.error("%s: logging W&B media failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+            problems.append(exc)
+        timings["media"] = time.perf_counter() - mark
+        return problems
+
+    def _best_key(self) -> str | None:
+        """The key whose best evaluation keeps its step files (see ``keep_best``)."""
+        if self.keep_best is not None:
+            return self.keep_best
+        for key in (self._monitored, *self.prog_bar, *self.ci_keys):
+            if key is not None and self.schema.mode(key) is not None:
+                return key
+        return None
+
+    def _band_keys(self) -> list[str]:
+        """The keys of ``confidence_intervals.png``: progress-bar keys first, then every interval key."""
+        if not self.ci_keys:
+            return []
+        return list(dict.fromkeys([*(k for k in self.prog_bar if k in self.ci_keys), *self.ci_keys]))
 
     def _record(self, results: dict[str, Any], step: int, epoch: int) -> dict[str, Any]:
         record: dict[str, Any] = {"step": step, "epoch": epoch}
@@ -412,8 +534,10 @@ class EvaluationCore:
         self._offset += batch_size
         return ids
 
-    def _report_failure(self, error: BaseException, step: int, epoch: int) -> None:
+    def _report_failure(self, error: BaseException, step: int, epoch: int, trainer: Trainer) -> None:
         self.history.append({"step": step, "epoch": epoch, "error": f"{type(error).__name__}: {error}"})
+        if self.files is not None and trainer.is_global_zero:
+            self.files.write_history(self.history)  # a failure logs its own error, if any
         if self.strict:
             raise error
         log.error(
@@ -429,28 +553,7 @@ class EvaluationCore:
             return None
         return Path(self.save_dir) if self.save_dir else Path(trainer.default_root_dir) / self.prefix
 
-    def _write_files(self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
-        folder = self.output_folder(trainer)
-        if folder is None:
-            return
-        folder.mkdir(parents=True, exist_ok=True)
-        per_query = results.get("per_query")
-        if self.save_per_query and isinstance(per_query, dict) and per_query:
-            path = folder / "per_query" / f"step_{record['step']:09d}.npz"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_per_query(path, per_query, self.schema)
-            record["per_query_file"] = str(path.relative_to(folder))
-        (folder / "schema.json").write_text(json.dumps(self.schema.to_json(), indent=1) + "\n", encoding="utf-8")
-        (folder / "history.json").write_text(json.dumps(self.history, indent=1) + "\n", encoding="utf-8")
-        for key in self.schema.curve_keys():
-            curves = {f"step {h['step']}": h[key] for h in self.history if h.get(key)}
-            if curves:
-                save_curves_png(curves, folder / f"{key}.png", title=f"{self.prefix}: {key} per evaluation", ylabel=key)
-        if self.ci_keys:
-            keys = [*(k for k in self.prog_bar if k in self.ci_keys), *self.ci_keys]  # progress-bar keys first
-            save_history_band_png(self.history, keys, folder / "confidence_intervals.png", title=f"{self.prefix}: 95% CI over queries")
-
-    def _log_wandb(self, trainer: Trainer, results: dict[str, Any], step: int) -> None:
+    def _log_wandb(self, trainer: Trainer, results: dict[str, Any], step: int, band_drawn: bool) -> None:
         logger = find_wandb_logger(trainer)
         if logger is None:
             return
@@ -460,12 +563,18 @@ class EvaluationCore:
             curve = None if results.get(key) is None else torch.atleast_1d(torch.as_tensor(results[key]))
             if curve is not None and curve.numel() > 0:
                 media.curve(key, curve.tolist())
-        band = self.output_folder(trainer)
-        if self.ci_keys and band is not None and (band / "confidence_intervals.png").is_file():
-            import wandb
-
-            logger.log_metrics({f"{self.prefix}/confidence_intervals": wandb.Image(str(band / "confidence_intervals.png"))}, step=step)
+        if band_drawn:
+            self._log_band_image(trainer, step)
         self.log_media(trainer, results, media)
+
+    def _log_band_image(self, trainer: Trainer, step: int) -> None:
+        """``confidence_intervals.png`` as a W&B image at ``step`` (when it was just drawn)."""
+        logger = find_wandb_logger(trainer)
+        if logger is None or self.files is None or not self.files.band_path.is_file():
+            return
+        import wandb
+
+        logger.log_metrics({f"{self.prefix}/confidence_intervals": wandb.Image(str(self.files.band_path))}, step=step)
 
 
 def shard_loader(loader: DataLoader, world_size: int, rank: int) -> DataLoader:

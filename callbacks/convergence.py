@@ -167,10 +167,15 @@ class ConvergenceMonitorCore:
         source = self._source(trainer)
         if source is not None:
             key = self.monitor[len(source.prefix) + 1 :]
+            fresh = []  # the records after the last one read, found from the end: O(new records), not O(history)
+            for r in reversed(source.history):
+                if int(r["step"]) <= last:
+                    break
+                fresh.append(r)
             return [
                 (int(r["step"]), float(r[key]))
-                for r in source.history
-                if "error" not in r and int(r["step"]) > last and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+                for r in reversed(fresh)
+                if "error" not in r and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
             ]
         value = trainer.callback_metrics.get(self.monitor)
         step = trainer.global_step

@@ -119,10 +119,10 @@ class CrossModalEvalCore(EvaluationCore):
                     "module's " + ("tokenizer attribute" if option == "tokenizer" else "method that returns embeddings")
                 )
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
         self._captions = {}
         try:
-            return super().evaluate(trainer, pl_module)
+            return super().evaluate(trainer, pl_module, final)
         finally:
             self._captions = {}
 

@@ -218,9 +218,9 @@ class HierarchyEvalCore(EvaluationCore):
                     "ground_truth": names[int(gt[row])],
                 }
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
         self._examples = {}
-        return super().evaluate(trainer, pl_module)
+        return super().evaluate(trainer, pl_module, final)
 
     # ---- media (rank 0) ----------------------------------------------------------------------------------------------
     def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:

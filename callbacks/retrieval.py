@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
+from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
@@ -131,7 +132,8 @@ class RetrievalEvalCore(EvaluationCore):
         self.profile_gains = _profile_gains(profiles, profile_labels)
         self.mismatch_trials, self.mismatch_seed = mismatch_trials, mismatch_seed
         self.projection_points = projection_points
-        self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by _write_files for log_media
+        self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by write_step_files for log_media
+        self._heatmap_logged = False  # the profile similarity heatmap is the same at every evaluation: once per fit
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
     def build_metric(self) -> EmbeddingRetrieval:
@@ -158,6 +160,10 @@ class RetrievalEvalCore(EvaluationCore):
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"encode_method": self.encode_method}
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._heatmap_logged = False  # a new fit may log to a new W&B run
 
     def check_module(self, pl_module: LightningModule) -> None:
         if not callable(getattr(pl_module, self.encode_method, None)):
@@ -203,8 +209,10 @@ class RetrievalEvalCore(EvaluationCore):
         names = [str(c) for c in gains.classes]
         images = {}
         with tempfile.TemporaryDirectory() as tmp:
-            path = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png")
-            images["profile_similarity"] = wandb.Image(str(path))
+            if not self._heatmap_logged:
+                path = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png")
+                images["profile_similarity"] = wandb.Image(str(path))
+                self._heatmap_logged = True
             if metric.null_distribution is not None and int(results["mismatch_num_mismatches"]) > 0:
                 path = save_null_histogram_png(metric.null_distribution, float(results["mismatch_mean_similarity"]),
                                                f"{tmp}/null.png", p_value=float(results["mismatch_p_value"]))
@@ -218,15 +226,11 @@ class RetrievalEvalCore(EvaluationCore):
             media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)
 
     # ---- embedding projection (rank 0) --------------------------------------------------------------------------
-    def _write_files(self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
-        """The base's files, plus ``embedding_projection/step_<step>.png`` beside them (with W&B or without)."""
-        super()._write_files(trainer, results, record)
+    def write_step_files(self, trainer: Trainer, results: dict[str, Any], step: int, files: EvaluationFiles) -> None:
+        """``embedding_projection/step_<step>.png`` beside the base's files (with W&B or without)."""
         self._projection_file = None
-        folder = self.output_folder(trainer)
-        if folder is not None:
-            step = int(record["step"])
-            path = self._save_projection_png(trainer, step, folder / "embedding_projection" / f"step_{step:09d}.png")
-            self._projection_file = None if path is None else (step, path)
+        path = self._save_projection_png(trainer, step, files.step_path("embedding_projection", step, ".png"))
+        self._projection_file = None if path is None else (step, path)
 
     def _projection_png(self, trainer: Trainer | None, step: int, fallback: Path) -> Path | None:
         """The projection PNG of ``step``: the one in the evaluation folder, else drawn into ``fallback``."""

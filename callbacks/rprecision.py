@@ -3,7 +3,6 @@ CLIP evaluator → :class:`~beyondlabels.metrics.TextImageRPrecision`."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,8 +11,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
+from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.search import _check_positive_int
+from beyondlabels.io.atomic import write_json
 from beyondlabels.metrics.rprecision import TextImageRPrecision
 
 log = logging.getLogger(__name__)
@@ -160,8 +161,10 @@ class RPrecisionCore(EvaluationCore):
             logger.log_hyperparams({self.prefix: config})
         folder = self.output_folder(trainer)
         if trainer.is_global_zero and folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "evaluator.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            try:
+                write_json(folder / "evaluator.json", config, sort_keys=True)
+            except OSError as exc:  # rank 0 alone: raising here would leave the other ranks waiting
+                log.error("%s: writing %s failed (%s); the evaluator's identity is also in every report", self.prefix, folder / "evaluator.json", exc)
 
     def _loader(self) -> DataLoader:
         if self._prompt_set is None:
@@ -185,10 +188,10 @@ class RPrecisionCore(EvaluationCore):
                 if len(self._table) < self.num_table_rows:
                     self._table[i] = (prompt, image.detach().float().clamp(0, 1).cpu())
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
         self._table = {}
         try:
-            return super().evaluate(trainer, pl_module)
+            return super().evaluate(trainer, pl_module, final)
         finally:
             self._table = {}
 
@@ -205,20 +208,17 @@ class RPrecisionCore(EvaluationCore):
             if i in rank_of
         ]
 
-    def _write_files(self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any]) -> None:
-        """The base's files, plus ``samples/step_<step>.png``: the sample pictures under their prompt and rank."""
-        super()._write_files(trainer, results, record)
-        folder = self.output_folder(trainer)
+    def write_step_files(self, trainer: Trainer, results: dict[str, Any], step: int, files: EvaluationFiles) -> None:
+        """``samples/step_<step>.png`` beside the base's files: the sample pictures under their prompt and rank."""
         rows = self._sample_rows(results)
-        if folder is None or not rows:
+        if not rows:
             return
         from beyondlabels.reporting.plots import save_image_grid_png
 
-        step = int(record["step"])
         save_image_grid_png(
             torch.stack([row["generated_image"] for row in rows]),
             [f"{row['prompt']} (rank {row['rank_of_own_caption']})" for row in rows],
-            folder / "samples" / f"step_{step:09d}.png",
+            files.step_path("samples", step, ".png"),
             title=f"{self.prefix}: generated at step {step} (rank of the own caption among {self.metric.num_candidates})",
         )
 

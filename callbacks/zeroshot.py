@@ -144,12 +144,12 @@ class ZeroShotEvalCore(EvaluationCore):
             # a ValueError naming `ks` when ks exceeds the number of classes; the schema depends on ks only
             self.metric = self.build_metric()
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any] | None:
+    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
         if self._names is None or self.metric.num_classes != len(self._names):
             self._use_names(self._resolve_names(trainer, pl_module))
         self._classifier = None  # rebuilt with the current text tower, once per evaluation
         try:
-            return super().evaluate(trainer, pl_module)
+            return super().evaluate(trainer, pl_module, final)
         finally:
             self._classifier = None
 

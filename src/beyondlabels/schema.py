@@ -122,7 +122,7 @@ class OutputSchema(Mapping[str, KeySpec]):
         return OutputSchema({**self._keys, **other._keys}, {**self._per_query, **other._per_query})
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (written beside every run's ``history.json`` as ``schema.json``)."""
+        """A JSON-ready dict (written beside every run's ``history.jsonl`` as ``schema.json``)."""
 
         def spec(s: KeySpec) -> dict[str, Any]:
             return {"kind": s.kind, "higher_is_better": s.higher_is_better, "count": s.count}

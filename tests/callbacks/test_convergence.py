@@ -20,6 +20,7 @@ from toy import LinearEncoder, PointDataModule  # noqa: E402
 
 from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from beyondlabels.functional.stats import bootstrap_ci  # noqa: E402
+from beyondlabels.io.run_files import read_history  # noqa: E402
 
 RNG = np.random.default_rng(0)
 NOISE = RNG.normal(0, 0.01, size=60)
@@ -154,7 +155,7 @@ def test_reads_an_evaluation_callbacks_history_and_intervals_are_logged(tmp_path
     assert [v for _, v in monitor.series] == [h["r_precision"] for h in evaluation.history]
     # every evaluation carries its uncertainty: the interval of the per-query values it saved
     folder = tmp_path / "retrieval"
-    last = json.loads((folder / "history.json").read_text())[-1]
+    last = read_history(folder / "history.jsonl")[-1]
     with np.load(folder / last["per_query_file"]) as per_query:
         reference = bootstrap_ci(per_query["map@r"], rounds=500, seed=11)
     assert (last["map@r_ci_low"], last["map@r_ci_high"]) == pytest.approx((reference.low, reference.high), abs=1e-12)

@@ -19,6 +19,7 @@ from toy import clustered_points  # noqa: E402
 
 from beyondlabels.callbacks import CrossModalEvalCallback  # noqa: E402
 from beyondlabels.functional import crossmodal_retrieval_metrics  # noqa: E402
+from beyondlabels.io.run_files import read_history  # noqa: E402
 
 CLASS_NAMES = ("alpha", "beta", "gamma", "delta")
 
@@ -155,7 +156,7 @@ def test_logged_values_equal_the_kernel(tmp_path: Path, max_captions: int):
     assert 0.0 < record["text_to_image_recall@10"] < 1.0, "the toy problem should be neither trivial nor hopeless"
     # files: history, schema and one per-query file whose rows are images then captions
     folder = tmp_path / "crossmodal"
-    assert json.loads((folder / "history.json").read_text())[-1]["image_to_text_recall@1"] == record["image_to_text_recall@1"]
+    assert read_history(folder / "history.jsonl")[-1]["image_to_text_recall@1"] == record["image_to_text_recall@1"]
     with np.load(folder / record["per_query_file"]) as pq:
         assert pq["direction"].tolist() == [0] * 40 + [1] * record["num_texts"]
         assert np.nanmean(pq["text_to_image_recall@5"]) == pytest.approx(record["text_to_image_recall@5"])

@@ -18,6 +18,7 @@ from toy import LinearEncoder, PointDataModule  # noqa: E402
 from beyondlabels.callbacks import EvaluationCallback  # noqa: E402
 from beyondlabels.metrics import PerSampleMetric  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
+from beyondlabels.io.run_files import read_history  # noqa: E402
 
 
 def nearest_centre_accuracy(predictions: torch.Tensor, labels: torch.Tensor) -> dict:
@@ -79,7 +80,7 @@ def test_a_family_built_on_the_bases_logs_files_and_history(tmp_path: Path):
     assert [h["step"] for h in callback.history] == [4, 8]
     assert callback.history[-1]["accuracy"] == pytest.approx(expected) and callback.history[-1]["num_samples"] == 37
     assert float(trainer.callback_metrics["centre/accuracy"]) == pytest.approx(expected)
-    saved = json.loads((tmp_path / "centre" / "history.json").read_text())
+    saved = read_history(tmp_path / "centre" / "history.jsonl")
     assert saved[-1]["per_query_file"] == "per_query/step_000000008.npz"
     with np.load(tmp_path / "centre" / saved[-1]["per_query_file"]) as per_query:
         assert per_query["query_id"].tolist() == list(range(37))

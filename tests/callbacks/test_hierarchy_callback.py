@@ -16,6 +16,7 @@ from toy import LinearEncoder, PointDataModule  # noqa: E402
 from beyondlabels.callbacks import HierarchyEvalCallback  # noqa: E402
 from beyondlabels.functional import hierarchical_precision_recall  # noqa: E402
 from beyondlabels.taxonomy import Taxonomy  # noqa: E402
+from beyondlabels.io.run_files import read_history  # noqa: E402
 
 TREE = Taxonomy({"A": "root", "B": "root", "a0": "A", "a1": "A", "b0": "B", "b1": "B"}, root="root")
 CLASSES = ["a0", "a1", "b0", "b1"]  # node of class index 0..3 (the toy data has 4 classes)
@@ -54,7 +55,7 @@ def test_class_index_predictions_are_logged_and_saved(tmp_path: Path):
     callback = HierarchyEvalCallback(TREE, class_names=CLASSES, strict=True, prog_bar=["hF"])
     trainer, model, dm = _fit(tmp_path, callback)
     ref = _expected(model, dm)
-    history = json.loads((tmp_path / "hierarchy" / "history.json").read_text())
+    history = read_history(tmp_path / "hierarchy" / "history.jsonl")
     last = history[-1]
     for key in ("hP", "hR", "hF", "micro_hF", "exact_match", "num_samples"):
         assert last[key] == pytest.approx(float(ref[key])), key

@@ -19,6 +19,7 @@ from toy import LinearEncoder, PointDataModule, brute_force_precision_at_1_and_r
 
 from beyondlabels.callbacks import RetrievalEvalCallback
 from beyondlabels.io import read_offline_run
+from beyondlabels.io.run_files import read_history
 
 
 def _trainer(tmp_path: Path, callbacks: list, max_epochs: int = 2, logger=False, **kwargs) -> pl.Trainer:
@@ -57,7 +58,7 @@ def test_logged_values_match_a_brute_force_oracle_on_the_final_model(tmp_path: P
     csv_text = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
     assert "retrieval/precision@1" in csv_text and "retrieval/map@r" in csv_text
     # on-disk fallback: the history and one precision@k curve per evaluation
-    saved = json.loads((tmp_path / "retrieval" / "history.json").read_text())
+    saved = read_history(tmp_path / "retrieval" / "history.jsonl")
     assert [h["precision@1"] for h in saved] == [h["precision@1"] for h in callback.history]
     assert saved[-1]["precision_curve"][0] == pytest.approx(p1) and len(saved[-1]["precision_curve"]) == 5
     assert (tmp_path / "retrieval" / "precision_curve.png").read_bytes()[:4] == b"\x89PNG"
@@ -96,8 +97,8 @@ def test_every_n_steps_schedule(tmp_path: Path):
 
 def test_step_evaluations_reach_the_logger_at_their_step_despite_log_every_n_steps(tmp_path: Path):
     """Lightning throttles on_step logging to log_every_n_steps (default 50): every evaluation must still reach every
-    logger, at the same step as in history.json and the per-query files."""
-    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=5, num_mismatches=0)
+    logger, at the same step as in history.jsonl and the per-query files."""
+    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=5, num_mismatches=0, save_per_query="all")
     logger = CSVLogger(tmp_path, name="csv", version="")
     trainer = _trainer(tmp_path, [callback], max_epochs=3, logger=logger)  # 24 steps, log_every_n_steps=50
     trainer.fit(LinearEncoder(), PointDataModule())
@@ -106,7 +107,7 @@ def test_step_evaluations_reach_the_logger_at_their_step_despite_log_every_n_ste
     rows = list(csv.DictReader((Path(logger.log_dir) / "metrics.csv").open()))
     logged = [(int(r["step"]), float(r["retrieval/precision@1"])) for r in rows if r.get("retrieval/precision@1")]
     assert logged == [(h["step"], pytest.approx(h["precision@1"])) for h in callback.history]
-    saved = json.loads((tmp_path / "retrieval" / "history.json").read_text())
+    saved = read_history(tmp_path / "retrieval" / "history.jsonl")
     assert [h["step"] for h in saved] == steps
     assert sorted(p.name for p in (tmp_path / "retrieval" / "per_query").iterdir()) == [f"step_{s:09d}.npz" for s in steps]
 

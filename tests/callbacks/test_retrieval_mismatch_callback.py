@@ -110,7 +110,7 @@ def _fit_capturing_media(tmp_path: Path, **options):
                                      mismatch_trials=50, strict=True, confidence_intervals=False, **options)  # fmt: skip
     captured = []
 
-    def log_wandb(trainer_, results, step):  # what the base runs on rank 0 when a WandbLogger is attached
+    def log_wandb(trainer_, results, step, band_drawn):  # what the base runs on rank 0 when a WandbLogger is attached
         captured.append(_Media(step, callback.prefix))
         callback.log_media(trainer_, results, captured[-1])
 
@@ -144,7 +144,7 @@ def test_spearman_and_embedding_projection_are_logged(tmp_path):
     # the projection: a PNG beside the other evaluation files, and the same picture as a W&B image at the same step
     step = last["step"]
     png = tmp_path / "eval" / "embedding_projection" / f"step_{step:09d}.png"
-    assert png.is_file() and (tmp_path / "eval" / "history.json").is_file()
+    assert png.is_file() and (tmp_path / "eval" / "history.jsonl").is_file()
     image, logged_step = media.logged["retrieval/embedding_projection"]
     assert isinstance(image, wandb.Image) and logged_step == step
     assert "retrieval/profile_similarity" in media.logged and "mismatch_pairs" in media.tables

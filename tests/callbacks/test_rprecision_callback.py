@@ -110,7 +110,7 @@ def test_sample_pictures_are_written_beside_the_history(tmp_path):
                                 num_table_rows=0, confidence_intervals=False, near_duplicate_threshold=None,
                                 save_dir=tmp_path / "off")  # fmt: skip
     _fit(tmp_path, Generator(True), cb_off)
-    assert (tmp_path / "off" / "history.json").is_file() and not (tmp_path / "off" / "samples").exists()
+    assert (tmp_path / "off" / "history.jsonl").is_file() and not (tmp_path / "off" / "samples").exists()
 
 
 class _Media:
@@ -136,7 +136,7 @@ def test_table_rows_hold_prompt_image_and_rank(tmp_path):
         captured.update(fake.tables)
 
     cb.log_media = spy
-    cb._log_wandb = lambda trainer_, results, step: cb.log_media(trainer_, results, None)
+    cb._log_wandb = lambda trainer_, results, step, band_drawn: cb.log_media(trainer_, results, None)
     cb.evaluate(trainer, module)
     columns, rows = captured["samples"]
     assert columns == ["prompt", "generated_image", "rank_of_own_caption", "id"]

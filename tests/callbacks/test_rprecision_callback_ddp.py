@@ -21,9 +21,10 @@ import ddp_rprecision_script as script  # noqa: E402
 from beyondlabels.callbacks.rprecision import select_prompts  # noqa: E402
 from beyondlabels.functional.labels import label_code  # noqa: E402
 from beyondlabels.functional.rprecision import text_image_r_precision  # noqa: E402
+from beyondlabels.io.run_files import read_history  # noqa: E402
 
 SCRIPT = Path(script.__file__)
-FILES = ("evaluator.json", "history.json", "schema.json", "r_precision_curve.png", "confidence_intervals.png")
+FILES = ("evaluator.json", "history.jsonl", "schema.json", "r_precision_curve.png", "confidence_intervals.png")
 
 
 def _start(tmp_path: Path, devices: int) -> tuple[subprocess.Popen, Path]:
@@ -82,9 +83,11 @@ def test_two_process_ddp_equals_world_size_one_and_the_kernel(tmp_path: Path):
         assert record["num_samples"] == n and record["num_duplicates"] == duplicates
         assert run["logged"]["rprecision/num_samples"] == n and run["logged"]["rprecision/num_duplicates"] == duplicates
 
-    # the logged scalars: identical on both ranks and to world size 1 (everything but the step and the duplicates)
-    skip = {"step", "num_duplicates", "per_query_file"}
-    keys = sorted(set(single["logged"]) - {"rprecision/num_duplicates"})
+    # the logged scalars: identical on both ranks and to world size 1 (everything but the step, the duplicates and the
+    # wall time, which is rank 0's on both ranks)
+    assert ranks[0]["logged"]["rprecision/eval_seconds"] == ranks[1]["logged"]["rprecision/eval_seconds"] > 0
+    skip = {"step", "num_duplicates", "per_query_file", "eval_seconds"}
+    keys = sorted(set(single["logged"]) - {"rprecision/num_duplicates", "rprecision/eval_seconds"})
     assert len(keys) >= 20 and set(ranks[0]["logged"]) == set(single["logged"])
     for rank in ranks:
         for key in keys:
@@ -108,7 +111,7 @@ def test_two_process_ddp_equals_world_size_one_and_the_kernel(tmp_path: Path):
     assert folder0 != folder1 and folder0.name == "files.rank0"
     assert all((folder0 / f).is_file() for f in FILES)
     assert not folder1.exists(), sorted(p.name for p in folder1.rglob("*"))
-    assert json.loads((folder0 / "history.json").read_text()) == ranks[0]["history"]
+    assert read_history(folder0 / "history.jsonl") == ranks[0]["history"]
     with np.load(folder0 / record["per_query_file"]) as per_query:
         assert per_query["query_id"].tolist() == direct["ids"]  # 37 unique ids, the padding copy gone
         np.testing.assert_array_equal(per_query["rank"], direct["per_query"]["rank"].numpy())

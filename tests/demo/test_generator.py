@@ -15,6 +15,7 @@ import torch
 from beyondlabels.demo import ShapeGenerator, ShapesDataModule, TinyCLIP, demo_evaluator, export_demo_evaluator
 from beyondlabels.io.evaluator import file_sha256
 from beyondlabels.demo.evaluator import _FORMAT
+from beyondlabels.io.run_files import read_history
 
 PROMPTS = ["a small red square in the center", "a large blue circle in the upper left", "a medium white star at the bottom"]
 TINY_CLIP = dict(embed_dim=8, vision_width=16, vision_layers=1, vision_head_width=8, text_width=16, text_heads=2, text_layers=1)
@@ -202,7 +203,7 @@ def test_t2i_demo_experiment_logs_r_precision(tmp_path):
     assert (tmp_path / "t2i_evaluator" / "tiny_clip.pt").is_file() and (tmp_path / "t2i_evaluator" / "tiny_clip.json").is_file()
     (wandb_file,) = find_offline_runs(tmp_path)
     output_dir = wandb_file.parents[2]
-    history = json.loads((output_dir / "rprecision" / "history.json").read_text())
+    history = read_history(output_dir / "rprecision" / "history.jsonl")
     assert [h["step"] for h in history] == [1, 2]
     assert all(h["num_samples"] == 128 and h["chance"] == pytest.approx(0.01) and 0 <= h["r_precision"] <= 1 for h in history)
     saved = json.loads((output_dir / "rprecision" / "evaluator.json").read_text())

@@ -15,6 +15,8 @@ from hydra.core.global_hydra import GlobalHydra
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import REPO_ROOT, run_script  # noqa: E402
 
+from beyondlabels.io.run_files import read_history  # noqa: E402
+
 
 def _has_submitit() -> bool:
     try:
@@ -57,9 +59,9 @@ def test_two_job_multirun_with_submitit_local(tmp_path: Path):
         overrides = (job / ".hydra" / "overrides.yaml").read_text()
         seeds.append(int(overrides.split("seed=")[1].split()[0].strip("'\"")))
         # every job trained, evaluated and wrote its own files
-        history = json.loads((job / "crossmodal" / "history.json").read_text())
+        history = read_history(job / "crossmodal" / "history.jsonl")
         assert history and 0.0 <= history[-1]["text_to_image_recall@1"] <= 1.0 and history[-1]["num_images"] == 64
-        assert (job / "csv" / "metrics.csv").is_file() and (job / "retrieval" / "history.json").is_file()
+        assert (job / "csv" / "metrics.csv").is_file() and (job / "retrieval" / "history.jsonl").is_file()
     assert sorted(seeds) == [1, 2]
     # submitit ran them as separate jobs, with their logs under the sweep folder
     logs = list((sweep / ".submitit").rglob("*_log.out"))

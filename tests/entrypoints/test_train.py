@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers import run_script  # noqa: E402
 
 from beyondlabels.io import find_offline_runs, read_offline_run
+from beyondlabels.io.run_files import read_history
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def test_multirun_makes_one_wandb_run_per_job(tmp_path: Path):
     # each job has its own folder (sweep dir / job number), with the evaluation's own files
     assert {p.parents[2].name for p in find_offline_runs(tmp_path)} == {"0", "1"}
     for job in (p.parents[2] for p in find_offline_runs(tmp_path)):
-        history = json.loads((job / "retrieval" / "history.json").read_text())
+        history = read_history(job / "retrieval" / "history.jsonl")
         assert [h["step"] for h in history] == [4] and 0.0 <= history[0]["precision@1"] <= 1.0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from beyondlabels.io import EvaluationRun, evaluation_schema, find_evaluation_runs, read_evaluation_run, run_label, save_per_query
+from beyondlabels.io.run_files import HistoryLog
 from beyondlabels.schema import KeySpec, OutputSchema
 
 SCHEMA = OutputSchema(
@@ -220,9 +222,12 @@ def test_save_per_query_round_trip(tmp_path: Path) -> None:
     path = save_per_query(tmp_path / "pq" / "step_000000001.npz", values, SCHEMA)
     with np.load(path) as data:
         assert data.files == ["query_id", "precision@1", "first_relevant_rank"]  # schema order, schema keys only
-        assert data["query_id"].dtype == np.int64 and data["query_id"].tolist() == [5, 6, 7]
+        assert data["query_id"].tolist() == [5, 6, 7]
         assert np.isnan(data["precision@1"][2]) and data["first_relevant_rank"][:2].tolist() == [1.0, 3.0]
-    assert not list((tmp_path / "pq").glob("*.tmp"))
+        assert data["query_id"].dtype == np.int64 and data["precision@1"].dtype == np.float64
+    with zipfile.ZipFile(path) as archive:
+        assert {info.compress_type for info in archive.infolist()} == {zipfile.ZIP_DEFLATED}
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["step_000000001.npz"]  # no temporary left
     with pytest.raises(ValueError, match="query_id"):
         save_per_query(tmp_path / "x.npz", {"precision@1": torch.zeros(3)})
     with pytest.raises(ValueError, match="'precision@1' must be 1-D"):

@@ -49,13 +49,13 @@ import json
 import logging
 import os
 import tempfile
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from beyondlabels.io.atomic import atomic_file, write_json
 from beyondlabels.io.evaluator import ClipEvaluator, _plain, save_tiny_clip_evaluator
 
 log = logging.getLogger(__name__)
@@ -69,15 +69,6 @@ _FORMAT = "beyondlabels demo evaluator 2"
 
 def _json_path(path: Path) -> Path:
     return path.with_suffix(".json")
-
-
-def _write_json_atomic(path: Path, content: Mapping[str, Any]) -> None:
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.part"
-    try:
-        tmp.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def export_demo_evaluator(module: Any, path: str | os.PathLike[str], training: Mapping[str, Any] | None = None) -> Path:
@@ -98,18 +89,13 @@ def export_demo_evaluator(module: Any, path: str | os.PathLike[str], training: M
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.part"
-    try:
-        # Through a file object: torch.save then names the archive inside "archive", not after the (random) temporary
-        # file, so equal weights give equal bytes and one SHA-256.
-        with open(tmp, "wb") as fh:
-            kwargs = save_tiny_clip_evaluator(module, fh)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # Through a file object: torch.save then names the archive inside "archive", not after the (random) temporary
+    # file, so equal weights give equal bytes and one SHA-256.
+    with atomic_file(path) as fh:
+        kwargs = save_tiny_clip_evaluator(module, fh)
     kwargs.pop("checkpoint")
     record = {"format": _FORMAT, "evaluator": kwargs, "training": _plain(dict(training)) if training else {"exported": True}}
-    _write_json_atomic(_json_path(path), record)
+    write_json(_json_path(path), record, sort_keys=True)
     return _json_path(path)
 
 

@@ -103,6 +103,7 @@ from beyondlabels.functional.search import (
     _Workspace,
     normalize_rows,
 )
+from beyondlabels.io.atomic import save_npz
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -168,7 +169,10 @@ def save_candidate_sets(sets: CandidateSets, path: str | Path) -> None:
         >>> load_candidate_sets(p).distractor_ids.tolist()
         [[1], [0]]
     """
-    np.savez(path, query_ids=sets.query_ids.cpu().numpy(), distractor_ids=sets.distractor_ids.cpu().numpy())
+    path = Path(path)
+    if path.suffix != ".npz":  # as np.savez names the file
+        path = path.with_name(path.name + ".npz")
+    save_npz(path, {"query_ids": sets.query_ids.cpu().numpy(), "distractor_ids": sets.distractor_ids.cpu().numpy()}, compressed=False)
 
 
 def load_candidate_sets(path: str | Path) -> CandidateSets:

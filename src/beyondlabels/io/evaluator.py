@@ -41,6 +41,8 @@ from typing import IO, Any
 import torch
 from torch import Tensor
 
+from beyondlabels.io.atomic import save_torch, write_json
+
 __all__ = ["TINY_CONFIG", "ClipEvaluator", "TextFeatureCache", "file_sha256", "save_tiny_clip_evaluator"]
 
 _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -137,13 +139,10 @@ class TextFeatureCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         identity_file = self.folder / "identity.json"
         if not identity_file.exists():
-            identity_file.write_text(json.dumps(self.identity, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            write_json(identity_file, self.identity, sort_keys=True)
         keys = [self.key(t) for t in texts]
         features = features.detach().to("cpu", torch.float32).contiguous()
-        tmp = self.folder / f"tmp_{uuid.uuid4().hex}.part"
-        with open(tmp, "wb") as fh:
-            torch.save({"keys": keys, "features": features}, fh)
-        os.replace(tmp, self.folder / f"shard_{uuid.uuid4().hex}.pt")
+        save_torch({"keys": keys, "features": features}, self.folder / f"shard_{uuid.uuid4().hex}.pt")
         self._load().update(zip(keys, features))
 
 
@@ -332,7 +331,10 @@ def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str] | IO[byte
     model_cfg = {k: _plain(hp[k]) for k in ARCHITECTURE_KEYS if k in hp}
     model_cfg.setdefault("vision", "vit")
     state = {k: v.detach().cpu() for k, v in module.clip.state_dict().items()}
-    torch.save(state, path)
+    if isinstance(path, (str, os.PathLike)):
+        save_torch(state, path)
+    else:
+        torch.save(state, path)  # atomic: a handle the caller opened (export_demo_evaluator: io.atomic.atomic_file)
     return {
         "model_factory": "beyondlabels.demo.model.tiny_clip_model",
         "model_cfg": model_cfg,

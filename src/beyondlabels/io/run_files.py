@@ -2,12 +2,15 @@
 
 Every evaluation callback writes, into its folder (by default ``<trainer.default_root_dir>/<prefix>/``)::
 
-    history.json                      list of evaluation records, in order:
-                                      {"step", "epoch", "<scalar key>": float, ..., "<curve key>": [float, ...],
-                                       "per_query_file": "per_query/step_000000020.npz"}
+    history.jsonl                     one evaluation record per line, in order (appended, never rewritten; see
+                                      HistoryLog): {"step", "epoch", "<scalar key>": float, ...,
+                                      "<curve key>": [float, ...], "per_query_file": "per_query/step_000000020.npz"}
                                       or, for a failed evaluation, {"step", "epoch", "error": "Type: message"}
     schema.json                       OutputSchema.to_json() of the (un-prefixed) keys of the records
     per_query/step_{step:09d}.npz     "query_id" (int64 [Q]) and one [Q] array per per-query key of the schema
+                                      (compressed), for the evaluations the retention policy keeps (StepRetention)
+
+Earlier versions wrote ``history.json`` (one JSON list of the same records), which is still read.
 
 A *run folder* (a Hydra job folder) holds one such folder per callback; a Hydra *multirun folder* holds numbered run
 folders ``0/``, ``1/``, ... whose ``.hydra/overrides.yaml`` names the job's overrides. ``evaluate.py task=retrieval``
@@ -22,7 +25,7 @@ Example:
     >>> folder.mkdir(parents=True)
     >>> records = [{"step": 10, "epoch": 0, "map@r": 0.4}, {"step": 20, "epoch": 1, "map@r": 0.3},
     ...            {"step": 30, "epoch": 1, "error": "RuntimeError: out of memory"}]
-    >>> _ = (folder / "history.json").write_text(json.dumps(records))
+    >>> HistoryLog(folder / "history.jsonl").write(records)
     >>> _ = (folder / "schema.json").write_text(json.dumps(OutputSchema({"map@r": KeySpec("scalar", True)}).to_json()))
     >>> run = read_evaluation_run(folder)
     >>> run.name, run.prefix, run.final(), run.best("map@r")["step"], len(run.failures)
@@ -31,29 +34,35 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from beyondlabels.io.atomic import atomic_file, save_npz
 from beyondlabels.schema import OutputSchema
 
 __all__ = [
     "HISTORY_FILE",
+    "LEGACY_HISTORY_FILE",
     "REPORT_FILE",
     "SCHEMA_FILE",
     "EvaluationRun",
+    "HistoryLog",
+    "StepRetention",
     "find_evaluation_runs",
     "evaluation_schema",
     "read_evaluation_run",
+    "read_history",
     "run_label",
     "run_overrides",
     "save_per_query",
@@ -61,14 +70,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HISTORY_FILE = "history.json"
+HISTORY_FILE = "history.jsonl"
+LEGACY_HISTORY_FILE = "history.json"  # a JSON list of records, written by earlier versions
 SCHEMA_FILE = "schema.json"
 REPORT_FILE = "report.json"  # evaluate.py's default report name
 # Fields of a history record that are not metric values.
 _BOOKKEEPING = frozenset({"step", "epoch", "per_query_file", "error"})
 
 _EXPECTED = (
-    f"a {HISTORY_FILE} (a JSON list of evaluation records), a callback folder holding one (e.g. <run>/retrieval/), "
+    f"a {HISTORY_FILE} (one evaluation record per line) or {LEGACY_HISTORY_FILE}, a callback folder holding one "
+    f"(e.g. <run>/retrieval/), "
     f"a run folder, a Hydra multirun folder, or an evaluate.py report (JSON with a 'schema' entry)"
 )
 
@@ -93,9 +104,9 @@ def _is_report(file: Path) -> bool:
 def find_evaluation_runs(path: str | os.PathLike[str]) -> list[Path]:
     """Every evaluation history under ``path``: the JSON files to give :func:`read_evaluation_run`.
 
-    ``path`` may be a ``history.json`` (or an evaluate.py report) itself, a callback folder, a run folder or a
-    multirun folder; folders are searched recursively (symlinked folders are not followed) for ``history.json``
-    files and for ``report.json`` files that are evaluate.py reports. The result is sorted by path, numbered job
+    ``path`` may be a ``history.jsonl`` / ``history.json`` (or an evaluate.py report) itself, a callback folder, a run folder or a
+    multirun folder; folders are searched recursively (symlinked folders are not followed) for ``history.jsonl``
+    (or ``history.json``) files and for ``report.json`` files that are evaluate.py reports. The result is sorted by path, numbered job
     folders in numeric order (``2/`` before ``10/``).
 
     Raises:
@@ -113,13 +124,15 @@ def find_evaluation_runs(path: str | os.PathLike[str]) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):  # followlinks=False
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]  # .hydra, .git, ...
         folder = Path(dirpath)
-        if HISTORY_FILE in filenames and not (folder / HISTORY_FILE).is_symlink():
-            found.append(folder / HISTORY_FILE)
+        history = next((name for name in (HISTORY_FILE, LEGACY_HISTORY_FILE) if name in filenames), None)
+        if history is not None and not (folder / history).is_symlink():
+            found.append(folder / history)  # both in one folder (a resumed older run): the current format
         if REPORT_FILE in filenames and _is_report(folder / REPORT_FILE):
             found.append(folder / REPORT_FILE)
     if not found:
         raise FileNotFoundError(
-            f"no evaluation history under {root}: searched it and all its sub-folders for {HISTORY_FILE} (written by "
+            f"no evaluation history under {root}: searched it and all its sub-folders for {HISTORY_FILE} or "
+            f"{LEGACY_HISTORY_FILE} (written by "
             f"the evaluation callbacks into <trainer.default_root_dir>/<prefix>/, e.g. "
             f"logs/train/runs/<date>/retrieval/{HISTORY_FILE}) and for evaluate.py reports ({REPORT_FILE}). "
             f"Expected {_EXPECTED}."
@@ -170,7 +183,7 @@ class EvaluationRun:
             name, or a report's ``task``.
         history: Every evaluation record, in order (failed ones hold ``"error"``).
         schema: The output schema of the un-prefixed keys, or None when ``schema.json`` is missing.
-        file: The JSON file that was read (``history.json`` or the report).
+        file: The file that was read (``history.jsonl``, ``history.json`` or the report).
         run_folder: The folder the run belongs to (the run folder for callbacks; the report file for reports), used
             to put the callbacks of one run in one column.
         overrides: The run folder's Hydra overrides (those in ``name``).
@@ -276,7 +289,11 @@ class EvaluationRun:
             raise FileNotFoundError(f"{self.file}: the evaluation at step {at} names no per_query_file")
         file = self.path / rel
         if not file.is_file():
-            raise FileNotFoundError(f"per-query file {file} of the evaluation at step {at} (named in {self.file}) is missing")
+            raise FileNotFoundError(
+                f"per-query file {file} of the evaluation at step {at} (named in {self.file}) is missing: the callback's "
+                f"retention policy keeps the files of the latest and the best evaluation and of every keep_every_n-th "
+                f"(steps with files: {self.steps_with_per_query()}); save_per_query='all' keeps every one"
+            )
         try:
             with np.load(file, allow_pickle=False) as data:
                 arrays = {name: data[name] for name in data.files}
@@ -284,6 +301,10 @@ class EvaluationRun:
             raise ValueError(f"per-query file {file} is not a readable .npz archive: {exc}") from exc
         self._per_query_cache[at] = arrays
         return dict(arrays)
+
+    def steps_with_per_query(self) -> list[int]:
+        """Steps of the successful evaluations whose per-query file is on disk."""
+        return [int(r["step"]) for r in self.records if r.get("per_query_file") and (self.path / r["per_query_file"]).is_file()]
 
     def _value(self, key: str, value: Any) -> float | int:
         spec = self.schema.get(key) if self.schema is not None else None
@@ -322,6 +343,149 @@ def _check_history(file: Path, history: Any) -> list[dict[str, Any]]:
     return history
 
 
+def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a ``history.jsonl`` (one JSON object per line; blank lines skipped) or of a legacy
+    ``history.json`` (one JSON list).
+
+    A last line that does not parse is what a write cut short leaves (a full disk, a killed process): it is left out
+    with a warning, and the callback's next write removes it. Anything malformed before it is an error.
+
+    Raises:
+        ValueError: a line other than the last is not a JSON object with an integer ``step`` (the message names the
+            file and the line), or a legacy file is malformed.
+    """
+    file = Path(file)
+    if file.suffix != ".jsonl":
+        return _check_history(file, _read_json(file, "history"))
+    try:
+        lines = file.read_bytes().split(b"\n")
+    except OSError as exc:
+        raise ValueError(f"{file}: unreadable history: {exc}") from exc
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records: list[Any] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError as exc:
+            if number == len(lines):
+                log.warning("%s: ignoring its last line, cut short by an interrupted write (%d bytes)", file, len(line))
+                break
+            raise ValueError(f"{file}: malformed history: line {number} is not valid JSON ({exc})") from exc
+    return _check_history(file, records)
+
+
+class HistoryLog:
+    """The evaluation history of one callback folder on disk, ``history.jsonl``: one JSON record per line.
+
+    :meth:`write` makes the file hold exactly the records it is given (the callback's whole history, in memory). The
+    first write after the log is made (a new fit, a resumed run whose file holds evaluations past its checkpoint), or
+    after the file changed underneath, replaces the file atomically; every later write only appends the records not
+    yet on disk, so a write costs the same however many evaluations came before. A write cut short (a full disk, a
+    kill) leaves at most a partial last line, which :func:`read_history` ignores and the next write cuts away; no
+    record already on disk is touched, and the records that failed stay pending in memory for the next write.
+
+    Example:
+        >>> import tempfile
+        >>> log = HistoryLog(Path(tempfile.mkdtemp()) / "history.jsonl")
+        >>> log.write([{"step": 10, "map@r": 0.4}])
+        >>> log.write([{"step": 10, "map@r": 0.4}, {"step": 20, "map@r": 0.5}])  # appends one line
+        >>> [r["step"] for r in read_history(log.path)], log.path.read_text().count("\\n")
+        ([10, 20], 2)
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._written: int | None = None  # records known to be on disk (None: unknown, rewrite)
+        self._size = 0  # bytes of those records
+
+    def write(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Bring the file in line with ``records``, appending when it already holds a prefix of them."""
+        if self._written is not None and self._written <= len(records) and self._holds_what_was_written():
+            new = records[self._written :]
+            if new:
+                self._append(_lines(new), len(records))
+            return
+        data = _lines(records)
+        with atomic_file(self.path) as handle:
+            handle.write(data)
+        self._written, self._size = len(records), len(data)
+
+    def _holds_what_was_written(self) -> bool:
+        try:
+            return self.path.stat().st_size >= self._size
+        except OSError:
+            return False
+
+    def _append(self, data: bytes, count: int) -> None:
+        with open(self.path, "r+b") as handle:
+            handle.truncate(self._size)  # a partial line left by an earlier failed write
+            handle.seek(self._size)
+            try:
+                handle.write(data)
+                handle.flush()
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    handle.truncate(self._size)
+                raise
+        self._written, self._size = count, self._size + len(data)
+
+
+def _lines(records: Sequence[Mapping[str, Any]]) -> bytes:
+    return "".join(json.dumps(record) + "\n" for record in records).encode("utf-8")
+
+
+class StepRetention:
+    """Which evaluations keep their step files (per-query values, per-evaluation pictures), decided as evaluations
+    arrive, at a cost that does not grow with their number.
+
+    Kept: the latest evaluation (so also the one at the end of fit), the best by ``best`` under ``mode`` (``"max"``
+    or ``"min"``; ties keep the earlier; NaN never counts as best), and every ``every_n``-th successful evaluation
+    counting from the first (the 1st, the ``every_n + 1``-th, ...). ``every_n=1`` keeps everything.
+
+    Example:
+        >>> keep = StepRetention(every_n=3, best="map@r", mode="max")
+        >>> dropped = [keep.add(step, {"map@r": v}) for step, v in [(1, 0.2), (2, 0.9), (3, 0.5), (4, 0.4), (5, 0.3)]]
+        >>> dropped, sorted(keep.kept)
+        ([[], [], [], [3], []], [1, 2, 4, 5])
+    """
+
+    def __init__(self, every_n: int = 10, best: str | None = None, mode: str | None = None) -> None:
+        if isinstance(every_n, bool) or not isinstance(every_n, int) or every_n < 1:
+            raise ValueError(f"`every_n` must be a positive int (1 keeps every evaluation), got {every_n!r}.")
+        if best is not None and mode not in ("max", "min"):
+            raise ValueError(f"`mode` must be 'max' or 'min' when `best` is set, got {mode!r}.")
+        self.every_n, self.best, self.mode = every_n, best, mode
+        self.count = 0
+        self.latest: int | None = None
+        self.best_step: int | None = None
+        self.best_value: float | None = None
+        self.kept: set[int] = set()
+        self._transient: set[int] = set()  # kept steps that are not periodic: held while they are the latest or best
+
+    def add(self, step: int, record: Mapping[str, Any]) -> list[int]:
+        """Account for a new successful evaluation at ``step``; returns the steps whose files are no longer kept."""
+        before = {s for s in (self.latest, self.best_step) if s is not None}
+        periodic = self.count % self.every_n == 0
+        self.count += 1
+        value = record.get(self.best) if self.best is not None else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+            better = self.best_value is None or (value > self.best_value if self.mode == "max" else value < self.best_value)
+            if better:
+                self.best_step, self.best_value = step, float(value)
+        self.latest = step
+        self.kept.add(step)
+        if not periodic:
+            self._transient.add(step)
+        dropped = sorted(s for s in before if s in self._transient and s not in (self.latest, self.best_step))
+        for s in dropped:
+            self.kept.discard(s)
+            self._transient.discard(s)
+        return dropped
+
+
 def _read_report(file: Path, data: dict[str, Any]) -> EvaluationRun:
     try:
         schema = OutputSchema.from_json(data["schema"])
@@ -344,18 +508,19 @@ def _read_report(file: Path, data: dict[str, Any]) -> EvaluationRun:
 
 
 def read_evaluation_run(folder: str | os.PathLike[str]) -> EvaluationRun:
-    """Read one callback's evaluations: its folder (holding ``history.json``), the ``history.json`` itself, an
+    """Read one callback's evaluations: its folder (holding ``history.jsonl``), the history file itself, an
     evaluate.py report, or a run folder holding exactly one evaluation history.
 
     Raises:
         FileNotFoundError: if no history is there (the message says what was searched and what is expected).
-        ValueError: if ``history.json`` (or ``schema.json``, or the report) is malformed; the message names the file;
+        ValueError: if the history (or ``schema.json``, or the report) is malformed; the message names the file;
             or if a run folder holds several histories (use :func:`find_evaluation_runs`).
     """
     path = Path(folder)
     if path.is_dir():
-        if (path / HISTORY_FILE).is_file():
-            file = path / HISTORY_FILE
+        own = next((path / n for n in (HISTORY_FILE, LEGACY_HISTORY_FILE) if (path / n).is_file()), None)
+        if own is not None:
+            file = own
         else:
             found = find_evaluation_runs(path)
             if len(found) != 1:
@@ -368,10 +533,13 @@ def read_evaluation_run(folder: str | os.PathLike[str]) -> EvaluationRun:
         file = path
     else:
         raise FileNotFoundError(f"{path} does not exist; expected {_EXPECTED}")
-    data = _read_json(file, "history")
-    if isinstance(data, dict) and "schema" in data:
-        return _read_report(file, data)
-    history = _check_history(file, data)
+    if file.suffix == ".jsonl":
+        history = read_history(file)
+    else:
+        data = _read_json(file, "history")
+        if isinstance(data, dict) and "schema" in data:
+            return _read_report(file, data)
+        history = _check_history(file, data)
     callback_folder = file.parent
     return EvaluationRun(
         path=callback_folder,
@@ -406,6 +574,9 @@ def save_per_query(
 ) -> Path:
     """Write per-query values as an ``.npz`` in the layout :meth:`EvaluationRun.per_query` reads.
 
+    The archive is zlib-compressed (about 20 KB per 1,000 queries for the retrieval family's 18 arrays, against
+    143 KB uncompressed); values keep their dtype, so statistics computed from a file equal those computed in memory.
+
     Args:
         path: The file to write (replaced atomically, so a reader never sees half a file).
         per_query: ``{"query_id": [Q] ints, <key>: [Q], ...}`` as tensors or arrays (e.g. the ``per_query`` entry of
@@ -436,9 +607,5 @@ def save_per_query(
             raise ValueError(f"per-query value {key!r} must be 1-D with one entry per query, got shape {array.shape}")
         arrays[key] = array.astype(np.int64) if key == "query_id" else array
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fp:
-        np.savez(fp, **arrays)
-    os.replace(tmp, path)
+    save_npz(path, arrays)
     return path

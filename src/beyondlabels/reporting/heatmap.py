@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from beyondlabels.io.atomic import save_figure
+
 __all__ = ["save_null_histogram_png", "save_similarity_heatmap_png"]
 
 
@@ -44,7 +46,7 @@ def save_similarity_heatmap_png(
         ax.set_title(title)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
         fig.tight_layout()
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path
@@ -73,7 +75,7 @@ def save_null_histogram_png(
         ax.set_title(title + (f"  (p = {p_value:.2g})" if p_value is not None else ""))
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from beyondlabels.io.atomic import save_figure
+
 
 def save_precision_curve_png(curves: Mapping[str, Sequence[float]], path: str | Path, title: str = "precision@k") -> Path:
     """Plot one precision@k-vs-k line per entry of ``curves`` (``name -> [p@1, p@2, ...]``) into ``path``."""
@@ -38,7 +40,7 @@ def save_curves_png(
         if len(curves) > 1:
             ax.legend()
         fig.tight_layout()
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path
@@ -87,7 +89,7 @@ def save_history_band_png(
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path
@@ -159,7 +161,7 @@ def save_embedding_projection_png(
         ax.set_title(full_title, fontsize=9)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path, metadata={"Title": full_title})
+        save_figure(fig, path, metadata={"Title": full_title})
     finally:
         plt.close(fig)
     return path
@@ -212,7 +214,7 @@ def save_image_grid_png(images: object, titles: Sequence[str], path: str | Path,
         if title:
             fig.suptitle(title, fontsize=9)
         fig.tight_layout()
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path
