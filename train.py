@@ -15,7 +15,7 @@ from typing import Any
 
 import hydra
 import pytorch_lightning as pl
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from beyondlabels.callbacks.base import EvaluationCore
 from beyondlabels.callbacks.packages import is_lightning_instance
@@ -23,9 +23,12 @@ from beyondlabels.utils import (
     close_wandb,
     instantiate_callbacks,
     instantiate_loggers,
+    keep_wandb_run_id,
     metric_value,
     print_run_summary,
+    resumed_wandb_run_id,
 )
+from beyondlabels.utils.run import is_wandb_logger_config
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     log.info("model: %s", cfg.model._target_)
     model: pl.LightningModule = hydra.utils.instantiate(cfg.model)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
+    continue_wandb_run(cfg)
     loggers = instantiate_loggers(cfg.get("logger"))
     if not loggers:
         # LearningRateMonitor refuses to run without a logger; with logger=none there is nothing to monitor into.
@@ -47,12 +51,27 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
 
     for logger in trainer.loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        if is_lightning_instance(logger, "WandbLogger") and trainer.is_global_zero:
+            keep_wandb_run_id(cfg.paths.output_dir, logger.experiment.id)  # a resumed training continues this run
 
     if cfg.get("train", True):
         trainer.fit(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     else:
         trainer.validate(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     return dict(trainer.callback_metrics), objects
+
+
+def continue_wandb_run(cfg: DictConfig) -> None:
+    """A training resumed from ``ckpt_path`` (in its own run folder or a new one) continues its W&B run: every
+    WandbLogger config without an ``id`` gets the kept run id and ``resume="allow"``."""
+    run_id = resumed_wandb_run_id(cfg.paths.output_dir, cfg.get("ckpt_path"))
+    if run_id is None:
+        return
+    for name, logger in (cfg.get("logger") or {}).items():
+        if is_wandb_logger_config(logger) and not logger.get("id") and not logger.get("version"):
+            with open_dict(logger):
+                logger.id, logger.resume = run_id, "allow"
+            log.info("logger.%s continues the W&B run %s", name, run_id)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

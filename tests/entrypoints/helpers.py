@@ -10,8 +10,16 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(script: str, *overrides: str, cwd: Path = REPO_ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+def script_env() -> dict[str, str]:
+    """The environment of an entry point run as its own program: offline W&B, and not attached to the W&B service of
+    this test process (wandb exports WANDB_SERVICE to children, which would then share the test process's runs)."""
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="2")
+    env.pop("WANDB_SERVICE", None)
+    return env
+
+
+def run_script(script: str, *overrides: str, cwd: Path = REPO_ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = script_env()
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / script), *overrides],
         cwd=cwd,

@@ -1,10 +1,23 @@
 """Glue for the Hydra entry points: building objects from configs and summarising runs."""
 
 from beyondlabels.utils.instantiate import instantiate_callbacks, instantiate_loggers
-from beyondlabels.utils.run import close_wandb, metric_value, print_run_summary, scalar_metrics
+from beyondlabels.utils.run import (
+    WANDB_RUN_FILE,
+    close_wandb,
+    keep_wandb_run_id,
+    metric_value,
+    print_run_summary,
+    resumed_wandb_run_id,
+    scalar_metrics,
+    wandb_run_id,
+)
 
 __all__ = [
+    "WANDB_RUN_FILE",
     "close_wandb",
+    "keep_wandb_run_id",
+    "resumed_wandb_run_id",
+    "wandb_run_id",
     "instantiate_callbacks",
     "instantiate_loggers",
     "metric_value",

@@ -1,15 +1,24 @@
-"""Helpers around one training run: the objective for sweepers, a closing summary, W&B clean-up."""
+"""Helpers around one training run: the objective for sweepers, a closing summary, W&B clean-up and resume."""
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from beyondlabels.io.atomic import write_json
 from beyondlabels.schema import KeySpec
+
+log = logging.getLogger(__name__)
+
+# Where a run folder keeps the id of its W&B run, so that a resumed training continues the same W&B run.
+WANDB_RUN_FILE = "wandb_run.json"
 
 
 def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -92,3 +101,44 @@ def close_wandb() -> None:
         return
     if wandb.run is not None:
         wandb.finish()
+
+
+def wandb_run_id(run_folder: str | os.PathLike[str]) -> str | None:
+    """The id of the W&B run a run folder belongs to, as :func:`keep_wandb_run_id` wrote it to
+    ``<run_folder>/wandb_run.json``; None when there is none (or it is unreadable, with a warning).
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> keep_wandb_run_id(folder, "3x9kq2ab"); wandb_run_id(folder)
+        '3x9kq2ab'
+    """
+    file = Path(run_folder) / WANDB_RUN_FILE
+    if not file.is_file():
+        return None
+    try:
+        run_id = json.loads(file.read_text(encoding="utf-8")).get("id")
+    except (OSError, ValueError, AttributeError) as exc:
+        log.warning("ignoring unreadable %s (%s): the run starts a new W&B run", file, exc)
+        return None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def keep_wandb_run_id(run_folder: str | os.PathLike[str], run_id: str) -> None:
+    """Write ``run_id`` to ``<run_folder>/wandb_run.json`` (atomically), for :func:`wandb_run_id` on resume."""
+    write_json(Path(run_folder) / WANDB_RUN_FILE, {"id": str(run_id)})
+
+
+def resumed_wandb_run_id(run_folder: str | os.PathLike[str], ckpt_path: str | os.PathLike[str] | None = None) -> str | None:
+    """The W&B run a training resumed in ``run_folder`` from ``ckpt_path`` continues: the id kept in ``run_folder``
+    (a run resumed in its own folder), else the one kept in the checkpoint's run folder (``<run>/checkpoints/x.ckpt``
+    → ``<run>``, a run resumed into a new folder); None for a new run."""
+    found = wandb_run_id(run_folder)
+    if found is None and ckpt_path:
+        found = wandb_run_id(Path(ckpt_path).resolve().parent.parent)
+    return found
+
+
+def is_wandb_logger_config(config: Any) -> bool:
+    """Whether a logger config (a mapping with ``_target_``) builds a Lightning ``WandbLogger`` (of either package)."""
+    return str(getattr(config, "get", lambda *_: "")("_target_", "")).endswith(".WandbLogger")

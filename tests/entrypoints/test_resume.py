@@ -1,0 +1,84 @@
+"""A training killed with SIGKILL and resumed from its last checkpoint continues the same histories and the same W&B
+run, in its own run folder or in a new one."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import REPO_ROOT, run_script, script_env  # noqa: E402
+
+from beyondlabels.io import find_offline_runs, iter_records, read_offline_run  # noqa: E402
+from beyondlabels.io.run_files import read_history  # noqa: E402
+from beyondlabels.utils import keep_wandb_run_id, resumed_wandb_run_id, wandb_run_id  # noqa: E402
+
+SMOKE = ("experiment=shapes_smoke", "trainer.max_epochs=6", "~callbacks.zeroshot", "~callbacks.hierarchy", "~callbacks.crossmodal")
+STEPS_PER_EPOCH = 16 * 8 // 32
+
+
+def _segments(folder: Path) -> list[tuple[Path, str, bool]]:
+    """``(log, run id, resume requested)`` of every offline W&B segment under ``folder``, oldest first."""
+    out = []
+    for log in sorted(find_offline_runs(folder), key=lambda p: p.parent.name):
+        run = read_offline_run(log, allow_incomplete=True, wait_s=0)
+        resume = next(r.run.resume for r in iter_records(log) if r.WhichOneof("record_type") == "run")
+        out.append((log, run.run_id, bool(resume)))
+    return out
+
+
+def _kill_after_two_evaluations(run_dir: Path, tmp_path: Path) -> None:
+    env = script_env()
+    args = [sys.executable, str(REPO_ROOT / "train.py"), *SMOKE, f"paths.log_dir={tmp_path}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    history, deadline = run_dir / "retrieval" / "history.jsonl", time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if history.is_file() and len(read_history(history)) >= 2 and (run_dir / "checkpoints" / "last.ckpt").is_file():
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-3000:]
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("same_folder", [True, False], ids=["same-run-folder", "new-run-folder"])
+def test_a_killed_run_resumes_its_histories_and_its_wandb_run(tmp_path: Path, same_folder: bool):
+    first = tmp_path / "first"
+    _kill_after_two_evaluations(first, tmp_path)
+    ((_, killed_id, _),) = _segments(first)
+    assert wandb_run_id(first) == killed_id
+    second = first if same_folder else tmp_path / "second"
+    run_script("train.py", *SMOKE, f"paths.log_dir={tmp_path}", f"hydra.run.dir={second}", f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}")
+    # the evaluation history: every epoch once, steps strictly increasing, through the end of training
+    steps = [h["step"] for h in read_history(second / "retrieval" / "history.jsonl")]
+    assert steps == [STEPS_PER_EPOCH * (e + 1) for e in range(6)], steps
+    # one W&B run: the resumed segment carries the same id, and both ask W&B to resume a run of that id (Lightning's
+    # WandbLogger passes resume="allow"), so `wandb sync` of the two folders continues one run
+    segments = _segments(tmp_path)
+    assert {run_id for _, run_id, _ in segments} == {killed_id} and len(segments) == 2
+    assert [resume for *_, resume in segments] == [True, True]
+    assert wandb_run_id(second) == killed_id
+    resumed = read_offline_run(segments[1][0])
+    logged = [row["trainer/global_step"] for row in resumed.history if "retrieval/precision@1" in row]
+    assert logged == [s for s in steps if s > logged[0] - 1] and logged[-1] == steps[-1]  # from the checkpoint on
+
+
+def test_the_kept_run_id_is_found_in_the_run_folder_or_the_checkpoints_run(tmp_path: Path):
+    run, other = tmp_path / "run", tmp_path / "other"
+    (run / "checkpoints").mkdir(parents=True)
+    assert resumed_wandb_run_id(run) is None and resumed_wandb_run_id(other, run / "checkpoints" / "last.ckpt") is None
+    keep_wandb_run_id(run, "abc123")
+    assert resumed_wandb_run_id(run) == "abc123"  # resumed in its own folder
+    assert resumed_wandb_run_id(other, run / "checkpoints" / "last.ckpt") == "abc123"  # resumed into a new folder
+    keep_wandb_run_id(other, "own")
+    assert resumed_wandb_run_id(other, run / "checkpoints" / "last.ckpt") == "own"  # the folder's own run first
+    (run / "wandb_run.json").write_text("{not json")
+    assert wandb_run_id(run) is None  # unreadable: a new run (with a warning), never a crash
