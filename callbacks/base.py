@@ -238,7 +238,8 @@ class EvaluationCore:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         history = state_dict.get("history", [])
-        if isinstance(history, list) and all(isinstance(h, dict) for h in history):
+        valid = lambda h: isinstance(h, dict) and isinstance(h.get("step"), int) and not isinstance(h["step"], bool)  # noqa: E731
+        if isinstance(history, list) and all(valid(h) for h in history):
             self.history = list(history)
         else:
             log.warning("%s: ignoring a checkpointed history of unexpected type %s", self.state_key, type(history).__name__)
@@ -307,12 +308,21 @@ class EvaluationCore:
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.evaluate_at_fit_end and not trainer.interrupted and trainer.global_step != self._last_step_evaluated:
             self.evaluate(trainer, pl_module, final=True)
-        elif trainer.is_global_zero and self.files is not None and self.files.plots_stale():
-            errors = self.files.draw_plots(self.history)  # the run's plots include its last evaluation
-            if not errors:
-                self._log_band_image(trainer, trainer.global_step)
-            elif self.strict:
-                raise errors[0]
+        self._finish_plots(trainer)
+
+    def _finish_plots(self, trainer: Trainer) -> None:
+        """Draw the run's plots once more if they lack its last evaluations (rank 0; ranks agree on a failure)."""
+        problems: list[BaseException] = []
+        if trainer.is_global_zero and self.files is not None and self.files.plots_stale():
+            try:
+                problems = self.files.draw_plots(self.history)
+                if not problems:
+                    self._log_band_image(trainer, trainer.global_step)
+            except Exception as exc:  # noqa: BLE001 - decided collectively below
+                log.error("%s: drawing the run's plots at fit end failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+                problems.append(exc)
+        if trainer.strategy.broadcast(bool(problems), src=0) and self.strict:
+            raise problems[0] if problems else RuntimeError(f"{self.prefix}: drawing the run's plots failed on rank 0")
 
     # ---- one evaluation -------------------------------------------------------------------------------------------------
     def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
@@ -357,22 +367,25 @@ class EvaluationCore:
         if trainer.is_global_zero:
             problems = self._write_outputs(trainer, results, record, timings, final)
             record[EVAL_SECONDS] = time.perf_counter() - started
+            self.history.append(record)
             if self.files is not None:
-                problems += self.files.write_history([*self.history, record])
+                problems += self.files.write_history(self.history)
         failed, seconds = trainer.strategy.broadcast((bool(problems), record.get(EVAL_SECONDS, 0.0)), src=0)
         record[EVAL_SECONDS] = float(seconds)
+        if not trainer.is_global_zero:
+            self.history.append(record)
         timings["total"] = float(seconds)
         self.last_timings = timings
         self._log_scalars(trainer, record, step)
-        self.history.append(record)
         self.metric.reset()
         if failed:
             if self.strict:
                 raise problems[0] if problems else RuntimeError(f"{self.prefix}: writing evaluation files or media failed on rank 0")
             if problems:
                 log.error(
-                    "%s: %d evaluation file or media write(s) failed at step %d; scalars were logged, nothing on disk was "
-                    "damaged, and the files are retried at the next evaluation:\n%s", self.prefix, len(problems), step,
+                    "%s: %d evaluation file or media write(s) failed at step %d; scalars were logged and nothing on "
+                    "disk was damaged; the history, per-query files, schema and plots are written again at the next "
+                    "evaluation (pictures of this evaluation and W&B media are not):\n%s", self.prefix, len(problems), step,
                     "".join(traceback.format_exception(problems[0])),
                 )  # fmt: skip
         return results
@@ -384,21 +397,18 @@ class EvaluationCore:
         failure is collected, none stops the others."""
         problems: list[BaseException] = []
         mark = time.perf_counter()
-        folder = self.output_folder(trainer)
-        if folder is not None:
-            if self.files is None:
-                self.files = EvaluationFiles(
-                    folder, self.schema, self.prefix, per_query=self.save_per_query, keep_every_n=self.keep_every_n,
-                    best=self._best_key(), plot_every_n=self.plot_every_n, band_keys=self._band_keys(),
-                )  # fmt: skip
-                self.files.start(self.history)
-            drawn_before = self.files.plotted_evaluations
-            # the family's files first: the retention policy then knows every kind of step file it removes
-            self.files.attempt(problems, "this evaluation's pictures", self.write_step_files, trainer, results, int(record["step"]), self.files)
-            problems += self.files.write_evaluation(record, results, self.history, final=final)
-            band_drawn = self.files.plotted_evaluations != drawn_before and self.files.band_path.is_file()
-        else:
-            band_drawn = False
+        band_drawn = False
+        try:
+            files = self._ensure_files(trainer)
+            if files is not None:
+                drawn_before = files.plotted_evaluations
+                # the family's files first: the retention policy then knows every kind of step file it removes
+                files.attempt(problems, "this evaluation's pictures", self.write_step_files, trainer, results, int(record["step"]), files)
+                problems += files.write_evaluation(record, results, self.history, final=final)
+                band_drawn = files.plotted_evaluations != drawn_before and files.band_path.is_file()
+        except Exception as exc:  # noqa: BLE001 - collected: rank 0 alone must never raise before the broadcast
+            log.error("%s: writing the evaluation files failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+            problems.append(exc)
         timings["files"] = time.perf_counter() - mark
         mark = time.perf_counter()
         try:
@@ -408,6 +418,17 @@ class EvaluationCore:
             problems.append(exc)
         timings["media"] = time.perf_counter() - mark
         return problems
+
+    def _ensure_files(self, trainer: Trainer) -> EvaluationFiles | None:
+        """The folder's writer (None without a folder), made at the first write of a fit and brought in line with the
+        history so far (restored from a checkpoint, or empty)."""
+        folder = self.output_folder(trainer)
+        if self.files is None and folder is not None:
+            self.files = EvaluationFiles(
+                folder, self.schema, self.prefix, self.history, per_query=self.save_per_query, keep_every_n=self.keep_every_n,
+                best=self._best_key(), plot_every_n=self.plot_every_n, band_keys=self._band_keys(),
+            )  # fmt: skip
+        return self.files
 
     def _best_key(self) -> str | None:
         """The key whose best evaluation keeps its step files (see ``keep_best``)."""
@@ -536,8 +557,13 @@ class EvaluationCore:
 
     def _report_failure(self, error: BaseException, step: int, epoch: int, trainer: Trainer) -> None:
         self.history.append({"step": step, "epoch": epoch, "error": f"{type(error).__name__}: {error}"})
-        if self.files is not None and trainer.is_global_zero:
-            self.files.write_history(self.history)  # a failure logs its own error, if any
+        if trainer.is_global_zero:
+            try:
+                files = self._ensure_files(trainer)
+                if files is not None:
+                    files.write_history(self.history)  # a failed write logs its own error
+            except Exception as exc:  # noqa: BLE001 - the evaluation's own error is the one to report
+                log.error("%s: recording the failed evaluation on disk failed (%s: %s)", self.prefix, type(exc).__name__, exc)
         if self.strict:
             raise error
         log.error(

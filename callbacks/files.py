@@ -11,16 +11,15 @@
   evaluations and at the end of fit, from at most ``max_curves`` curves and ``max_points`` points each.
 
 Every file is written atomically (:mod:`beyondlabels.io.atomic`). Each write is independent: one that fails (a full
-disk) is reported, does not stop the others, and is retried: the history's pending records and a pending per-query
-file at the next evaluation, the plots at the next evaluation (they are due again), the schema at the next write.
-A failed per-evaluation picture is not drawn again (its data is gone); the log says so.
+disk) is reported, does not stop the others, and is retried at the next evaluation: the history's pending records, a
+pending per-query file, the schema, the plots (they stay due) and the removals the retention policy asked for. A
+failed per-evaluation picture is not drawn again (its data is gone).
 
 Example:
     >>> import tempfile
     >>> from beyondlabels.schema import KeySpec, OutputSchema
     >>> schema = OutputSchema({"map@r": KeySpec("scalar", True)}, {"map@r": KeySpec("per_query", True)})
     >>> files = EvaluationFiles(Path(tempfile.mkdtemp()), schema, prefix="retrieval", keep_every_n=2, best="map@r")
-    >>> files.start([])
     >>> history = []
     >>> for step, value in [(10, 0.4), (20, 0.6), (30, 0.5), (40, 0.3)]:
     ...     record = {"step": step, "epoch": 0, "map@r": value}
@@ -78,6 +77,7 @@ class EvaluationFiles:
         folder: The callback's folder.
         schema: The output schema of the records (written as ``schema.json``; its curve keys get a PNG each).
         prefix: The callback's prefix (plot titles).
+        history: The records so far (see :meth:`start`).
         per_query: Write per-query files: True (under the retention policy), ``"all"`` (every evaluation) or False.
         keep_every_n: The retention policy keeps every N-th evaluation's step files (besides the latest and the best).
         best: The key whose best evaluation keeps its step files (None: none); its direction comes from ``schema``.
@@ -92,6 +92,7 @@ class EvaluationFiles:
         folder: str | Path,
         schema: OutputSchema,
         prefix: str,
+        history: Sequence[Mapping[str, Any]] = (),
         *,
         per_query: bool | str = True,
         keep_every_n: int = 10,
@@ -108,7 +109,7 @@ class EvaluationFiles:
         self.plot_every_n, self.band_keys = plot_every_n, tuple(band_keys)
         self.max_curves, self.max_points = max_curves, max_points
         self.step_kinds: dict[str, str] = {PER_QUERY: ".npz"}  # sub-folder -> suffix of the files kept per step
-        self.start([])
+        self.start(history)
 
     # ---- one fit -------------------------------------------------------------------------------------------------
     def start(self, history: Sequence[Mapping[str, Any]]) -> None:
@@ -127,6 +128,7 @@ class EvaluationFiles:
                 self.retention.add(int(record["step"]), record)
         self.schema_written = False
         self.pending_per_query: dict[int, Mapping[str, Any]] = {}
+        self.pending_removals: set[int] = set()  # steps whose files a failed removal left
         self.plotted_evaluations = sum(1 for r in history if "error" not in r)  # a restored run's plots exist
         self.evaluations = self.plotted_evaluations
 
@@ -151,6 +153,8 @@ class EvaluationFiles:
             record["per_query_file"] = f"{PER_QUERY}/{step_file_name(step, '.npz')}"
         for dropped in self.retention.add(step, record):
             self.pending_per_query.pop(dropped, None)
+            self.pending_removals.add(dropped)
+        for dropped in sorted(self.pending_removals):
             self._remove_step_files(dropped, errors)
         for pending in sorted(self.pending_per_query):
             self.attempt(errors, f"per-query file of step {pending}", self._write_per_query, pending)
@@ -204,8 +208,11 @@ class EvaluationFiles:
         self.schema_written = True
 
     def _remove_step_files(self, step: int, errors: list[BaseException]) -> None:
+        before = len(errors)
         for kind, suffix in self.step_kinds.items():
             self.attempt(errors, f"removing {kind}/{step_file_name(step, suffix)}", (self.folder / kind / step_file_name(step, suffix)).unlink, missing_ok=True)
+        if len(errors) == before:
+            self.pending_removals.discard(step)
 
     def attempt(self, errors: list[BaseException], what: str, write: Any, *args: Any, **kwargs: Any) -> None:
         """Run one write; a failure is logged and collected, and the other writes go on."""

@@ -60,15 +60,23 @@ def is_lightning_instance(obj: Any, class_name: str) -> bool:
     return any(base.__name__ == class_name and _package_of_class(base) is not None for base in type(obj).__mro__)
 
 
+def _is_lightning_base(cls: type) -> bool:
+    """Whether ``cls`` is one of the base classes whose hooks are Lightning's defaults (``LightningModule`` and its hook
+    mixins, ``LightningDataModule``, ``Callback``), not a class built on them (such as Lightning's demo models)."""
+    package = _package_of_class(cls)
+    return package is not None and (cls.__module__.startswith(f"{package}.core.") or cls.__module__ == f"{package}.callbacks.callback")
+
+
 def overrides(obj: Any, method: str) -> bool:
-    """Whether ``obj`` (a LightningModule, DataModule or Callback of either package) defines ``method`` itself, rather
-    than inheriting Lightning's default: the method is set on the instance, or the first class of its MRO that
-    defines it is not one of Lightning's. False when no class defines it."""
+    """Whether ``obj`` (a LightningModule, DataModule or Callback of either package) defines ``method`` rather than
+    inheriting Lightning's default: the method is set on the instance, or the first class of its MRO that defines it
+    is not one of Lightning's base classes (a subclass Lightning ships, like its demo ``BoringModel``, counts as
+    defining it). False when no class defines it."""
     if method in getattr(obj, "__dict__", {}):
         return True
     for base in type(obj).__mro__:
         if method in vars(base):
-            return _package_of_class(base) is None
+            return not _is_lightning_base(base)
     return False
 
 

@@ -14,7 +14,14 @@ Example:
 
 from __future__ import annotations
 
-import pytorch_lightning
+try:
+    import pytorch_lightning
+except ImportError as exc:  # pragma: no cover - pytorch_lightning is a dependency; kept clear for slim installs
+    raise ImportError(
+        "beyondlabels.callbacks (and beyondlabels.callbacks.pytorch_lightning) hold the callbacks for the "
+        "`pytorch_lightning` package, which is not installed: `pip install pytorch-lightning`, or with the `lightning` "
+        "package import the callbacks from beyondlabels.callbacks.lightning"
+    ) from exc
 
 from beyondlabels.callbacks.base import EvaluationCore, shard_loader
 from beyondlabels.callbacks.convergence import ConvergenceMonitorCore

@@ -212,7 +212,6 @@ class RetrievalEvalCore(EvaluationCore):
             if not self._heatmap_logged:
                 path = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png")
                 images["profile_similarity"] = wandb.Image(str(path))
-                self._heatmap_logged = True
             if metric.null_distribution is not None and int(results["mismatch_num_mismatches"]) > 0:
                 path = save_null_histogram_png(metric.null_distribution, float(results["mismatch_mean_similarity"]),
                                                f"{tmp}/null.png", p_value=float(results["mismatch_p_value"]))
@@ -221,6 +220,7 @@ class RetrievalEvalCore(EvaluationCore):
             if path is not None:
                 images["embedding_projection"] = wandb.Image(str(path))
             media.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in images.items()}, step=media.step)
+            self._heatmap_logged = self._heatmap_logged or "profile_similarity" in images
         if metric.mismatch_pairs is not None:
             rows = mismatch_pair_table(*metric.mismatch_pairs, gains.gains, names, top=20)
             media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)

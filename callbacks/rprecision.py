@@ -210,6 +210,7 @@ class RPrecisionCore(EvaluationCore):
 
     def write_step_files(self, trainer: Trainer, results: dict[str, Any], step: int, files: EvaluationFiles) -> None:
         """``samples/step_<step>.png`` beside the base's files: the sample pictures under their prompt and rank."""
+        path = files.step_path("samples", step, ".png")  # known to the retention policy even when nothing is drawn
         rows = self._sample_rows(results)
         if not rows:
             return
@@ -218,7 +219,7 @@ class RPrecisionCore(EvaluationCore):
         save_image_grid_png(
             torch.stack([row["generated_image"] for row in rows]),
             [f"{row['prompt']} (rank {row['rank_of_own_caption']})" for row in rows],
-            files.step_path("samples", step, ".png"),
+            path,
             title=f"{self.prefix}: generated at step {step} (rank of the own caption among {self.metric.num_candidates})",
         )
 

@@ -78,7 +78,7 @@ def test_a_full_disk_during_one_evaluation_loses_nothing(tmp_path: Path, caplog)
     assert after["schema"]["keys"]["precision@1"]["higher_is_better"] is True
     assert after["pngs"] and all(head == b"\x89PNG" for head in after["pngs"].values())
     assert after["temporaries"] == [] and after["per_query"] == ["step_000000002.npz", "step_000000004.npz"]
-    assert "No space left on device" in caplog.text and "retried at the next evaluation" in caplog.text
+    assert "No space left on device" in caplog.text and "written again at the next evaluation" in caplog.text
     # the next evaluation wrote what had failed: the record of step 6 and its per-query file
     saved = read_history(folder / "history.jsonl")
     assert [h["step"] for h in saved] == steps and saved[2] == {k: v for k, v in callback.history[2].items()}
@@ -161,3 +161,13 @@ def test_every_evaluation_logs_its_wall_time(tmp_path: Path):
     assert float(trainer.callback_metrics["retrieval/eval_seconds"]) == pytest.approx(seconds[-1], rel=1e-6)
     assert read_history(tmp_path / "retrieval" / "history.jsonl")[-1]["eval_seconds"] == seconds[-1]
     assert callback.schema.mode("eval_seconds") is None  # no direction: checkpoints cannot monitor it by mistake
+
+
+def test_a_failed_first_evaluation_is_on_disk_at_once(tmp_path: Path):
+    """The history file records a failure even when no evaluation of the fit has succeeded yet."""
+    callback = RetrievalEvalCallback(every_n_epochs=1, evaluate_at_fit_end=False)
+    trainer = pl.Trainer(default_root_dir=str(tmp_path), max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback],
+                         logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    trainer.fit(LinearEncoder(fail_on_call=1), PointDataModule())
+    (saved,) = read_history(tmp_path / "retrieval" / "history.jsonl")
+    assert saved["step"] == 8 and saved["error"] == "RuntimeError: encoder exploded" and callback.history == [saved]

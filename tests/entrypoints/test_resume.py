@@ -35,17 +35,21 @@ def _segments(folder: Path) -> list[tuple[Path, str, bool]]:
 def _kill_after_two_evaluations(run_dir: Path, tmp_path: Path) -> None:
     env = script_env()
     args = [sys.executable, str(REPO_ROOT / "train.py"), *SMOKE, f"paths.log_dir={tmp_path}", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    history, deadline = run_dir / "retrieval" / "history.jsonl", time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if history.is_file() and len(read_history(history)) >= 2 and (run_dir / "checkpoints" / "last.ckpt").is_file():
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-3000:]
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait(timeout=60)
+    errors = tmp_path / "killed_run.stderr"
+    with open(errors, "wb") as stderr:  # a file, not a pipe: nothing can block the child's writes
+        proc = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        history, deadline = run_dir / "retrieval" / "history.jsonl", time.monotonic() + 300
+        try:
+            while time.monotonic() < deadline and proc.poll() is None:
+                if history.is_file() and len(read_history(history)) >= 2 and (run_dir / "checkpoints" / "last.ckpt").is_file():
+                    break
+                time.sleep(0.05)
+            assert proc.poll() is None, "the run ended before it could be killed: " + errors.read_text()[-3000:]
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=60)
 
 
 @pytest.mark.slow
@@ -73,12 +77,14 @@ def test_a_killed_run_resumes_its_histories_and_its_wandb_run(tmp_path: Path, sa
 
 def test_the_kept_run_id_is_found_in_the_run_folder_or_the_checkpoints_run(tmp_path: Path):
     run, other = tmp_path / "run", tmp_path / "other"
+    ckpt = run / "checkpoints" / "last.ckpt"
     (run / "checkpoints").mkdir(parents=True)
-    assert resumed_wandb_run_id(run) is None and resumed_wandb_run_id(other, run / "checkpoints" / "last.ckpt") is None
+    assert resumed_wandb_run_id(run, ckpt) is None and resumed_wandb_run_id(other, ckpt) is None
     keep_wandb_run_id(run, "abc123")
-    assert resumed_wandb_run_id(run) == "abc123"  # resumed in its own folder
-    assert resumed_wandb_run_id(other, run / "checkpoints" / "last.ckpt") == "abc123"  # resumed into a new folder
+    assert resumed_wandb_run_id(run, ckpt) == "abc123"  # resumed in its own folder
+    assert resumed_wandb_run_id(other, ckpt) == "abc123"  # resumed into a new folder
+    assert resumed_wandb_run_id(run, None) is None  # trained from scratch in that folder: a new W&B run
     keep_wandb_run_id(other, "own")
-    assert resumed_wandb_run_id(other, run / "checkpoints" / "last.ckpt") == "own"  # the folder's own run first
+    assert resumed_wandb_run_id(other, ckpt) == "own"  # the folder's own run first
     (run / "wandb_run.json").write_text("{not json")
     assert wandb_run_id(run) is None  # unreadable: a new run (with a warning), never a crash

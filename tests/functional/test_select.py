@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import platform
 import re
-import threading
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -121,29 +123,31 @@ def test_stable_group_order_equals_a_stable_torch_sort(n_groups):
     assert torch.equal(_select.stable_group_order(groups, n_groups), torch.sort(groups, stable=True).indices)
 
 
-def _threads_in_child(queue, cpus, torch_threads):
-    os.sched_setaffinity(0, cpus)
-    torch.set_num_threads(torch_threads)
-    scores = np.random.default_rng(7).random((600, 400), dtype=np.float32)
-    got = _select.flat_reaching(torch.from_numpy(scores), torch.full((600,), 0.5), None)[0][0].numpy()
-    workers = {t.name for t in threading.enumerate() if t.name.startswith("beyondlabels-select")}
-    queue.put((_select.usable_cpus(), _select.worker_threads(), len(_select._row_slices(600, 240_000)), len(workers),
-               bool(np.array_equal(got, np.flatnonzero(scores >= np.float32(0.5))))))
+CHILD = """
+import json, os, sys, threading
+os.sched_setaffinity(0, {cpus})
+import numpy as np, torch
+from beyondlabels.functional import _select
+torch.set_num_threads({torch_threads})
+scores = np.random.default_rng(7).random((600, 400), dtype=np.float32)
+got = _select.flat_reaching(torch.from_numpy(scores), torch.full((600,), 0.5), None)[0][0].numpy()
+workers = [t.name for t in threading.enumerate() if t.name.startswith("beyondlabels-select")]
+print(json.dumps([_select.usable_cpus(), _select.worker_threads(), len(_select._row_slices(600, 240_000)), len(workers),
+                  bool(np.array_equal(got, np.flatnonzero(scores >= np.float32(0.5))))]))
+"""
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or "fork" not in mp.get_all_start_methods(), reason="needs Linux affinity")
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
 @pytest.mark.parametrize(("cpus", "torch_threads", "expected"), [({0}, 2, 1), ({0, 1}, 1, 1), ({0, 1}, 2, 2), ({0, 1}, 8, 2)])
 def test_threads_follow_the_affinity_and_torch_thread_count(cpus, torch_threads, expected):
-    """A scheduler's CPU affinity (a SLURM job given 1 of the machine's cores) caps the threads, as does torch's count."""
+    """A scheduler's CPU affinity (a SLURM job given 1 of the machine's cores) caps the threads, as does torch's count
+    (a fresh process per case: the affinity is set before torch starts its threads)."""
     if not cpus <= os.sched_getaffinity(0):
         pytest.skip(f"this machine does not offer CPUs {sorted(cpus)}")
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_threads_in_child, args=(queue, cpus, torch_threads))
-    child.start()
-    child.join(timeout=60)
-    assert child.exitcode == 0
-    usable, workers, slices, pool_threads, correct = queue.get(timeout=5)
+    done = subprocess.run([sys.executable, "-c", CHILD.format(cpus=sorted(cpus), torch_threads=torch_threads)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    usable, workers, slices, pool_threads, correct = json.loads(done.stdout.strip().splitlines()[-1])
     assert (usable, workers, slices) == (len(cpus), expected, expected) and correct
     assert pool_threads == expected - 1  # the calling thread does one slice itself
 

@@ -24,7 +24,7 @@ from torch import Tensor
 _MIN_PARALLEL_ELEMENTS = 1 << 17
 
 _pool_lock = threading.Lock()
-_pool: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, workers, pool)
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
 
 
 def usable_cpus() -> int:
@@ -41,17 +41,14 @@ def worker_threads() -> int:
     return max(1, min(torch.get_num_threads(), usable_cpus()))
 
 
-def _executor(workers: int) -> ThreadPoolExecutor:
-    """This process's pool, with at least ``workers`` threads. A pool inherited through ``fork`` has no threads, so a
-    child makes its own; a pool too small for the current thread count is replaced (its threads end when their work
-    is done)."""
+def _executor() -> ThreadPoolExecutor:
+    """This process's pool: at most :func:`usable_cpus` threads, started only as work needs them (so as many as
+    :func:`worker_threads` asks for). A pool inherited through ``fork`` has no threads, so a child makes its own."""
     global _pool
     with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid() or _pool[1] < workers:
-            if _pool is not None and _pool[0] == os.getpid():
-                _pool[2].shutdown(wait=False)
-            _pool = (os.getpid(), workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="beyondlabels-select"))
-        return _pool[2]
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="beyondlabels-select"))
+        return _pool[1]
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
@@ -92,7 +89,7 @@ def _by_rows(work: Callable[[slice], object], rows: int, numel: int) -> list[obj
     slices = _row_slices(rows, numel)
     if len(slices) == 1:
         return [work(slices[0])]
-    pool = _executor(len(slices) - 1)
+    pool = _executor()
     futures = [pool.submit(work, s) for s in slices[1:]]
     first = work(slices[0])
     return [first] + [f.result() for f in futures]

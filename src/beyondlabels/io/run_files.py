@@ -363,18 +363,22 @@ def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise ValueError(f"{file}: unreadable history: {exc}") from exc
     while lines and not lines[-1].strip():
         lines.pop()
-    records: list[Any] = []
+    records: list[dict[str, Any]] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except ValueError as exc:
             if number == len(lines):
                 log.warning("%s: ignoring its last line, cut short by an interrupted write (%d bytes)", file, len(line))
                 break
             raise ValueError(f"{file}: malformed history: line {number} is not valid JSON ({exc})") from exc
-    return _check_history(file, records)
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"{file}: malformed history: line {number} is not an evaluation record with an integer 'step'")
+        records.append(record)
+    return records
 
 
 class HistoryLog:
@@ -400,6 +404,7 @@ class HistoryLog:
         self.path = Path(path)
         self._written: int | None = None  # records known to be on disk (None: unknown, rewrite)
         self._size = 0  # bytes of those records
+        self._inode: tuple[int, int] | None = None  # (device, inode) of the file written
 
     def write(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Bring the file in line with ``records``, appending when it already holds a prefix of them."""
@@ -411,13 +416,22 @@ class HistoryLog:
         data = _lines(records)
         with atomic_file(self.path) as handle:
             handle.write(data)
-        self._written, self._size = len(records), len(data)
+        self._written, self._size, self._inode = len(records), len(data), self._identity()
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            info = self.path.stat()
+        except OSError:
+            return None
+        return info.st_dev, info.st_ino
 
     def _holds_what_was_written(self) -> bool:
+        """The file is the one this log wrote (not replaced) and still holds at least what was written."""
         try:
-            return self.path.stat().st_size >= self._size
+            info = self.path.stat()
         except OSError:
             return False
+        return (info.st_dev, info.st_ino) == self._inode and info.st_size >= self._size
 
     def _append(self, data: bytes, count: int) -> None:
         with open(self.path, "r+b") as handle:

@@ -129,14 +129,14 @@ def keep_wandb_run_id(run_folder: str | os.PathLike[str], run_id: str) -> None:
     write_json(Path(run_folder) / WANDB_RUN_FILE, {"id": str(run_id)})
 
 
-def resumed_wandb_run_id(run_folder: str | os.PathLike[str], ckpt_path: str | os.PathLike[str] | None = None) -> str | None:
+def resumed_wandb_run_id(run_folder: str | os.PathLike[str], ckpt_path: str | os.PathLike[str] | None) -> str | None:
     """The W&B run a training resumed in ``run_folder`` from ``ckpt_path`` continues: the id kept in ``run_folder``
     (a run resumed in its own folder), else the one kept in the checkpoint's run folder (``<run>/checkpoints/x.ckpt``
-    → ``<run>``, a run resumed into a new folder); None for a new run."""
-    found = wandb_run_id(run_folder)
-    if found is None and ckpt_path:
-        found = wandb_run_id(Path(ckpt_path).resolve().parent.parent)
-    return found
+    → ``<run>``, a run resumed into a new folder). None without a checkpoint: a training started from scratch is a
+    new W&B run, even in a folder that held one."""
+    if not ckpt_path:
+        return None
+    return wandb_run_id(run_folder) or wandb_run_id(Path(ckpt_path).resolve().parent.parent)
 
 
 def is_wandb_logger_config(config: Any) -> bool:
