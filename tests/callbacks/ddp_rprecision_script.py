@@ -96,6 +96,10 @@ def main() -> None:
         "save_dir": str(callback.output_folder(trainer)),
     }
     out.with_name(f"{out.stem}.rank{trainer.global_rank}.json").write_text(json.dumps(result))
+    if torch.distributed.is_initialized():
+        # Lightning leaves a gloo group to interpreter shutdown, where gloo's worker threads can abort the process
+        # ("terminate called without an active exception", pytorch/pytorch#190489): end it while Python is alive.
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
