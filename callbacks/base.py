@@ -83,9 +83,11 @@ Trainer = Any
 LightningModule = Any
 
 
-def _check_optional_positive(value: Any, name: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"`{name}` must be a positive int or None, got {value!r}.")
+def _check_optional_positive(value: Any, name: str, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive int{' or None' if optional else ''}, got {value!r}.")
 
 
 class EvaluationCore:
@@ -166,10 +168,8 @@ class EvaluationCore:
             raise ValueError("`save_dir` must be a folder, None (the default folder) or False (no files), not True.")
         if save_per_query not in (True, False, "all"):
             raise ValueError(f"`save_per_query` must be True (the retained evaluations), 'all' or False, got {save_per_query!r}.")
-        _check_optional_positive(keep_every_n, "keep_every_n")
-        _check_optional_positive(plot_every_n, "plot_every_n")
-        if keep_every_n is None or plot_every_n is None:
-            raise ValueError("`keep_every_n` and `plot_every_n` must be positive ints (1: every evaluation).")
+        _check_optional_positive(keep_every_n, "keep_every_n", optional=False)
+        _check_optional_positive(plot_every_n, "plot_every_n", optional=False)
         self.every_n_epochs = every_n_epochs
         self.every_n_steps = every_n_steps
         self.dataloader = dataloader

@@ -136,7 +136,10 @@ class EvaluationFiles:
         """The path of this evaluation's file of ``kind`` (a sub-folder, e.g. ``"samples"``), kept and removed with
         the other step files of ``step`` by the retention policy."""
         self.step_kinds.setdefault(kind, suffix)
-        return self.folder / kind / step_file_name(step, suffix)
+        return self._step_file(kind, step)
+
+    def _step_file(self, kind: str, step: int) -> Path:
+        return self.folder / kind / step_file_name(step, self.step_kinds[kind])
 
     # ---- one evaluation --------------------------------------------------------------------------------------------
     def write_evaluation(
@@ -150,7 +153,7 @@ class EvaluationFiles:
         per_query = results.get("per_query")
         if self.per_query and isinstance(per_query, Mapping) and per_query:
             self.pending_per_query[step] = per_query
-            record["per_query_file"] = f"{PER_QUERY}/{step_file_name(step, '.npz')}"
+            record["per_query_file"] = self._step_file(PER_QUERY, step).relative_to(self.folder).as_posix()
         for dropped in self.retention.add(step, record):
             self.pending_per_query.pop(dropped, None)
             self.pending_removals.add(dropped)
@@ -200,7 +203,7 @@ class EvaluationFiles:
 
     # ---- the writes --------------------------------------------------------------------------------------------------
     def _write_per_query(self, step: int) -> None:
-        save_per_query(self.folder / PER_QUERY / step_file_name(step, ".npz"), self.pending_per_query[step], self.schema)
+        save_per_query(self._step_file(PER_QUERY, step), self.pending_per_query[step], self.schema)
         del self.pending_per_query[step]
 
     def _write_schema(self) -> None:
@@ -209,8 +212,9 @@ class EvaluationFiles:
 
     def _remove_step_files(self, step: int, errors: list[BaseException]) -> None:
         before = len(errors)
-        for kind, suffix in self.step_kinds.items():
-            self.attempt(errors, f"removing {kind}/{step_file_name(step, suffix)}", (self.folder / kind / step_file_name(step, suffix)).unlink, missing_ok=True)
+        for kind in self.step_kinds:
+            path = self._step_file(kind, step)
+            self.attempt(errors, f"removing {path.relative_to(self.folder)}", path.unlink, missing_ok=True)
         if len(errors) == before:
             self.pending_removals.discard(step)
 

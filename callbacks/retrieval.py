@@ -220,7 +220,8 @@ class RetrievalEvalCore(EvaluationCore):
             if path is not None:
                 images["embedding_projection"] = wandb.Image(str(path))
             media.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in images.items()}, step=media.step)
-            self._heatmap_logged = self._heatmap_logged or "profile_similarity" in images
+            if "profile_similarity" in images:
+                self._heatmap_logged = True  # only once it reached the logger
         if metric.mismatch_pairs is not None:
             rows = mismatch_pair_table(*metric.mismatch_pairs, gains.gains, names, top=20)
             media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)

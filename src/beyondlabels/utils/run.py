@@ -141,4 +141,4 @@ def resumed_wandb_run_id(run_folder: str | os.PathLike[str], ckpt_path: str | os
 
 def is_wandb_logger_config(config: Any) -> bool:
     """Whether a logger config (a mapping with ``_target_``) builds a Lightning ``WandbLogger`` (of either package)."""
-    return str(getattr(config, "get", lambda *_: "")("_target_", "")).endswith(".WandbLogger")
+    return isinstance(config, Mapping) and str(config.get("_target_", "")).endswith(".WandbLogger")
