@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from beyondlabels.functional._checks import check_positive_int
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import WandbMedia
-from beyondlabels.functional.search import _check_positive_int
 from beyondlabels.io.atomic import write_json
 from beyondlabels.metrics.rprecision import TextImageRPrecision
 
@@ -104,8 +104,8 @@ class RPrecisionCore(EvaluationCore):
         for name in ("encode_images", "encode_texts"):
             if not callable(getattr(evaluator, name, None)):
                 raise ValueError(f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got {type(evaluator).__name__}.")
-        _check_positive_int(num_prompts, "num_prompts")
-        _check_positive_int(batch_size, "batch_size")
+        check_positive_int(num_prompts, "num_prompts")
+        check_positive_int(batch_size, "batch_size")
         if num_prompts < num_candidates:
             raise ValueError(f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates.")
         if isinstance(num_table_rows, bool) or not isinstance(num_table_rows, int) or num_table_rows < 0:

@@ -50,8 +50,9 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import check_int_vector, check_ks, check_non_negative_int
 from beyondlabels.functional.retrieval import retrieval_per_query
-from beyondlabels.functional.search import _check_int_vector, _check_ks, _check_non_negative_int, normalize_rows
+from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -77,7 +78,7 @@ def crossmodal_output_schema(ks: Sequence[int]) -> OutputSchema:
         >>> s["num_texts"].count, s.per_query["direction"].higher_is_better
         (True, None)
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     keys: dict[str, KeySpec] = {}
     per_query: dict[str, KeySpec] = {
         "query_id": KeySpec("per_query", None),
@@ -108,7 +109,7 @@ def _check_pairs(image_embeddings: Tensor, text_embeddings: Tensor, text_image_i
         )
     if image_embeddings.device != text_embeddings.device:
         raise ValueError(f"`image_embeddings` is on {image_embeddings.device} but `text_embeddings` on {text_embeddings.device}; use one device.")
-    index = _check_int_vector(text_image_index, "text_image_index", text_embeddings.shape[0], image_embeddings.device)
+    index = check_int_vector(text_image_index, "text_image_index", text_embeddings.shape[0], image_embeddings.device)
     n_img = image_embeddings.shape[0]
     bad = (index < 0) | (index >= n_img)
     if bool(bad.any()):
@@ -142,8 +143,8 @@ def crossmodal_per_query(
         (``query_index``, ``num_relevant``, ``hits``, ``first_relevant_rank``; with ``return_neighbors`` also
         ``neighbor_indices`` and ``neighbor_scores``) for ``image_to_text`` and ``text_to_image``.
     """
-    ks_t = _check_ks(ks)
-    _check_non_negative_int(return_neighbors, "return_neighbors")
+    ks_t = check_ks(ks)
+    check_non_negative_int(return_neighbors, "return_neighbors")
     index = _check_pairs(image_embeddings, text_embeddings, text_image_index)
     image_rows = torch.arange(image_embeddings.shape[0], device=index.device)
     common = {"ks": ks_t, "chunk_size": chunk_size, "precision": precision, "share": share}
@@ -178,7 +179,7 @@ def aggregate_crossmodal(
     Returns:
         The dict described in :func:`crossmodal_retrieval_metrics`.
     """
-    ks_t = _check_ks(ks)
+    ks_t = check_ks(ks)
     device = rows["text_to_image/hits"].device
     text_image_index = text_image_index.to(device=device, dtype=torch.long)
     n_txt = int(rows["text_to_image/query_index"].numel())

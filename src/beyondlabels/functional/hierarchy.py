@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import check_positive_int
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -123,12 +124,6 @@ def _check_nodes(x: Any, name: str, size: int) -> Tensor:
         bad = x[(x < 0) | (x >= size)].unique()[:5].tolist()
         raise ValueError(f"`{name}` holds indices outside [0, {size}) (the taxonomy's nodes): {bad}.")
     return x
-
-
-def _check_chunk(chunk_size: Any) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}.")
-    return chunk_size
 
 
 def lca_depth(a: Tensor, b: Tensor, taxonomy: Taxonomy, chunk_size: int = DEFAULT_CHUNK) -> tuple[Tensor, Tensor]:
@@ -205,7 +200,7 @@ def hierarchical_precision_recall(
     """
     if not isinstance(include_root, bool):
         raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
-    chunk_size = _check_chunk(chunk_size)
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     size = len(taxonomy)
     pred = _check_nodes(pred, "pred", size)
     gt = _check_nodes(gt, "gt", size)
@@ -355,7 +350,7 @@ def mistake_lca_depth(
         >>> float(out["mean_mistake_lca_depth"]), int(out["num_mistakes"])
         (0.5, 2)
     """
-    chunk_size = _check_chunk(chunk_size)
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     q = _check_nodes(query_nodes, "query_nodes", len(taxonomy))
     r = _check_nodes(retrieved_nodes, "retrieved_nodes", len(taxonomy))
     if q.shape != r.shape or q.device != r.device:

@@ -46,7 +46,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional.profiles import _check_matrix, pair_values
+from beyondlabels.functional._checks import check_matrix
+from beyondlabels.functional.profiles import pair_values
 from beyondlabels.functional.stats import spearman
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -154,7 +155,7 @@ def frequency_null(query_classes: Any, similarity: Any, frequencies: Any, num_tr
         >>> frequency_null(torch.tensor([0, 1]), m, torch.tensor([5.0, 5.0]), num_trials=3).tolist()
         [0.3, 0.3, 0.3]
     """
-    m = _check_matrix(similarity)
+    m = check_matrix(similarity)
     c = m.shape[0]
     num_trials, seed = _check_trials(num_trials, seed)
     q = _index_vector(query_classes, "query_classes", c)
@@ -222,7 +223,7 @@ def class_pair_spearman(similarity: Any, embeddings: Any, class_index: Any) -> d
         >>> out["spearman_rho"], out["spearman_pairs"]
         (1.0, 3)
     """
-    m = _check_matrix(similarity)
+    m = check_matrix(similarity)
     cos, n = class_mean_cosine(embeddings, class_index, m.shape[0])
     present = torch.nonzero(n > 0).flatten()
     i, j = torch.triu_indices(present.numel(), present.numel(), offset=1)
@@ -267,7 +268,7 @@ def mismatch_analysis(
         ValueError: naming the argument, for indices outside the matrix, vectors of different lengths, bad counts,
             trials, seed or kind.
     """
-    m = _check_matrix(similarity)
+    m = check_matrix(similarity)
     c = m.shape[0]
     q = _index_vector(query_classes, "query_classes", c)
     r = _index_vector(retrieved_classes, "retrieved_classes", c)
@@ -330,7 +331,7 @@ def mismatch_pair_table(
         >>> mismatch_pair_table(torch.tensor([0, 0, 1]), torch.tensor([1, 1, 1]), m, ["a", "b"])
         [{'query': 'a', 'retrieved': 'b', 'count': 2, 'share': 1.0, 'similarity': 0.4}]
     """
-    m = _check_matrix(similarity)
+    m = check_matrix(similarity)
     c = m.shape[0]
     if len(classes) != c:
         raise ValueError(f"`classes` has {len(classes)} names for a {c} x {c} matrix; give one name per row.")

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from beyondlabels.functional._checks import check_matrix
 
 __all__ = ["ORDINAL_GROUP", "feature_similarity", "ordinal_group_score", "pair_distribution", "pair_values"]
 
@@ -127,15 +128,6 @@ def feature_similarity(profiles: Any, weights: Mapping[str, float] | None = None
     return out
 
 
-def _check_matrix(similarity: Any, name: str = "similarity") -> Tensor:
-    m = torch.as_tensor(similarity, dtype=torch.float64)
-    if m.dim() != 2 or m.shape[0] != m.shape[1] or m.shape[0] < 2:
-        raise ValueError(f"`{name}` must be a square [C, C] matrix with C >= 2, got shape {tuple(m.shape)}.")
-    if not bool(torch.isfinite(m).all()):
-        raise ValueError(f"`{name}` holds NaN or infinite values; every class pair needs a finite similarity.")
-    return m
-
-
 def pair_values(similarity: Any) -> Tensor:
     """The ``C (C - 1) / 2`` distinct-pair values (above the diagonal, row by row), float64.
 
@@ -143,7 +135,7 @@ def pair_values(similarity: Any) -> Tensor:
         >>> pair_values([[1.0, 0.2, 0.5], [0.2, 1.0, 0.7], [0.5, 0.7, 1.0]]).tolist()
         [0.2, 0.5, 0.7]
     """
-    m = _check_matrix(similarity)
+    m = check_matrix(similarity)
     i, j = torch.triu_indices(m.shape[0], m.shape[0], offset=1)
     return m[i, j]
 
@@ -162,7 +154,7 @@ def pair_distribution(similarity: Any, classes: Sequence[str] | None = None, top
         >>> d["num_pairs"], round(d["mean"], 4), d["median"], d["top_pairs"]
         (3, 0.4667, 0.5, [['b', 'c', 0.7]])
     """
-    m = _check_matrix(similarity)
+    m = check_matrix(similarity)
     c = m.shape[0]
     if classes is None:
         classes = [str(i) for i in range(c)]

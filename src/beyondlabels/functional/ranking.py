@@ -59,8 +59,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import check_ks
 from beyondlabels.functional.labels import label_code
-from beyondlabels.functional.search import _check_ks
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -99,7 +99,7 @@ def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
         >>> s["ndcg@5"].higher_is_better, s["judged@5"].higher_is_better, s["num_lone_queries"].count
         (True, None, True)
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     up, plain = KeySpec("scalar", True), KeySpec("scalar", None)
     count = KeySpec("scalar", None, count=True)
     keys: dict[str, KeySpec] = {}
@@ -158,7 +158,7 @@ def ranking_per_query(
     Returns:
         ``{key: float64 [Q]}`` for every per-query key of :func:`ranking_output_schema` except ``query_id``.
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
         raise ValueError(f"`relevance_level` must be an int >= 1 (the smallest relevant grade), got {relevance_level!r}.")
     ranked, num_retrieved, pool = _check_grades(ranked, num_retrieved, pool)
@@ -222,7 +222,7 @@ def _mean(values: Tensor) -> Tensor:
 
 def aggregate_ranking(per_query: Mapping[str, Tensor], ks: Sequence[int], query_ids: Tensor | None = None) -> dict[str, Any]:
     """Means and counts from :func:`ranking_per_query`'s output, plus ``per_query`` (with ``query_id``)."""
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     out: dict[str, Any] = {}
     ok = per_query["num_relevant"] > 0
     device = ok.device

@@ -53,16 +53,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import (
+    check_deep_metrics,
+    check_int_vector,
+    check_ks,
+    check_non_negative_int,
+    check_positive_int,
+    check_precision,
+)
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.search import (
     Neighbors,
     _Gallery,
     _available,
-    _check_int_vector,
-    _check_ks,
-    _check_non_negative_int,
-    _check_positive_int,
-    _check_precision,
     _mask_excluded,
     _scores,
     _search_normalized,
@@ -99,8 +102,8 @@ def retrieval_output_schema(
         >>> s.per_query["first_relevant_rank"].higher_is_better
         False
     """
-    ks = _check_ks(ks)
-    deep_metrics = _check_deep_metrics(deep_metrics)
+    ks = check_ks(ks)
+    deep_metrics = check_deep_metrics(deep_metrics)
     up, down = KeySpec("scalar", True), KeySpec("scalar", False)
     keys: dict[str, KeySpec] = {}
     per_query: dict[str, KeySpec] = {}
@@ -145,12 +148,6 @@ def _micro_keys(ks: Sequence[int], graded: Sequence[str], deep_metrics: bool = T
     return keys + (["r_precision", "map@r", "mean_first_relevant_rank"] if deep_metrics else [])
 
 
-def _check_deep_metrics(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"`deep_metrics` must be True or False, got {value!r}.")
-    return value
-
-
 def sample_queries(ids: Tensor, max_queries: int, seed: int = 0) -> Tensor:
     """Positions of a fixed, seeded sample of ``max_queries`` queries, chosen by their ids alone.
 
@@ -176,7 +173,7 @@ def sample_queries(ids: Tensor, max_queries: int, seed: int = 0) -> Tensor:
         >>> sample_queries(ids, 20).tolist() == list(range(10))
         True
     """
-    _check_positive_int(max_queries, "max_queries")
+    check_positive_int(max_queries, "max_queries")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"`seed` must be an int, got {seed!r}.")
     if max_queries >= ids.numel():
@@ -288,12 +285,12 @@ def retrieval_per_query(
         ``deep_metrics``, ``r_precision``, ``map@r``, ``first_relevant_rank`` (NaN for lone queries); with
         ``return_neighbors=n`` also ``neighbor_indices`` and ``neighbor_scores`` ``[c, n]``.
     """
-    ks_t = _check_ks(ks)
-    _check_positive_int(chunk_size, "chunk_size")
-    lowp = _check_precision(precision)
-    curve_max_k = ks_t[-1] if curve_max_k is None else _check_positive_int(curve_max_k, "curve_max_k")
-    _check_non_negative_int(return_neighbors, "return_neighbors")
-    deep_metrics = _check_deep_metrics(deep_metrics)
+    ks_t = check_ks(ks)
+    check_positive_int(chunk_size, "chunk_size")
+    lowp = check_precision(precision)
+    curve_max_k = ks_t[-1] if curve_max_k is None else check_positive_int(curve_max_k, "curve_max_k")
+    check_non_negative_int(return_neighbors, "return_neighbors")
+    deep_metrics = check_deep_metrics(deep_metrics)
     graded = tuple(graded)
     for g in graded:
         if not isinstance(g, ClassGains):
@@ -304,8 +301,8 @@ def retrieval_per_query(
 
     gn = normalize_rows(embeddings, "embeddings")
     device = gn.device
-    g_labels = _check_int_vector(labels, "labels", gn.shape[0], device)
-    gid = None if ids is None else _check_int_vector(ids, "ids", gn.shape[0], device)
+    g_labels = check_int_vector(labels, "labels", gn.shape[0], device)
+    gid = None if ids is None else check_int_vector(ids, "ids", gn.shape[0], device)
     if query_embeddings is None:
         if query_labels is not None or query_ids is not None:
             raise ValueError("`query_labels` / `query_ids` need `query_embeddings`; omit them for leave-one-out.")
@@ -320,8 +317,8 @@ def retrieval_per_query(
             raise ValueError(f"`query_embeddings` has dimension {qn.shape[1]} but `embeddings` has {gn.shape[1]}; they must match.")
         if query_labels is None:
             raise ValueError("`query_labels` is required with `query_embeddings` (relevance = same label).")
-        q_labels = _check_int_vector(query_labels, "query_labels", qn.shape[0], device)
-        qid = None if query_ids is None else _check_int_vector(query_ids, "query_ids", qn.shape[0], device)
+        q_labels = check_int_vector(query_labels, "query_labels", qn.shape[0], device)
+        qid = None if query_ids is None else check_int_vector(query_ids, "query_ids", qn.shape[0], device)
         if qid is not None and gid is None:
             raise ValueError("`query_ids` needs gallery `ids` to exclude matching items; pass both or neither.")
         excl = None
@@ -552,8 +549,8 @@ def aggregate_retrieval(
     Returns:
         The dict described in :func:`embedding_retrieval_metrics`.
     """
-    ks_t = _check_ks(ks)
-    deep_metrics = _check_deep_metrics(deep_metrics)
+    ks_t = check_ks(ks)
+    deep_metrics = check_deep_metrics(deep_metrics)
     if deep_metrics and "r_precision" not in per_query:
         raise ValueError("`per_query` was computed with deep_metrics=False; aggregate it with deep_metrics=False too.")
     curve_max_k = ks_t[-1] if curve_max_k is None else curve_max_k
@@ -701,7 +698,7 @@ def embedding_retrieval_metrics(
         >>> shallow["precision@2"] == m["precision@2"], "map@r" in shallow, "first_relevant_rank" in shallow["per_query"]
         (tensor(True), False, False)
     """
-    deep_metrics = _check_deep_metrics(deep_metrics)
+    deep_metrics = check_deep_metrics(deep_metrics)
     q_labels = labels if query_embeddings is None else query_labels
     q_ids = ids if query_embeddings is None else query_ids
     rows, pool = None, None

@@ -95,14 +95,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from beyondlabels.functional.search import (
-    _MIN_BLOCK,
-    _check_positive_int,
-    _exact_topk,
-    _scores,
-    _Workspace,
-    normalize_rows,
-)
+from beyondlabels.functional._checks import check_positive_int, check_threshold, check_top_r
+from beyondlabels.functional.search import _MIN_BLOCK, _exact_topk, _scores, _Workspace, normalize_rows
 from beyondlabels.io.atomic import save_npz
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -220,14 +214,6 @@ def _check_pool(
     if caption_codes is not None:
         caption_codes = _check_vector(caption_codes, "caption_codes", n, device)[order]
     return txt[order], ids, class_ids, caption_codes, order
-
-
-def _check_threshold(t: object) -> float | None:
-    if t is None:
-        return None
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not -1.0 <= float(t) <= 1.0:
-        raise ValueError(f"`near_duplicate_threshold` must be a cosine in [-1, 1] or None (off), got {t!r}.")
-    return float(t)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -521,14 +507,14 @@ def draw_candidate_sets(
         >>> torch.equal(a.distractor_ids, b.distractor_ids), a.distractor_ids.shape
         (True, torch.Size([6, 2]))
     """
-    _check_positive_int(num_candidates, "num_candidates")
-    _check_positive_int(chunk_size, "chunk_size")
+    check_positive_int(num_candidates, "num_candidates")
+    check_positive_int(chunk_size, "chunk_size")
     for value, name in ((seed, "seed"), (repeat, "repeat")):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"`{name}` must be an int, got {value!r}.")
     seed, repeat = int(seed), int(repeat)
     txt, sid, cls, cap, _ = _check_pool(text_embeddings, ids, class_ids, caption_codes)
-    pool, threshold = _Pool(sid, cls, cap), _check_threshold(near_duplicate_threshold)
+    pool, threshold = _Pool(sid, cls, cap), check_threshold(near_duplicate_threshold)
     if hard_negatives:
         rows = _hard(txt, pool, num_candidates, threshold, chunk_size)
     else:
@@ -627,7 +613,7 @@ def candidate_scores(image_embeddings: Tensor, text_embeddings: Tensor, rows: Te
     txt = normalize_rows(text_embeddings, "text_embeddings")
     if direction not in ("image_to_text", "text_to_image"):
         raise ValueError(f"`direction` must be 'image_to_text' or 'text_to_image', got {direction!r}.")
-    _check_positive_int(chunk_size, "chunk_size")
+    check_positive_int(chunk_size, "chunk_size")
     if not isinstance(rows, Tensor) or rows.dim() != 2 or rows.shape[0] != img.shape[0] or rows.is_floating_point():
         got = f"{tuple(rows.shape)} {rows.dtype}" if isinstance(rows, Tensor) else type(rows).__name__
         raise ValueError(f"`rows` must be an integer tensor [N, R - 1] with one row per sample ({img.shape[0]}), got {got}.")
@@ -690,17 +676,6 @@ def rprecision_output_schema(top_r: Sequence[int] = (1, 5, 10), hard_negatives: 
     return OutputSchema(keys, per_query)
 
 
-def _check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
-    if isinstance(top_r, int) and not isinstance(top_r, bool):
-        top_r = (top_r,)
-    if not isinstance(top_r, Sequence) or isinstance(top_r, str) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in top_r):
-        raise ValueError(f"`top_r` must be a sequence of positive ints, got {top_r!r}.")
-    too_big = [v for v in (*top_r, r) if v > num_candidates]
-    if too_big:
-        raise ValueError(f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R.")
-    return tuple(sorted(set(top_r)))
-
-
 def fold_assignment(ids: Tensor, seed: int, folds: int) -> Tensor:
     """The fold (``0..folds−1``) of each sample under ``protocol="folds"``: samples ordered by a hash of
     ``(seed, id)`` (a bijection of the id, so no ties) and split into ``folds`` near-equal runs (sizes differ by <= 1).
@@ -710,7 +685,7 @@ def fold_assignment(ids: Tensor, seed: int, folds: int) -> Tensor:
         >>> torch.bincount(f).tolist(), torch.equal(fold_assignment(torch.arange(10).flip(0), 0, 3), f.flip(0))
         ([4, 3, 3], True)
     """
-    _check_positive_int(folds, "folds")
+    check_positive_int(folds, "folds")
     perm = torch.argsort(_mix(_base_key(seed, -1, ids.device) ^ ids))
     out = torch.empty_like(perm)
     for j, part in enumerate(torch.tensor_split(perm, folds)):
@@ -770,16 +745,16 @@ def text_image_r_precision(
         ValueError: On bad embeddings (NaN, wrong shapes, mismatched row counts), ids, settings, or a pool too small
             for ``num_candidates`` after the exclusions.
     """
-    _check_positive_int(num_candidates, "num_candidates")
-    _check_positive_int(r, "r")
-    _check_positive_int(repeats, "repeats")
-    _check_positive_int(chunk_size, "chunk_size")
-    top_r = _check_top_r(top_r, r, num_candidates)
+    check_positive_int(num_candidates, "num_candidates")
+    check_positive_int(r, "r")
+    check_positive_int(repeats, "repeats")
+    check_positive_int(chunk_size, "chunk_size")
+    top_r = check_top_r(top_r, r, num_candidates)
     if protocol not in PROTOCOLS:
         raise ValueError(f"`protocol` must be one of {PROTOCOLS}, got {protocol!r}.")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"`seed` must be an int, got {seed!r}.")
-    threshold = _check_threshold(near_duplicate_threshold)
+    threshold = check_threshold(near_duplicate_threshold)
     img = normalize_rows(image_embeddings, "image_embeddings")
     if not isinstance(text_embeddings, Tensor) or text_embeddings.dim() != 2:
         normalize_rows(text_embeddings, "text_embeddings")  # raises the shape error

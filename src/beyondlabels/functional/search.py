@@ -48,11 +48,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import (
+    check_embeddings,
+    check_int_vector,
+    check_positive_int,
+    check_precision,
+)
 from beyondlabels.functional import _select
 
 __all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
 
-_PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 _OUT_ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 # Smallest block side given to the matrix product (see `_scores`).
 _MIN_BLOCK = 16
@@ -73,68 +78,6 @@ _CANDIDATE_DEPTH_RATIO = 8
 _COMPACTION_ROWS = 512
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# argument checks (shared by the kernels of the package)
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def _check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-    return value
-
-
-def _check_non_negative_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"`{name}` must be an int >= 0, got {value!r}.")
-    return value
-
-
-def _check_precision(precision: object) -> torch.dtype | None:
-    if precision not in _PRECISIONS:
-        raise ValueError(f"`precision` must be one of {sorted(_PRECISIONS)}, got {precision!r}.")
-    return _PRECISIONS[precision]  # type: ignore[index]
-
-
-def _check_ks(ks: object) -> tuple[int, ...]:
-    if isinstance(ks, int) and not isinstance(ks, bool):
-        ks = (ks,)
-    if not isinstance(ks, Sequence) or isinstance(ks, str) or len(ks) == 0:
-        raise ValueError(f"`ks` must be a non-empty sequence of positive ints, got {ks!r}.")
-    for k in ks:
-        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-            raise ValueError(f"`ks` must contain only positive ints, got {k!r} in {ks!r}.")
-    return tuple(sorted(set(ks)))
-
-
-def _check_embeddings(x: object, name: str) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise ValueError(f"`{name}` must be a torch.Tensor of shape [N, D], got {type(x).__name__}.")
-    if x.dim() != 2:
-        raise ValueError(f"`{name}` must be 2-D [N, D], got shape {tuple(x.shape)}; reshape it to [N, D].")
-    if x.shape[0] == 0 or x.shape[1] == 0:
-        raise ValueError(f"`{name}` is empty (shape {tuple(x.shape)}); pass at least one row of at least one dim.")
-    if not (x.is_floating_point()):
-        raise ValueError(f"`{name}` must be a floating-point tensor, got dtype {x.dtype}.")
-    return x
-
-
-def _check_int_vector(x: object, name: str, length: int, device: torch.device) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise ValueError(
-            f"`{name}` must be a 1-D integer torch.Tensor, got {type(x).__name__}; map other label types to ints "
-            "first (see `encode_labels`)."
-        )
-    if x.dim() != 1:
-        raise ValueError(f"`{name}` must be 1-D, got shape {tuple(x.shape)}.")
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise ValueError(f"`{name}` must have an integer dtype, got {x.dtype}; map labels to ints first.")
-    if x.shape[0] != length:
-        raise ValueError(f"`{name}` has {x.shape[0]} entries but the embeddings have {length} rows; they must match.")
-    return x.to(device=device, dtype=torch.long)
-
-
-
 def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
     """L2-normalise the rows of ``x`` in fp32, validating them first.
 
@@ -152,7 +95,7 @@ def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
         >>> normalize_rows(torch.tensor([[3.0, 4.0]]))
         tensor([[0.6000, 0.8000]])
     """
-    x = _check_embeddings(x, name)
+    x = check_embeddings(x, name)
     x = x.to(torch.float32)
     finite = torch.isfinite(x).all(dim=1)
     if not bool(finite.all()):
@@ -759,7 +702,7 @@ def _depths(depth: int | Tensor, n_queries: int, limit: int, device: torch.devic
         if n_queries and int(depths.min()) < 1:
             raise ValueError("`depth` must be >= 1 for every query.")
     else:
-        _check_positive_int(depth, "depth")
+        check_positive_int(depth, "depth")
         depths = torch.full((n_queries,), depth, dtype=torch.long, device=device)
     if n_queries and int(depths.max()) > limit:
         raise ValueError(f"`depth` {int(depths.max())} exceeds the {limit} gallery items available to a query; lower it.")
@@ -809,8 +752,8 @@ def search_neighbors(
         >>> [(c.rows.tolist(), c.indices.tolist()) for c in search_neighbors(g, 2)]
         [([0, 1, 2, 3], [[3, 2], [2, 0], [0, 1], [0, 2]])]
     """
-    _check_positive_int(chunk_size, "chunk_size")
-    lowp = _check_precision(precision)
+    check_positive_int(chunk_size, "chunk_size")
+    lowp = check_precision(precision)
     gn = gallery if normalized else normalize_rows(gallery, "gallery")
     qn = None
     if queries is not None:
@@ -820,7 +763,7 @@ def search_neighbors(
         if qn.shape[1] != gn.shape[1]:
             raise ValueError(f"`queries` has dimension {qn.shape[1]} but `gallery` has {gn.shape[1]}; they must match.")
     if exclude is not None and queries is not None:
-        exclude = _check_int_vector(exclude, "exclude", qn.shape[0], gn.device)
+        exclude = check_int_vector(exclude, "exclude", qn.shape[0], gn.device)
     yield from _search_normalized(gn, depth, qn, exclude, _check_share(share), chunk_size, lowp)
 
 
@@ -930,9 +873,9 @@ def cosine_topk(
         >>> scores[0]
         tensor([1.0000, 0.7071])
     """
-    _check_positive_int(k, "k")
-    _check_positive_int(chunk_size, "chunk_size")
-    lowp = _check_precision(precision)
+    check_positive_int(k, "k")
+    check_positive_int(chunk_size, "chunk_size")
+    lowp = check_precision(precision)
     qn = normalize_rows(queries, "queries")
     gn = normalize_rows(gallery, "gallery")
     if qn.device != gn.device:
@@ -941,8 +884,8 @@ def cosine_topk(
         raise ValueError(
             f"`queries` has dimension {qn.shape[1]} but `gallery` has {gn.shape[1]}; embeddings must share a dimension."
         )
-    qid = None if query_ids is None else _check_int_vector(query_ids, "query_ids", qn.shape[0], qn.device)
-    gid = None if gallery_ids is None else _check_int_vector(gallery_ids, "gallery_ids", gn.shape[0], gn.device)
+    qid = None if query_ids is None else check_int_vector(query_ids, "query_ids", qn.shape[0], qn.device)
+    gid = None if gallery_ids is None else check_int_vector(gallery_ids, "gallery_ids", gn.shape[0], gn.device)
     excl = exclusion_index(qid, gid, gn.device)
     avail = _available(gn.shape[0], excl)
     if k > avail:

@@ -44,7 +44,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from beyondlabels.functional.search import _check_embeddings, _check_ks, _check_positive_int, normalize_rows
+from beyondlabels.functional._checks import check_embeddings, check_ks, check_positive_int
+from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -110,8 +111,8 @@ def prompt_ensemble(prompt_embeddings: Tensor, num_classes: int) -> Tensor:
         >>> prompt_ensemble(torch.tensor([[3.0, 0.0], [0.0, 5.0]]), num_classes=1)
         tensor([[0.7071, 0.7071]])
     """
-    _check_positive_int(num_classes, "num_classes")
-    _check_embeddings(prompt_embeddings, "prompt_embeddings")
+    check_positive_int(num_classes, "num_classes")
+    check_embeddings(prompt_embeddings, "prompt_embeddings")
     n, d = prompt_embeddings.shape
     if n % num_classes:
         raise ValueError(
@@ -156,7 +157,7 @@ def topk_classes(scores: Tensor, k: int) -> Tensor:
     if not isinstance(scores, Tensor) or scores.dim() != 2 or not scores.is_floating_point():
         shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
         raise ValueError(f"`scores` must be a 2-D float tensor [N, C] of class scores, got {shape}.")
-    _check_positive_int(k, "k")
+    check_positive_int(k, "k")
     if k > scores.shape[1]:
         raise ValueError(f"`k`={k} exceeds the {scores.shape[1]} classes; lower k (top-k needs at least k classes).")
     if bool(scores.isnan().any()):
@@ -172,7 +173,7 @@ def zeroshot_output_schema(ks: Sequence[int]) -> OutputSchema:
         >>> s.scalar_keys()
         ['top1', 'top5', 'balanced_accuracy', 'num_samples', 'num_classes']
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     keys = {f"top{k}": KeySpec("scalar", True) for k in ks}
     keys["balanced_accuracy"] = KeySpec("scalar", True)
     keys["num_samples"] = keys["num_classes"] = KeySpec("scalar", None, count=True)
@@ -203,8 +204,8 @@ def classification_metrics(
         >>> m["top1"], m["top2"], m["confusion_matrix"][1].tolist()
         (tensor(0.6667, dtype=torch.float64), tensor(0.6667, dtype=torch.float64), [1, 0, 0])
     """
-    ks_t = _check_ks(ks)
-    _check_positive_int(num_classes, "num_classes")
+    ks_t = check_ks(ks)
+    check_positive_int(num_classes, "num_classes")
     if not isinstance(predictions, Tensor) or predictions.dim() != 2 or predictions.is_floating_point() or predictions.dtype == torch.bool:
         raise ValueError("`predictions` must be an integer tensor [N, K] of ranked classes (see topk_classes).")
     n, width = predictions.shape

@@ -8,8 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import (
+    check_ks,
+    check_non_negative_int,
+    check_positive_int,
+    check_precision,
+)
 from beyondlabels.functional.crossmodal import aggregate_crossmodal, crossmodal_output_schema, crossmodal_per_query
-from beyondlabels.functional.search import _check_ks, _check_non_negative_int, _check_positive_int, _check_precision
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -70,10 +75,10 @@ class CrossModalRetrieval(PerSampleMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
-        self.ks = _check_ks(ks)
-        _check_positive_int(chunk_size, "chunk_size")
-        _check_precision(precision)
-        _check_non_negative_int(return_neighbors, "return_neighbors")
+        self.ks = check_ks(ks)
+        check_positive_int(chunk_size, "chunk_size")
+        check_precision(precision)
+        check_non_negative_int(return_neighbors, "return_neighbors")
         self.chunk_size = chunk_size
         self.precision = precision
         self.return_neighbors = return_neighbors

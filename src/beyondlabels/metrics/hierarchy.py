@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import check_positive_int
 from beyondlabels.functional.hierarchy import (
     DEFAULT_CHUNK,
-    _check_chunk,
     hierarchical_precision_recall,
     hierarchy_output_schema,
     node_indices,
@@ -73,7 +73,7 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         if not isinstance(include_root, bool):
             raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
         self.include_root = include_root
-        self.chunk_size = _check_chunk(chunk_size)
+        self.chunk_size = check_positive_int(chunk_size, "chunk_size")
         self.add_sample_state("pred")
         self.add_sample_state("gt", agree=True)
 

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import check_ks
 from beyondlabels.functional.ranking import aggregate_ranking, ranking_output_schema, ranking_per_query
-from beyondlabels.functional.search import _check_ks
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -55,7 +55,7 @@ class RankingAudit(PerSampleMetric):
 
     def __init__(self, ks: Sequence[int] = (5, 10), relevance_level: int = 1, validate_args: bool = True, **kwargs: Any) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
-        self.ks = _check_ks(ks)
+        self.ks = check_ks(ks)
         if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
             raise ValueError(f"`relevance_level` must be an int >= 1 (the smallest relevant grade), got {relevance_level!r}.")
         self.relevance_level = relevance_level

@@ -8,16 +8,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import (
+    check_deep_metrics,
+    check_ks,
+    check_non_negative_int,
+    check_positive_int,
+    check_precision,
+)
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
-    _check_deep_metrics,
     aggregate_retrieval,
     retrieval_output_schema,
     retrieval_per_query,
     sample_queries,
 )
-from beyondlabels.functional.search import _check_ks, _check_non_negative_int, _check_positive_int, _check_precision
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -100,18 +105,18 @@ class EmbeddingRetrieval(PerSampleMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
-        self.ks = _check_ks(ks)
+        self.ks = check_ks(ks)
         # The kernel's own argument checks, run here so that a bad config fails at construction, not at compute().
-        _check_positive_int(chunk_size, "chunk_size")
-        _check_precision(precision)
+        check_positive_int(chunk_size, "chunk_size")
+        check_precision(precision)
         if curve_max_k is not None:
-            _check_positive_int(curve_max_k, "curve_max_k")
-        _check_non_negative_int(return_neighbors, "return_neighbors")
+            check_positive_int(curve_max_k, "curve_max_k")
+        check_non_negative_int(return_neighbors, "return_neighbors")
         if max_queries is not None:
-            _check_positive_int(max_queries, "max_queries")
+            check_positive_int(max_queries, "max_queries")
         if isinstance(query_seed, bool) or not isinstance(query_seed, int):
             raise ValueError(f"`query_seed` must be an int, got {query_seed!r}.")
-        _check_deep_metrics(deep_metrics)
+        check_deep_metrics(deep_metrics)
         graded = tuple(graded)
         for g in graded:
             if not isinstance(g, ClassGains):

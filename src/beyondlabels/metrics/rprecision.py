@@ -8,16 +8,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._checks import check_positive_int, check_threshold, check_top_r
 from beyondlabels.functional.labels import label_code
 from beyondlabels.functional.rprecision import (
     PROTOCOLS,
     CandidateSets,
-    _check_threshold,
-    _check_top_r,
     rprecision_output_schema,
     text_image_r_precision,
 )
-from beyondlabels.functional.search import _check_positive_int
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -88,11 +86,11 @@ class TextImageRPrecision(PerSampleMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
-        _check_positive_int(num_candidates, "num_candidates")
-        _check_positive_int(r, "r")
-        _check_positive_int(repeats, "repeats")
-        _check_positive_int(chunk_size, "chunk_size")
-        self.top_r = _check_top_r(top_r, r, num_candidates)
+        check_positive_int(num_candidates, "num_candidates")
+        check_positive_int(r, "r")
+        check_positive_int(repeats, "repeats")
+        check_positive_int(chunk_size, "chunk_size")
+        self.top_r = check_top_r(top_r, r, num_candidates)
         if protocol not in PROTOCOLS:
             raise ValueError(f"`protocol` must be one of {PROTOCOLS}, got {protocol!r}.")
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -106,7 +104,7 @@ class TextImageRPrecision(PerSampleMetric):
         self.protocol = protocol
         self.repeats = repeats
         self.seed = seed
-        self.near_duplicate_threshold = _check_threshold(near_duplicate_threshold)
+        self.near_duplicate_threshold = check_threshold(near_duplicate_threshold)
         self.hard_negatives = bool(hard_negatives)
         self.candidate_sets = candidate_sets
         self.chunk_size = chunk_size

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional.search import _check_ks, _check_positive_int
+from beyondlabels.functional._checks import check_ks, check_positive_int
 from beyondlabels.functional.zeroshot import classification_metrics, topk_classes, zeroshot_output_schema
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
@@ -52,8 +52,8 @@ class ZeroShotClassification(PerSampleMetric):
 
     def __init__(self, num_classes: int, ks: Sequence[int] = (1, 5), validate_args: bool = True, **kwargs: Any) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
-        self.num_classes = _check_positive_int(num_classes, "num_classes")
-        self.ks = _check_ks(ks)
+        self.num_classes = check_positive_int(num_classes, "num_classes")
+        self.ks = check_ks(ks)
         if self.ks[-1] > num_classes:
             raise ValueError(f"`ks` contains {self.ks[-1]} but there are only {num_classes} classes; lower it (e.g. ks=[1]).")
         self.add_sample_state("predictions")

@@ -1,0 +1,106 @@
+"""Argument checks shared by the kernels and metrics (internal: not part of the public API).
+
+Each check returns the validated (and, where stated, converted) value or raises a ``ValueError`` that names the
+argument, says what was wrong and what to pass instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# Search precisions: the name a user passes and the low-precision dtype it searches in (None: exact fp32 only).
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+    return value
+
+
+def check_non_negative_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be an int >= 0, got {value!r}.")
+    return value
+
+
+def check_precision(precision: object) -> torch.dtype | None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"`precision` must be one of {sorted(PRECISIONS)}, got {precision!r}.")
+    return PRECISIONS[precision]  # type: ignore[index]
+
+
+def check_ks(ks: object) -> tuple[int, ...]:
+    if isinstance(ks, int) and not isinstance(ks, bool):
+        ks = (ks,)
+    if not isinstance(ks, Sequence) or isinstance(ks, str) or len(ks) == 0:
+        raise ValueError(f"`ks` must be a non-empty sequence of positive ints, got {ks!r}.")
+    for k in ks:
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ValueError(f"`ks` must contain only positive ints, got {k!r} in {ks!r}.")
+    return tuple(sorted(set(ks)))
+
+
+def check_embeddings(x: object, name: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor of shape [N, D], got {type(x).__name__}.")
+    if x.dim() != 2:
+        raise ValueError(f"`{name}` must be 2-D [N, D], got shape {tuple(x.shape)}; reshape it to [N, D].")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"`{name}` is empty (shape {tuple(x.shape)}); pass at least one row of at least one dim.")
+    if not (x.is_floating_point()):
+        raise ValueError(f"`{name}` must be a floating-point tensor, got dtype {x.dtype}.")
+    return x
+
+
+def check_int_vector(x: object, name: str, length: int, device: torch.device) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ValueError(
+            f"`{name}` must be a 1-D integer torch.Tensor, got {type(x).__name__}; map other label types to ints "
+            "first (see `encode_labels`)."
+        )
+    if x.dim() != 1:
+        raise ValueError(f"`{name}` must be 1-D, got shape {tuple(x.shape)}.")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise ValueError(f"`{name}` must have an integer dtype, got {x.dtype}; map labels to ints first.")
+    if x.shape[0] != length:
+        raise ValueError(f"`{name}` has {x.shape[0]} entries but the embeddings have {length} rows; they must match.")
+    return x.to(device=device, dtype=torch.long)
+
+
+def check_matrix(similarity: Any, name: str = "similarity") -> Tensor:
+    m = torch.as_tensor(similarity, dtype=torch.float64)
+    if m.dim() != 2 or m.shape[0] != m.shape[1] or m.shape[0] < 2:
+        raise ValueError(f"`{name}` must be a square [C, C] matrix with C >= 2, got shape {tuple(m.shape)}.")
+    if not bool(torch.isfinite(m).all()):
+        raise ValueError(f"`{name}` holds NaN or infinite values; every class pair needs a finite similarity.")
+    return m
+
+
+def check_threshold(t: object) -> float | None:
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not -1.0 <= float(t) <= 1.0:
+        raise ValueError(f"`near_duplicate_threshold` must be a cosine in [-1, 1] or None (off), got {t!r}.")
+    return float(t)
+
+
+def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
+    if isinstance(top_r, int) and not isinstance(top_r, bool):
+        top_r = (top_r,)
+    if not isinstance(top_r, Sequence) or isinstance(top_r, str) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in top_r):
+        raise ValueError(f"`top_r` must be a sequence of positive ints, got {top_r!r}.")
+    too_big = [v for v in (*top_r, r) if v > num_candidates]
+    if too_big:
+        raise ValueError(f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R.")
+    return tuple(sorted(set(top_r)))
+
+
+def check_deep_metrics(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"`deep_metrics` must be True or False, got {value!r}.")
+    return value
