@@ -3,12 +3,19 @@ and logging at one explicit step. A family adds its metric and how to feed it a 
 
 What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallback` for a complete one):
 
-- ``build_metric()`` → a :class:`~beyondlabels.metrics.PerSampleMetric` (its ``output_schema()`` drives logging);
+- ``build_metric()`` → a :class:`~beyondlabels.metrics.PerSampleMetric` (its ``output_schema()`` drives logging).
+  A family whose metric needs what only the trainer knows (class names of the datamodule, ...) overrides
+  ``output_schema()`` (the keys it will log, known at construction) and builds the metric in ``setup``;
 - ``feed(pl_module, batch)`` → encode one evaluation batch and call ``self.metric.update(...)`` with the ids from
   :meth:`EvaluationCore.take_ids` (the batch's own ids, or its positions / dataset indices);
-- optionally ``log_media(trainer, results, media)`` (rank 0, W&B tables and the like), ``write_step_files(trainer,
-  results, step, files)`` (rank 0, pictures of one evaluation, kept under the retention policy) and
-  ``state_key_parts()``.
+- optionally ``on_evaluation_start`` / ``on_evaluation_end`` (per-evaluation caches), ``log_media(trainer,
+  results, media)`` (rank 0, W&B tables and the like), ``write_step_files(trainer, results, step, files)`` (rank 0,
+  pictures of one evaluation, kept under the retention policy), ``check_module`` and ``state_key_parts()``.
+
+What the base gives a family: :meth:`EvaluationCore.unpack` (labelled batches as dicts or tuples, read with the
+family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (Lightning's
+``move_data_to_device``), :meth:`EvaluationCore.encode_texts` (tokenise and embed strings in batches),
+:func:`~beyondlabels.callbacks.media.thumbnail` and :func:`check_names` (argument checks).
 
 The base imports neither Lightning package: the hooks use only the trainer and module they receive, and each package
 gets a thin subclass (:mod:`beyondlabels.callbacks.packages`).
@@ -63,6 +70,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
+from lightning_fabric.utilities.apply_func import move_data_to_device
+
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
 from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
@@ -72,7 +81,7 @@ from beyondlabels.schema import KeySpec, OutputSchema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVAL_SECONDS", "EvaluationCore", "Trainer", "LightningModule", "shard_loader"]
+__all__ = ["EVAL_SECONDS", "EvaluationCore", "Trainer", "LightningModule", "check_names", "shard_loader"]
 
 # Logged with every evaluation: its wall time in seconds, files and media included (rank 0's, on every rank).
 EVAL_SECONDS = "eval_seconds"
@@ -88,6 +97,18 @@ def _check_optional_positive(value: Any, name: str, optional: bool = True) -> No
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be a positive int{' or None' if optional else ''}, got {value!r}.")
+
+
+def check_names(**values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a non-empty string (a method name, a batch key).
+    A name given as ``None`` is allowed only for arguments listed in ``optional=(...)``."""
+    optional = values.pop("optional", ())
+    for name, value in values.items():
+        if value is None and name in optional:
+            continue
+        if not isinstance(value, str) or not value:
+            allowed = " or None" if name in optional else ""
+            raise ValueError(f"`{name}` must be a non-empty string{allowed}, got {value!r}.")
 
 
 class EvaluationCore:
@@ -181,8 +202,8 @@ class EvaluationCore:
         self.keep_every_n, self.keep_best, self.plot_every_n = keep_every_n, keep_best, plot_every_n
         self.evaluate_at_fit_end = bool(evaluate_at_fit_end)
         self.strict = bool(strict)
-        self.metric: PerSampleMetric = self.build_metric()
-        self.schema: OutputSchema = self.metric.output_schema()
+        self.metric: PerSampleMetric | None = None
+        self.schema: OutputSchema = self.output_schema()
         self.ci_keys = confidence_interval_keys(self.schema, True if confidence_intervals is None else confidence_intervals)
         self.schema = with_confidence_intervals(self.schema, self.ci_keys).merged(
             OutputSchema({EVAL_SECONDS: KeySpec("scalar", None)})
@@ -206,6 +227,18 @@ class EvaluationCore:
     # ---- what a family provides ---------------------------------------------------------------------------------
     def build_metric(self) -> PerSampleMetric:
         raise NotImplementedError
+
+    def output_schema(self) -> OutputSchema:
+        """The metric's keys, known at construction. By default the metric is built now and asked; a family whose
+        metric is built at ``setup`` returns the schema without it."""
+        self.metric = self.build_metric()
+        return self.metric.output_schema()
+
+    def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Called on every rank before an evaluation feeds its first batch (an error here fails the evaluation)."""
+
+    def on_evaluation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Called on every rank after an evaluation, also a failed one (per-evaluation caches are dropped here)."""
 
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         """Encode one evaluation batch and update ``self.metric``."""
@@ -329,13 +362,22 @@ class EvaluationCore:
         """Run one evaluation now (on every rank) and log it; returns the metric's output, or None if it failed.
         ``final``: the evaluation at the end of fit (the plots of the whole run are drawn)."""
         started = time.perf_counter()
-        timings: dict[str, float] = {}
         step, epoch = trainer.global_step, trainer.current_epoch
         self._last_step_evaluated = step
-        self.metric.to(pl_module.device)
-        self.metric.reset()
+        try:
+            return self._evaluate(trainer, pl_module, final, started, step, epoch)
+        finally:
+            self.on_evaluation_end(trainer, pl_module)
+
+    def _evaluate(
+        self, trainer: Trainer, pl_module: LightningModule, final: bool, started: float, step: int, epoch: int
+    ) -> dict[str, Any] | None:
+        timings: dict[str, float] = {}
         error: BaseException | None = None
         try:
+            self.on_evaluation_start(trainer, pl_module)
+            self.metric.to(pl_module.device)
+            self.metric.reset()
             loader = self._make_loader(trainer, pl_module)
             self._eval_dataset = loader.dataset
             self._feed_all(trainer, pl_module, loader)
@@ -357,7 +399,8 @@ class EvaluationCore:
             except Exception as exc:  # noqa: BLE001
                 error = exc
         if not trainer.strategy.reduce_boolean_decision(error is None, all=True):
-            self.metric.reset()
+            if self.metric is not None:
+                self.metric.reset()
             self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), step, epoch, trainer)
             return None
         record = self._record(results, step, epoch)
@@ -529,10 +572,11 @@ class EvaluationCore:
         finally:
             pl_module.train(was_training)
 
-    def unpack_labelled(self, batch: Any, input_key: str, label_key: str, id_key: str) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of a batch of labelled inputs: a dict (read with the three keys; the id
-        entry is optional) or an ``(inputs, labels)`` / ``(inputs, labels, ids)`` tuple. Anything else is refused
-        with a description of what was received."""
+    def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
+        """``(inputs, labels, ids or None)`` of a batch of labelled inputs: a dict (read with the family's
+        ``input_key``, ``label_key`` and ``id_key``; the id entry is optional) or an ``(inputs, labels)`` /
+        ``(inputs, labels, ids)`` tuple. Anything else is refused with a description of what was received."""
+        input_key, label_key, id_key = self.input_key, self.label_key, self.id_key
         if isinstance(batch, dict):
             missing = [k for k in (input_key, label_key) if k not in batch]
             if missing:
@@ -548,6 +592,29 @@ class EvaluationCore:
             f"evaluation batches must be dicts (keys {input_key!r}, {label_key!r}, optional {id_key!r}) "
             f"or (inputs, labels) / (inputs, labels, ids) tuples; got {described}"
         )
+
+    @staticmethod
+    def to_device(data: Any, pl_module: LightningModule) -> Any:
+        """``data`` (a tensor, or a collection holding tensors) on the module's device; other values unchanged."""
+        return move_data_to_device(data, pl_module.device)
+
+    def encode_texts(
+        self, pl_module: LightningModule, texts: Sequence[str], text_method: str, tokenizer: str | None, batch_size: int | None = None
+    ) -> torch.Tensor:
+        """The float32 embeddings ``[M, D]`` of ``M`` strings: ``pl_module.<tokenizer>(chunk)`` (when set) and
+        ``pl_module.<text_method>(...)`` over chunks of ``batch_size`` strings (all at once when None)."""
+        texts = list(texts)
+        step = batch_size or max(len(texts), 1)
+        parts = []
+        for start in range(0, len(texts), step):
+            chunk = texts[start : start + step]
+            tokens = getattr(pl_module, tokenizer)(chunk) if tokenizer else chunk
+            emb = getattr(pl_module, text_method)(self.to_device(tokens, pl_module))
+            if not isinstance(emb, torch.Tensor) or emb.dim() != 2 or emb.shape[0] != len(chunk):
+                got = getattr(emb, "shape", type(emb).__name__)
+                raise TypeError(f"{text_method}() must return a [M, D] tensor for M={len(chunk)} texts, got {got}")
+            parts.append(emb.float())
+        return torch.cat(parts)
 
     def take_ids(self, batch_size: int, given: Any) -> torch.Tensor:
         """Ids of the next ``batch_size`` samples of this evaluation (see :meth:`batch_ids`); advances the position."""

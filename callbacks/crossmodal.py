@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
-from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
+from beyondlabels.callbacks.media import WandbMedia, dataset_item, thumbnail
 from beyondlabels.metrics import CrossModalRetrieval
 
 __all__ = ["CrossModalEvalCore"]
@@ -79,14 +79,8 @@ class CrossModalEvalCore(EvaluationCore):
         prefix: str = "crossmodal",
         **kwargs: Any,
     ) -> None:
-        for name, value in (
-            ("image_method", image_method), ("text_method", text_method), ("image_key", image_key),
-            ("caption_key", caption_key), ("id_key", id_key),
-        ):  # fmt: skip
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
-        if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
-            raise ValueError(f"`tokenizer` must be the name of a LightningModule attribute or None, got {tokenizer!r}.")
+        check_names(image_method=image_method, text_method=text_method, tokenizer=tokenizer, image_key=image_key,
+                    caption_key=caption_key, id_key=id_key, optional=("tokenizer",))  # fmt: skip
         for name, value, low in (("max_captions_per_image", max_captions_per_image, 1), ("num_misses", num_misses, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}.")
@@ -119,12 +113,11 @@ class CrossModalEvalCore(EvaluationCore):
                     "module's " + ("tokenizer attribute" if option == "tokenizer" else "method that returns embeddings")
                 )
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
+    def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._captions = {}
-        try:
-            return super().evaluate(trainer, pl_module, final)
-        finally:
-            self._captions = {}
+
+    def on_evaluation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._captions = {}
 
     # ---- one batch -----------------------------------------------------------------------------------------------
     def _caption_lists(self, captions: Any, batch_size: int) -> list[list[str]]:
@@ -153,9 +146,7 @@ class CrossModalEvalCore(EvaluationCore):
         missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
         if missing:
             raise KeyError(f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / caption_key.")
-        images = batch[self.image_key]
-        if isinstance(images, torch.Tensor):
-            images = images.to(pl_module.device)
+        images = self.to_device(batch[self.image_key], pl_module)
         image_emb = getattr(pl_module, self.image_method)(images)
         if not isinstance(image_emb, torch.Tensor) or image_emb.dim() != 2:
             raise TypeError(f"{self.image_method}() must return a [B, D] tensor, got {type(image_emb).__name__}")
@@ -168,15 +159,10 @@ class CrossModalEvalCore(EvaluationCore):
         if not texts:
             self.metric.update(image_embeddings=image_emb.float(), image_ids=image_ids)
             return
-        tokens = getattr(pl_module, self.tokenizer)(texts) if self.tokenizer else texts
-        if isinstance(tokens, torch.Tensor):
-            tokens = tokens.to(pl_module.device)
-        text_emb = getattr(pl_module, self.text_method)(tokens)
-        if not isinstance(text_emb, torch.Tensor) or tuple(text_emb.shape[:1]) != (len(texts),) or text_emb.dim() != 2:
-            raise TypeError(f"{self.text_method}() must return a [M, D] tensor for M={len(texts)} captions, got {getattr(text_emb, 'shape', type(text_emb).__name__)}")
+        text_emb = self.encode_texts(pl_module, texts, self.text_method, self.tokenizer)
         text_image_ids = image_ids[owner]
         text_ids = text_image_ids * self.max_captions_per_image + slot
-        self.metric.update(image_emb.float(), image_ids, text_emb.float(), text_image_ids, text_ids)
+        self.metric.update(image_emb.float(), image_ids, text_emb, text_image_ids, text_ids)
         if self.num_misses:
             self._captions.update(zip(text_ids.tolist(), texts))
 
@@ -212,24 +198,11 @@ class CrossModalEvalCore(EvaluationCore):
             )
         return rows
 
-    def _item(self, image_id: int) -> dict[str, Any] | None:
-        """The dataset item of ``image_id`` when the dataset is indexed by id (its ``id_key`` must equal the id)."""
-        dataset = self._eval_dataset
-        if dataset is None or not hasattr(dataset, "__getitem__"):
-            return None
-        try:
-            item = dataset[image_id]
-        except Exception:  # noqa: BLE001 - no thumbnail is not an error
-            return None
-        if not isinstance(item, dict) or self.id_key not in item or int(item[self.id_key]) != image_id:
-            return None
-        return item
-
     def _caption(self, text_id: int) -> str | None:
         if text_id in self._captions:  # seen on this rank
             return self._captions[text_id]
-        item = self._item(text_id // self.max_captions_per_image)
-        if item is None:
+        item = dataset_item(self._eval_dataset, text_id // self.max_captions_per_image, self.id_key)
+        if not isinstance(item, dict):
             return None
         captions = item.get(self.caption_key)
         captions = [captions] if isinstance(captions, str) else list(captions or [])
@@ -237,6 +210,4 @@ class CrossModalEvalCore(EvaluationCore):
         return str(captions[slot]) if slot < len(captions) else None
 
     def _thumbnail(self, image_id: int) -> torch.Tensor | None:
-        item = self._item(image_id)
-        image = None if item is None else item.get(self.image_key)
-        return image if isinstance(image, torch.Tensor) and image.ndim == 3 else None
+        return thumbnail(self._eval_dataset, image_id, self.image_key, self.id_key)

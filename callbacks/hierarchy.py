@@ -9,9 +9,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
-from beyondlabels.callbacks.media import WandbMedia
-from beyondlabels.callbacks.retrieval import _thumbnail
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
+from beyondlabels.callbacks.media import WandbMedia, thumbnail
 from beyondlabels.functional.hierarchy import per_class_means
 from beyondlabels.metrics import HierarchicalPrecisionRecall
 from beyondlabels.taxonomy import Taxonomy, TextToNode, load_taxonomy
@@ -95,15 +94,7 @@ class HierarchyEvalCore(EvaluationCore):
             raise ValueError(f"`taxonomy`: {err}") from None
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
-        for name, value in (
-            ("predict_method", predict_method),
-            ("text_method", text_method),
-            ("input_key", input_key),
-            ("label_key", label_key),
-            ("id_key", id_key),
-        ):
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
+        check_names(predict_method=predict_method, text_method=text_method, input_key=input_key, label_key=label_key, id_key=id_key)
         if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 0:
             raise ValueError(f"`num_examples` must be an int >= 0, got {num_examples!r}.")
         self.source = source
@@ -154,10 +145,6 @@ class HierarchyEvalCore(EvaluationCore):
         self._class_nodes = self.taxonomy.indices(list(names)) if names is not None else None
 
     # ---- one batch -----------------------------------------------------------------------------------------------------
-    def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCore.unpack_labelled`)."""
-        return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
-
     def _to_nodes(self, values: Any, what: str, device: torch.device) -> torch.Tensor:
         """Node indices of class indices (through ``class_names``) or of node names."""
         if isinstance(values, (list, tuple)) and values and all(isinstance(v, str) for v in values):
@@ -190,8 +177,7 @@ class HierarchyEvalCore(EvaluationCore):
 
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         inputs, labels, given_ids = self.unpack(batch)
-        if isinstance(inputs, torch.Tensor):
-            inputs = inputs.to(pl_module.device)
+        inputs = self.to_device(inputs, pl_module)
         device = pl_module.device
         gt = self._to_nodes(labels, "labels", device)
         answers: list[str] | None = None
@@ -218,9 +204,8 @@ class HierarchyEvalCore(EvaluationCore):
                     "ground_truth": names[int(gt[row])],
                 }
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
+    def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._examples = {}
-        return super().evaluate(trainer, pl_module, final)
 
     # ---- media (rank 0) ----------------------------------------------------------------------------------------------
     def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
@@ -234,7 +219,7 @@ class HierarchyEvalCore(EvaluationCore):
                     continue
                 rows.append(
                     {
-                        "input_image": _thumbnail(self._eval_dataset, sample_id, self.input_key, self.id_key),
+                        "input_image": thumbnail(self._eval_dataset, sample_id, self.input_key, self.id_key),
                         **example,
                         "p_n": float(per_query["hP"][i]),
                         "r_n": float(per_query["hR"][i]),

@@ -16,6 +16,35 @@ def find_wandb_logger(trainer: Any) -> Any | None:
     return next((lg for lg in trainer.loggers if is_lightning_instance(lg, "WandbLogger")), None)
 
 
+def dataset_item(dataset: Any, sample_id: int, id_key: str) -> Any | None:
+    """The evaluation dataset's item of ``sample_id`` when the dataset is indexed by id (item ``i`` has id ``i``),
+    else None. Dict items must carry ``id_key`` equal to the id (so a dataset whose ids are not its indices is never
+    misread); tuple items are taken as they are at index ``sample_id``."""
+    if dataset is None or not hasattr(dataset, "__getitem__"):
+        return None
+    try:
+        item = dataset[sample_id]
+    except Exception:  # noqa: BLE001 - no item is not an error: the table cell stays empty
+        return None
+    if isinstance(item, dict):
+        return item if id_key in item and int(item[id_key]) == sample_id else None
+    return item if isinstance(item, (list, tuple)) and item else None
+
+
+def thumbnail(dataset: Any, sample_id: int, image_key: str, id_key: str) -> torch.Tensor | None:
+    """The C×H×W image of ``sample_id`` (:func:`dataset_item`; ``image_key`` of a dict item, the first entry of a
+    tuple item), or None.
+
+    Example:
+        >>> data = [{"id": 0, "image": torch.zeros(3, 2, 2)}, {"id": 5, "image": torch.ones(3, 2, 2)}]
+        >>> thumbnail(data, 0, "image", "id").shape, thumbnail(data, 1, "image", "id")  # item 1 carries id 5
+        (torch.Size([3, 2, 2]), None)
+    """
+    item = dataset_item(dataset, sample_id, id_key)
+    image = item.get(image_key) if isinstance(item, dict) else item[0] if item is not None else None
+    return image if isinstance(image, torch.Tensor) and image.ndim == 3 else None
+
+
 def to_uint8_image(image: torch.Tensor) -> Any:
     """A C×H×W tensor (floats in [0, 1] or uint8) as an H×W×C uint8 numpy array for ``wandb.Image``."""
     image = image.detach().cpu()

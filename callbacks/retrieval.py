@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
-from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.media import WandbMedia, thumbnail
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 
@@ -116,9 +116,7 @@ class RetrievalEvalCore(EvaluationCore):
             raise ValueError(f"`num_mismatches` must be an int >= 0, got {num_mismatches!r}.")
         if isinstance(projection_points, bool) or not isinstance(projection_points, int) or projection_points < 0:
             raise ValueError(f"`projection_points` must be an int >= 0 (0 turns the projection off), got {projection_points!r}.")
-        for name, value in (("encode_method", encode_method), ("input_key", input_key), ("label_key", label_key), ("id_key", id_key)):
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
+        check_names(encode_method=encode_method, input_key=input_key, label_key=label_key, id_key=id_key)
         self.encode_method = encode_method
         self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
         self.ks = tuple(ks) if isinstance(ks, (list, tuple)) else ks
@@ -172,19 +170,11 @@ class RetrievalEvalCore(EvaluationCore):
                 f"RetrievalEvalCallback(encode_method=...) to the method that returns embeddings"
             )
 
-    def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCore.unpack_labelled`)."""
-        return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
-
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
-        inputs, labels, given_ids = self.unpack(batch)
-        if isinstance(inputs, torch.Tensor):
-            inputs = inputs.to(pl_module.device)
+        inputs, labels, given_ids = self.to_device(self.unpack(batch), pl_module)
         embeddings = getattr(pl_module, self.encode_method)(inputs)
         if not isinstance(embeddings, torch.Tensor):
             raise TypeError(f"{self.encode_method}() must return a [B, D] tensor, got {type(embeddings).__name__}")
-        if isinstance(labels, torch.Tensor):
-            labels = labels.to(pl_module.device)
         ids = self.take_ids(embeddings.shape[0], given_ids)
         self.metric.update(embeddings.float(), labels, ids.to(pl_module.device))
 
@@ -205,61 +195,59 @@ class RetrievalEvalCore(EvaluationCore):
         from beyondlabels.functional.mismatch import mismatch_pair_table
         from beyondlabels.reporting.heatmap import save_null_histogram_png, save_similarity_heatmap_png
 
-        gains, metric = self.profile_gains, self.metric
+        gains = self.profile_gains
         names = [str(c) for c in gains.classes]
         images = {}
         with tempfile.TemporaryDirectory() as tmp:
             if not self._heatmap_logged:
                 path = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png")
                 images["profile_similarity"] = wandb.Image(str(path))
-            if metric.null_distribution is not None and int(results["mismatch_num_mismatches"]) > 0:
-                path = save_null_histogram_png(metric.null_distribution, float(results["mismatch_mean_similarity"]),
+            if int(results["mismatch_num_mismatches"]) > 0:
+                path = save_null_histogram_png(results["null_distribution"], float(results["mismatch_mean_similarity"]),
                                                f"{tmp}/null.png", p_value=float(results["mismatch_p_value"]))
                 images["mismatch_null"] = wandb.Image(str(path))
-            path = self._projection_png(trainer, media.step, Path(tmp) / "projection.png")
+            path = self._projection_png(trainer, results, media.step, Path(tmp) / "projection.png")
             if path is not None:
                 images["embedding_projection"] = wandb.Image(str(path))
             media.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in images.items()}, step=media.step)
             if "profile_similarity" in images:
                 self._heatmap_logged = True  # only once it reached the logger
-        if metric.mismatch_pairs is not None:
-            rows = mismatch_pair_table(*metric.mismatch_pairs, gains.gains, names, top=20)
-            media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)
+        pairs = results["mismatch_pairs"]
+        rows = mismatch_pair_table(pairs["query"], pairs["retrieved"], gains.gains, names, top=20)
+        media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)
 
     # ---- embedding projection (rank 0) --------------------------------------------------------------------------
     def write_step_files(self, trainer: Trainer, results: dict[str, Any], step: int, files: EvaluationFiles) -> None:
         """``embedding_projection/step_<step>.png`` beside the base's files (with W&B or without)."""
         self._projection_file = None
-        path = self._save_projection_png(trainer, step, files.step_path("embedding_projection", step, ".png"))
+        path = self._save_projection_png(trainer, results, step, files.step_path("embedding_projection", step, ".png"))
         self._projection_file = None if path is None else (step, path)
 
-    def _projection_png(self, trainer: Trainer | None, step: int, fallback: Path) -> Path | None:
+    def _projection_png(self, trainer: Trainer | None, results: dict[str, Any], step: int, fallback: Path) -> Path | None:
         """The projection PNG of ``step``: the one in the evaluation folder, else drawn into ``fallback``."""
         if self._projection_file is not None and self._projection_file[0] == step:
             return self._projection_file[1]
-        return self._save_projection_png(trainer, step, fallback)
+        return self._save_projection_png(trainer, results, step, fallback)
 
-    def _save_projection_png(self, trainer: Trainer | None, step: int, path: Path) -> Path | None:
+    def _save_projection_png(self, trainer: Trainer | None, results: dict[str, Any], step: int, path: Path) -> Path | None:
         """Draw the PCA projection of the metric's ``projection_sample`` into ``path`` (None when there is no sample
         or it is too small to project: fewer than 2 rows or dimensions)."""
-        from beyondlabels.functional.projection import pca_projection
+        from beyondlabels.functional.projection import class_projection
         from beyondlabels.reporting.plots import save_embedding_projection_png
 
-        sample = getattr(self.metric, "projection_sample", None) if self.projection_points else None
-        if sample is None or sample[0].shape[0] < 2 or sample[0].shape[1] < 2:
+        sample = results.get("projection_sample") if self.projection_points else None
+        if sample is None or min(sample["embeddings"].shape) < 2:
             return None
-        embeddings, codes = sample
-        coords, explained = pca_projection(embeddings, num_components=2)
-        classes, index = torch.unique(codes, return_inverse=True)  # legend order: label codes, ascending
-        names = [self._label_name(trainer, int(c)) for c in classes]
-        title = f"{self.prefix}: embeddings at step {step} (PCA of {embeddings.shape[0]} points)"
-        return save_embedding_projection_png(coords, index, names, explained, path, title=title)
+        projection = class_projection(sample["embeddings"], sample["labels"])
+        names = [self._label_name(trainer, results, int(c)) for c in projection.classes]
+        title = f"{self.prefix}: embeddings at step {step} (PCA of {sample['embeddings'].shape[0]} points)"
+        return save_embedding_projection_png(projection.coords, projection.class_index, names, projection.explained, path, title=title)
 
-    def _label_name(self, trainer: Trainer | None, label: int) -> str:
+    def _label_name(self, trainer: Trainer | None, results: dict[str, Any], label: int) -> str:
         names = self.class_names or getattr(getattr(trainer, "datamodule", None), "class_names", None)
         if names is not None and 0 <= label < len(names):
             return str(names[label])
-        return self.metric.label_names.get(label, str(label))
+        return results.get("label_names", {}).get(label, str(label))
 
     def _mismatch_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
         """The most confident wrong top-1 neighbours, with thumbnails looked up by id in the dataset."""
@@ -274,12 +262,12 @@ class RetrievalEvalCore(EvaluationCore):
             rows.append(
                 {
                     "query_id": qid,
-                    "query_label": self._label_name(trainer, int(query_labels[q])),
+                    "query_label": self._label_name(trainer, results, int(query_labels[q])),
                     "retrieved_id": nid,
-                    "retrieved_label": self._label_name(trainer, int(neighbors["labels"][q, 0])),
+                    "retrieved_label": self._label_name(trainer, results, int(neighbors["labels"][q, 0])),
                     "cosine": float(scores[q, 0]),
-                    "query_image": _thumbnail(self._eval_dataset, qid, self.input_key, self.id_key),
-                    "retrieved_image": _thumbnail(self._eval_dataset, nid, self.input_key, self.id_key),
+                    "query_image": thumbnail(self._eval_dataset, qid, self.input_key, self.id_key),
+                    "retrieved_image": thumbnail(self._eval_dataset, nid, self.input_key, self.id_key),
                 }
             )
         return rows
@@ -299,25 +287,3 @@ def _profile_gains(profiles: Any, labels: Any) -> ClassGains | None:
         profiles = load_profiles(profiles)  # a path or a mapping in the profiles file format
     return profiles.class_gains(name="profile", labels=labels)
 
-
-def _thumbnail(dataset: Any, sample_id: int, input_key: str, id_key: str) -> torch.Tensor | None:
-    """The C×H×W image of ``sample_id`` when the dataset is indexed by id (item ``i`` has id ``i``), else None.
-
-    Dict items must carry ``id_key`` equal to the id (so a dataset whose ids are not its indices is never misread);
-    tuple items are taken as ``(image, label, ...)`` at index ``sample_id``.
-    """
-    if dataset is None or not hasattr(dataset, "__getitem__"):
-        return None
-    try:
-        item = dataset[sample_id]
-    except Exception:  # noqa: BLE001 - no thumbnail is not an error
-        return None
-    if isinstance(item, dict):
-        if id_key not in item or int(item[id_key]) != sample_id:
-            return None
-        image = item.get(input_key)
-    elif isinstance(item, (list, tuple)) and item:
-        image = item[0]
-    else:
-        return None
-    return image if isinstance(image, torch.Tensor) and image.ndim == 3 else None

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from beyondlabels.functional._checks import check_positive_int
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.io.atomic import write_json
@@ -110,8 +110,7 @@ class RPrecisionCore(EvaluationCore):
             raise ValueError(f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates.")
         if isinstance(num_table_rows, bool) or not isinstance(num_table_rows, int) or num_table_rows < 0:
             raise ValueError(f"`num_table_rows` must be an int >= 0, got {num_table_rows!r}.")
-        if not isinstance(generate_method, str) or not generate_method:
-            raise ValueError(f"`generate_method` must be a method name, got {generate_method!r}.")
+        check_names(generate_method=generate_method)
         self.evaluator = evaluator
         self.prompts = prompts if isinstance(prompts, str) else list(prompts)
         self.num_prompts, self.prompt_seed = num_prompts, prompt_seed
@@ -188,12 +187,11 @@ class RPrecisionCore(EvaluationCore):
                 if len(self._table) < self.num_table_rows:
                     self._table[i] = (prompt, image.detach().float().clamp(0, 1).cpu())
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
+    def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._table = {}
-        try:
-            return super().evaluate(trainer, pl_module, final)
-        finally:
-            self._table = {}
+
+    def on_evaluation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._table = {}
 
     # ---- files and media (rank 0) ----------------------------------------------------------------------------------
     def _sample_rows(self, results: dict[str, Any]) -> list[dict[str, Any]]:

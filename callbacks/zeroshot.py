@@ -8,10 +8,11 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.zeroshot import check_class_names, check_templates, class_prompts, prompt_ensemble, zeroshot_scores
 from beyondlabels.metrics import ZeroShotClassification
+from beyondlabels.schema import OutputSchema
 
 __all__ = ["ZeroShotEvalCore"]
 
@@ -79,14 +80,8 @@ class ZeroShotEvalCore(EvaluationCore):
     ) -> None:
         self.class_names = None if class_names is None else check_class_names(list(class_names))
         self.templates = check_templates(list(templates) if not isinstance(templates, str) else templates)
-        for name, value in (
-            ("class_names_from", class_names_from), ("image_method", image_method), ("text_method", text_method),
-            ("input_key", input_key), ("label_key", label_key), ("id_key", id_key),
-        ):  # fmt: skip
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"`{name}` must be a non-empty string, got {value!r}.")
-        if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
-            raise ValueError(f"`tokenizer` must be the name of a LightningModule attribute or None, got {tokenizer!r}.")
+        check_names(class_names_from=class_names_from, image_method=image_method, text_method=text_method,
+                    tokenizer=tokenizer, input_key=input_key, label_key=label_key, id_key=id_key, optional=("tokenizer",))  # fmt: skip
         if isinstance(text_batch_size, bool) or not isinstance(text_batch_size, int) or text_batch_size < 1:
             raise ValueError(f"`text_batch_size` must be a positive int, got {text_batch_size!r}.")
         self.class_names_from = class_names_from
@@ -99,14 +94,15 @@ class ZeroShotEvalCore(EvaluationCore):
         self._names: tuple[str, ...] | None = self.class_names
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
-    # The metric needs the number of classes; with class names from the datamodule it is rebuilt at setup.
+    # The metric needs the number of classes: it is built once the class names are known (at construction when
+    # they are given, else at setup from the datamodule or module).
     def build_metric(self) -> ZeroShotClassification:
-        n = len(self._names) if self._names is not None else max(self._max_k(), 1)
-        return ZeroShotClassification(num_classes=n, ks=self.ks)
+        return ZeroShotClassification(num_classes=len(self._names), ks=self.ks)
 
-    def _max_k(self) -> int:
-        ks = self.ks if isinstance(self.ks, tuple) else (self.ks,)
-        return max((k for k in ks if isinstance(k, int)), default=1)
+    def output_schema(self) -> OutputSchema:
+        if self._names is not None:
+            return super().output_schema()  # builds the metric: ks above the number of classes fail now
+        return ZeroShotClassification.schema_for(self.ks)
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"image_method": self.image_method, "templates": "|".join(self.templates)}
@@ -139,41 +135,26 @@ class ZeroShotEvalCore(EvaluationCore):
         self._use_names(self._resolve_names(trainer, pl_module))
 
     def _use_names(self, names: tuple[str, ...]) -> None:
-        if names != self._names or self.metric.num_classes != len(names):
+        if self.metric is None or names != self._names:
             self._names = names
             # a ValueError naming `ks` when ks exceeds the number of classes; the schema depends on ks only
             self.metric = self.build_metric()
 
-    def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
-        if self._names is None or self.metric.num_classes != len(self._names):
+    def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.metric is None:  # evaluated without setup
             self._use_names(self._resolve_names(trainer, pl_module))
         self._classifier = None  # rebuilt with the current text tower, once per evaluation
-        try:
-            return super().evaluate(trainer, pl_module, final)
-        finally:
-            self._classifier = None
+
+    def on_evaluation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._classifier = None
 
     # ---- one batch -----------------------------------------------------------------------------------------------
     def class_embeddings(self, pl_module: LightningModule) -> torch.Tensor:
         """The prompt-ensembled class embeddings ``[C, D]`` of this evaluation (built on first use, then cached)."""
         if self._classifier is None:
-            prompts = self.prompts()
-            parts = []
-            for start in range(0, len(prompts), self.text_batch_size):
-                chunk = prompts[start : start + self.text_batch_size]
-                tokens = getattr(pl_module, self.tokenizer)(chunk) if self.tokenizer else chunk
-                if isinstance(tokens, torch.Tensor):
-                    tokens = tokens.to(pl_module.device)
-                emb = getattr(pl_module, self.text_method)(tokens)
-                if not isinstance(emb, torch.Tensor) or emb.dim() != 2 or emb.shape[0] != len(chunk):
-                    raise TypeError(f"{self.text_method}() must return a [M, D] tensor for M={len(chunk)} prompts, got {getattr(emb, 'shape', type(emb).__name__)}")
-                parts.append(emb.float())
-            self._classifier = prompt_ensemble(torch.cat(parts), num_classes=len(self._names))
+            embeddings = self.encode_texts(pl_module, self.prompts(), self.text_method, self.tokenizer, self.text_batch_size)
+            self._classifier = prompt_ensemble(embeddings, num_classes=len(self._names))
         return self._classifier
-
-    def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
-        """``(inputs, labels, ids or None)`` of one batch (see :meth:`EvaluationCore.unpack_labelled`)."""
-        return self.unpack_labelled(batch, self.input_key, self.label_key, self.id_key)
 
     def _label_indices(self, labels: Any, device: torch.device) -> torch.Tensor:
         if isinstance(labels, (list, tuple)) and labels and all(isinstance(v, str) for v in labels):
@@ -186,8 +167,7 @@ class ZeroShotEvalCore(EvaluationCore):
 
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         images, labels, given_ids = self.unpack(batch)
-        if isinstance(images, torch.Tensor):
-            images = images.to(pl_module.device)
+        images = self.to_device(images, pl_module)
         image_emb = getattr(pl_module, self.image_method)(images)
         if not isinstance(image_emb, torch.Tensor) or image_emb.dim() != 2:
             raise TypeError(f"{self.image_method}() must return a [B, D] tensor, got {type(image_emb).__name__}")

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from toy import LinearEncoder, PointDataModule, brute_force_precision_at_1_and_r_precision  # noqa: E402
 
 from beyondlabels.callbacks import RetrievalEvalCallback, shard_loader  # noqa: E402
-from beyondlabels.callbacks.retrieval import _thumbnail  # noqa: E402
+from beyondlabels.callbacks.media import thumbnail  # noqa: E402
 
 
 def _fit(tmp_path: Path, callback, model=None, dm=None, **kwargs) -> pl.Trainer:
@@ -99,11 +99,11 @@ def test_repeated_ids_are_counted_and_warned(tmp_path: Path):
 
 def test_thumbnails_are_looked_up_with_id_key():
     dataset = [{"pic": torch.ones(3, 4, 4) * i, "sample": i} for i in range(5)]
-    assert torch.equal(_thumbnail(dataset, 3, "pic", "sample"), torch.ones(3, 4, 4) * 3)
-    assert _thumbnail(dataset, 3, "pic", "id") is None  # items without that key are never guessed
+    assert torch.equal(thumbnail(dataset, 3, "pic", "sample"), torch.ones(3, 4, 4) * 3)
+    assert thumbnail(dataset, 3, "pic", "id") is None  # items without that key are never guessed
     shuffled = [{"pic": torch.zeros(3, 4, 4), "sample": 4 - i} for i in range(5)]
-    assert _thumbnail(shuffled, 1, "pic", "sample") is None  # item 1 is not sample 1
-    assert _thumbnail([(torch.ones(3, 2, 2), 0)], 0, "pic", "sample").shape == (3, 2, 2)
+    assert thumbnail(shuffled, 1, "pic", "sample") is None  # item 1 is not sample 1
+    assert thumbnail([(torch.ones(3, 2, 2), 0)], 0, "pic", "sample").shape == (3, 2, 2)
 
 
 def test_prog_bar_keys_reach_the_progress_bar(tmp_path: Path):

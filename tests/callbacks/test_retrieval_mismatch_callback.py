@@ -112,6 +112,7 @@ def _fit_capturing_media(tmp_path: Path, **options):
 
     def log_wandb(trainer_, results, step, band_drawn):  # what the base runs on rank 0 when a WandbLogger is attached
         captured.append(_Media(step, callback.prefix))
+        captured[-1].results = results  # the evaluation's output, as the media saw it
         callback.log_media(trainer_, results, captured[-1])
 
     callback._log_wandb = log_wandb
@@ -149,7 +150,7 @@ def test_spearman_and_embedding_projection_are_logged(tmp_path):
     assert isinstance(image, wandb.Image) and logged_step == step
     assert "retrieval/profile_similarity" in media.logged and "mismatch_pairs" in media.tables
     assert ("retrieval/mismatch_null" in media.logged) == (last["mismatch_num_mismatches"] > 0)
-    sample = callback.metric.projection_sample[0].double().numpy()
+    sample = media.results["projection_sample"]["embeddings"].double().numpy()
     assert sample.shape == (30, 6)
     ratio = PCA(n_components=2).fit(sample).explained_variance_ratio_
     title = Image.open(png).text["Title"]
@@ -163,6 +164,6 @@ def test_projection_without_save_dir_and_turned_off(tmp_path):
     assert isinstance(media.logged["retrieval/embedding_projection"][0], wandb.Image)  # drawn in a temporary folder
     callback, *_, media = _fit_capturing_media(tmp_path / "b", projection_points=0, save_dir=tmp_path / "b" / "eval")
     assert "retrieval/embedding_projection" not in media.logged and "retrieval/profile_similarity" in media.logged
-    assert not (tmp_path / "b" / "eval" / "embedding_projection").exists() and callback.metric.projection_sample is None
+    assert not (tmp_path / "b" / "eval" / "embedding_projection").exists() and media.results["projection_sample"] is None
     with pytest.raises(ValueError, match="`projection_points`"):
         RetrievalEvalCallback(profiles=PROFILES, profile_labels="index", projection_points=-1)

@@ -61,10 +61,10 @@ def test_numbers_match_numpy():
     assert out["mean_similarity"] == pytest.approx(sims.mean(), abs=1e-12)
     assert out["mean_percentile_rank"] == pytest.approx(np.mean([sps.percentileofscore(pairs, s, kind="weak") for s in sims]), abs=1e-10)
     assert torch.equal(out["per_query"]["query_id"], ids)
-    assert m.null_distribution.shape == (400,)
-    assert float(out["p_value"]) == (int((m.null_distribution >= out["mean_similarity"] - 1e-12).sum()) + 1) / 401
+    assert out["null_distribution"].shape == (400,)
+    assert float(out["p_value"]) == (int((out["null_distribution"] >= out["mean_similarity"] - 1e-12).sum()) + 1) / 401
     assert out["num_mismatches"].dtype == torch.long and out["mean_similarity"].dtype == torch.float64
-    assert set(m.output_schema().scalar_keys()) == {k for k in out if k != "per_query"}
+    assert set(m.output_schema().scalar_keys()) == {k for k in out if k not in ("per_query", "null_distribution")}
     assert set(m.output_schema().per_query) == set(out["per_query"])
 
 
@@ -151,7 +151,6 @@ def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str) -> None
         for s in range(0, len(ids), 13):
             m.update(q[s : s + 13], r[s : s + 13], ids[s : s + 13], embeddings=emb[s : s + 13])
         out = m.compute()
-        out["null"] = m.null_distribution
         torch.save(out, f"{out_path}.{rank}")
     finally:
         dist.destroy_process_group()
@@ -166,7 +165,6 @@ def test_two_process_gloo_equals_single_process(tmp_path):
     single = metric(with_embeddings=True)
     single.update(q, r, ids, embeddings=emb)
     ref = single.compute()
-    ref["null"] = single.null_distribution
     out_path = str(tmp_path / "out")
     mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
     for rank in range(2):
@@ -282,27 +280,25 @@ def test_retrieval_with_mismatch_projection_sample_is_fixed_by_id():
     gains = ClassGains(similarity(), list(range(C)), name="s")
     one = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=50, projection_seed=4)
     one.update(emb, q, ids)
-    one.compute()
+    first = one.compute()["projection_sample"]
     shuffled = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=50, projection_seed=4)
     perm = torch.randperm(len(q), generator=torch.Generator().manual_seed(3))
     for s in range(0, len(q), 11):
         b = perm[s : s + 11]
         shuffled.update(emb[b], q[b], ids[b])
-    shuffled.compute()
-    sample_emb, sample_labels = one.projection_sample
+    second = shuffled.compute()["projection_sample"]
+    sample_emb, sample_labels = first["embeddings"], first["labels"]
     assert sample_emb.shape == (50, emb.shape[1]) and sample_labels.shape == (50,)
-    assert torch.equal(shuffled.projection_sample[0], sample_emb) and torch.equal(shuffled.projection_sample[1], sample_labels)
+    assert torch.equal(second["embeddings"], sample_emb) and torch.equal(second["labels"], sample_labels)
     rows = [int(torch.nonzero((emb == e).all(dim=1)).flatten()[0]) for e in sample_emb]  # each sampled row is a sample
     assert len(set(rows)) == 50 and torch.equal(q[rows], sample_labels)
     assert rows == sorted(rows)  # in id order (ids grow with the row here)
     whole = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=10_000)
     whole.update(emb, q, ids)
-    whole.compute()
-    assert torch.equal(whole.projection_sample[0], emb)
+    assert torch.equal(whole.compute()["projection_sample"]["embeddings"], emb)
     off = RetrievalWithMismatch(gains, num_trials=10, ks=(1,), projection_points=0)
     off.update(emb, q, ids)
-    off.compute()
-    assert off.projection_sample is None
+    assert off.compute()["projection_sample"] is None
 
 
 @pytest.mark.parametrize("kwargs, match", [({"projection_points": -1}, "`projection_points`"), ({"projection_points": 2.5}, "`projection_points`"),
@@ -322,5 +318,6 @@ def test_retrieval_with_mismatch_spearman_and_projection_sample_on_cuda():
     a, b = cpu.compute(), gpu.compute()
     for key in ("mismatch_spearman_rho", "mismatch_spearman_p", "mismatch_spearman_pairs"):
         torch.testing.assert_close(b[key].cpu(), a[key], rtol=1e-9, atol=1e-12)
-    assert gpu.projection_sample[0].device.type == "cpu"
-    assert torch.equal(gpu.projection_sample[0], cpu.projection_sample[0]) and torch.equal(gpu.projection_sample[1], cpu.projection_sample[1])
+    assert b["projection_sample"]["embeddings"].device.type == "cpu"
+    assert torch.equal(b["projection_sample"]["embeddings"], a["projection_sample"]["embeddings"])
+    assert torch.equal(b["projection_sample"]["labels"], a["projection_sample"]["labels"])

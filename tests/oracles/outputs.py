@@ -17,9 +17,11 @@ def flat(out: dict, prefix: str = "") -> dict:
 
 
 def assert_same_outputs(a: dict, b: dict, context=None, ignore=()) -> None:
-    """The same keys (but ``ignore``), dtypes and shapes; bitwise-equal values, NaN exactly where the other has NaN."""
-    fa = {k: v for k, v in flat(a).items() if k not in ignore}
-    fb = {k: v for k, v in flat(b).items() if k not in ignore}
+    """The same keys (but ``ignore``: flat keys, or top-level keys with everything under them), dtypes and shapes;
+    bitwise-equal values, NaN exactly where the other has NaN."""
+    skip = lambda k: k in ignore or k.split("/")[0] in ignore  # noqa: E731
+    fa = {k: v for k, v in flat(a).items() if not skip(k)}
+    fb = {k: v for k, v in flat(b).items() if not skip(k)}
     assert fa.keys() == fb.keys(), (context, sorted(fa.keys() ^ fb.keys()))
     for key in fa:
         x, y = fa[key], fb[key]

@@ -23,12 +23,12 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["pca_projection"]
+__all__ = ["ClassProjection", "class_projection", "pca_projection"]
 
 
 def pca_projection(embeddings: Any, num_components: int = 2) -> tuple[Tensor, Tensor]:
@@ -79,3 +79,28 @@ def pca_projection(embeddings: Any, num_components: int = 2) -> tuple[Tensor, Te
         ratio = torch.full((num_components,), math.nan, dtype=torch.float64, device=x.device)
         coords = torch.zeros_like(coords)
     return coords, ratio
+
+
+class ClassProjection(NamedTuple):
+    """A 2-D picture of labelled embeddings: ``coords`` ``[N, 2]`` and ``explained`` ``[2]`` of
+    :func:`pca_projection`, the distinct label codes ``classes`` ``[C]`` (ascending: the legend order) and the
+    position of each row's label among them, ``class_index`` ``[N]``."""
+
+    coords: Tensor
+    explained: Tensor
+    classes: Tensor
+    class_index: Tensor
+
+
+def class_projection(embeddings: Tensor, labels: Tensor) -> ClassProjection:
+    """The 2-component PCA of ``embeddings`` ``[N, D]`` (N, D >= 2) with each row's class position.
+
+    Example:
+        >>> emb = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [3.0, 0.0, 0.0]])
+        >>> p = class_projection(emb, torch.tensor([7, 3, 7, 3]))
+        >>> p.coords.shape, p.classes.tolist(), p.class_index.tolist()
+        (torch.Size([4, 2]), [3, 7], [1, 0, 1, 0])
+    """
+    coords, explained = pca_projection(embeddings, num_components=2)
+    classes, class_index = torch.unique(labels, return_inverse=True)
+    return ClassProjection(coords, explained, classes, class_index)

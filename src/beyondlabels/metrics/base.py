@@ -14,13 +14,16 @@ whole set at :meth:`compute`. This base owns what they share:
   only accumulates and returns None — exactly what ``update(x, y)`` does. Families with a meaningful batch value
   set ``batch_value = True`` and get torchmetrics' forward;
 - argument checks that need the values (finite, ...) and so a host sync run only when ``validate_args=True``;
-- the output schema (:meth:`output_schema`), which callbacks, reports and comparison read.
+- the output schema (:meth:`output_schema`), which callbacks, reports and comparison read;
+- ``plot()`` (torchmetrics' API): the headline values of one result as bars, of several results as lines over the
+  evaluations, or a curve key of one result as a line.
 
 Nothing here imports Lightning.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +86,7 @@ class PerSampleMetric(Metric):
         self.validate_args = validate_args
         self._sample_states: list[str] = []
         self._agreeing_states: list[str] = []
+        self._states_gathered = False  # set by `sync`: the states now hold every process's samples
         self.add_state("ids", default=[], dist_reduce_fx="cat")
 
     # ---- declaration -------------------------------------------------------------------------------------------------
@@ -141,6 +145,26 @@ class PerSampleMetric(Metric):
         self.update(*args, **kwargs)
         return None
 
+    # ---- synchronisation -------------------------------------------------------------------------------------------
+    def sync(
+        self,
+        dist_sync_fn: Any = None,
+        process_group: Any = None,
+        should_sync: bool = True,
+        distributed_available: Any = None,
+    ) -> None:
+        """torchmetrics' ``sync``, recording whether the states were gathered (:meth:`work_share` reads it)."""
+        super().sync(dist_sync_fn=dist_sync_fn, process_group=process_group, should_sync=should_sync,
+                     distributed_available=distributed_available)  # fmt: skip
+        available = distributed_available if distributed_available is not None else self.distributed_available_fn
+        if should_sync and callable(available) and available():
+            self._states_gathered = True
+
+    def unsync(self, should_unsync: bool = True) -> None:
+        super().unsync(should_unsync=should_unsync)
+        if should_unsync:
+            self._states_gathered = False
+
     # ---- compute -----------------------------------------------------------------------------------------------------
     def gathered_samples(self) -> GatheredSamples:
         """Concatenate (and, after a distributed sync, gather) the states; deduplicate by id; order by id.
@@ -183,7 +207,7 @@ class PerSampleMetric(Metric):
                     f"carry one {name} value. Check that ids are unique per sample."
                 )
         num_duplicates = int(ids.numel() - keep.numel())
-        world = _world(self.process_group)[1] if self._to_sync else 1
+        world = _world(self.process_group)[1] if self._states_gathered else 1
         if num_duplicates > world - 1:
             rank_zero_warn(
                 f"{type(self).__name__}: {num_duplicates} samples repeated an id already seen and were dropped "
@@ -197,7 +221,7 @@ class PerSampleMetric(Metric):
         """``(rank, world_size)`` when :meth:`compute` should split work across the processes holding the same
         gathered samples (states were synced), else None."""
         rank, world = _world(self.process_group)
-        if world > 1 and self._to_sync and self.sync_on_compute:
+        if world > 1 and self._states_gathered:
             return rank, world
         return None
 
@@ -210,3 +234,33 @@ class PerSampleMetric(Metric):
     @staticmethod
     def count_spec() -> KeySpec:
         return KeySpec("scalar", None, count=True)
+
+    # ---- plot --------------------------------------------------------------------------------------------------------
+    def plot(self, val: Any = None, ax: Any = None, keys: Sequence[str] | None = None) -> tuple[Any, Any]:
+        """Draw results of this metric with matplotlib, as torchmetrics' ``Metric.plot`` does.
+
+        Args:
+            val: One result of :meth:`compute` (default: ``compute()`` now) or a sequence of results (one per
+                evaluation).
+            ax: The matplotlib axes to draw into (default: a new figure).
+            keys: The keys to draw. Default: every scalar key whose better direction is higher (the headline
+                values). Name one curve key (e.g. ``["precision_curve"]``) to draw that curve of one result against k.
+
+        Returns:
+            ``(figure, axes)``. One result: horizontal bars, one per scalar key, with its value; several results:
+            one line per key over the evaluations; a curve key: the curve against its position (1, 2, ...).
+
+        Example:
+            >>> import torch
+            >>> from beyondlabels.metrics import EmbeddingRetrieval
+            >>> metric = EmbeddingRetrieval(ks=(1, 2))
+            >>> metric.update(torch.eye(4)[[0, 0, 1, 1]] + 0.01 * torch.arange(4.0)[:, None], torch.tensor([0, 0, 1, 1]))
+            >>> fig, ax = metric.plot(keys=["precision@1", "r_precision"])
+            >>> [t.get_text() for t in ax.get_yticklabels()]
+            ['precision@1', 'r_precision']
+        """
+        from beyondlabels.metrics._plot import plot_results
+
+        if val is None:
+            val = self.compute()
+        return plot_results(val, self.output_schema(), type(self).__name__, ax=ax, keys=keys)

@@ -26,7 +26,7 @@ from torch import Tensor
 from beyondlabels.functional.mismatch import PERCENTILE_KINDS, mismatch_analysis, mismatch_output_schema
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import sample_queries
-from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
+from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.metrics.retrieval import EmbeddingRetrieval
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -67,7 +67,7 @@ class LabelMismatchAnalysis(PerSampleMetric):
             ``spearman_p`` and ``spearman_pairs``.
         kwargs: :class:`~beyondlabels.metrics.PerSampleMetric` options.
 
-    After :meth:`compute`, ``null_distribution`` holds the ``[B]`` trial statistics (for histograms).
+    :meth:`compute` also returns ``null_distribution``, the ``[B]`` trial statistics (for histograms).
 
     Raises:
         ValueError: naming the argument, for a bad similarity, counts, trials, seed or kind; labels outside the
@@ -108,7 +108,6 @@ class LabelMismatchAnalysis(PerSampleMetric):
         self.counts = counts
         self.num_trials, self.seed, self.percentile_kind = num_trials, seed, percentile_kind
         self.with_embeddings = with_embeddings
-        self.null_distribution: Tensor | None = None
         self.add_sample_state("labels_query", agree=True)
         self.add_sample_state("labels_retrieved", agree=True)
         if with_embeddings:
@@ -149,7 +148,7 @@ class LabelMismatchAnalysis(PerSampleMetric):
             q, r, self.gains.gains, counts=self.counts, num_trials=self.num_trials, seed=self.seed,
             percentile_kind=self.percentile_kind, **extra,
         )
-        self.null_distribution = out.pop("null")
+        null = out.pop("null")
         out["num_duplicates"] = samples.num_duplicates
         per_query = out.pop("per_query")
         per_query["query_id"] = samples.ids
@@ -158,6 +157,7 @@ class LabelMismatchAnalysis(PerSampleMetric):
             key: torch.tensor(value, dtype=torch.long if isinstance(value, int) else torch.float64) for key, value in out.items()
         }
         result["per_query"] = per_query
+        result["null_distribution"] = null
         return result
 
 
@@ -171,18 +171,18 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
     (the null's class frequencies: the queries' labels), including ``mismatch_spearman_rho``, ``mismatch_spearman_p``
     and ``mismatch_spearman_pairs`` between ``gains`` and the mean embedding cosine of each pair of classes
     (:func:`~beyondlabels.functional.mismatch.class_pair_spearman`) over every evaluation embedding (the whole
-    gallery, also when ``max_queries`` samples the queries). After :meth:`compute`: ``null_distribution`` (``[B]``),
-    ``mismatch_pairs`` (the query and retrieved class indices, for tables) and ``projection_sample``. Every rank
-    computes the same numbers.
+    gallery, also when ``max_queries`` samples the queries). :meth:`compute` also returns ``null_distribution``
+    (``[B]``), ``mismatch_pairs`` (``{"query", "retrieved"}``: the class indices of each query and its top-1
+    neighbour, for tables) and ``projection_sample``. Every rank computes the same numbers.
 
     Args:
         gains: the class similarity with the labels of its classes (e.g. ``FeatureProfiles.class_gains()``).
         num_trials, seed: the null's ``B`` and seed.
-        projection_points: after :meth:`compute`, ``projection_sample`` holds ``(embeddings [n, D] float32, label
-            codes [n])`` on the CPU for a picture of the embeddings (e.g.
+        projection_points: :meth:`compute`'s ``projection_sample`` is ``{"embeddings": [n, D] float32, "labels":
+            label codes [n]}`` on the CPU for a picture of the embeddings (e.g.
             :func:`~beyondlabels.functional.projection.pca_projection`), ``n = min(N, projection_points)``: a fixed
             sample chosen by id and ``projection_seed`` (:func:`~beyondlabels.functional.retrieval.sample_queries`:
-            the same ids at every evaluation and on any world size), in id order. 0: ``projection_sample`` stays None.
+            the same ids at every evaluation and on any world size), in id order. 0: ``projection_sample`` is None.
         projection_seed: seed of that sample.
         kwargs: :class:`~beyondlabels.metrics.EmbeddingRetrieval` options (``return_neighbors`` is at least 1).
 
@@ -193,7 +193,7 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
         >>> out = metric.compute()
         >>> float(out["profile_precision@1"]), int(out["mismatch_num_mismatches"]), float(out["mismatch_mean_similarity"])
         (0.9, 1, 0.6)
-        >>> int(out["mismatch_spearman_pairs"]), metric.projection_sample[0].shape  # one class pair: too few for a rho
+        >>> int(out["mismatch_spearman_pairs"]), out["projection_sample"]["embeddings"].shape  # one pair: too few for a rho
         (1, torch.Size([3, 2]))
     """
 
@@ -221,27 +221,14 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
         super().__init__(**kwargs)
         self.mismatch_gains, self.num_trials, self.seed = gains, num_trials, seed
         self.projection_points, self.projection_seed = projection_points, projection_seed
-        self.null_distribution: Tensor | None = None
-        self.mismatch_pairs: tuple[Tensor, Tensor] | None = None
-        self.projection_sample: tuple[Tensor, Tensor] | None = None
-        self._samples: GatheredSamples | None = None
 
     def output_schema(self) -> OutputSchema:
         mismatch = mismatch_output_schema(spearman=True)
         return super().output_schema().merged(OutputSchema({f"mismatch_{k}": mismatch[k] for k in mismatch.scalar_keys()}))
 
-    def gathered_samples(self) -> GatheredSamples:
-        """The base's gathered samples, also kept for :meth:`compute` (Spearman, projection sample) so that the
-        gallery is concatenated and deduplicated once."""
-        self._samples = super().gathered_samples()
-        return self._samples
-
     def compute(self) -> dict[str, Any]:
-        try:
-            out = super().compute()
-            samples = self._samples
-        finally:
-            self._samples = None  # the gallery is not kept between evaluations
+        samples = self.gathered_samples()  # gathered and deduplicated once, for the search and the analysis
+        out = self.results_of(samples)
         embeddings, labels, ids = samples.values["embeddings"], samples.values["labels"], samples.ids
         q = self.mismatch_gains.class_index(out["per_query"]["label"].cpu(), "labels")
         r = self.mismatch_gains.class_index(out["neighbors"]["labels"][:, 0].cpu(), "labels")
@@ -249,12 +236,12 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
             q, r, self.mismatch_gains.gains, num_trials=self.num_trials, seed=self.seed,
             embeddings=embeddings, embedding_classes=self.mismatch_gains.class_index(labels, "labels"),
         )
-        self.null_distribution = analysis.pop("null")
-        self.mismatch_pairs = (q, r)
-        self.projection_sample = None
+        out["null_distribution"] = analysis.pop("null")
+        out["mismatch_pairs"] = {"query": q, "retrieved": r}
+        out["projection_sample"] = None
         if self.projection_points:
             rows = sample_queries(ids, self.projection_points, self.projection_seed)
-            self.projection_sample = (embeddings[rows].detach().cpu(), labels[rows].cpu())
+            out["projection_sample"] = {"embeddings": embeddings[rows].detach().cpu(), "labels": labels[rows].cpu()}
         for key in mismatch_output_schema(spearman=True).scalar_keys():
             value = analysis[key]
             out[f"mismatch_{key}"] = torch.tensor(value, dtype=torch.long if isinstance(value, int) else torch.float64)

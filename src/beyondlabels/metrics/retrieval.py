@@ -23,7 +23,7 @@ from beyondlabels.functional.retrieval import (
     retrieval_per_query,
     sample_queries,
 )
-from beyondlabels.metrics.base import PerSampleMetric
+from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
 __all__ = ["EmbeddingRetrieval"]
@@ -73,7 +73,8 @@ class EmbeddingRetrieval(PerSampleMetric):
 
     Returns (from :meth:`compute`):
         The kernel's dict (keys and directions: :meth:`output_schema`) plus ``num_duplicates`` (copies of an id that
-        were dropped) and ``per_query`` (one vector per metric, with ``query_id`` and ``label``).
+        were dropped), ``per_query`` (one vector per metric, with ``query_id`` and ``label``) and ``label_names``
+        (``{code: label}`` of the string labels seen on any process; empty for integer labels).
 
     Example:
         >>> metric = EmbeddingRetrieval(ks=(1, 2))
@@ -84,6 +85,8 @@ class EmbeddingRetrieval(PerSampleMetric):
         (tensor(1., dtype=torch.float64), tensor(0.5000, dtype=torch.float64), tensor(0))
         >>> out["per_query"]["query_id"]
         tensor([10, 11, 12, 13])
+        >>> sorted(out["label_names"].values())
+        ['arch', 'dome']
     """
 
     embeddings: list[Tensor]
@@ -132,7 +135,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         self.query_seed = query_seed
         self.deep_metrics = deep_metrics
         self.distributed_search = bool(distributed_search)
-        self.label_names: dict[int, str] = {}
+        self._label_names: dict[int, str] = {}  # code -> string label seen by this process (kept until `reset`)
         self.add_sample_state("embeddings")
         self.add_sample_state("labels", agree=True)
 
@@ -169,7 +172,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             codes = labels.long()
         else:
             codes, names = encode_labels(labels, "labels")
-            self.label_names.update(names)
+            self._label_names.update(names)
         if codes.shape[0] != n:
             raise ValueError(f"`labels` has {codes.shape[0]} entries for {n} embeddings; they must match.")
         ids = self.check_ids(ids, n, embeddings.device)
@@ -177,7 +180,10 @@ class EmbeddingRetrieval(PerSampleMetric):
 
     def compute(self) -> dict[str, Any]:
         """Deduplicate the gathered samples by id and return all metrics from one search."""
-        samples = self.gathered_samples()
+        return self.results_of(self.gathered_samples())
+
+    def results_of(self, samples: GatheredSamples) -> dict[str, Any]:
+        """Every metric of the deduplicated ``samples`` from one search (the body of :meth:`compute`)."""
         emb, labels, ids = samples.values["embeddings"], samples.values["labels"], samples.ids
         share = self.work_share() if self.distributed_search else None
         query_rows = None if self.max_queries is None else sample_queries(ids, self.max_queries, self.query_seed)
@@ -210,4 +216,19 @@ class EmbeddingRetrieval(PerSampleMetric):
         if "neighbors" in out:
             idx = out["neighbors"]["indices"]
             out["neighbors"] = {"ids": ids[idx], "labels": labels[idx], "scores": out["neighbors"]["scores"]}
+        out["label_names"] = self.gathered_label_names()
         return out
+
+    def gathered_label_names(self) -> dict[int, str]:
+        """``{code: label}`` of the string labels every process has seen (gathered when the states were)."""
+        names = dict(self._label_names)
+        if self.work_share() is not None:
+            every: list[Any] = [None] * torch.distributed.get_world_size(self.process_group)
+            torch.distributed.all_gather_object(every, names, group=self.process_group)
+            for other in every:
+                names.update(other)
+        return dict(sorted(names.items()))
+
+    def reset(self) -> None:
+        super().reset()
+        self._label_names = {}

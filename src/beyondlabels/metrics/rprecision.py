@@ -62,7 +62,7 @@ class TextImageRPrecision(PerSampleMetric):
     """
 
     is_differentiable = False
-    higher_is_better = True
+    higher_is_better = None  # outputs mix directions (ranks are better low): read `output_schema()` per key
     full_state_update = False
 
     images: list[Tensor]

@@ -60,7 +60,12 @@ class ZeroShotClassification(PerSampleMetric):
         self.add_sample_state("labels", agree=True)
 
     def output_schema(self) -> OutputSchema:
-        return zeroshot_output_schema(self.ks).merged(OutputSchema({"num_duplicates": self.count_spec()}))
+        return self.schema_for(self.ks)
+
+    @classmethod
+    def schema_for(cls, ks: Sequence[int]) -> OutputSchema:
+        """The output schema of a metric with these ``ks``, without building one (it depends on nothing else)."""
+        return zeroshot_output_schema(check_ks(ks)).merged(OutputSchema({"num_duplicates": cls.count_spec()}))
 
     def update(self, scores: Tensor, labels: Any, ids: Any = None) -> None:
         """Add a batch: ``scores`` float ``[B, C]``, ``labels`` ``[B]`` class indices, optional ``ids`` ``[B]``."""
