@@ -40,6 +40,10 @@ def select_prompts(pool: Sequence[str], num_prompts: int, seed: int) -> tuple[li
     return ids, [pool[i] for i in ids]
 
 
+# The options of TextImageRPrecision a callback passes through (the metric validates them and holds their defaults).
+PROTOCOL_OPTIONS = ("num_candidates", "r", "top_r", "protocol", "repeats", "seed", "near_duplicate_threshold", "hard_negatives")
+
+
 class PromptSet(Dataset):
     """Items ``{"prompt": str, "id": int}`` (map-style, so the base shards it under DDP)."""
 
@@ -71,11 +75,12 @@ class RPrecisionCore(EvaluationCore):
         prompt_seed: Seed of the prompt choice.
         generate_method: Name of the module method ``(list[str]) -> images in [0, 1]``.
         batch_size: Prompts generated per call.
-        num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, hard_negatives: Passed to
-            :class:`~beyondlabels.metrics.TextImageRPrecision`.
         num_table_rows: Rows of the W&B table (0: none).
         prefix: Namespace of the logged keys.
-        kwargs: Passed to :class:`~beyondlabels.callbacks.base.EvaluationCore` (schedule, files, strict, ...).
+        kwargs: The protocol options of :class:`~beyondlabels.metrics.TextImageRPrecision` (``num_candidates``,
+            ``r``, ``top_r``, ``protocol``, ``repeats``, ``seed``, ``near_duplicate_threshold``,
+            ``hard_negatives``; their defaults are the metric's), and the options of
+            :class:`~beyondlabels.callbacks.base.EvaluationCore` (schedule, files, strict, ...).
     """
 
     callback_name = "RPrecisionCallback"
@@ -88,14 +93,6 @@ class RPrecisionCore(EvaluationCore):
         prompt_seed: int = 0,
         generate_method: str = "generate",
         batch_size: int = 32,
-        num_candidates: int = 100,
-        r: int = 1,
-        top_r: Sequence[int] = (1, 5, 10),
-        protocol: str = "folds",
-        repeats: int = 10,
-        seed: int = 0,
-        near_duplicate_threshold: float | None = 0.8,
-        hard_negatives: bool = False,
         num_table_rows: int = 16,
         *,
         prefix: str = "rprecision",
@@ -106,8 +103,6 @@ class RPrecisionCore(EvaluationCore):
                 raise ValueError(f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got {type(evaluator).__name__}.")
         check_positive_int(num_prompts, "num_prompts")
         check_positive_int(batch_size, "batch_size")
-        if num_prompts < num_candidates:
-            raise ValueError(f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates.")
         if isinstance(num_table_rows, bool) or not isinstance(num_table_rows, int) or num_table_rows < 0:
             raise ValueError(f"`num_table_rows` must be an int >= 0, got {num_table_rows!r}.")
         check_names(generate_method=generate_method)
@@ -115,14 +110,14 @@ class RPrecisionCore(EvaluationCore):
         self.prompts = prompts if isinstance(prompts, str) else list(prompts)
         self.num_prompts, self.prompt_seed = num_prompts, prompt_seed
         self.generate_method, self.batch_size, self.num_table_rows = generate_method, batch_size, num_table_rows
-        self._metric_args = dict(
-            num_candidates=num_candidates, r=r, top_r=top_r, protocol=protocol, repeats=repeats, seed=seed,
-            near_duplicate_threshold=near_duplicate_threshold, hard_negatives=hard_negatives,
-        )  # fmt: skip
+        self._metric_args = {name: kwargs.pop(name) for name in PROTOCOL_OPTIONS if name in kwargs}
         self._prompt_set: PromptSet | None = None
         self._table: dict[int, tuple[str, torch.Tensor]] = {}
         kwargs.setdefault("dataloader", self._loader)
         super().__init__(prefix=prefix, **kwargs)
+        num_candidates = self.metric.num_candidates
+        if num_prompts < num_candidates:
+            raise ValueError(f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates.")
 
     def build_metric(self) -> TextImageRPrecision:
         return TextImageRPrecision(**self._metric_args)
