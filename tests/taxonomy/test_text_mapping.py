@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from beyondlabels.demo import demo_taxonomy
-from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, mapping_quality, normalize_text, text_encoder
+from beyondlabels.functional import mapping_quality
+from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, normalize_text, text_encoder
 
 TREE = Taxonomy(
     {

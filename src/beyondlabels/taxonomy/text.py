@@ -53,10 +53,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional.hierarchy import hierarchical_precision_recall
 from beyondlabels.taxonomy.tree import Taxonomy
 
-__all__ = ["HashingTextEncoder", "NodeMatch", "RULES", "TextToNode", "mapping_quality", "normalize_text", "text_encoder"]
+__all__ = ["HashingTextEncoder", "NodeMatch", "RULES", "TextToNode", "normalize_text", "text_encoder"]
 
 RULES = ("exact", "ngram4", "ngram3", "ngram2", "word", "lca", "embedding")
 STOP_WORDS = frozenset(
@@ -398,35 +397,3 @@ class TextToNode:
             depth = int(agree.long().cumprod(0).sum()) - 1
             return self._match(text, int(rows[0, depth]), "lca", cand_scores[0], cand)
         return self._match(text, cand[0], "embedding", cand_scores[0], cand)
-
-
-def mapping_quality(mapper: TextToNode, texts: Sequence[str], gold: Sequence[str], include_root: bool = False) -> dict[str, Any]:
-    """How well ``mapper`` maps labelled answers: hP / hR / hF of the mapped nodes against the gold nodes (as Table 2
-    of the paper), the exact-match rate, and how often each rule decided.
-
-    Returns:
-        ``hP``, ``hR``, ``hF``, ``hF_sample_mean``, ``micro_hP``, ``micro_hR``, ``micro_hF``, ``exact_match`` (floats),
-        ``num_samples`` and ``rules`` (``{rule: count}``) and ``matches`` (the :class:`NodeMatch` of every answer).
-
-    Example:
-        >>> from beyondlabels.taxonomy import Taxonomy
-        >>> tax = Taxonomy({"conifer": "tree", "spruce": "conifer", "oak": "tree"}, root="tree")
-        >>> q = mapping_quality(TextToNode(tax), ["a spruce", "conifer"], ["spruce", "spruce"])
-        >>> q["exact_match"], q["hP"], q["hR"], q["rules"]["exact"]
-        (0.5, 1.0, 0.75, 2)
-    """
-    if len(texts) != len(gold):
-        raise ValueError(f"`texts` has {len(texts)} entries and `gold` {len(gold)}; give one gold node per text.")
-    matches = mapper.map(list(texts))
-    pred = torch.tensor([m.index for m in matches], dtype=torch.long)
-    try:
-        truth = mapper.taxonomy.indices(list(gold))
-    except ValueError as err:
-        raise ValueError(f"`gold`: {err}") from None
-    out = hierarchical_precision_recall(pred, truth, mapper.taxonomy, include_root=include_root)
-    keys = ("hP", "hR", "hF", "hF_sample_mean", "micro_hP", "micro_hR", "micro_hF", "exact_match")
-    result: dict[str, Any] = {k: float(out[k]) for k in keys}
-    result["num_samples"] = len(matches)
-    result["rules"] = {rule: sum(m.rule == rule for m in matches) for rule in RULES}
-    result["matches"] = matches
-    return result
