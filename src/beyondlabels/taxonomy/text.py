@@ -25,8 +25,9 @@ Rules, in order (the first that applies decides)
        common ancestor of every candidate within the margin — a conservative but correct answer.
     5. ``embedding``: the best scored candidate.
 
-Node-text embeddings are cached per (encoder identity, taxonomy, node texts, device) — pass a new ``encoder_key``
-when the encoder's weights change (a model in training), or call :meth:`TextToNode.clear_cache`.
+Each mapper keeps the embeddings of its node texts, computed with its encoder under its ``encoder_key``; they are
+recomputed when :attr:`TextToNode.encoder_key` changes (set a new key when the encoder's weights change, a model in
+training), when :meth:`TextToNode.set_encoder` installs another encoder, or after :meth:`TextToNode.clear_cache`.
 
 Encoders (:func:`text_encoder`): a callable ``list[str] -> Tensor [N, D]``, an object with ``encode_text`` (the
 demo's TinyCLIP, any LightningModule), ``"open_clip:<model>[:<pretrained>]"`` (an open_clip model by name; weights
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,8 +66,6 @@ _WORDNET_SUFFIX = re.compile(r"\.[nvasr]\.\d+$")
 _DROP = re.compile(r"[^0-9a-z ]+")
 _SPACES = re.compile(r"\s+")
 _ARTICLES = ("a ", "an ", "the ")
-_CACHE: OrderedDict[Any, Tensor] = OrderedDict()
-_CACHE_SIZE = 4
 
 
 def normalize_text(text: str) -> str:
@@ -151,7 +149,8 @@ class HashingTextEncoder:
 
 def text_encoder(spec: Any) -> tuple[Callable[[list[str]], Tensor], Any]:
     """``(encode, identity)`` for an encoder given as a callable, an object with ``encode_text``, ``"hashing"`` or
-    ``"open_clip:<model>[:<pretrained>]"`` (see the module docstring).
+    ``"open_clip:<model>[:<pretrained>]"`` (see the module docstring). The identity names the encoder: its settings
+    for a named one, the object itself (compared by ``is``) otherwise.
 
     Raises:
         ValueError: for anything else, or an open_clip model that cannot be created (the message says why).
@@ -192,9 +191,9 @@ def text_encoder(spec: Any) -> tuple[Callable[[list[str]], Tensor], Any]:
         )
     method = getattr(spec, "encode_text", None)
     if callable(method):
-        return method, ("encode_text", id(spec))
+        return method, ("encode_text", spec)
     if callable(spec):
-        return spec, ("callable", id(spec))
+        return spec, ("callable", spec)
     raise ValueError(f"`encoder` must be a callable, an object with encode_text, or a name; got {type(spec).__name__}.")
 
 
@@ -230,7 +229,8 @@ class TextToNode:
         top_k: number of candidates.
         ngram_orders: word n-gram lengths tried, in order.
         lca_margin: score gap within which the top candidates are merged into their LCA (``None`` turns the rule off).
-        encoder_key: identity of the encoder's current weights for the cache (default: the encoder object).
+        encoder_key: identity of the encoder's current weights: the node-text embeddings are recomputed when it
+            changes (default: the identity of :func:`text_encoder`, fixed for the mapper's life).
         batch_size: texts encoded, and answers scored, per block.
 
     Raises:
@@ -260,8 +260,8 @@ class TextToNode:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
         self.taxonomy = taxonomy
-        self.encode, default_key = text_encoder(encoder)
-        self.encoder_key = default_key if encoder_key is None else encoder_key
+        self._embeddings: tuple[Any, Tensor] | None = None
+        self.set_encoder(encoder, encoder_key)
         self.top_k = min(top_k, len(taxonomy))
         self.ngram_orders = tuple(sorted(orders, reverse=True))
         self.lca_margin = None if lca_margin is None else float(lca_margin)
@@ -292,14 +292,27 @@ class TextToNode:
         self._texts_of: list[list[int]] = [[] for _ in range(len(taxonomy))]
         for t, index in enumerate(owner):
             self._texts_of[index].append(t)
-        self._fingerprint = (hash(taxonomy), hash(tuple(texts)))
         self._table = taxonomy.ancestor_table()
         self._depth = taxonomy.depth
 
     # ---- embeddings ------------------------------------------------------------------------------------------------
+    def set_encoder(self, encoder: Any, encoder_key: Any = None) -> None:
+        """Use ``encoder`` (any form :func:`text_encoder` accepts) from now on, under ``encoder_key`` (default: its
+        identity); the node-text embeddings are recomputed at the next :meth:`map` unless both the encoder's identity
+        and the key are unchanged.
+
+        Raises:
+            ValueError: for an encoder :func:`text_encoder` does not accept.
+        """
+        encode, identity = text_encoder(encoder)
+        if self._embeddings is not None and not _same(identity, self._identity):
+            self._embeddings = None
+        self.encode, self._identity = encode, identity
+        self.encoder_key = identity if encoder_key is None else encoder_key
+
     def clear_cache(self) -> None:
-        """Forget every cached node-text embedding (all mappers share the cache)."""
-        _CACHE.clear()
+        """Forget this mapper's node-text embeddings."""
+        self._embeddings = None
 
     def _encode(self, texts: Sequence[str]) -> Tensor:
         parts = []
@@ -311,16 +324,12 @@ class TextToNode:
         return torch.cat(parts)
 
     def node_embeddings(self) -> Tensor:
-        """L2-normalised embeddings of every node text ``[T, D]`` (cached; see the module docstring)."""
-        key = (self.encoder_key, self._fingerprint)
-        cached = _CACHE.get(key)
-        if cached is not None:
-            _CACHE.move_to_end(key)
-            return cached
+        """L2-normalised embeddings of every node text ``[T, D]`` (kept until the encoder or its key changes; see the
+        module docstring)."""
+        if self._embeddings is not None and _same(self._embeddings[0], self.encoder_key):
+            return self._embeddings[1]
         embeddings = self._encode(self.node_texts)
-        _CACHE[key] = embeddings
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        self._embeddings = (self.encoder_key, embeddings)
         return embeddings
 
     # ---- mapping -----------------------------------------------------------------------------------------------------
@@ -397,3 +406,12 @@ class TextToNode:
             depth = int(agree.long().cumprod(0).sum()) - 1
             return self._match(text, int(rows[0, depth]), "lca", cand_scores[0], cand)
         return self._match(text, cand[0], "embedding", cand_scores[0], cand)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two encoder identities or keys are the same: equal tuples of equal parts, objects by ``is``."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (str, int, float, bool, type(None))) and isinstance(b, (str, int, float, bool, type(None))):
+        return type(a) is type(b) and a == b
+    return a is b
