@@ -241,7 +241,7 @@ def evaluate_hierarchy(cfg: DictConfig) -> dict[str, Any]:
 
     if not cfg.get("taxonomy") or not cfg.get("predictions"):
         raise ValueError(
-            "task=hierarchy needs taxonomy=PATH (.yaml/.json/.tsv, or wordnet, or demo) and predictions=PATH.jsonl "
+            "task=hierarchy needs taxonomy=PATH (.yaml/.json/.tsv, or wordnet) and predictions=PATH.jsonl "
             '(rows {"gt": NODE, "pred": NODE} or {"gt": NODE, "pred_text": TEXT}, optional "id")'
         )
     options = cfg.get("hierarchy") or {}
@@ -455,7 +455,7 @@ def evaluate_mismatch(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from beyondlabels.functional.mismatch import mismatch_analysis, mismatch_output_schema, mismatch_pair_table
-    from beyondlabels.functional.profiles import pair_distribution
+    from beyondlabels.functional.profiles import feature_similarity, pair_distribution
     from beyondlabels.profiles import load_profiles
     from beyondlabels.reporting.heatmap import save_null_histogram_png
 
@@ -477,7 +477,7 @@ def evaluate_mismatch(cfg: DictConfig) -> dict[str, Any]:
         counts = torch.tensor([float(raw.get(name, 0)) for name in profiles.classes], dtype=torch.float64)
     else:
         counts = torch.bincount(to_index(queries), minlength=c).to(torch.float64)
-    m = profiles.similarity_matrix()
+    m = feature_similarity(profiles)
     analysis = mismatch_analysis(q, r, m, counts=counts, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)))
     schema = mismatch_output_schema()
     report: dict[str, Any] = {"task": "mismatch", **_mismatch_json(analysis, schema)}
@@ -499,14 +499,14 @@ def evaluate_mismatch(cfg: DictConfig) -> dict[str, Any]:
 def evaluate_profiles(cfg: DictConfig) -> dict[str, Any]:
     """``task=profiles profiles=PATH``: the M_feature matrix, its distinct-pair distribution and top pairs as JSON,
     and a heatmap PNG beside it."""
-    from beyondlabels.functional.profiles import pair_distribution
+    from beyondlabels.functional.profiles import feature_similarity, pair_distribution
     from beyondlabels.profiles import load_profiles
     from beyondlabels.reporting.heatmap import save_similarity_heatmap_png
 
     if not cfg.get("profiles"):
         raise ValueError("task=profiles needs profiles=PATH (YAML/JSON: features {ordinal, sets}, classes)")
     profiles = load_profiles(str(cfg.profiles))
-    m = profiles.similarity_matrix()
+    m = feature_similarity(profiles)
     report = {"task": "profiles", "classes": list(profiles.classes), "matrix": m.tolist(),
               "pair_distribution": pair_distribution(m, profiles.classes, top=int(cfg.get("top_pairs", 10))),
               "settings": {"profiles": str(cfg.profiles)}}
@@ -522,11 +522,12 @@ def evaluate_profiles(cfg: DictConfig) -> dict[str, Any]:
 def _retrieval_profiles(cfg: DictConfig, data: Any) -> Any:
     """``task=retrieval profiles=PATH``: the profile-derived ClassGains (graded keys ``profile_*``) for the labels of
     ``data`` (class names, or indices in profiles-file order)."""
+    from beyondlabels.functional.profiles import profile_class_gains
     from beyondlabels.profiles import load_profiles
 
     profiles = load_profiles(str(cfg.profiles))
     mode = _profile_labels(profiles, [str(v) for v in data.label_names.values()], f"input {cfg.input}")
-    return profiles.class_gains(name="profile", labels=None if mode == "names" else "index")
+    return profile_class_gains(profiles, name="profile", labels=None if mode == "names" else "index")
 
 
 def _retrieval_mismatch(cfg: DictConfig, data: Any, metrics: dict[str, Any], gains: Any) -> dict[str, Any]:

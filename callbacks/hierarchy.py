@@ -169,10 +169,11 @@ class HierarchyEvalCore(EvaluationCore):
         if self.encoder != "module":
             assert self._mapper is not None
             return self._mapper
-        key = ("module", id(pl_module), trainer.global_step)
+        key = ("module", trainer.global_step)  # the weights change with the step: node texts are embedded again
         if self._mapper is None:
             self._mapper = TextToNode(self.taxonomy, encoder=pl_module, encoder_key=key, **self.mapper_options)
-        self._mapper.encode, self._mapper.encoder_key = pl_module.encode_text, key  # new weights, new cache entry
+        else:
+            self._mapper.set_encoder(pl_module, encoder_key=key)
         return self._mapper
 
     def feed(self, pl_module: LightningModule, batch: Any) -> None:

@@ -281,9 +281,9 @@ def _profile_gains(profiles: Any, labels: Any) -> ClassGains | None:
         return None
     if isinstance(profiles, ClassGains):
         return profiles
+    from beyondlabels.functional.profiles import profile_class_gains
     from beyondlabels.profiles import load_profiles
 
-    if not hasattr(profiles, "class_gains"):
-        profiles = load_profiles(profiles)  # a path or a mapping in the profiles file format
-    return profiles.class_gains(name="profile", labels=labels)
+    profiles = load_profiles(profiles)  # a path or a mapping in the profiles file format (FeatureProfiles as is)
+    return profile_class_gains(profiles, name="profile", labels=labels)
 

@@ -79,6 +79,41 @@ def test_free_text_answers_are_mapped_to_nodes(tmp_path: Path):
     assert last["hP"] == pytest.approx(float(ref["hP"])) and last["hR"] == pytest.approx(float(ref["hR"]))
 
 
+class TextClassifier(Classifier):
+    """A classifier whose free-text answers are mapped with its own text encoder (counting the texts it encodes)."""
+
+    texts_seen = 0
+
+    def encode_text(self, texts: list[str]) -> torch.Tensor:
+        from beyondlabels.taxonomy import HashingTextEncoder
+
+        self.texts_seen += len(texts)
+        return HashingTextEncoder(64)(texts)
+
+
+def test_the_module_encoder_embeds_node_texts_again_at_every_step(tmp_path: Path):
+    tree = Taxonomy({"A": "root", "B": "root", "a_zero": "A", "a_one": "A", "b_zero": "B", "b_one": "B"}, root="root")
+    classes = ["a_zero", "a_one", "b_zero", "b_one"]
+    callback = HierarchyEvalCallback(tree, source="text", class_names=classes, encoder="module", strict=True)
+    model = TextClassifier()
+    trainer = pl.Trainer(
+        max_epochs=2, callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(tmp_path), accelerator="cpu", devices=1,
+        num_sanity_val_steps=0,
+    )  # fmt: skip
+    dm = PointDataModule()
+    trainer.fit(model, datamodule=dm)
+    evaluations = len(callback.history)
+    assert evaluations >= 2 and callback._mapper is not None and callback._mapper.encode == model.encode_text
+    answers = evaluations * len(dm.eval_set.labels)
+    assert model.texts_seen == answers + evaluations * len(tree)  # node texts embedded once per evaluation step
+    x = torch.from_numpy(dm.eval_set.points)
+    with torch.no_grad():
+        pred = tree.indices(classes)[model.predict_labels(x)]
+    ref = hierarchical_precision_recall(pred, tree.indices(classes)[torch.from_numpy(dm.eval_set.labels)], tree)
+    assert callback.history[-1]["hP"] == pytest.approx(float(ref["hP"]))
+
+
 def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
     from pytorch_lightning.loggers import WandbLogger
 

@@ -19,6 +19,7 @@ from toy import LinearEncoder, PointDataModule  # noqa: E402
 
 from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from beyondlabels.io import read_offline_run  # noqa: E402
+from beyondlabels.functional import feature_similarity  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 
 PROFILES = FeatureProfiles(
@@ -46,7 +47,7 @@ def test_profile_keys_match_a_numpy_oracle_on_the_final_model(tmp_path):
     s = u @ u.T
     np.fill_diagonal(s, -np.inf)
     nn = labels[s.argmax(axis=1)]
-    m = PROFILES.similarity_matrix().numpy()
+    m = feature_similarity(PROFILES).numpy()
     last = callback.history[-1]
     assert last["profile_precision@1"] == pytest.approx(m[labels, nn].mean(), abs=1e-6)
     wrong = labels != nn
@@ -135,7 +136,7 @@ def test_spearman_and_embedding_projection_are_logged(tmp_path):
     u = emb / np.linalg.norm(emb, axis=1, keepdims=True)
     cos = u @ u.T
     pairs = [(a, b) for a in range(4) for b in range(a + 1, 4)]
-    m = PROFILES.similarity_matrix().numpy()
+    m = feature_similarity(PROFILES).numpy()
     ref = spearmanr([m[a, b] for a, b in pairs], [cos[np.ix_(labels == a, labels == b)].mean() for a, b in pairs])
     last = callback.history[-1]
     assert last["mismatch_spearman_pairs"] == 6

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from beyondlabels.demo import CLASS_NAMES, ShapesDataModule, ancestors, load_profiles, load_taxonomy, render_shapes
+from beyondlabels.demo import CLASS_NAMES, ShapesDataModule, ancestors, profiles_dict, render_shapes, taxonomy_dict
 from beyondlabels.demo.shapes import COLORS, POSITIONS, SIZES, class_phrase
 
 
@@ -65,7 +65,7 @@ def test_render_rejects_bad_arguments():
 
 
 def test_taxonomy_covers_every_class_as_a_leaf_and_reaches_the_root():
-    taxonomy = load_taxonomy()
+    taxonomy = taxonomy_dict()
     parents = set(taxonomy["parent"].values())
     for name in CLASS_NAMES:
         path = ancestors(name, taxonomy)
@@ -81,7 +81,7 @@ def test_taxonomy_covers_every_class_as_a_leaf_and_reaches_the_root():
 
 
 def test_profiles_cover_every_class_with_valid_values():
-    profiles = load_profiles()
+    profiles = profiles_dict()
     ordinal, sets = profiles["features"]["ordinal"], profiles["features"]["sets"]
     assert set(profiles["classes"]) == set(CLASS_NAMES)
     for name, profile in profiles["classes"].items():

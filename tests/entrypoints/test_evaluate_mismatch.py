@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers import REPO_ROOT, run_script  # noqa: E402
 
 from beyondlabels.demo import demo_profiles  # noqa: E402
+from beyondlabels.functional import feature_similarity  # noqa: E402
 from beyondlabels.functional.mismatch import mismatch_output_schema  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_entry_mismatch", REPO_ROOT / "evaluate.py")
@@ -42,7 +43,7 @@ def _cfg(tmp_path: Path, *overrides: str):
 def _pairs(n: int = 300, seed: int = 0):
     """Queries of the demo classes whose mistakes prefer similar classes (a model that confuses related shapes)."""
     p = demo_profiles()
-    m = p.similarity_matrix().numpy()
+    m = feature_similarity(p).numpy()
     rng = np.random.default_rng(seed)
     c = len(p)
     q = rng.integers(0, c, size=n)
@@ -123,7 +124,7 @@ def test_profiles_task_writes_matrix_distribution_and_heatmap(tmp_path):
     report = evaluate.evaluate_profiles(_cfg(tmp_path, "task=profiles", f"profiles={PROFILES}", f"output={out}"))
     m = np.array(report["matrix"])
     assert report["classes"] == list(demo_profiles().classes)
-    np.testing.assert_array_equal(m, demo_profiles().similarity_matrix().numpy())
+    np.testing.assert_array_equal(m, feature_similarity(demo_profiles()).numpy())
     pairs = m[np.triu_indices(len(m), 1)]
     assert report["pair_distribution"]["median"] == pytest.approx(np.median(pairs), abs=1e-12)
     assert out.with_suffix(".png").stat().st_size > 0
@@ -139,7 +140,7 @@ def test_retrieval_with_profiles_adds_graded_keys_and_a_mismatch_section(tmp_pat
     out = tmp_path / "ret.json"
     report = evaluate.evaluate_retrieval(_cfg(tmp_path, "task=retrieval", f"input={tmp_path / 'emb.npz'}", f"profiles={PROFILES}",
                                               f"output={out}", "k=[1,5]", "trials=300"))
-    m = p.similarity_matrix().numpy()
+    m = feature_similarity(p).numpy()
     u = x.astype(np.float64) / np.linalg.norm(x, axis=1, keepdims=True)
     s = u @ u.T
     np.fill_diagonal(s, -np.inf)

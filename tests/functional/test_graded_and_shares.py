@@ -253,16 +253,16 @@ def test_mistake_stats_average_over_wrong_top1_neighbours(gallery):
 
 def test_taxonomy_gains_report_the_lca_depth_of_top1_mistakes():
     """Against the taxonomy kernel applied to the top-1 neighbours found by the plain top-k search."""
+    from beyondlabels.demo import demo_taxonomy
     from beyondlabels.demo.metadata import leaf_classes
     from beyondlabels.functional import cosine_topk, mistake_lca_depth, taxonomy_class_gains
-    from beyondlabels.taxonomy import load_taxonomy
 
     classes = list(leaf_classes())
     emb, labels = clustered(400, 10, len(classes), seed=2, noise=2.5)
-    gains = taxonomy_class_gains("demo", classes, labels="index")
+    gains = taxonomy_class_gains(demo_taxonomy(), classes, labels="index")
     out = embedding_retrieval_metrics(emb, labels, ks=(1,), graded=[gains])
     _, top = cosine_topk(emb, emb, 1, query_ids=torch.arange(400), gallery_ids=torch.arange(400))
-    tax = load_taxonomy("demo")
+    tax = demo_taxonomy()
     nodes = tax.indices(classes)
     ref = mistake_lca_depth(nodes[labels], nodes[labels[top[:, 0]]], tax)
     assert float(out["hierarchical_mistake_lca_depth"]) == pytest.approx(float(ref["mean_mistake_lca_depth"]), rel=1e-12)

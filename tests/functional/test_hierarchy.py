@@ -271,7 +271,7 @@ def test_class_gains_match_the_set_definition():
             assert float(gains.gains[i, j]) == pytest.approx(len(sa & sb) / max(len(sa), len(sb))), (a, b)
     assert isinstance(gains, ClassGains) and gains.name == "hierarchical" and gains.classes == classes
     assert torch.equal(gains.gains, gains.gains.T)
-    by_index = tax.class_gains(classes, labels="index", name="tree")
+    by_index = taxonomy_class_gains(tax, classes, labels="index", name="tree")
     assert by_index.classes == list(range(12)) and torch.equal(by_index.gains, gains.gains)
 
 

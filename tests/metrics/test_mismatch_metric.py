@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
 from outputs import assert_same_outputs  # noqa: E402
 
 from beyondlabels.demo import demo_profiles  # noqa: E402
-from beyondlabels.functional import ClassGains, encode_labels  # noqa: E402
+from beyondlabels.functional import ClassGains, encode_labels, feature_similarity  # noqa: E402
 from beyondlabels.metrics import LabelMismatchAnalysis  # noqa: E402
 from beyondlabels.metrics import RetrievalWithMismatch  # noqa: E402
 
@@ -78,7 +78,7 @@ def test_string_labels_through_feature_profiles():
     m = LabelMismatchAnalysis(p, num_trials=200)
     m.update(qc, rc)
     out = m.compute()
-    sim = p.similarity_matrix().numpy()
+    sim = feature_similarity(p).numpy()
     expected = [sim[names.index(a), names.index(b)] for a, b in zip(q_names, r_names, strict=True) if a != b]
     assert out["mean_similarity"] == pytest.approx(np.mean(expected), abs=1e-12)
     bad, _ = encode_labels(["zebra"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from beyondlabels.demo import CLASS_NAMES, demo_profiles, load_profiles as demo_load_profiles
+from beyondlabels.demo import CLASS_NAMES, demo_profiles, profiles_dict
 from beyondlabels.profiles import FeatureProfiles, load_profiles
 
 
@@ -221,7 +221,7 @@ def test_demo_file_loads_and_matches_a_plain_read():
     arrow = profiles.classes.index("arrow")
     assert profiles.set_membership("angle_kinds")[arrow].tolist() == [True, True, False, True]
     # the demo's dict view is unchanged by the move into the library
-    assert demo_load_profiles() == {"features": raw["features"], "classes": raw["classes"]}
+    assert profiles_dict() == {"features": raw["features"], "classes": raw["classes"]}
 
 
 def test_yaml_and_json_give_the_same_profiles(tmp_path: Path):

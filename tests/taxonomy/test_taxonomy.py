@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from beyondlabels.demo import CLASS_NAMES, ancestors, demo_taxonomy, load_taxonomy as demo_load_taxonomy
+from beyondlabels.demo import CLASS_NAMES, ancestors, demo_taxonomy, taxonomy_dict
 from beyondlabels.taxonomy import Taxonomy, load_taxonomy
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -276,10 +276,10 @@ def test_demo_file_loads_with_the_demo_classes_as_leaves():
 
 
 def test_demo_functions_keep_their_formats():
-    data = demo_load_taxonomy()
+    data = taxonomy_dict()
     assert set(data) == {"root", "parent"} and data["parent"]["circle"] == "curved"
     data["parent"]["circle"] = "polygon"  # a fresh copy each time
-    assert demo_load_taxonomy()["parent"]["circle"] == "curved"
+    assert taxonomy_dict()["parent"]["circle"] == "curved"
     assert ancestors("circle", data) == ["circle", "polygon", "shape"]  # a dict argument is honoured
     assert ancestors("circle", demo_taxonomy()) == ancestors("circle") == ["circle", "curved", "shape"]
     with pytest.raises(ValueError, match="cycle"):

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from beyondlabels.demo import demo_taxonomy
-from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, mapping_quality, normalize_text, text_encoder
+from beyondlabels.functional import mapping_quality
+from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, normalize_text, text_encoder
 
 TREE = Taxonomy(
     {
@@ -106,6 +107,36 @@ def test_node_embeddings_are_cached_per_encoder_identity():
     assert encoder.texts_seen - 3 == 2 * len(TREE)
 
 
+def test_each_mapper_keeps_its_own_node_embeddings():
+    encoder = FixedEncoder({"thing": [1.0, 0.0], "oak": [0.0, 1.0]})
+    first = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000)
+    second = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000)
+    first.map(["a"])
+    second.map(["b"])
+    assert encoder.texts_seen - 2 == 2 * len(TREE)  # one encoding of the node texts per mapper
+    first.clear_cache()  # empties the first mapper's embeddings only
+    second.map(["c"])
+    assert encoder.texts_seen - 3 == 2 * len(TREE)
+    first.map(["d"])
+    assert encoder.texts_seen - 4 == 3 * len(TREE)
+
+
+def test_set_encoder_recomputes_only_for_another_encoder_or_key():
+    encoder = FixedEncoder({"thing": [1.0, 0.0], "oak": [0.0, 1.0]})
+    mapper = TextToNode(TREE, encoder=encoder, encoder_key=("step", 0), batch_size=1000)
+    mapper.map(["a"])
+    mapper.set_encoder(encoder, encoder_key=("step", 0))  # same encoder, same weights
+    mapper.map(["b"])
+    assert encoder.texts_seen - 2 == len(TREE)
+    mapper.set_encoder(encoder, encoder_key=("step", 1))  # same encoder, new weights
+    mapper.map(["c"])
+    assert encoder.texts_seen - 3 == 2 * len(TREE)
+    other = FixedEncoder({"thing": [1.0, 0.0], "oak": [0.0, 1.0]})
+    mapper.set_encoder(other, encoder_key=("step", 1))  # another encoder under the same key
+    mapper.map(["d"])
+    assert other.texts_seen - 1 == len(TREE) and mapper.encode is other
+
+
 def test_encoders_by_name_object_and_callable():
     encode, key = text_encoder("hashing")
     assert isinstance(encode, HashingTextEncoder) and key == ("hashing", 512)
@@ -116,7 +147,7 @@ def test_encoders_by_name_object_and_callable():
 
     obj = WithEncodeText()
     encode, key = text_encoder(obj)
-    assert key == ("encode_text", id(obj)) and encode(["a"]).shape == (1, 64)
+    assert key[0] == "encode_text" and key[1] is obj and encode(["a"]).shape == (1, 64)
     with pytest.raises(ValueError, match="open_clip could not create model 'no-such-model'"):
         text_encoder("open_clip:no-such-model")
     with pytest.raises(ValueError, match="encoder 'clip' is not known"):

@@ -4,7 +4,7 @@ generator and the frozen evaluator made from the tiny CLIP."""
 from beyondlabels.demo.datamodule import ShapesDataModule, ShapesDataset
 from beyondlabels.demo.evaluator import demo_evaluator, export_demo_evaluator
 from beyondlabels.demo.generator import ShapeGenerator
-from beyondlabels.demo.metadata import ancestors, demo_profiles, demo_taxonomy, load_profiles, load_taxonomy
+from beyondlabels.demo.metadata import ancestors, demo_profiles, demo_taxonomy, profiles_dict, taxonomy_dict
 from beyondlabels.demo.model import TinyCLIP
 from beyondlabels.demo.shapes import CLASS_NAMES, render_shapes
 
@@ -19,7 +19,7 @@ __all__ = [
     "demo_profiles",
     "demo_taxonomy",
     "export_demo_evaluator",
-    "load_profiles",
-    "load_taxonomy",
+    "profiles_dict",
     "render_shapes",
+    "taxonomy_dict",
 ]

@@ -3,13 +3,14 @@
 Both live as YAML files in ``beyondlabels/demo/data/`` so that taxonomy-aware and feature-profile
 metrics can be tested on the same fixture the demo trains on. They load through the library types
 :class:`~beyondlabels.taxonomy.Taxonomy` and :class:`~beyondlabels.profiles.FeatureProfiles`
-(:func:`demo_taxonomy`, :func:`demo_profiles`); the plain-dict functions below are views of those.
+(:func:`demo_taxonomy`, :func:`demo_profiles`: the objects configs and metrics take); :func:`taxonomy_dict` and
+:func:`profiles_dict` are plain-dict views of those.
 
 Example:
-    >>> taxonomy = load_taxonomy()
+    >>> taxonomy = taxonomy_dict()
     >>> ancestors("square", taxonomy)
     ['square', 'parallelogram_family', 'quadrilateral', 'polygon', 'shape']
-    >>> load_profiles()["classes"]["circle"]["edge_kinds"]
+    >>> profiles_dict()["classes"]["circle"]["edge_kinds"]
     ['curved']
 """
 
@@ -21,8 +22,7 @@ from typing import Any
 
 from beyondlabels.demo.shapes import CLASS_NAMES
 from beyondlabels.profiles import FeatureProfiles
-from beyondlabels.taxonomy import Taxonomy
-from beyondlabels.taxonomy import load_taxonomy as _as_taxonomy
+from beyondlabels.taxonomy import Taxonomy, load_taxonomy
 
 
 @lru_cache(maxsize=None)
@@ -53,11 +53,11 @@ def demo_profiles() -> FeatureProfiles:
     return profiles
 
 
-def load_taxonomy() -> dict[str, Any]:
+def taxonomy_dict() -> dict[str, Any]:
     """The demo class tree as ``{"root": str, "parent": {node: parent}}`` (a fresh copy).
 
     Example:
-        >>> load_taxonomy()["parent"]["square"]
+        >>> taxonomy_dict()["parent"]["square"]
         'parallelogram_family'
     """
     return demo_taxonomy().to_dict()
@@ -77,17 +77,17 @@ def ancestors(node: str, taxonomy: Taxonomy | dict[str, Any] | None = None) -> l
         >>> ancestors("circle")
         ['circle', 'curved', 'shape']
     """
-    tree = demo_taxonomy() if taxonomy is None else _as_taxonomy(taxonomy)
+    tree = demo_taxonomy() if taxonomy is None else load_taxonomy(taxonomy)
     return tree.ancestors(node)
 
 
-def load_profiles() -> dict[str, Any]:
+def profiles_dict() -> dict[str, Any]:
     """Feature definitions and per-class profiles: ``{"features": {"ordinal": ..., "sets": ...}, "classes": {...}}``.
 
     A fresh copy; set values are listed in each group's allowed order.
 
     Example:
-        >>> load_profiles()["features"]["sets"]["edge_kinds"]
+        >>> profiles_dict()["features"]["sets"]["edge_kinds"]
         ['straight', 'curved']
     """
     data = demo_profiles().to_dict()

@@ -15,6 +15,7 @@ from beyondlabels.functional.hierarchy import (
     hierarchical_precision_recall,
     hierarchy_output_schema,
     lca_depth,
+    mapping_quality,
     mistake_lca_depth,
     node_indices,
     per_class_means,
@@ -30,7 +31,7 @@ from beyondlabels.functional.mismatch import (
     mismatch_pair_table,
     percentile_ranks,
 )
-from beyondlabels.functional.profiles import feature_similarity, pair_distribution
+from beyondlabels.functional.profiles import feature_similarity, pair_distribution, profile_class_gains
 from beyondlabels.functional.ranking import (
     fuse_term_scores,
     judge_run,
@@ -84,6 +85,7 @@ __all__ = [
     "mismatch_pair_table",
     "pair_distribution",
     "percentile_ranks",
+    "profile_class_gains",
     "ab_test",
     "bootstrap_ci",
     "cohen_kappa",
@@ -112,6 +114,7 @@ __all__ = [
     "hierarchy_output_schema",
     "label_code",
     "lca_depth",
+    "mapping_quality",
     "mistake_lca_depth",
     "node_indices",
     "normalize_rows",

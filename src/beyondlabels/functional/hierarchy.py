@@ -30,6 +30,10 @@ Aggregates
       without errors); ``num_errors``, ``num_root_predictions``, ``num_samples``.
     Every mean is a float64 sum over samples in the given order: results do not depend on ``chunk_size``.
 
+Text-mapping quality (:func:`mapping_quality`)
+    The aggregates above of the nodes a :class:`~beyondlabels.taxonomy.TextToNode` maps labelled answers to, against
+    their gold nodes, with how often each mapping rule decided.
+
 Graded retrieval credit (:func:`taxonomy_class_gains`)
     ``gain(q, r) = |anc(q) ∩ anc(r)| / max(|anc(q)|, |anc(r)|)`` — the hierarchical F-like overlap normalised by the
     deeper class, symmetric, 1 on the diagonal, 0 between classes whose LCA is the root (root excluded). A sibling at
@@ -51,7 +55,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -59,14 +63,14 @@ from torch import Tensor
 from beyondlabels.functional._checks import check_positive_int
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.schema import KeySpec, OutputSchema
-
-if TYPE_CHECKING:
-    from beyondlabels.taxonomy import Taxonomy
+from beyondlabels.taxonomy.text import RULES, TextToNode
+from beyondlabels.taxonomy.tree import Taxonomy
 
 __all__ = [
     "hierarchical_precision_recall",
     "hierarchy_output_schema",
     "lca_depth",
+    "mapping_quality",
     "mistake_lca_depth",
     "node_indices",
     "per_class_means",
@@ -267,7 +271,7 @@ def taxonomy_class_gains(
     """Class-gain matrix ``gain(q, r) = |anc(q) ∩ anc(r)| / max(|anc(q)|, |anc(r)|)`` between the nodes ``classes``.
 
     Args:
-        taxonomy: the tree, or what :func:`~beyondlabels.taxonomy.load_taxonomy` reads (a path, ``"demo"``, ...).
+        taxonomy: the tree (:func:`~beyondlabels.taxonomy.load_taxonomy` reads one from a file or ``"wordnet"``).
         classes: node names of the classes, in the order of the matrix rows.
         labels: the label each class carries in the data: None (the node names themselves, for string labels),
             ``"index"`` (class ``i`` is labelled ``i``, as in datasets of class indices), or a sequence of ints or
@@ -277,8 +281,8 @@ def taxonomy_class_gains(
         include_root: count the root in the ancestor sets (then unrelated classes earn ``1 / max(depth + 1)``).
 
     Raises:
-        ValueError: for unknown or repeated class names, a class at the root with the root excluded, or ``labels`` of
-            the wrong length.
+        ValueError: for a ``taxonomy`` that is not a Taxonomy, unknown or repeated class names, a class at the root
+            with the root excluded, or ``labels`` of the wrong length.
 
     Example:
         >>> from beyondlabels.taxonomy import Taxonomy
@@ -287,10 +291,11 @@ def taxonomy_class_gains(
         >>> gains.gains.tolist(), gains.classes
         ([[1.0, 0.5], [0.5, 1.0]], ['d', 'b'])
     """
-    if not hasattr(taxonomy, "lca_structure"):
-        from beyondlabels.taxonomy import load_taxonomy  # a path, a mapping, "wordnet" or "demo" (config files)
-
-        taxonomy = load_taxonomy(taxonomy)
+    if not isinstance(taxonomy, Taxonomy):
+        raise ValueError(
+            f"`taxonomy` must be a Taxonomy, got {type(taxonomy).__name__}; read files with "
+            "beyondlabels.taxonomy.load_taxonomy (in a config: `_target_: beyondlabels.taxonomy.load_taxonomy`)."
+        )
     if isinstance(classes, str):
         raise ValueError(f"`classes` must be a list of node names, got the string {classes!r}.")
     classes = list(classes)
@@ -360,6 +365,38 @@ def mistake_lca_depth(
     n = wrong.sum()
     mean = depth[wrong].to(torch.float64).mean() if int(n) else torch.tensor(float("nan"), dtype=torch.float64, device=q.device)
     return {"mean_mistake_lca_depth": mean, "num_mistakes": n, "lca_depth": depth}
+
+
+def mapping_quality(mapper: TextToNode, texts: Sequence[str], gold: Sequence[str], include_root: bool = False) -> dict[str, Any]:
+    """How well ``mapper`` (a :class:`~beyondlabels.taxonomy.TextToNode`) maps labelled answers: hP / hR / hF of the mapped nodes against the gold nodes (as Table 2
+    of "Taxonomy-Aware Evaluation of Vision-Language Models"), the exact-match rate, and how often each rule decided.
+
+    Returns:
+        ``hP``, ``hR``, ``hF``, ``hF_sample_mean``, ``micro_hP``, ``micro_hR``, ``micro_hF``, ``exact_match`` (floats),
+        ``num_samples`` and ``rules`` (``{rule: count}``) and ``matches`` (the :class:`~beyondlabels.taxonomy.text.NodeMatch` of every answer).
+
+    Example:
+        >>> from beyondlabels.taxonomy import Taxonomy, TextToNode
+        >>> tax = Taxonomy({"conifer": "tree", "spruce": "conifer", "oak": "tree"}, root="tree")
+        >>> q = mapping_quality(TextToNode(tax), ["a spruce", "conifer"], ["spruce", "spruce"])
+        >>> q["exact_match"], q["hP"], q["hR"], q["rules"]["exact"]
+        (0.5, 1.0, 0.75, 2)
+    """
+    if len(texts) != len(gold):
+        raise ValueError(f"`texts` has {len(texts)} entries and `gold` {len(gold)}; give one gold node per text.")
+    matches = mapper.map(list(texts))
+    pred = torch.tensor([m.index for m in matches], dtype=torch.long)
+    try:
+        truth = mapper.taxonomy.indices(list(gold))
+    except ValueError as err:
+        raise ValueError(f"`gold`: {err}") from None
+    out = hierarchical_precision_recall(pred, truth, mapper.taxonomy, include_root=include_root)
+    keys = ("hP", "hR", "hF", "hF_sample_mean", "micro_hP", "micro_hR", "micro_hF", "exact_match")
+    result: dict[str, Any] = {k: float(out[k]) for k in keys}
+    result["num_samples"] = len(matches)
+    result["rules"] = {rule: sum(m.rule == rule for m in matches) for rule in RULES}
+    result["matches"] = matches
+    return result
 
 
 def node_indices(taxonomy: Taxonomy, nodes: Any, name: str) -> Tensor:

@@ -37,9 +37,19 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from beyondlabels.functional._checks import check_matrix
 
-__all__ = ["ORDINAL_GROUP", "feature_similarity", "ordinal_group_score", "pair_distribution", "pair_values"]
+from beyondlabels.functional._checks import check_matrix
+from beyondlabels.functional.relevance import ClassGains
+from beyondlabels.profiles import FeatureProfiles
+
+__all__ = [
+    "ORDINAL_GROUP",
+    "feature_similarity",
+    "ordinal_group_score",
+    "pair_distribution",
+    "pair_values",
+    "profile_class_gains",
+]
 
 ORDINAL_GROUP = "ordinal"
 QUANTILES = {"median": 0.5, "p75": 0.75, "p90": 0.90, "p95": 0.95}
@@ -62,7 +72,7 @@ def ordinal_group_score(a: Any, b: Any, ordinal_max: int = 2) -> float:
     return float((1.0 - (x - y).abs() / ordinal_max).mean())
 
 
-def _weights(profiles: Any, weights: Mapping[str, float] | None) -> dict[str, float]:
+def _weights(profiles: FeatureProfiles, weights: Mapping[str, float] | None) -> dict[str, float]:
     groups = ([ORDINAL_GROUP] if profiles.ordinal_features else []) + list(profiles.set_groups)
     out = dict.fromkeys(groups, 1.0)
     if weights is None:
@@ -80,16 +90,16 @@ def _weights(profiles: Any, weights: Mapping[str, float] | None) -> dict[str, fl
     return out
 
 
-def feature_similarity(profiles: Any, weights: Mapping[str, float] | None = None) -> Tensor:
+def feature_similarity(profiles: FeatureProfiles, weights: Mapping[str, float] | None = None) -> Tensor:
     """The ``[C, C]`` float64 matrix ``M_feature`` over ``profiles.classes`` (class order; see the module docstring).
 
     Args:
-        profiles: a :class:`~beyondlabels.profiles.FeatureProfiles` (or what
-            :func:`~beyondlabels.profiles.load_profiles` reads: a path or a mapping in the file format).
+        profiles: the classes' :class:`~beyondlabels.profiles.FeatureProfiles`
+            (:func:`~beyondlabels.profiles.load_profiles` reads them from a file or a mapping).
         weights: optional ``{group: weight}``; ``"ordinal"`` is the ordinal group, other keys are set groups.
 
     Raises:
-        ValueError: for an unknown group in ``weights``, a negative or non-finite weight, or all weights 0 (invalid
+        ValueError: for ``profiles`` that are not FeatureProfiles, an unknown group in ``weights``, a negative or non-finite weight, or all weights 0 (invalid
             profiles raise in :class:`~beyondlabels.profiles.FeatureProfiles`, naming class and feature).
 
     Example:
@@ -101,10 +111,11 @@ def feature_similarity(profiles: Any, weights: Mapping[str, float] | None = None
         >>> feature_similarity(p, weights={"ordinal": 0.0}).tolist()
         [[1.0, 0.5], [0.5, 1.0]]
     """
-    if not hasattr(profiles, "ordinal_matrix"):
-        from beyondlabels.profiles import load_profiles
-
-        profiles = load_profiles(profiles)
+    if not isinstance(profiles, FeatureProfiles):
+        raise ValueError(
+            f"`profiles` must be FeatureProfiles, got {type(profiles).__name__}; read files or mappings with "
+            "beyondlabels.profiles.load_profiles."
+        )
     w = _weights(profiles, weights)
     c = len(profiles)
     total = torch.zeros(c, c, dtype=torch.float64)
@@ -126,6 +137,47 @@ def feature_similarity(profiles: Any, weights: Mapping[str, float] | None = None
     out = torch.where(weight_sum > 0, total / weight_sum.clamp(min=1e-300), torch.zeros_like(total))
     out.fill_diagonal_(1.0)
     return out
+
+
+def profile_class_gains(
+    profiles: FeatureProfiles,
+    name: str = "profile",
+    labels: Sequence[Any] | str | None = None,
+    weights: Mapping[str, float] | None = None,
+) -> ClassGains:
+    """:func:`feature_similarity` as a :class:`~beyondlabels.functional.relevance.ClassGains` for graded retrieval
+    credit (``<name>_precision@k``, ``<name>_ndcg@k``).
+
+    Args:
+        profiles: the classes' :class:`~beyondlabels.profiles.FeatureProfiles`.
+        name: prefix of the graded keys.
+        labels: the label each class carries in the data: None (the class names, for string labels),
+            ``"index"`` (class ``i`` is labelled ``i``), or one int or string per class, in class order.
+        weights: group weights of :func:`feature_similarity`.
+
+    Raises:
+        ValueError: for ``labels`` of the wrong length or kind (and what :func:`feature_similarity` raises).
+
+    Example:
+        >>> from beyondlabels.profiles import FeatureProfiles
+        >>> p = FeatureProfiles({"a": {"x": 0}, "b": {"x": 1}}, ordinal=["x"], sets={})
+        >>> gains = profile_class_gains(p, labels="index")
+        >>> gains.classes, gains.gains.tolist()
+        ([0, 1], [[1.0, 0.5], [0.5, 1.0]])
+    """
+    similarity = feature_similarity(profiles, weights)
+    classes = list(profiles.classes)
+    if labels is None:
+        labels = classes
+    elif isinstance(labels, str):
+        if labels != "index":
+            raise ValueError(f"`labels` must be None, 'index' or one label per class, got {labels!r}")
+        labels = list(range(len(classes)))
+    else:
+        labels = list(labels)
+        if len(labels) != len(classes):
+            raise ValueError(f"`labels` has {len(labels)} entries for {len(classes)} classes; give one per class")
+    return ClassGains(similarity, labels, name=name)
 
 
 def pair_values(similarity: Any) -> Tensor:

@@ -24,10 +24,12 @@ import torch
 from torch import Tensor
 
 from beyondlabels.functional.mismatch import PERCENTILE_KINDS, mismatch_analysis, mismatch_output_schema
+from beyondlabels.functional.profiles import profile_class_gains
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import sample_queries
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.metrics.retrieval import EmbeddingRetrieval
+from beyondlabels.profiles import FeatureProfiles
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = ["LabelMismatchAnalysis", "RetrievalWithMismatch"]
@@ -38,8 +40,8 @@ def _as_gains(similarity: Any, labels: Any) -> ClassGains:
         if labels is not None:
             raise ValueError("`labels` applies to FeatureProfiles similarity only; a ClassGains already lists its classes.")
         return similarity
-    if hasattr(similarity, "class_gains"):  # FeatureProfiles
-        return similarity.class_gains(name="profile", labels=labels)
+    if isinstance(similarity, FeatureProfiles):
+        return profile_class_gains(similarity, name="profile", labels=labels)
     if isinstance(similarity, (str, bytes)) or not hasattr(similarity, "__len__"):
         raise ValueError(
             "`similarity` must be a ClassGains, FeatureProfiles or a [C, C] matrix (with `labels`), got "
@@ -176,7 +178,7 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
     neighbour, for tables) and ``projection_sample``. Every rank computes the same numbers.
 
     Args:
-        gains: the class similarity with the labels of its classes (e.g. ``FeatureProfiles.class_gains()``).
+        gains: the class similarity with the labels of its classes (e.g. :func:`~beyondlabels.functional.profiles.profile_class_gains`).
         num_trials, seed: the null's ``B`` and seed.
         projection_points: :meth:`compute`'s ``projection_sample`` is ``{"embeddings": [n, D] float32, "labels":
             label codes [n]}`` on the CPU for a picture of the embeddings (e.g.
@@ -208,7 +210,7 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
         **kwargs: Any,
     ) -> None:
         if not isinstance(gains, ClassGains):
-            raise ValueError(f"`gains` must be a ClassGains (e.g. FeatureProfiles.class_gains()), got {type(gains).__name__}.")
+            raise ValueError(f"`gains` must be a ClassGains (e.g. profile_class_gains(profiles)), got {type(gains).__name__}.")
         if isinstance(num_trials, bool) or not isinstance(num_trials, int) or num_trials < 1:
             raise ValueError(f"`num_trials` must be an int >= 1, got {num_trials!r}.")
         for name, value in (("seed", seed), ("projection_seed", projection_seed)):

@@ -1,7 +1,8 @@
 """Class feature profiles (ordinal and set-valued attributes): loaders, validation, dense tensors.
 
 The definitions (levels, set groups, class order) are stated once in :mod:`beyondlabels.profiles.features`.
-Similarity between profiles is not computed here. Torch, YAML and JSON only: no Lightning, no torchmetrics.
+Similarity between profiles is computed in :mod:`beyondlabels.functional.profiles`
+(:func:`~beyondlabels.functional.profiles.feature_similarity`, :func:`~beyondlabels.functional.profiles.profile_class_gains`). Torch, YAML and JSON only: no Lightning, no torchmetrics.
 
 Example:
     >>> from beyondlabels.profiles import load_profiles

@@ -406,58 +406,6 @@ class FeatureProfiles:
             )
         return torch.tensor(out, dtype=torch.long)
 
-    # ------------------------------------------------------------------------------------------------------------
-    # similarity (the math lives in beyondlabels.functional.profiles)
-    # ------------------------------------------------------------------------------------------------------------
-
-    def similarity_matrix(self, weights: Mapping[str, float] | None = None) -> Tensor:
-        """``M_feature``: the ``[C, C]`` float64 class similarity in class order, defined and computed by
-        :func:`beyondlabels.functional.profiles.feature_similarity` (``weights``: optional ``{group: weight}``,
-        ``"ordinal"`` for the ordinal group).
-
-        Example:
-            >>> p = FeatureProfiles({"a": {"x": 0}, "b": {"x": 1}}, ordinal=["x"], sets={})
-            >>> p.similarity_matrix().tolist()
-            [[1.0, 0.5], [0.5, 1.0]]
-        """
-        from beyondlabels.functional.profiles import feature_similarity
-
-        return feature_similarity(self, weights)
-
-    def class_gains(
-        self, name: str = "profile", labels: Sequence[Any] | str | None = None, weights: Mapping[str, float] | None = None
-    ) -> Any:
-        """:meth:`similarity_matrix` as a :class:`~beyondlabels.functional.relevance.ClassGains` for graded retrieval
-        credit (``<name>_precision@k``, ``<name>_ndcg@k``).
-
-        Args:
-            name: prefix of the graded keys.
-            labels: the label each class carries in the data: None (the class names, for string labels),
-                ``"index"`` (class ``i`` is labelled ``i``), or one int or string per class, in class order.
-            weights: group weights of :meth:`similarity_matrix`.
-
-        Raises:
-            ValueError: for ``labels`` of the wrong length or kind.
-
-        Example:
-            >>> p = FeatureProfiles({"a": {"x": 0}, "b": {"x": 1}}, ordinal=["x"], sets={})
-            >>> p.class_gains(labels="index").classes
-            [0, 1]
-        """
-        from beyondlabels.functional.relevance import ClassGains
-
-        if labels is None:
-            labels = list(self._classes)
-        elif isinstance(labels, str):
-            if labels != "index":
-                raise ValueError(f"`labels` must be None, 'index' or one label per class, got {labels!r}")
-            labels = list(range(len(self._classes)))
-        else:
-            labels = list(labels)
-            if len(labels) != len(self._classes):
-                raise ValueError(f"`labels` has {len(labels)} entries for {len(self._classes)} classes; give one per class")
-        return ClassGains(self.similarity_matrix(weights), labels, name=name)
-
     def __len__(self) -> int:
         return len(self._classes)
 

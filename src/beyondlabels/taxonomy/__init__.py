@@ -3,7 +3,9 @@
 The definitions (node order, depth, ancestors, lowest common ancestor) are stated once in
 :mod:`beyondlabels.taxonomy.tree`; loaders for edge lists, DAGs and WordNet 3.0 nouns in
 :mod:`beyondlabels.taxonomy.loaders`; free text mapped to nodes in :mod:`beyondlabels.taxonomy.text`.
-Torch, YAML and JSON only: no Lightning, no torchmetrics.
+Torch, YAML and JSON only: no Lightning, no torchmetrics, no metric kernels (those that read a taxonomy, such as
+:func:`~beyondlabels.functional.hierarchy.taxonomy_class_gains` and
+:func:`~beyondlabels.functional.hierarchy.mapping_quality`, live in :mod:`beyondlabels.functional`).
 
 Example:
     >>> from beyondlabels.taxonomy import load_taxonomy
@@ -16,6 +18,7 @@ from beyondlabels.taxonomy.loaders import (
     WORDNET_ROOT,
     dag_to_tree,
     find_wordnet_dir,
+    load_taxonomy,
     load_wordnet,
     read_tsv,
     taxonomy_from_edges,
@@ -26,11 +29,10 @@ from beyondlabels.taxonomy.text import (
     HashingTextEncoder,
     NodeMatch,
     TextToNode,
-    mapping_quality,
     normalize_text,
     text_encoder,
 )
-from beyondlabels.taxonomy.tree import Taxonomy, load_taxonomy
+from beyondlabels.taxonomy.tree import Taxonomy
 
 __all__ = [
     "WORDNET_ROOT",
@@ -43,7 +45,6 @@ __all__ = [
     "find_wordnet_dir",
     "load_taxonomy",
     "load_wordnet",
-    "mapping_quality",
     "normalize_text",
     "read_hierarchy_predictions",
     "read_tsv",

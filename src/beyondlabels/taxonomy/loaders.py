@@ -36,12 +36,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from beyondlabels.taxonomy.tree import Taxonomy, _listing
+from beyondlabels.taxonomy._dag import dag_to_tree, edges_to_tree, tsv_to_tree
+from beyondlabels.taxonomy.tree import Taxonomy
 
 __all__ = [
     "WORDNET_ROOT",
     "dag_to_tree",
     "find_wordnet_dir",
+    "load_taxonomy",
     "load_wordnet",
     "read_tsv",
     "taxonomy_from_edges",
@@ -52,91 +54,6 @@ WORDNET_ROOT = "entity.n.01"
 _WORDNET_DIRS = ("/usr/share/wordnet", "/usr/local/share/wordnet", "/usr/share/WordNet-3.0/dict")
 
 
-def dag_to_tree(parents: Mapping[str, Iterable[str]], root: str | None = None) -> tuple[dict[str, str], str]:
-    """Keep, for every node, its parent on the longest chain to the root (rule and ties: the module docstring).
-
-    Args:
-        parents: ``{child: [parent, ...]}``; names are non-empty strings; a child with an empty list is a root.
-        root: the expected root; None means the single node without parents.
-
-    Returns:
-        ``(parent, root)``: ``{child: parent}`` for every node but the root, and the root's name.
-
-    Raises:
-        ValueError: for a cycle (its nodes are named), several roots (named), a ``root`` that has parents or is not
-            a node, or a name that is not a non-empty string.
-
-    Example:
-        >>> dag_to_tree({"b": ["a"], "c": ["a", "b"]})
-        ({'b': 'a', 'c': 'b'}, 'a')
-    """
-    links: dict[str, set[str]] = {}
-    for child, pars in parents.items():
-        if not isinstance(child, str) or not child:
-            raise ValueError(f"node names must be non-empty strings, got the child {child!r}")
-        if isinstance(pars, str):
-            pars = [pars]
-        bucket = links.setdefault(child, set())
-        for par in pars:
-            if not isinstance(par, str) or not par:
-                raise ValueError(f"node names must be non-empty strings, got the parent {par!r} of {child!r}")
-            bucket.add(par)
-    nodes = set(links) | {p for ps in links.values() for p in ps}
-    tops = sorted(n for n in nodes if not links.get(n))
-    if root is not None:
-        if root not in nodes:
-            raise ValueError(f"the root {root!r} is not a node of the graph; nodes without parents: {_listing(tops)}")
-        if links.get(root):
-            raise ValueError(f"the root {root!r} has parents {_listing(sorted(links[root]))}; the root has none")
-    if not tops:
-        raise ValueError("every node has a parent, so the parent links form a cycle and there is no root")
-    if len(tops) > 1:
-        raise ValueError(
-            f"the graph has several roots (nodes without parents): {_listing(tops)}; give all but one a parent"
-            + (f", or add a common root above them (expected root {root!r})" if root is not None else "")
-        )
-    root = tops[0]
-    # Kahn's algorithm from the root downwards: a node's level is known once all its parents' levels are.
-    children: dict[str, list[str]] = {}
-    waiting: dict[str, int] = {}
-    for child, pars in links.items():
-        waiting[child] = len(pars)
-        for par in pars:
-            children.setdefault(par, []).append(child)
-    level: dict[str, int] = {root: 0}
-    ready = [root]
-    while ready:
-        node = ready.pop()
-        for child in children.get(node, ()):
-            waiting[child] -= 1
-            if waiting[child] == 0:
-                level[child] = 1 + max(level[p] for p in links[child])
-                ready.append(child)
-    stuck = sorted(n for n in nodes if n not in level)
-    if stuck:
-        raise ValueError(f"the parent links form a cycle through (or above) nodes {_listing(_cycle(links, stuck))}; "
-                         "a taxonomy's parent chains must all end at the root")
-    tree = {}
-    for child, pars in links.items():
-        if pars:
-            best = max(level[p] for p in pars)
-            tree[child] = min(p for p in pars if level[p] == best)
-    return tree, root
-
-
-def _cycle(links: dict[str, set[str]], stuck: list[str]) -> list[str]:
-    """The nodes of one cycle among ``stuck`` (nodes never reached from the root), in chain order."""
-    stuck_set = set(stuck)
-    node = stuck[0]
-    seen: dict[str, int] = {}
-    path: list[str] = []
-    while node not in seen:
-        seen[node] = len(path)
-        path.append(node)
-        node = min(p for p in links[node] if p in stuck_set)
-    return path[seen[node] :]
-
-
 def taxonomy_from_edges(edges: Iterable[tuple[str, str]], root: str | None = None) -> Taxonomy:
     """A :class:`Taxonomy` from ``(child, parent)`` pairs; a child with several parents follows the DAG rule.
 
@@ -144,13 +61,7 @@ def taxonomy_from_edges(edges: Iterable[tuple[str, str]], root: str | None = Non
         >>> taxonomy_from_edges([("b", "a"), ("c", "b")]).nodes
         ('a', 'b', 'c')
     """
-    parents: dict[str, list[str]] = {}
-    for edge in edges:
-        child, par = edge
-        parents.setdefault(child, []).append(par)
-    if not parents:
-        raise ValueError("no edges were given; a taxonomy needs at least one (child, parent) pair")
-    tree, found_root = dag_to_tree(parents, root)
+    tree, found_root = edges_to_tree(edges, root)
     return Taxonomy(tree, root=found_root)
 
 
@@ -169,26 +80,8 @@ def read_tsv(path: str | os.PathLike[str], root: str | None = None) -> Taxonomy:
         ...     read_tsv(file).ancestors("c")
         ['c', 'b', 'a']
     """
-    path = Path(path)
-    edges = []
-    with open(path, encoding="utf-8") as fp:
-        for number, line in enumerate(fp, start=1):
-            text = line.rstrip("\r\n")
-            if not text.strip() or text.lstrip().startswith("#"):
-                continue
-            fields = [f.strip() for f in text.split("\t")]
-            if len(fields) != 2 or not all(fields):
-                raise ValueError(
-                    f"taxonomy file '{path}', line {number}: expected 'child<TAB>parent' (two non-empty names "
-                    f"separated by one tab), got {text!r}"
-                )
-            edges.append((fields[0], fields[1]))
-    if not edges:
-        raise ValueError(f"taxonomy file '{path}' holds no 'child<TAB>parent' lines")
-    try:
-        return taxonomy_from_edges(edges, root)
-    except ValueError as err:
-        raise ValueError(f"taxonomy file '{path}': {err}") from err
+    tree, found_root = tsv_to_tree(path, root)
+    return Taxonomy(tree, root=found_root)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -302,8 +195,26 @@ def wordnet_lemmas(directory: str | os.PathLike[str] | None = None) -> dict[str,
     return {name: list(words) for name, words in lemmas.items()}
 
 
-def parents_from_mapping(parent: Mapping[str, Any]) -> dict[str, list[str]] | None:
-    """``{child: [parents]}`` when some value of a ``{child: parent}`` mapping is a list (a DAG), else None."""
-    if not any(isinstance(v, (list, tuple)) for v in parent.values()):
-        return None
-    return {child: list(v) if isinstance(v, (list, tuple)) else [v] for child, v in parent.items()}
+def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str]) -> Taxonomy:
+    """A :class:`Taxonomy` from a file path (YAML, JSON or TSV), a ``{root, parent}`` mapping, a Taxonomy (returned
+    as is) or ``"wordnet"`` (WordNet 3.0 nouns, :func:`load_wordnet`).
+
+    Raises:
+        ValueError: if ``source`` is none of these, or the data is invalid.
+
+    Example:
+        >>> load_taxonomy({"root": "a", "parent": {"b": "a"}})
+        Taxonomy(root='a', nodes=2, leaves=1, max_depth=1)
+    """
+    if isinstance(source, Taxonomy):
+        return source
+    if isinstance(source, Mapping):
+        return Taxonomy.from_dict(source)
+    if isinstance(source, str) and source.lower() == "wordnet":
+        return load_wordnet()
+    if isinstance(source, (str, os.PathLike)):
+        return Taxonomy.from_file(source)
+    raise ValueError(
+        f"`source` must be a Taxonomy, a {{root, parent}} mapping, a file path (.yaml, .yml, .json, .tsv) "
+        f"or 'wordnet', got {type(source).__name__}"
+    )

@@ -25,8 +25,9 @@ Rules, in order (the first that applies decides)
        common ancestor of every candidate within the margin — a conservative but correct answer.
     5. ``embedding``: the best scored candidate.
 
-Node-text embeddings are cached per (encoder identity, taxonomy, node texts, device) — pass a new ``encoder_key``
-when the encoder's weights change (a model in training), or call :meth:`TextToNode.clear_cache`.
+Each mapper keeps the embeddings of its node texts, computed with its encoder under its ``encoder_key``; they are
+recomputed when :attr:`TextToNode.encoder_key` changes (set a new key when the encoder's weights change, a model in
+training), when :meth:`TextToNode.set_encoder` installs another encoder, or after :meth:`TextToNode.clear_cache`.
 
 Encoders (:func:`text_encoder`): a callable ``list[str] -> Tensor [N, D]``, an object with ``encode_text`` (the
 demo's TinyCLIP, any LightningModule), ``"open_clip:<model>[:<pretrained>]"`` (an open_clip model by name; weights
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,10 +53,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional.hierarchy import hierarchical_precision_recall
 from beyondlabels.taxonomy.tree import Taxonomy
 
-__all__ = ["HashingTextEncoder", "NodeMatch", "RULES", "TextToNode", "mapping_quality", "normalize_text", "text_encoder"]
+__all__ = ["HashingTextEncoder", "NodeMatch", "RULES", "TextToNode", "normalize_text", "text_encoder"]
 
 RULES = ("exact", "ngram4", "ngram3", "ngram2", "word", "lca", "embedding")
 STOP_WORDS = frozenset(
@@ -67,8 +66,6 @@ _WORDNET_SUFFIX = re.compile(r"\.[nvasr]\.\d+$")
 _DROP = re.compile(r"[^0-9a-z ]+")
 _SPACES = re.compile(r"\s+")
 _ARTICLES = ("a ", "an ", "the ")
-_CACHE: OrderedDict[Any, Tensor] = OrderedDict()
-_CACHE_SIZE = 4
 
 
 def normalize_text(text: str) -> str:
@@ -152,7 +149,8 @@ class HashingTextEncoder:
 
 def text_encoder(spec: Any) -> tuple[Callable[[list[str]], Tensor], Any]:
     """``(encode, identity)`` for an encoder given as a callable, an object with ``encode_text``, ``"hashing"`` or
-    ``"open_clip:<model>[:<pretrained>]"`` (see the module docstring).
+    ``"open_clip:<model>[:<pretrained>]"`` (see the module docstring). The identity names the encoder: its settings
+    for a named one, the object itself (compared by ``is``) otherwise.
 
     Raises:
         ValueError: for anything else, or an open_clip model that cannot be created (the message says why).
@@ -193,9 +191,9 @@ def text_encoder(spec: Any) -> tuple[Callable[[list[str]], Tensor], Any]:
         )
     method = getattr(spec, "encode_text", None)
     if callable(method):
-        return method, ("encode_text", id(spec))
+        return method, ("encode_text", spec)
     if callable(spec):
-        return spec, ("callable", id(spec))
+        return spec, ("callable", spec)
     raise ValueError(f"`encoder` must be a callable, an object with encode_text, or a name; got {type(spec).__name__}.")
 
 
@@ -231,7 +229,8 @@ class TextToNode:
         top_k: number of candidates.
         ngram_orders: word n-gram lengths tried, in order.
         lca_margin: score gap within which the top candidates are merged into their LCA (``None`` turns the rule off).
-        encoder_key: identity of the encoder's current weights for the cache (default: the encoder object).
+        encoder_key: identity of the encoder's current weights: the node-text embeddings are recomputed when it
+            changes (default: the identity of :func:`text_encoder`, fixed for the mapper's life).
         batch_size: texts encoded, and answers scored, per block.
 
     Raises:
@@ -261,8 +260,8 @@ class TextToNode:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
         self.taxonomy = taxonomy
-        self.encode, default_key = text_encoder(encoder)
-        self.encoder_key = default_key if encoder_key is None else encoder_key
+        self._embeddings: tuple[Any, Tensor] | None = None
+        self.set_encoder(encoder, encoder_key)
         self.top_k = min(top_k, len(taxonomy))
         self.ngram_orders = tuple(sorted(orders, reverse=True))
         self.lca_margin = None if lca_margin is None else float(lca_margin)
@@ -293,14 +292,27 @@ class TextToNode:
         self._texts_of: list[list[int]] = [[] for _ in range(len(taxonomy))]
         for t, index in enumerate(owner):
             self._texts_of[index].append(t)
-        self._fingerprint = (hash(taxonomy), hash(tuple(texts)))
         self._table = taxonomy.ancestor_table()
         self._depth = taxonomy.depth
 
     # ---- embeddings ------------------------------------------------------------------------------------------------
+    def set_encoder(self, encoder: Any, encoder_key: Any = None) -> None:
+        """Use ``encoder`` (any form :func:`text_encoder` accepts) from now on, under ``encoder_key`` (default: its
+        identity); the node-text embeddings are recomputed at the next :meth:`map` unless both the encoder's identity
+        and the key are unchanged.
+
+        Raises:
+            ValueError: for an encoder :func:`text_encoder` does not accept.
+        """
+        encode, identity = text_encoder(encoder)
+        if self._embeddings is not None and not _same(identity, self._identity):
+            self._embeddings = None
+        self.encode, self._identity = encode, identity
+        self.encoder_key = identity if encoder_key is None else encoder_key
+
     def clear_cache(self) -> None:
-        """Forget every cached node-text embedding (all mappers share the cache)."""
-        _CACHE.clear()
+        """Forget this mapper's node-text embeddings."""
+        self._embeddings = None
 
     def _encode(self, texts: Sequence[str]) -> Tensor:
         parts = []
@@ -312,16 +324,12 @@ class TextToNode:
         return torch.cat(parts)
 
     def node_embeddings(self) -> Tensor:
-        """L2-normalised embeddings of every node text ``[T, D]`` (cached; see the module docstring)."""
-        key = (self.encoder_key, self._fingerprint)
-        cached = _CACHE.get(key)
-        if cached is not None:
-            _CACHE.move_to_end(key)
-            return cached
+        """L2-normalised embeddings of every node text ``[T, D]`` (kept until the encoder or its key changes; see the
+        module docstring)."""
+        if self._embeddings is not None and _same(self._embeddings[0], self.encoder_key):
+            return self._embeddings[1]
         embeddings = self._encode(self.node_texts)
-        _CACHE[key] = embeddings
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        self._embeddings = (self.encoder_key, embeddings)
         return embeddings
 
     # ---- mapping -----------------------------------------------------------------------------------------------------
@@ -400,33 +408,10 @@ class TextToNode:
         return self._match(text, cand[0], "embedding", cand_scores[0], cand)
 
 
-def mapping_quality(mapper: TextToNode, texts: Sequence[str], gold: Sequence[str], include_root: bool = False) -> dict[str, Any]:
-    """How well ``mapper`` maps labelled answers: hP / hR / hF of the mapped nodes against the gold nodes (as Table 2
-    of the paper), the exact-match rate, and how often each rule decided.
-
-    Returns:
-        ``hP``, ``hR``, ``hF``, ``hF_sample_mean``, ``micro_hP``, ``micro_hR``, ``micro_hF``, ``exact_match`` (floats),
-        ``num_samples`` and ``rules`` (``{rule: count}``) and ``matches`` (the :class:`NodeMatch` of every answer).
-
-    Example:
-        >>> from beyondlabels.taxonomy import Taxonomy
-        >>> tax = Taxonomy({"conifer": "tree", "spruce": "conifer", "oak": "tree"}, root="tree")
-        >>> q = mapping_quality(TextToNode(tax), ["a spruce", "conifer"], ["spruce", "spruce"])
-        >>> q["exact_match"], q["hP"], q["hR"], q["rules"]["exact"]
-        (0.5, 1.0, 0.75, 2)
-    """
-    if len(texts) != len(gold):
-        raise ValueError(f"`texts` has {len(texts)} entries and `gold` {len(gold)}; give one gold node per text.")
-    matches = mapper.map(list(texts))
-    pred = torch.tensor([m.index for m in matches], dtype=torch.long)
-    try:
-        truth = mapper.taxonomy.indices(list(gold))
-    except ValueError as err:
-        raise ValueError(f"`gold`: {err}") from None
-    out = hierarchical_precision_recall(pred, truth, mapper.taxonomy, include_root=include_root)
-    keys = ("hP", "hR", "hF", "hF_sample_mean", "micro_hP", "micro_hR", "micro_hF", "exact_match")
-    result: dict[str, Any] = {k: float(out[k]) for k in keys}
-    result["num_samples"] = len(matches)
-    result["rules"] = {rule: sum(m.rule == rule for m in matches) for rule in RULES}
-    result["matches"] = matches
-    return result
+def _same(a: Any, b: Any) -> bool:
+    """Whether two encoder identities or keys are the same: equal tuples of equal parts, objects by ``is``."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (str, int, float, bool, type(None))) and isinstance(b, (str, int, float, bool, type(None))):
+        return type(a) is type(b) and a == b
+    return a is b

@@ -49,7 +49,7 @@ from beyondlabels.taxonomy._files import SHOW as _SHOW
 from beyondlabels.taxonomy._files import check_name as _check_name
 from beyondlabels.taxonomy._files import listing as _listing
 from beyondlabels.taxonomy._files import read_mapping
-
+from beyondlabels.taxonomy._dag import dag_to_tree, parents_from_mapping, tsv_to_tree
 
 
 class Taxonomy:
@@ -171,8 +171,6 @@ class Taxonomy:
             )
         parent = data["parent"]
         if isinstance(parent, Mapping):
-            from beyondlabels.taxonomy.loaders import dag_to_tree, parents_from_mapping
-
             several = parents_from_mapping(parent)
             if several is not None:  # some node lists several parents: keep the one on the longest chain
                 tree, root = dag_to_tree(several, _check_name(data["root"], "`root`"))
@@ -195,9 +193,8 @@ class Taxonomy:
             ['c', 'b', 'a']
         """
         if str(path).lower().endswith(".tsv"):
-            from beyondlabels.taxonomy.loaders import read_tsv
-
-            return read_tsv(path)
+            tree, root = tsv_to_tree(path)
+            return cls(tree, root=root)
         data = read_mapping(path, "taxonomy")
         try:
             return cls.from_dict(data)
@@ -415,25 +412,6 @@ class Taxonomy:
         device = torch.device("cpu") if device is None else torch.device(device)
         return tuple(t.to(device, copy=copy) for t in cached)  # type: ignore[return-value]
 
-    def class_gains(
-        self, classes: Iterable[str], labels: Any = None, name: str = "hierarchical", include_root: bool = False
-    ) -> Any:
-        """Graded relevance between ``classes`` from this tree: a :class:`~beyondlabels.functional.ClassGains`.
-
-        The definition (``|anc(q) ∩ anc(r)| / max(|anc(q)|, |anc(r)|)``) and the arguments:
-        :func:`beyondlabels.functional.hierarchy.taxonomy_class_gains`.
-
-        Example:
-            >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
-            >>> tax.class_gains(["d", "e", "c"], labels="index").gains
-            tensor([[1.0000, 0.5000, 0.0000],
-                    [0.5000, 1.0000, 0.0000],
-                    [0.0000, 0.0000, 1.0000]], dtype=torch.float64)
-        """
-        from beyondlabels.functional.hierarchy import taxonomy_class_gains
-
-        return taxonomy_class_gains(self, classes, labels=labels, name=name, include_root=include_root)
-
     def lowest_common_ancestor(self, a_idx: Tensor, b_idx: Tensor) -> Tensor:
         """The index of the LCA of each pair ``(a_idx[i], b_idx[i])``, vectorised.
 
@@ -515,35 +493,3 @@ class Taxonomy:
 
     def __repr__(self) -> str:
         return f"Taxonomy(root={self._root!r}, nodes={len(self)}, leaves={len(self._leaves)}, max_depth={self._max_depth})"
-
-
-def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str]) -> Taxonomy:
-    """A :class:`Taxonomy` from a file path (YAML, JSON or TSV), a ``{root, parent}`` mapping, a Taxonomy (returned
-    as is), ``"wordnet"`` (WordNet 3.0 nouns, :func:`~beyondlabels.taxonomy.loaders.load_wordnet`) or ``"demo"`` (the
-    demo's shape tree, :func:`~beyondlabels.demo.demo_taxonomy`).
-
-    Raises:
-        ValueError: if ``source`` is none of these, or the data is invalid.
-
-    Example:
-        >>> load_taxonomy({"root": "a", "parent": {"b": "a"}})
-        Taxonomy(root='a', nodes=2, leaves=1, max_depth=1)
-    """
-    if isinstance(source, Taxonomy):
-        return source
-    if isinstance(source, Mapping):
-        return Taxonomy.from_dict(source)
-    if isinstance(source, str) and source == "demo":
-        from beyondlabels.demo.metadata import demo_taxonomy
-
-        return demo_taxonomy()
-    if isinstance(source, str) and source.lower() == "wordnet":
-        from beyondlabels.taxonomy.loaders import load_wordnet
-
-        return load_wordnet()
-    if isinstance(source, (str, os.PathLike)):
-        return Taxonomy.from_file(source)
-    raise ValueError(
-        f"`source` must be a Taxonomy, a {{root, parent}} mapping, a file path (.yaml, .yml, .json, .tsv), "
-        f"'wordnet' or 'demo', got {type(source).__name__}"
-    )
