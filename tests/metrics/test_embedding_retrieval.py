@@ -245,7 +245,8 @@ def _free_port() -> int:
 
 
 def _ddp_worker(
-    rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool, max_queries, deep_metrics: bool = True
+    rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool, max_queries, deep_metrics: bool = True,
+    string_labels: bool = False,
 ) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -254,6 +255,8 @@ def _ddp_worker(
     try:
         emb, labels, ids = shards[rank]
         m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16, max_queries=max_queries, deep_metrics=deep_metrics)
+        if string_labels:
+            labels = [f"class {int(v)}" for v in labels]
         for s in range(0, len(ids), 11):  # uneven batches
             m.update(emb[s : s + 11], labels[s : s + 11], ids[s : s + 11])
         out = m.compute()
@@ -365,3 +368,23 @@ def test_agreeing_states_treat_nan_in_both_copies_as_equal():
     m.update(torch.tensor([[2.0, float("nan")]]), torch.tensor([1]))  # disagrees with id 1's 0.0
     with pytest.raises(ValueError, match=r"ids \[1\]"):
         m.compute()
+
+
+@pytest.mark.slow
+def test_two_process_gloo_string_labels_give_every_rank_every_name(data, tmp_path):
+    emb, labels, ids = data
+    perm = torch.randperm(150, generator=torch.Generator().manual_seed(1))
+    # rank 0 sees only the samples of labels 0 and 1, rank 1 the others (plus repeats): no rank sees every name
+    low = perm[labels[perm] <= 1]
+    high = torch.cat([perm[labels[perm] > 1], low[:4]])
+    shards = [(emb[r], labels[r], ids[r]) for r in (low, high)]
+    single = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2)
+    single.update(emb, [f"class {int(v)}" for v in labels], ids)
+    ref = single.compute()
+    assert sorted(ref["label_names"].values()) == sorted({f"class {int(v)}" for v in labels})
+    out_path = str(tmp_path / "out")
+    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, True, None, True, True), nprocs=2, join=True)
+    for rank in range(2):
+        got = torch.load(f"{out_path}.{rank}")
+        assert got["label_names"] == ref["label_names"]
+        assert_same(got, ref)

@@ -36,11 +36,8 @@ def plot_results(
     Raises:
         ValueError: for an empty sequence of results, an unknown key, or a mix of curve and scalar keys.
     """
-    import matplotlib
-
     if ax is None:
-        matplotlib.use("Agg", force=False)  # no display is needed to draw into a file
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # the user's backend (without a display matplotlib picks Agg itself)
 
         fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
     else:
