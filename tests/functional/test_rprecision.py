@@ -26,7 +26,8 @@ from beyondlabels.functional.rprecision import (  # noqa: E402
     save_candidate_sets,
     text_image_r_precision,
 )
-from beyondlabels.functional.search import _scores, normalize_rows  # noqa: E402  (the core's Score, the definition)
+from beyondlabels.functional._topk import score_block as _scores  # noqa: E402
+from beyondlabels.functional.search import normalize_rows  # noqa: E402  (the core's Score, the definition)
 
 
 def _gen(seed: int) -> torch.Generator:

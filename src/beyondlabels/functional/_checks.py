@@ -104,3 +104,34 @@ def check_deep_metrics(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"`deep_metrics` must be True or False, got {value!r}.")
     return value
+
+
+def check_share(share: object) -> tuple[int, int]:
+    """``(index, count)`` of a share of the queries (None: the one share ``(0, 1)``)."""
+    if share is None:
+        return 0, 1
+    if (
+        not isinstance(share, (tuple, list))
+        or len(share) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in share)
+        or not 0 <= share[0] < share[1]
+    ):
+        raise ValueError(f"`share` must be (index, count) with 0 <= index < count, got {share!r}.")
+    return int(share[0]), int(share[1])
+
+
+def check_depths(depth: object, n_queries: int, limit: int, device: torch.device) -> Tensor:
+    """The search depth of every query, int64 ``[n_queries]``: ``depth`` an int, or a tensor with one entry per
+    query; each at least 1 and at most ``limit`` (the gallery items available to a query)."""
+    if isinstance(depth, Tensor):
+        if depth.dim() != 1 or depth.shape[0] != n_queries or depth.is_floating_point() or depth.dtype == torch.bool:
+            raise ValueError(f"`depth` as a tensor must be 1-D integer with one entry per query ({n_queries}), got {tuple(depth.shape)} {depth.dtype}.")
+        depths = depth.to(device=device, dtype=torch.long)
+        if n_queries and int(depths.min()) < 1:
+            raise ValueError("`depth` must be >= 1 for every query.")
+    else:
+        check_positive_int(depth, "depth")
+        depths = torch.full((n_queries,), depth, dtype=torch.long, device=device)
+    if n_queries and int(depths.max()) > limit:
+        raise ValueError(f"`depth` {int(depths.max())} exceeds the {limit} gallery items available to a query; lower it.")
+    return depths

@@ -61,17 +61,11 @@ from beyondlabels.functional._checks import (
     check_positive_int,
     check_precision,
 )
+from beyondlabels.functional._low_precision import Gallery
+from beyondlabels.functional._search import Neighbors, available, search_normalized
+from beyondlabels.functional._topk import mask_excluded, score_block
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.functional.search import (
-    Neighbors,
-    _Gallery,
-    _available,
-    _mask_excluded,
-    _scores,
-    _search_normalized,
-    exclusion_index,
-    normalize_rows,
-)
+from beyondlabels.functional.search import exclusion_index, normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -209,10 +203,10 @@ def _ideal_dcg(
     return torch.cumsum(ideal * discount, dim=1)[inverse]
 
 
-def _first_relevant_rank_full(gal: _Gallery, q: Tensor, q_labels: Tensor, g_labels: Tensor, excl: Tensor | None) -> Tensor:
+def _first_relevant_rank_full(gal: Gallery, q: Tensor, q_labels: Tensor, g_labels: Tensor, excl: Tensor | None) -> Tensor:
     """Exact 1-based rank of the best-ranked relevant item, counted over the whole gallery (for a few rows)."""
-    s = _scores(q, gal.g)
-    _mask_excluded(s, excl)
+    s = score_block(q, gal.g)
+    mask_excluded(s, excl)
     relevant = g_labels.unsqueeze(0) == q_labels.unsqueeze(1)
     rel_scores = s.masked_fill(~relevant, float("-inf"))
     best = rel_scores.max(dim=1, keepdim=True).values
@@ -328,7 +322,7 @@ def retrieval_per_query(
             excl = exclusion_index(qid, gid, device, "ids")
 
     n_gallery = gn.shape[0]
-    avail = _available(n_gallery, excl)
+    avail = available(n_gallery, excl)
     if ks_t[-1] > avail:
         raise ValueError(
             f"`ks` contains {ks_t[-1]} but only {avail} gallery items are available to a query"
@@ -375,11 +369,11 @@ def retrieval_per_query(
             e_cls = torch.where(excl >= 0, g_cls[excl.clamp(min=0)], -1)
         graded_state.append((g.name, gains, g_cls, q_cls, counts, e_cls, {k: v.to(device) for k, v in g.mistake_stats.items()}))
 
-    gal = _Gallery(gn, lowp)
+    gal = Gallery(gn, lowp)
     nan = float("nan")
     if query_rows is None:
         out = _RowCollector(q_labels.shape[0])
-        chunks = _search_normalized(gn, depths, qn, excl, share, chunk_size, lowp)
+        chunks = search_normalized(gn, depths, qn, excl, share, chunk_size, lowp)
     else:
         n_queries = q_labels.shape[0]
         if not isinstance(query_rows, Tensor) or query_rows.dim() != 1 or query_rows.is_floating_point():
@@ -392,7 +386,7 @@ def retrieval_per_query(
         sub_excl = None if excl is None else excl[query_rows]
         chunks = (
             type(c)(query_rows[c.rows], c.scores, c.indices)
-            for c in _search_normalized(gn, depths[query_rows], subset, sub_excl, share, chunk_size, lowp)
+            for c in search_normalized(gn, depths[query_rows], subset, sub_excl, share, chunk_size, lowp)
         )
     if not deep_metrics:
         chunks = _joined(chunks, _SHALLOW_JOIN_ELEMENTS)

@@ -96,7 +96,8 @@ import torch
 from torch import Tensor
 
 from beyondlabels.functional._checks import check_positive_int, check_threshold, check_top_r
-from beyondlabels.functional.search import _MIN_BLOCK, _exact_topk, _scores, _Workspace, normalize_rows
+from beyondlabels.functional._topk import MIN_BLOCK, Workspace, exact_topk, score_block
+from beyondlabels.functional.search import normalize_rows
 from beyondlabels.io.atomic import save_npz
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -221,7 +222,7 @@ def _check_pool(
 # ----------------------------------------------------------------------------------------------------------------------
 
 # Distinct queries per product of `_pair_scores` (at least the core's smallest block side).
-_QUERY_BLOCK = _MIN_BLOCK
+_QUERY_BLOCK = MIN_BLOCK
 # Candidates per product of `_pair_scores`: a run of queries with more is scored in pieces (bounded memory).
 _MAX_PAIRS = 1 << 15
 # Elements of one round of the draw (queries x draws) above which a round is split.
@@ -279,7 +280,7 @@ class _Pool:
 
 def _masked_text_scores(txt: Tensor, pool: _Pool, rows: Tensor, threshold: float | None) -> Tensor:
     """Text scores ``[len(rows), N]`` of the queries at ``rows`` with every ineligible sample set to ``-inf``."""
-    sims = _scores(txt[rows], txt)
+    sims = score_block(txt[rows], txt)
     if threshold is not None:
         sims.masked_fill_(sims >= threshold, float("-inf"))
     sims[torch.arange(rows.numel(), device=rows.device), rows] = float("-inf")
@@ -411,8 +412,8 @@ def _drop_near_duplicates(txt: Tensor, q: Tensor, pos: Tensor, ok: Tensor, thres
 
 def _first_short(txt: Tensor, pool: _Pool, rows: Tensor, k: int, threshold: float | None) -> tuple[int, int] | None:
     """The first of ``rows`` (ascending) with fewer than ``k`` eligible samples and its exact count, or None."""
-    for start in range(0, rows.numel(), _MIN_BLOCK):
-        part = rows[start : start + _MIN_BLOCK]
+    for start in range(0, rows.numel(), MIN_BLOCK):
+        part = rows[start : start + MIN_BLOCK]
         exact = _eligible_counts(_masked_text_scores(txt, pool, part, threshold))
         if bool((exact < k).any()):
             bad = int(torch.nonzero(exact < k)[0])
@@ -463,7 +464,7 @@ def _hard(txt: Tensor, pool: _Pool, num_candidates: int, threshold: float | None
         chunk = torch.arange(start, min(start + chunk_size, n), device=device)
         sims = _masked_text_scores(txt, pool, chunk, threshold)
         # the pool is in id order, so the core's tie rule (smaller index first) is "smaller id first"
-        vals, rows[chunk] = _exact_topk(sims, k)
+        vals, rows[chunk] = exact_topk(sims, k)
         short = vals[:, -1] == float("-inf")  # an ineligible sample made the top k: fewer than k eligible
         if bool(short.any()):
             bad = int(torch.nonzero(short)[0])
@@ -572,7 +573,7 @@ def _pair_scores(
         for block, (start, hi) in enumerate(zip(bounds[:-1], bounds[1:]))
         for lo in range(start, hi, _MAX_PAIRS)
     ]
-    ws = _Workspace(left.device)
+    ws = Workspace(left.device)
     at = torch.arange(min(q.numel(), _MAX_PAIRS), device=q.device)
     d = left.shape[1]
     for block, lo, hi in pieces:
@@ -584,14 +585,14 @@ def _pair_scores(
             torch.index_select(left, 0, queries, out=side[:m])
             if extra is not None:
                 torch.index_select(extra_left, 0, queries, out=side[m:])
-            scores = _scores(side, torch.index_select(right, 0, g[lo:hi], out=cands), ws)  # [queries, candidates]
+            scores = score_block(side, torch.index_select(right, 0, g[lo:hi], out=cands), ws)  # [queries, candidates]
             flat = local[lo:hi] * scores.shape[1] + at[: hi - lo]
             torch.index_select(scores[:m].reshape(-1), 0, flat, out=out[lo:hi])
             if extra is not None:
                 torch.index_select(scores[m:].reshape(-1), 0, flat, out=extra[lo:hi])
         else:
             side = torch.index_select(right, 0, queries, out=ws.get("queries", (m, d), right.dtype))
-            scores = _scores(torch.index_select(left, 0, g[lo:hi], out=cands), side, ws)  # [candidates, queries]
+            scores = score_block(torch.index_select(left, 0, g[lo:hi], out=cands), side, ws)  # [candidates, queries]
             flat = at[: hi - lo] * scores.shape[1] + local[lo:hi]
             torch.index_select(scores.reshape(-1), 0, flat, out=out[lo:hi])
     return out if extra is None else (out, extra)
