@@ -14,6 +14,8 @@ from torch import Tensor
 
 # Search precisions: the name a user passes and the low-precision dtype it searches in (None: exact fp32 only).
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Aggregation protocols of text-to-image R-precision.
+PROTOCOLS = ("folds", "resample")
 
 
 def check_positive_int(value: object, name: str) -> int:
@@ -98,6 +100,30 @@ def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
     if too_big:
         raise ValueError(f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R.")
     return tuple(sorted(set(top_r)))
+
+
+def check_rprecision_settings(
+    num_candidates: object,
+    r: object,
+    top_r: object,
+    protocol: object,
+    repeats: object,
+    seed: object,
+    near_duplicate_threshold: object,
+    chunk_size: object,
+) -> tuple[tuple[int, ...], float | None]:
+    """The settings of text-to-image R-precision: ``(top_r, near_duplicate_threshold)`` as the kernel uses them (sorted
+    distinct cut-offs, the threshold as a float or None), after checking every setting."""
+    check_positive_int(num_candidates, "num_candidates")
+    check_positive_int(r, "r")
+    check_positive_int(repeats, "repeats")
+    check_positive_int(chunk_size, "chunk_size")
+    top_r = check_top_r(top_r, r, num_candidates)  # type: ignore[arg-type]
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"`protocol` must be one of {PROTOCOLS}, got {protocol!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    return top_r, check_threshold(near_duplicate_threshold)
 
 
 def check_deep_metrics(value: object) -> bool:
