@@ -193,7 +193,8 @@ def evaluate_crossmodal(cfg: DictConfig) -> dict[str, Any]:
 def evaluate_rprecision(cfg: DictConfig) -> dict[str, Any]:
     """``task=rprecision``: text-to-image R-precision of saved image / prompt embeddings; a JSON report driven by the
     schema (definitions: :mod:`beyondlabels.functional.rprecision`)."""
-    from beyondlabels.functional.rprecision import load_candidate_sets, rprecision_output_schema, text_image_r_precision
+    from beyondlabels.functional.rprecision import rprecision_output_schema, text_image_r_precision
+    from beyondlabels.io.candidate_sets import load_candidate_sets
 
     if not cfg.get("input"):
         raise ValueError("task=rprecision needs input=PATH.npz (arrays image_embeddings, text_embeddings)")

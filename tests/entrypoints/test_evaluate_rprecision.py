@@ -18,7 +18,8 @@ from omegaconf import open_dict
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import run_script  # noqa: E402
 
-from beyondlabels.functional.rprecision import draw_candidate_sets, save_candidate_sets  # noqa: E402
+from beyondlabels.functional.rprecision import draw_candidate_sets  # noqa: E402
+from beyondlabels.io.candidate_sets import save_candidate_sets  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_rprecision", REPO_ROOT / "evaluate.py")

@@ -193,17 +193,17 @@ def test_each_query_is_in_exactly_one_share():
 def test_shares_split_the_products_between_processes(monkeypatch):
     """A leave-one-out share multiplies only the block pairs touching its rows: with 4 shares, each share computes
     well under half of the single search's products."""
-    import beyondlabels.functional.search as kernel
+    import beyondlabels.functional._leave_one_out as kernel
 
     emb, _ = clustered(2048, 8, 5, seed=1)
     counted = []
-    real = kernel._scores
+    real = kernel.score_block
 
     def counting(q, g, ws=None):
         counted.append(q.shape[0] * g.shape[0])
         return real(q, g, ws)
 
-    monkeypatch.setattr(kernel, "_scores", counting)
+    monkeypatch.setattr(kernel, "score_block", counting)
     list(search_neighbors(emb, 5, chunk_size=128))
     whole = sum(counted)
     per_share = []

@@ -285,13 +285,13 @@ def test_fast_mode_equals_fp32_on_random_data(precision):
 @pytest.mark.parametrize("noise", [0.3, 3.0])
 def test_fast_mode_takes_both_rescoring_paths(precision, noise, monkeypatch):
     """Separated classes rescore a small candidate union; crowded ones rescore whole chunks. Both equal fp32."""
-    import beyondlabels.functional.search as kernel
+    import beyondlabels.functional._low_precision as kernel
 
     emb, labels = clustered(800, 64, 40, seed=12, noise=noise)
     ref = embedding_retrieval_metrics(emb, labels, ks=KS, chunk_size=200)
     widths = []
-    real = kernel._scores
-    monkeypatch.setattr(kernel, "_scores", lambda q, g: widths.append(g.shape[0]) or real(q, g))
+    real = kernel.score_block
+    monkeypatch.setattr(kernel, "score_block", lambda q, g: widths.append(g.shape[0]) or real(q, g))
     fast = embedding_retrieval_metrics(emb, labels, ks=KS, chunk_size=50, precision=precision)
     assert_same_outputs(ref, fast)
     if noise < 1:
@@ -370,12 +370,12 @@ def test_wide_rows_without_ties_match_the_reference_order():
 
 
 def test_ranking_keys_round_trip_and_order():
-    import beyondlabels.functional.search as kernel
+    import beyondlabels.functional._topk as kernel
 
     vals = torch.tensor([[0.5, -0.0, 0.0, float("-inf"), -1.0, 1e-38, -1e-38, 0.5]])
     idx = torch.tensor([[3, 1, 0, 2, 7, 5, 6, 4]])
-    keys = kernel._to_keys(vals, idx)
-    back_vals, back_idx = kernel._from_keys(keys)
+    keys = kernel.to_keys(vals, idx)
+    back_vals, back_idx = kernel.from_keys(keys)
     assert torch.equal(back_idx, idx)
     assert torch.equal(back_vals, vals + 0.0)  # -0.0 comes back as +0.0: it ties with 0.0
     order = torch.argsort(keys[0], descending=True)

@@ -138,13 +138,13 @@ def test_matches_the_numpy_oracle(gallery):
 def test_the_search_goes_only_to_depth_k(gallery, monkeypatch):
     emb, labels = gallery
     seen = []
-    search = KERNEL["_search_normalized"]
+    search = KERNEL["search_normalized"]
 
     def spy(gn, depth, *args):
         seen.append(int(depth.max()) if isinstance(depth, torch.Tensor) else int(depth))
         return search(gn, depth, *args)
 
-    monkeypatch.setitem(KERNEL, "_search_normalized", spy)
+    monkeypatch.setitem(KERNEL, "search_normalized", spy)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5), curve_max_k=9, deep_metrics=False)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5), return_neighbors=11, deep_metrics=False)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5))

@@ -21,12 +21,12 @@ from beyondlabels.functional.rprecision import (  # noqa: E402
     candidate_scores,
     draw_candidate_sets,
     fold_assignment,
-    load_candidate_sets,
     rprecision_output_schema,
-    save_candidate_sets,
     text_image_r_precision,
 )
-from beyondlabels.functional.search import _scores, normalize_rows  # noqa: E402  (the core's Score, the definition)
+from beyondlabels.io.candidate_sets import load_candidate_sets, save_candidate_sets  # noqa: E402
+from beyondlabels.functional._topk import score_block as _scores  # noqa: E402  (the core's Score, the definition)
+from beyondlabels.functional.search import normalize_rows  # noqa: E402
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
 from retrieval_data import clustered  # noqa: E402
 
-import beyondlabels.functional.search as kernel  # noqa: E402
+import beyondlabels.functional._leave_one_out as kernel  # noqa: E402
 from beyondlabels.functional.search import normalize_rows, search_neighbors  # noqa: E402
 
 
@@ -114,7 +114,7 @@ def test_rows_whose_bound_is_too_high_are_searched_again(ties, spy, monkeypatch)
     g, oracle = ties
     real = kernel._sampled_bounds
     searched = []
-    real_chunk = kernel._search_chunk
+    real_chunk = kernel.search_chunk
 
     def too_high(g_, need, block, lo, hi):
         bound = real(g_, need, block, lo, hi)
@@ -127,7 +127,7 @@ def test_rows_whose_bound_is_too_high_are_searched_again(ties, spy, monkeypatch)
         return real_chunk(gal, q, excl, depth, ws)
 
     monkeypatch.setattr(kernel, "_sampled_bounds", too_high)
-    monkeypatch.setattr(kernel, "_search_chunk", counting_chunk)
+    monkeypatch.setattr(kernel, "search_chunk", counting_chunk)
     assert_equals_oracle(g, 150, oracle, chunk_size=300)
     assert spy
     assert sum(searched) >= g.shape[0] // 3
@@ -144,7 +144,7 @@ def test_compaction_at_every_block_and_a_tiny_sample(ties, spy, monkeypatch):
 
 def test_runs_of_blocks_under_a_small_buffer_budget(ties, spy, monkeypatch):
     g, oracle = ties
-    monkeypatch.setattr(kernel, "_SYMMETRIC_BUFFER_BYTES", 150 * 400 * 8)
+    monkeypatch.setattr(kernel, "_BUFFER_BYTES", 150 * 400 * 8)
     assert_equals_oracle(g, 150, oracle, chunk_size=100)
     assert len(spy) > 3
 

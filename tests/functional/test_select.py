@@ -155,19 +155,19 @@ def test_threads_follow_the_affinity_and_torch_thread_count(cpus, torch_threads,
 def test_the_search_leaves_torch_thread_settings_alone(monkeypatch):
     """The deep leave-one-out search (candidate lists, both sides of every block) and the row-slice steps never set
     torch's thread counts, which every thread of a user's process shares."""
-    from beyondlabels.functional import embedding_retrieval_metrics, search
+    from beyondlabels.functional import _leave_one_out, embedding_retrieval_metrics
 
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(("set_num_threads", n)))
     monkeypatch.setattr(torch, "set_num_interop_threads", lambda n: calls.append(("set_num_interop_threads", n)))
-    candidate_search = search._leave_one_out_candidates
+    candidate_search = _leave_one_out._leave_one_out_candidates
     runs = []
 
     def counted(*args, **kwargs):
         runs.append(1)
         yield from candidate_search(*args, **kwargs)
 
-    monkeypatch.setattr(search, "_leave_one_out_candidates", counted)
+    monkeypatch.setattr(_leave_one_out, "_leave_one_out_candidates", counted)
     g = torch.Generator().manual_seed(0)
     labels = torch.arange(4000) % 40  # R = 100 of 4,000: deep enough for the candidate search
     x = torch.nn.functional.normalize(torch.randn(4000, 16, generator=g) + labels[:, None].float(), dim=1)

@@ -45,9 +45,7 @@ from beyondlabels.functional.rprecision import (
     candidate_scores,
     draw_candidate_sets,
     fold_assignment,
-    load_candidate_sets,
     rprecision_output_schema,
-    save_candidate_sets,
     text_image_r_precision,
 )
 from beyondlabels.functional.retrieval import (
@@ -72,9 +70,7 @@ __all__ = [
     "candidate_scores",
     "draw_candidate_sets",
     "fold_assignment",
-    "load_candidate_sets",
     "rprecision_output_schema",
-    "save_candidate_sets",
     "text_image_r_precision",
     "class_mean_cosine",
     "class_pair_spearman",

@@ -14,6 +14,8 @@ from torch import Tensor
 
 # Search precisions: the name a user passes and the low-precision dtype it searches in (None: exact fp32 only).
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Aggregation protocols of text-to-image R-precision.
+PROTOCOLS = ("folds", "resample")
 
 
 def check_positive_int(value: object, name: str) -> int:
@@ -100,7 +102,62 @@ def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
     return tuple(sorted(set(top_r)))
 
 
+def check_rprecision_settings(
+    num_candidates: object,
+    r: object,
+    top_r: object,
+    protocol: object,
+    repeats: object,
+    seed: object,
+    near_duplicate_threshold: object,
+    chunk_size: object,
+) -> tuple[tuple[int, ...], float | None]:
+    """The settings of text-to-image R-precision: ``(top_r, near_duplicate_threshold)`` as the kernel uses them (sorted
+    distinct cut-offs, the threshold as a float or None), after checking every setting."""
+    check_positive_int(num_candidates, "num_candidates")
+    check_positive_int(r, "r")
+    check_positive_int(repeats, "repeats")
+    check_positive_int(chunk_size, "chunk_size")
+    top_r = check_top_r(top_r, r, num_candidates)  # type: ignore[arg-type]
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"`protocol` must be one of {PROTOCOLS}, got {protocol!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    return top_r, check_threshold(near_duplicate_threshold)
+
+
 def check_deep_metrics(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"`deep_metrics` must be True or False, got {value!r}.")
     return value
+
+
+def check_share(share: object) -> tuple[int, int]:
+    """``(index, count)`` of a share of the queries (None: the one share ``(0, 1)``)."""
+    if share is None:
+        return 0, 1
+    if (
+        not isinstance(share, (tuple, list))
+        or len(share) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in share)
+        or not 0 <= share[0] < share[1]
+    ):
+        raise ValueError(f"`share` must be (index, count) with 0 <= index < count, got {share!r}.")
+    return int(share[0]), int(share[1])
+
+
+def check_depths(depth: object, n_queries: int, limit: int, device: torch.device) -> Tensor:
+    """The search depth of every query, int64 ``[n_queries]``: ``depth`` an int, or a tensor with one entry per
+    query; each at least 1 and at most ``limit`` (the gallery items available to a query)."""
+    if isinstance(depth, Tensor):
+        if depth.dim() != 1 or depth.shape[0] != n_queries or depth.is_floating_point() or depth.dtype == torch.bool:
+            raise ValueError(f"`depth` as a tensor must be 1-D integer with one entry per query ({n_queries}), got {tuple(depth.shape)} {depth.dtype}.")
+        depths = depth.to(device=device, dtype=torch.long)
+        if n_queries and int(depths.min()) < 1:
+            raise ValueError("`depth` must be >= 1 for every query.")
+    else:
+        check_positive_int(depth, "depth")
+        depths = torch.full((n_queries,), depth, dtype=torch.long, device=device)
+    if n_queries and int(depths.max()) > limit:
+        raise ValueError(f"`depth` {int(depths.max())} exceeds the {limit} gallery items available to a query; lower it.")
+    return depths

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -61,17 +62,10 @@ from beyondlabels.functional._checks import (
     check_positive_int,
     check_precision,
 )
+from beyondlabels.functional._search import Neighbors, available, search_normalized
+from beyondlabels.functional._topk import mask_excluded, score_block
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.functional.search import (
-    Neighbors,
-    _Gallery,
-    _available,
-    _mask_excluded,
-    _scores,
-    _search_normalized,
-    exclusion_index,
-    normalize_rows,
-)
+from beyondlabels.functional.search import exclusion_index, normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -209,10 +203,11 @@ def _ideal_dcg(
     return torch.cumsum(ideal * discount, dim=1)[inverse]
 
 
-def _first_relevant_rank_full(gal: _Gallery, q: Tensor, q_labels: Tensor, g_labels: Tensor, excl: Tensor | None) -> Tensor:
-    """Exact 1-based rank of the best-ranked relevant item, counted over the whole gallery (for a few rows)."""
-    s = _scores(q, gal.g)
-    _mask_excluded(s, excl)
+def _first_relevant_rank_full(g: Tensor, q: Tensor, q_labels: Tensor, g_labels: Tensor, excl: Tensor | None) -> Tensor:
+    """Exact 1-based rank of the best-ranked relevant item among the unit gallery rows ``g``, counted over the whole
+    gallery (for a few rows)."""
+    s = score_block(q, g)
+    mask_excluded(s, excl)
     relevant = g_labels.unsqueeze(0) == q_labels.unsqueeze(1)
     rel_scores = s.masked_fill(~relevant, float("-inf"))
     best = rel_scores.max(dim=1, keepdim=True).values
@@ -250,6 +245,299 @@ def _join(parts: list[Neighbors]) -> Neighbors:
     return Neighbors(
         torch.cat([p.rows for p in parts]), torch.cat([p.scores for p in parts]), torch.cat([p.indices for p in parts])
     )
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """A validated retrieval problem: unit fp32 gallery rows ``gn`` with ``g_labels``, the query rows ``qn`` (None:
+    leave-one-out, the gallery is the query set) with ``q_labels``, the excluded item of each query ``excl`` (None:
+    none), ``r`` (the relevant items available to each query) and ``lone`` (``r == 0``)."""
+
+    gn: Tensor
+    g_labels: Tensor
+    qn: Tensor | None
+    q_labels: Tensor
+    excl: Tensor | None
+    r: Tensor
+    lone: Tensor
+
+    @property
+    def queries(self) -> Tensor:
+        return self.gn if self.qn is None else self.qn
+
+
+def _check_graded(graded: Sequence[ClassGains]) -> tuple[ClassGains, ...]:
+    graded = tuple(graded)
+    for g in graded:
+        if not isinstance(g, ClassGains):
+            raise ValueError(f"`graded` must hold ClassGains matrices, got {type(g).__name__}.")
+    names = [g.name for g in graded]
+    if len(set(names)) != len(names):
+        raise ValueError(f"`graded` matrices need distinct names, got {names}.")
+    return graded
+
+
+def _problem(
+    embeddings: Tensor,
+    labels: Tensor,
+    ids: Tensor | None,
+    query_embeddings: Tensor | None,
+    query_labels: Tensor | None,
+    query_ids: Tensor | None,
+) -> _Problem:
+    """The validated problem of :func:`retrieval_per_query`'s inputs, with ``R`` per query."""
+    gn = normalize_rows(embeddings, "embeddings")
+    device = gn.device
+    g_labels = check_int_vector(labels, "labels", gn.shape[0], device)
+    gid = None if ids is None else check_int_vector(ids, "ids", gn.shape[0], device)
+    if query_embeddings is None:
+        if query_labels is not None or query_ids is not None:
+            raise ValueError("`query_labels` / `query_ids` need `query_embeddings`; omit them for leave-one-out.")
+        if gid is not None:
+            exclusion_index(gid, gid, device, "ids")  # rejects duplicated ids
+        qn, q_labels, excl = None, g_labels, torch.arange(gn.shape[0], device=device)
+    else:
+        qn = normalize_rows(query_embeddings, "query_embeddings")
+        if qn.device != device:
+            raise ValueError(f"`query_embeddings` is on {qn.device} but `embeddings` on {device}; use one device.")
+        if qn.shape[1] != gn.shape[1]:
+            raise ValueError(f"`query_embeddings` has dimension {qn.shape[1]} but `embeddings` has {gn.shape[1]}; they must match.")
+        if query_labels is None:
+            raise ValueError("`query_labels` is required with `query_embeddings` (relevance = same label).")
+        q_labels = check_int_vector(query_labels, "query_labels", qn.shape[0], device)
+        qid = None if query_ids is None else check_int_vector(query_ids, "query_ids", qn.shape[0], device)
+        if qid is not None and gid is None:
+            raise ValueError("`query_ids` needs gallery `ids` to exclude matching items; pass both or neither.")
+        excl = None
+        if qid is not None:
+            if qid.numel() > 1 and bool((torch.sort(qid).values[1:] == torch.sort(qid).values[:-1]).any()):
+                raise ValueError("`query_ids` contains duplicated ids; each query needs its own id.")
+            excl = exclusion_index(qid, gid, device, "ids")
+    r = _num_relevant(g_labels, q_labels, excl)
+    return _Problem(gn, g_labels, qn, q_labels, excl, r, r == 0)
+
+
+def _num_relevant(g_labels: Tensor, q_labels: Tensor, excl: Tensor | None) -> Tensor:
+    """R per query: gallery items sharing the label, minus the excluded item when it shares the label."""
+    classes, g_codes = torch.unique(g_labels, return_inverse=True)
+    g_counts = torch.bincount(g_codes, minlength=classes.numel())
+    pos = torch.searchsorted(classes, q_labels).clamp_(max=classes.numel() - 1)
+    r = torch.where(classes[pos] == q_labels, g_counts[pos], torch.zeros_like(pos))
+    if excl is not None:
+        has = excl >= 0
+        same = torch.zeros_like(has)
+        same[has] = g_labels[excl[has]] == q_labels[has]
+        r = r - same.long()
+    return r
+
+
+def _check_depth_limits(p: _Problem, ks: tuple[int, ...], curve_max_k: int, return_neighbors: int) -> int:
+    """The gallery items available to every query (:func:`available`), after checking that the cut-offs fit in it."""
+    n_gallery = p.gn.shape[0]
+    avail = available(n_gallery, p.excl)
+    if ks[-1] > avail:
+        raise ValueError(
+            f"`ks` contains {ks[-1]} but only {avail} gallery items are available to a query"
+            + (" (self excluded)" if avail < n_gallery else "")
+            + "; lower k or enlarge the gallery."
+        )
+    if curve_max_k > avail:
+        raise ValueError(f"`curve_max_k`={curve_max_k} exceeds the {avail} gallery items available to a query; lower it.")
+    if return_neighbors > avail:
+        raise ValueError(f"`return_neighbors`={return_neighbors} exceeds the {avail} gallery items available; lower it.")
+    return avail
+
+
+@dataclass(frozen=True)
+class _Cutoffs:
+    """The cut-offs ``ks`` (ascending) as positions ``index = k - 1``, the discounts ``1 / log2(i + 1)`` of ranks
+    ``i = 1..max(ks)`` and the ideal binary DCG of ``i`` relevant items at the top."""
+
+    ks: tuple[int, ...]
+    index: Tensor
+    discount: Tensor
+    binary_ideal: Tensor
+
+    @classmethod
+    def of(cls, ks: tuple[int, ...], device: torch.device) -> _Cutoffs:
+        discount = 1.0 / torch.log2(torch.arange(2, ks[-1] + 2, device=device, dtype=torch.float64))
+        return cls(ks, torch.tensor([k - 1 for k in ks], device=device), discount, torch.cumsum(discount, dim=0))
+
+    @property
+    def kmax(self) -> int:
+        return self.ks[-1]
+
+
+@dataclass(frozen=True)
+class _GradedState:
+    """One gain matrix prepared for a problem: its gains on the device, the class of every gallery item and query,
+    the gallery's class counts, the class of each query's excluded item (``-1``: none) and its mistake tables."""
+
+    name: str
+    gains: Tensor
+    g_cls: Tensor
+    q_cls: Tensor
+    counts: Tensor
+    e_cls: Tensor
+    stats: dict[str, Tensor]
+
+    @classmethod
+    def of(cls, g: ClassGains, p: _Problem) -> _GradedState:
+        device = p.gn.device
+        gains = g.gains.to(device)
+        g_cls = g.class_index(p.g_labels, "labels")
+        q_cls = g_cls if p.qn is None else g.class_index(p.q_labels, "query_labels")
+        counts = torch.bincount(g_cls, minlength=g.num_classes)
+        if p.excl is None:
+            e_cls = torch.full_like(q_cls, -1)
+        else:
+            e_cls = torch.where(p.excl >= 0, g_cls[p.excl.clamp(min=0)], -1)
+        return cls(g.name, gains, g_cls, q_cls, counts, e_cls, {k: v.to(device) for k, v in g.mistake_stats.items()})
+
+
+def _searched_chunks(
+    p: _Problem,
+    depths: Tensor,
+    query_rows: Tensor | None,
+    share: tuple[int, int] | None,
+    chunk_size: int,
+    lowp: torch.dtype | None,
+) -> tuple[_RowCollector, Iterator[Neighbors]]:
+    """The search of every query (or of ``query_rows``, rows then given as query positions) and a collector sized
+    for its rows."""
+    if query_rows is None:
+        return _RowCollector(p.q_labels.shape[0]), search_normalized(p.gn, depths, p.qn, p.excl, share, chunk_size, lowp)
+    n_queries = p.q_labels.shape[0]
+    if not isinstance(query_rows, Tensor) or query_rows.dim() != 1 or query_rows.is_floating_point():
+        raise ValueError("`query_rows` must be a 1-D integer tensor of query positions.")
+    query_rows = query_rows.to(device=p.gn.device, dtype=torch.long)
+    if query_rows.numel() and (int(query_rows.min()) < 0 or int(query_rows.max()) >= n_queries):
+        raise ValueError(f"`query_rows` must hold positions in 0..{n_queries - 1}.")
+    subset = p.queries[query_rows]
+    sub_excl = None if p.excl is None else p.excl[query_rows]
+    chunks = (
+        type(c)(query_rows[c.rows], c.scores, c.indices)
+        for c in search_normalized(p.gn, depths[query_rows], subset, sub_excl, share, chunk_size, lowp)
+    )
+    return _RowCollector(query_rows.numel()), chunks
+
+
+def _put_deep_values(out: _RowCollector, p: _Problem, rows: Tensor, ql: Tensor, rel: Tensor, cum: Tensor, rq: Tensor, ok: Tensor) -> None:
+    """``r_precision``, ``map@r`` and ``first_relevant_rank`` of a chunk (NaN for lone queries)."""
+    nan = float("nan")
+    depth = rel.shape[1]
+    rq_safe = rq.clamp(min=1)
+    rank = torch.arange(1, depth + 1, device=rel.device, dtype=torch.float64)
+    within_r = rank.unsqueeze(0) <= rq.unsqueeze(1)
+    in_r = torch.gather(cum, 1, (rq_safe - 1).unsqueeze(1)).squeeze(1).to(torch.float64)
+    prec_terms = torch.where(rel & within_r, cum.to(torch.float64) / rank, 0.0)
+    # A running sum read at rank R: the summation order does not depend on the chunk's depth.
+    ap = torch.gather(torch.cumsum(prec_terms, dim=1), 1, (rq_safe - 1).unsqueeze(1)).squeeze(1) / rq_safe
+    out.put("r_precision", torch.where(ok, in_r / rq_safe, nan))
+    out.put("map@r", torch.where(ok, ap, nan))
+
+    found = rel.any(dim=1)
+    first = torch.argmax(rel.to(torch.uint8), dim=1).to(torch.float64) + 1.0
+    missing = ok & ~found
+    if bool(missing.any()):
+        m = torch.nonzero(missing).flatten()
+        ex = None if p.excl is None else p.excl[rows[m]]
+        first[m] = _first_relevant_rank_full(p.gn, p.queries[rows[m]], ql[m], p.g_labels, ex)
+    out.put("first_relevant_rank", torch.where(ok, first, nan))
+
+
+def _put_graded_values(
+    out: _RowCollector, state: _GradedState, cut: _Cutoffs, p: _Problem, rows: Tensor, idx: Tensor, ql: Tensor, ok: Tensor
+) -> None:
+    """The graded precision and nDCG at every cut-off of a chunk, and the top-1 mistake statistics."""
+    nan = float("nan")
+    if state.stats:
+        first_cls = state.g_cls[idx[:, 0]]
+        miss = ok & (p.g_labels[idx[:, 0]] != ql)
+        for stat, table in state.stats.items():
+            value = torch.where(miss, table[state.q_cls[rows], first_cls], nan)
+            out.put(f"{state.name}_mistake_{stat}", value)
+    gain = state.gains[state.q_cls[rows].unsqueeze(1), state.g_cls[idx[:, : cut.kmax]]]
+    cum_gain = torch.cumsum(gain, dim=1)
+    ks_f = cut.index.to(torch.float64) + 1.0
+    g_prec = cum_gain[:, cut.index] / ks_f
+    g_dcg = torch.cumsum(gain * cut.discount, dim=1)[:, cut.index]
+    g_ideal = _ideal_dcg(state.gains, state.q_cls[rows], state.e_cls[rows], state.counts, cut.kmax, cut.discount)[:, cut.index]
+    out.put(f"{state.name}_precision", torch.where(ok.unsqueeze(1), g_prec, nan))
+    out.put(f"{state.name}_ndcg", torch.where(ok.unsqueeze(1), g_dcg / g_ideal, nan))
+
+
+def _put_chunk(
+    out: _RowCollector,
+    chunk: Neighbors,
+    p: _Problem,
+    cut: _Cutoffs,
+    hits_k: int,
+    deep_metrics: bool,
+    graded_state: Sequence[_GradedState],
+    return_neighbors: int,
+) -> None:
+    """Every per-query value of one searched chunk, written into ``out``."""
+    rows, vals, idx = chunk.rows, chunk.scores, chunk.indices
+    # index_select, not x[rows]: the same values without a parallel region.
+    ql, rq, ok = p.q_labels.index_select(0, rows), p.r.index_select(0, rows), ~p.lone.index_select(0, rows)
+    rel = (p.g_labels.index_select(0, idx.reshape(-1)).view(idx.shape) == ql.unsqueeze(1)) & torch.isfinite(vals)
+    cum = torch.cumsum(rel, dim=1, dtype=torch.int32)
+    out.next_rows(rows.shape[0])
+    out.put("query_index", rows)
+    out.put("hits", cum[:, :hits_k])
+    if deep_metrics:
+        _put_deep_values(out, p, rows, ql, rel, cum, rq, ok)
+    rq_safe = rq.clamp(min=1)
+    dcg = torch.cumsum(rel[:, : cut.kmax].to(torch.float64) * cut.discount, dim=1)
+    ideal = cut.binary_ideal[torch.minimum(rq_safe.unsqueeze(1), cut.index.unsqueeze(0) + 1) - 1]
+    out.put("ndcg", torch.where(ok.unsqueeze(1), dcg[:, cut.index] / ideal, float("nan")))
+    for state in graded_state:
+        _put_graded_values(out, state, cut, p, rows, idx, ql, ok)
+    if return_neighbors:
+        out.put("neighbor_indices", idx[:, :return_neighbors])
+        out.put("neighbor_scores", vals[:, :return_neighbors])
+
+
+def _collected(
+    out: _RowCollector,
+    p: _Problem,
+    cut: _Cutoffs,
+    hits_k: int,
+    deep_metrics: bool,
+    graded_state: Sequence[_GradedState],
+    return_neighbors: int,
+) -> dict[str, Tensor]:
+    """The output dict of :func:`retrieval_per_query` from the rows collected in ``out``."""
+    device = p.gn.device
+
+    def get(key: str, empty_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        return out.get(key, torch.empty(empty_shape, dtype=dtype, device=device))
+
+    rows_all = get("query_index", (0,), torch.long)
+    result = {
+        "query_index": rows_all,
+        "num_relevant": p.r.index_select(0, rows_all),
+        "hits": get("hits", (0, hits_k), torch.int32).to(torch.long),
+    }
+    if deep_metrics:
+        for key in ("r_precision", "map@r", "first_relevant_rank"):
+            result[key] = get(key, (0,), torch.float64)
+    ndcg_all = get("ndcg", (0, len(cut.ks)), torch.float64)
+    for j, k in enumerate(cut.ks):
+        result[f"ndcg@{k}"] = ndcg_all[:, j]
+    for state in graded_state:
+        for stat in state.stats:
+            key = f"{state.name}_mistake_{stat}"
+            result[key] = get(key, (0,), torch.float64)
+        for family in ("precision", "ndcg"):
+            values = get(f"{state.name}_{family}", (0, len(cut.ks)), torch.float64)
+            for j, k in enumerate(cut.ks):
+                result[f"{state.name}_{family}@{k}"] = values[:, j]
+    if return_neighbors:
+        result["neighbor_indices"] = get("neighbor_indices", (0, return_neighbors), torch.long)
+        result["neighbor_scores"] = get("neighbor_scores", (0, return_neighbors), torch.float32)
+    return result
 
 
 def retrieval_per_query(
@@ -291,201 +579,36 @@ def retrieval_per_query(
     curve_max_k = ks_t[-1] if curve_max_k is None else check_positive_int(curve_max_k, "curve_max_k")
     check_non_negative_int(return_neighbors, "return_neighbors")
     deep_metrics = check_deep_metrics(deep_metrics)
-    graded = tuple(graded)
-    for g in graded:
-        if not isinstance(g, ClassGains):
-            raise ValueError(f"`graded` must hold ClassGains matrices, got {type(g).__name__}.")
-    names = [g.name for g in graded]
-    if len(set(names)) != len(names):
-        raise ValueError(f"`graded` matrices need distinct names, got {names}.")
-
-    gn = normalize_rows(embeddings, "embeddings")
-    device = gn.device
-    g_labels = check_int_vector(labels, "labels", gn.shape[0], device)
-    gid = None if ids is None else check_int_vector(ids, "ids", gn.shape[0], device)
-    if query_embeddings is None:
-        if query_labels is not None or query_ids is not None:
-            raise ValueError("`query_labels` / `query_ids` need `query_embeddings`; omit them for leave-one-out.")
-        if gid is not None:
-            exclusion_index(gid, gid, device, "ids")  # rejects duplicated ids
-        qn, q_labels, excl = None, g_labels, torch.arange(gn.shape[0], device=device)
-    else:
-        qn = normalize_rows(query_embeddings, "query_embeddings")
-        if qn.device != device:
-            raise ValueError(f"`query_embeddings` is on {qn.device} but `embeddings` on {device}; use one device.")
-        if qn.shape[1] != gn.shape[1]:
-            raise ValueError(f"`query_embeddings` has dimension {qn.shape[1]} but `embeddings` has {gn.shape[1]}; they must match.")
-        if query_labels is None:
-            raise ValueError("`query_labels` is required with `query_embeddings` (relevance = same label).")
-        q_labels = check_int_vector(query_labels, "query_labels", qn.shape[0], device)
-        qid = None if query_ids is None else check_int_vector(query_ids, "query_ids", qn.shape[0], device)
-        if qid is not None and gid is None:
-            raise ValueError("`query_ids` needs gallery `ids` to exclude matching items; pass both or neither.")
-        excl = None
-        if qid is not None:
-            if qid.numel() > 1 and bool((torch.sort(qid).values[1:] == torch.sort(qid).values[:-1]).any()):
-                raise ValueError("`query_ids` contains duplicated ids; each query needs its own id.")
-            excl = exclusion_index(qid, gid, device, "ids")
-
-    n_gallery = gn.shape[0]
-    avail = _available(n_gallery, excl)
-    if ks_t[-1] > avail:
-        raise ValueError(
-            f"`ks` contains {ks_t[-1]} but only {avail} gallery items are available to a query"
-            + (" (self excluded)" if avail < n_gallery else "")
-            + "; lower k or enlarge the gallery."
-        )
-    if curve_max_k > avail:
-        raise ValueError(f"`curve_max_k`={curve_max_k} exceeds the {avail} gallery items available to a query; lower it.")
-    if return_neighbors > avail:
-        raise ValueError(f"`return_neighbors`={return_neighbors} exceeds the {avail} gallery items available; lower it.")
-
-    # R per query: gallery items sharing the label, minus the excluded item when it shares the label.
-    classes, g_codes = torch.unique(g_labels, return_inverse=True)
-    g_counts = torch.bincount(g_codes, minlength=classes.numel())
-    pos = torch.searchsorted(classes, q_labels).clamp_(max=classes.numel() - 1)
-    r = torch.where(classes[pos] == q_labels, g_counts[pos], torch.zeros_like(pos))
-    if excl is not None:
-        has = excl >= 0
-        same = torch.zeros_like(has)
-        same[has] = g_labels[excl[has]] == q_labels[has]
-        r = r - same.long()
-    lone = r == 0
-
-    kmax = ks_t[-1]
-    hits_k = max(curve_max_k, kmax)
-    shallow_depth = torch.tensor(max(hits_k, return_neighbors), device=device)
-    if deep_metrics:
-        depths = torch.clamp(torch.maximum(r, shallow_depth), max=avail)
-    else:  # nothing needs depth R: every query is searched to the same depth K
-        depths = shallow_depth.expand(r.shape[0])
-    ks_index = torch.tensor([k - 1 for k in ks_t], device=device)
-    discount = 1.0 / torch.log2(torch.arange(2, kmax + 2, device=device, dtype=torch.float64))
-    binary_ideal = torch.cumsum(discount, dim=0)
-
-    graded_state = []
-    for g in graded:
-        gains = g.gains.to(device)
-        g_cls = g.class_index(g_labels, "labels")
-        q_cls = g_cls if qn is None else g.class_index(q_labels, "query_labels")
-        counts = torch.bincount(g_cls, minlength=g.num_classes)
-        if excl is None:
-            e_cls = torch.full_like(q_cls, -1)
-        else:
-            e_cls = torch.where(excl >= 0, g_cls[excl.clamp(min=0)], -1)
-        graded_state.append((g.name, gains, g_cls, q_cls, counts, e_cls, {k: v.to(device) for k, v in g.mistake_stats.items()}))
-
-    gal = _Gallery(gn, lowp)
-    nan = float("nan")
-    if query_rows is None:
-        out = _RowCollector(q_labels.shape[0])
-        chunks = _search_normalized(gn, depths, qn, excl, share, chunk_size, lowp)
-    else:
-        n_queries = q_labels.shape[0]
-        if not isinstance(query_rows, Tensor) or query_rows.dim() != 1 or query_rows.is_floating_point():
-            raise ValueError("`query_rows` must be a 1-D integer tensor of query positions.")
-        query_rows = query_rows.to(device=device, dtype=torch.long)
-        if query_rows.numel() and (int(query_rows.min()) < 0 or int(query_rows.max()) >= n_queries):
-            raise ValueError(f"`query_rows` must hold positions in 0..{n_queries - 1}.")
-        out = _RowCollector(query_rows.numel())
-        subset = (gn if qn is None else qn)[query_rows]
-        sub_excl = None if excl is None else excl[query_rows]
-        chunks = (
-            type(c)(query_rows[c.rows], c.scores, c.indices)
-            for c in _search_normalized(gn, depths[query_rows], subset, sub_excl, share, chunk_size, lowp)
-        )
+    graded = _check_graded(graded)
+    p = _problem(embeddings, labels, ids, query_embeddings, query_labels, query_ids)
+    avail = _check_depth_limits(p, ks_t, curve_max_k, return_neighbors)
+    hits_k = max(curve_max_k, ks_t[-1])
+    depths = _search_depths(p.r, max(hits_k, return_neighbors), avail, deep_metrics)
+    cut = _Cutoffs.of(ks_t, p.gn.device)
+    graded_state = [_GradedState.of(g, p) for g in graded]
+    out, chunks = _searched_chunks(p, depths, query_rows, share, chunk_size, lowp)
     if not deep_metrics:
         chunks = _joined(chunks, _SHALLOW_JOIN_ELEMENTS)
     for chunk in chunks:
-        rows, vals, idx = chunk.rows, chunk.scores, chunk.indices
-        depth = idx.shape[1]
-        # index_select, not x[rows]: the same values, but no parallel region (which costs milliseconds per call on an
-        # oversubscribed CPU, where the second OpenMP thread has to be woken).
-        ql, rq, ok = q_labels.index_select(0, rows), r.index_select(0, rows), ~lone.index_select(0, rows)
-        rel = (g_labels.index_select(0, idx.reshape(-1)).view(idx.shape) == ql.unsqueeze(1)) & torch.isfinite(vals)
-        cum = torch.cumsum(rel, dim=1, dtype=torch.int32)
-        out.next_rows(rows.shape[0])
-        out.put("query_index", rows)
-        out.put("hits", cum[:, :hits_k])
+        _put_chunk(out, chunk, p, cut, hits_k, deep_metrics, graded_state, return_neighbors)
+    return _collected(out, p, cut, hits_k, deep_metrics, graded_state, return_neighbors)
 
-        rq_safe = rq.clamp(min=1)
-        if deep_metrics:
-            rank = torch.arange(1, depth + 1, device=device, dtype=torch.float64)
-            within_r = rank.unsqueeze(0) <= rq.unsqueeze(1)
-            in_r = torch.gather(cum, 1, (rq_safe - 1).unsqueeze(1)).squeeze(1).to(torch.float64)
-            prec_terms = torch.where(rel & within_r, cum.to(torch.float64) / rank, 0.0)
-            # A running sum read at rank R: the summation order does not depend on the chunk's depth.
-            ap = torch.gather(torch.cumsum(prec_terms, dim=1), 1, (rq_safe - 1).unsqueeze(1)).squeeze(1) / rq_safe
-            out.put("r_precision", torch.where(ok, in_r / rq_safe, nan))
-            out.put("map@r", torch.where(ok, ap, nan))
 
-            found = rel.any(dim=1)
-            first = torch.argmax(rel.to(torch.uint8), dim=1).to(torch.float64) + 1.0
-            missing = ok & ~found
-            if bool(missing.any()):
-                m = torch.nonzero(missing).flatten()
-                ex = None if excl is None else excl[rows[m]]
-                first[m] = _first_relevant_rank_full(gal, gal.g[rows[m]] if qn is None else qn[rows[m]], ql[m], g_labels, ex)
-            out.put("first_relevant_rank", torch.where(ok, first, nan))
-
-        dcg = torch.cumsum(rel[:, :kmax].to(torch.float64) * discount, dim=1)
-        ndcg = dcg[:, ks_index] / binary_ideal[torch.minimum(rq_safe.unsqueeze(1), ks_index.unsqueeze(0) + 1) - 1]
-        out.put("ndcg", torch.where(ok.unsqueeze(1), ndcg, nan))
-
-        for name, gains, g_cls, q_cls, counts, e_cls, stats in graded_state:
-            if stats:
-                first_cls = g_cls[idx[:, 0]]
-                miss = ok & (g_labels[idx[:, 0]] != ql)
-                for stat, table in stats.items():
-                    value = torch.where(miss, table[q_cls[rows], first_cls], nan)
-                    out.put(f"{name}_mistake_{stat}", value)
-            gain = gains[q_cls[rows].unsqueeze(1), g_cls[idx[:, :kmax]]]
-            cum_gain = torch.cumsum(gain, dim=1)
-            ks_f = ks_index.to(torch.float64) + 1.0
-            g_prec = cum_gain[:, ks_index] / ks_f
-            g_dcg = torch.cumsum(gain * discount, dim=1)[:, ks_index]
-            g_ideal = _ideal_dcg(gains, q_cls[rows], e_cls[rows], counts, kmax, discount)[:, ks_index]
-            out.put(f"{name}_precision", torch.where(ok.unsqueeze(1), g_prec, nan))
-            out.put(f"{name}_ndcg", torch.where(ok.unsqueeze(1), g_dcg / g_ideal, nan))
-        if return_neighbors:
-            out.put("neighbor_indices", idx[:, :return_neighbors])
-            out.put("neighbor_scores", vals[:, :return_neighbors])
-
-    def get(key: str, empty_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-        return out.get(key, torch.empty(empty_shape, dtype=dtype, device=device))
-
-    rows_all = get("query_index", (0,), torch.long)
-    result = {
-        "query_index": rows_all,
-        "num_relevant": r.index_select(0, rows_all),
-        "hits": get("hits", (0, hits_k), torch.int32).to(torch.long),
-    }
+def _search_depths(r: Tensor, shallow: int, avail: int, deep_metrics: bool) -> Tensor:
+    """The search depth of each query: ``max(R, shallow)`` (at most ``avail``), or ``shallow`` for every query
+    without ``deep_metrics`` (nothing then needs depth R)."""
+    shallow_depth = torch.tensor(shallow, device=r.device)
     if deep_metrics:
-        for key in ("r_precision", "map@r", "first_relevant_rank"):
-            result[key] = get(key, (0,), torch.float64)
-    ndcg_all = get("ndcg", (0, len(ks_t)), torch.float64)
-    for j, k in enumerate(ks_t):
-        result[f"ndcg@{k}"] = ndcg_all[:, j]
-    for name, *_, stats in graded_state:
-        for stat in stats:
-            key = f"{name}_mistake_{stat}"
-            result[key] = get(key, (0,), torch.float64)
-        for family in ("precision", "ndcg"):
-            values = get(f"{name}_{family}", (0, len(ks_t)), torch.float64)
-            for j, k in enumerate(ks_t):
-                result[f"{name}_{family}@{k}"] = values[:, j]
-    if return_neighbors:
-        result["neighbor_indices"] = get("neighbor_indices", (0, return_neighbors), torch.long)
-        result["neighbor_scores"] = get("neighbor_scores", (0, return_neighbors), torch.float32)
-    return result
+        return torch.clamp(torch.maximum(r, shallow_depth), max=avail)
+    return shallow_depth.expand(r.shape[0])
 
 
 class _RowCollector:
     """Per-query outputs written chunk by chunk into tensors allocated once for every row to come.
 
     Appending each chunk's small results to lists would interleave many small long-lived allocations with the large
-    short-lived temporaries of the chunks; the allocator's heap then fragments and keeps growing (about 10 MB per
-    chunk at depth 1,000). Rows keep the order in which the chunks came.
+    short-lived temporaries of the chunks, and the allocator's heap would fragment and grow with every chunk. Rows
+    keep the order in which the chunks came.
     """
 
     def __init__(self, capacity: int) -> None:

@@ -1,7 +1,8 @@
 """Text-to-image R-precision: each generated image against its own prompt and R−1 distractor captions.
 
 Pure torch: tensors in, tensors out, on the device of the inputs. No torchmetrics, no Lightning. Definitions (stated
-once here; the metric, the callback and ``evaluate.py task=rprecision`` refer to them):
+once here; the metric, the callback and ``evaluate.py task=rprecision`` refer to them); their properties and the
+comparison with published protocols are in ``docs/rprecision.md``:
 
 Samples
     Row ``i`` of ``image_embeddings`` is the image generated from the prompt whose embedding is row ``i`` of
@@ -11,9 +12,9 @@ Samples
 
 Scores
     ``s(i, t)``, the score of image ``i`` and text ``t``, is the core's Score (:mod:`beyondlabels.functional.search`):
-    the fp32 product of the L2-normalised rows, image on the left, in blocks never thinner than 16 rows or columns, so
-    a pair gets the same bits whatever the blocking, the candidate set, the direction or the chunk size. Text-to-text
-    scores (near-duplicates, hard negatives) are the Score of ``(text_q, text_j)``, query ``q`` on the left.
+    the fp32 product of the L2-normalised rows, image on the left; a pair gets the same bits whatever the blocking,
+    the candidate set, the direction or the chunk size. Text-to-text scores (near-duplicates, hard negatives) are the
+    Score of ``(text_q, text_j)``, query ``q`` on the left.
 
 Candidates
     ``R = num_candidates`` (default 100: 1 ground truth + 99 distractors, as AttnGAN / DM-GAN / CLIP-R-precision).
@@ -31,23 +32,19 @@ Candidates
     ``u_j = (h_j mod 2**63) mod M_q`` of the space, where ``h_j = mix(mix(base ^ q) + (j + 1)·γ)`` is the ``j``-th
     output of splitmix64 seeded with ``mix(base ^ q)`` (``mix``: splitmix64's finaliser, ``γ = 0x9E3779B97F4A7C15``,
     ``base = mix(mix(seed) ^ mix(repeat·γ + 1))``, all modulo ``2**64``, ``q`` the query's id); it keeps the sample
-    when it is eligible and not kept before, and stops at ``R − 1`` kept: the distractors in the order drawn. This is a
-    uniform draw without replacement from the eligible samples (up to the modulo's bias, below ``M_q / 2**63``); each
-    query costs ``O(R)`` draws while most of its space is eligible. The sets are thus a pure function of ``(seed,
-    repeat, the ids [and class ids, caption codes, text embeddings] of the pool)`` — the same on any world size, batch
-    size, chunk size or input order — and can be saved and loaded (:func:`save_candidate_sets`,
-    :func:`load_candidate_sets`; files written under earlier definitions stay readable) to pin a paper's protocol.
+    when it is eligible and not kept before, and stops at ``R − 1`` kept: the distractors in the order drawn. The sets
+    are a pure function of ``(seed, repeat, the ids [and class ids, caption codes, text embeddings] of the pool)``;
+    :class:`CandidateSets` pin them (files: :mod:`beyondlabels.io.candidate_sets`).
     Hard negatives (``hard_negatives=True``): the ``R − 1`` eligible samples of highest text score with ``q``, equal
-    scores ordered by smaller id, also across the ``(R − 1)``-th place (the core's exact top-k, no sort of the pool);
-    reported under their own key ``hard_r_precision``.
+    scores ordered by smaller id, also across the ``(R − 1)``-th place; reported under their own key
+    ``hard_r_precision``.
     Fewer than ``R − 1`` eligible samples for some query raises a ``ValueError`` naming one such query (the same
     one whatever the chunk size) and its exact count.
 
 The tie rule
     The rank of the ground truth is ``1 + #{distractors d : s_d >= s_gt}``: a hit at ``r`` (``rank <= r``) needs the
-    ground truth **strictly** above all but ``r − 1`` distractors, so a tie counts as a miss. (DM-GAN's ``argmax``
-    counts a tie with an earlier-indexed ground truth as a hit; its numbers can be higher on tied scores.) The top-r
-    curve ``r_precision_curve[r − 1] = mean(rank <= r)``, ``r = 1..R``, comes from the same scores.
+    ground truth **strictly** above all but ``r − 1`` distractors, so a tie counts as a miss. The top-r curve
+    ``r_precision_curve[r − 1] = mean(rank <= r)``, ``r = 1..R``, comes from the same scores.
 
 Directions
     Image → text (the standard, ``r_precision``): image ``q`` against caption ``q`` and the captions of its
@@ -57,11 +54,10 @@ Directions
 Aggregation
     ``protocol="folds"`` (DM-GAN / Comp-T2I): one draw (``repeat = 0``); the value is the mean hit over all samples
     and ``*_std`` the standard deviation (ddof = 0) of the fold means, the hits shuffled with the seed (order of a hash
-    of ``(seed, id)``) and split into ``min(repeats, N)`` near-equal folds (:func:`fold_assignment`). With equal folds
-    (``N`` divisible by ``repeats``) the value is DM-GAN's mean of the fold means; otherwise that mean weights the
-    samples of smaller folds more, and this one does not. ``protocol="resample"`` (DALL-Eval): ``repeats`` draws
-    (``repeat = 0..repeats − 1``); value and std over the draws' means. ``r_precision@r`` and the text → image value
-    aggregate the same way; the curve and per-sample values average over the draws.
+    of ``(seed, id)``) and split into ``min(repeats, N)`` near-equal folds (:func:`fold_assignment`).
+    ``protocol="resample"`` (DALL-Eval): ``repeats`` draws (``repeat = 0..repeats − 1``); value and std over the
+    draws' means. ``r_precision@r`` and the text → image value aggregate the same way; the curve and per-sample
+    values average over the draws.
 
 Per-sample values
     ``per_query`` holds, in ascending id order, ``query_id``, ``r_precision`` (the sample's hit, averaged over the
@@ -89,15 +85,13 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_positive_int, check_threshold, check_top_r
-from beyondlabels.functional.search import _MIN_BLOCK, _exact_topk, _scores, _Workspace, normalize_rows
-from beyondlabels.io.atomic import save_npz
+from beyondlabels.functional._checks import check_positive_int, check_rprecision_settings, check_threshold
+from beyondlabels.functional._topk import MIN_BLOCK, Workspace, exact_topk, score_block
+from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -105,13 +99,10 @@ __all__ = [
     "draw_candidate_sets",
     "fold_assignment",
     "candidate_scores",
-    "load_candidate_sets",
     "rprecision_output_schema",
-    "save_candidate_sets",
     "text_image_r_precision",
 ]
 
-PROTOCOLS = ("folds", "resample")
 _M1 = 0xBF58476D1CE4E5B9 - 2**64
 _M2 = 0x94D049BB133111EB - 2**64
 _GOLDEN = 0x9E3779B97F4A7C15 - 2**64
@@ -153,37 +144,6 @@ class CandidateSets:
         return self.distractor_ids.shape[1] + 1
 
 
-def save_candidate_sets(sets: CandidateSets, path: str | Path) -> None:
-    """Write candidate sets to an ``.npz`` (arrays ``query_ids``, ``distractor_ids``) to pin a protocol.
-
-    Example:
-        >>> import tempfile, os
-        >>> s = CandidateSets(torch.tensor([0, 1]), torch.tensor([[1], [0]]))
-        >>> p = os.path.join(tempfile.mkdtemp(), "sets.npz"); save_candidate_sets(s, p)
-        >>> load_candidate_sets(p).distractor_ids.tolist()
-        [[1], [0]]
-    """
-    path = Path(path)
-    if path.suffix != ".npz":  # as np.savez names the file
-        path = path.with_name(path.name + ".npz")
-    save_npz(path, {"query_ids": sets.query_ids.cpu().numpy(), "distractor_ids": sets.distractor_ids.cpu().numpy()}, compressed=False)
-
-
-def load_candidate_sets(path: str | Path) -> CandidateSets:
-    """Read candidate sets written by :func:`save_candidate_sets`.
-
-    Raises:
-        ValueError: if the file lacks ``query_ids`` / ``distractor_ids`` or their shapes do not fit.
-    """
-    with np.load(path) as data:
-        if "query_ids" not in data or "distractor_ids" not in data:
-            raise ValueError(f"`path` {path} holds {sorted(data.files)}; candidate sets need `query_ids` and `distractor_ids`.")
-        q, d = torch.from_numpy(data["query_ids"]).long(), torch.from_numpy(data["distractor_ids"]).long()
-    if q.dim() != 1 or d.dim() != 2 or d.shape[0] != q.shape[0]:
-        raise ValueError(f"`path` {path}: `query_ids` {tuple(q.shape)} and `distractor_ids` {tuple(d.shape)} must be [N] and [N, R-1].")
-    return CandidateSets(q, d)
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # checks
 # ----------------------------------------------------------------------------------------------------------------------
@@ -221,7 +181,7 @@ def _check_pool(
 # ----------------------------------------------------------------------------------------------------------------------
 
 # Distinct queries per product of `_pair_scores` (at least the core's smallest block side).
-_QUERY_BLOCK = _MIN_BLOCK
+_QUERY_BLOCK = MIN_BLOCK
 # Candidates per product of `_pair_scores`: a run of queries with more is scored in pieces (bounded memory).
 _MAX_PAIRS = 1 << 15
 # Elements of one round of the draw (queries x draws) above which a round is split.
@@ -279,7 +239,7 @@ class _Pool:
 
 def _masked_text_scores(txt: Tensor, pool: _Pool, rows: Tensor, threshold: float | None) -> Tensor:
     """Text scores ``[len(rows), N]`` of the queries at ``rows`` with every ineligible sample set to ``-inf``."""
-    sims = _scores(txt[rows], txt)
+    sims = score_block(txt[rows], txt)
     if threshold is not None:
         sims.masked_fill_(sims >= threshold, float("-inf"))
     sims[torch.arange(rows.numel(), device=rows.device), rows] = float("-inf")
@@ -411,8 +371,8 @@ def _drop_near_duplicates(txt: Tensor, q: Tensor, pos: Tensor, ok: Tensor, thres
 
 def _first_short(txt: Tensor, pool: _Pool, rows: Tensor, k: int, threshold: float | None) -> tuple[int, int] | None:
     """The first of ``rows`` (ascending) with fewer than ``k`` eligible samples and its exact count, or None."""
-    for start in range(0, rows.numel(), _MIN_BLOCK):
-        part = rows[start : start + _MIN_BLOCK]
+    for start in range(0, rows.numel(), MIN_BLOCK):
+        part = rows[start : start + MIN_BLOCK]
         exact = _eligible_counts(_masked_text_scores(txt, pool, part, threshold))
         if bool((exact < k).any()):
             bad = int(torch.nonzero(exact < k)[0])
@@ -463,7 +423,7 @@ def _hard(txt: Tensor, pool: _Pool, num_candidates: int, threshold: float | None
         chunk = torch.arange(start, min(start + chunk_size, n), device=device)
         sims = _masked_text_scores(txt, pool, chunk, threshold)
         # the pool is in id order, so the core's tie rule (smaller index first) is "smaller id first"
-        vals, rows[chunk] = _exact_topk(sims, k)
+        vals, rows[chunk] = exact_topk(sims, k)
         short = vals[:, -1] == float("-inf")  # an ineligible sample made the top k: fewer than k eligible
         if bool(short.any()):
             bad = int(torch.nonzero(short)[0])
@@ -572,7 +532,7 @@ def _pair_scores(
         for block, (start, hi) in enumerate(zip(bounds[:-1], bounds[1:]))
         for lo in range(start, hi, _MAX_PAIRS)
     ]
-    ws = _Workspace(left.device)
+    ws = Workspace(left.device)
     at = torch.arange(min(q.numel(), _MAX_PAIRS), device=q.device)
     d = left.shape[1]
     for block, lo, hi in pieces:
@@ -584,14 +544,14 @@ def _pair_scores(
             torch.index_select(left, 0, queries, out=side[:m])
             if extra is not None:
                 torch.index_select(extra_left, 0, queries, out=side[m:])
-            scores = _scores(side, torch.index_select(right, 0, g[lo:hi], out=cands), ws)  # [queries, candidates]
+            scores = score_block(side, torch.index_select(right, 0, g[lo:hi], out=cands), ws)  # [queries, candidates]
             flat = local[lo:hi] * scores.shape[1] + at[: hi - lo]
             torch.index_select(scores[:m].reshape(-1), 0, flat, out=out[lo:hi])
             if extra is not None:
                 torch.index_select(scores[m:].reshape(-1), 0, flat, out=extra[lo:hi])
         else:
             side = torch.index_select(right, 0, queries, out=ws.get("queries", (m, d), right.dtype))
-            scores = _scores(torch.index_select(left, 0, g[lo:hi], out=cands), side, ws)  # [candidates, queries]
+            scores = score_block(torch.index_select(left, 0, g[lo:hi], out=cands), side, ws)  # [candidates, queries]
             flat = at[: hi - lo] * scores.shape[1] + local[lo:hi]
             torch.index_select(scores.reshape(-1), 0, flat, out=out[lo:hi])
     return out if extra is None else (out, extra)
@@ -745,16 +705,9 @@ def text_image_r_precision(
         ValueError: On bad embeddings (NaN, wrong shapes, mismatched row counts), ids, settings, or a pool too small
             for ``num_candidates`` after the exclusions.
     """
-    check_positive_int(num_candidates, "num_candidates")
-    check_positive_int(r, "r")
-    check_positive_int(repeats, "repeats")
-    check_positive_int(chunk_size, "chunk_size")
-    top_r = check_top_r(top_r, r, num_candidates)
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"`protocol` must be one of {PROTOCOLS}, got {protocol!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
-    threshold = check_threshold(near_duplicate_threshold)
+    top_r, threshold = check_rprecision_settings(
+        num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, chunk_size
+    )
     img = normalize_rows(image_embeddings, "image_embeddings")
     if not isinstance(text_embeddings, Tensor) or text_embeddings.dim() != 2:
         normalize_rows(text_embeddings, "text_embeddings")  # raises the shape error

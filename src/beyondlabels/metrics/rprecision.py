@@ -8,14 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_positive_int, check_threshold, check_top_r
+from beyondlabels.functional._checks import check_rprecision_settings
 from beyondlabels.functional.labels import label_code
-from beyondlabels.functional.rprecision import (
-    PROTOCOLS,
-    CandidateSets,
-    rprecision_output_schema,
-    text_image_r_precision,
-)
+from beyondlabels.functional.rprecision import CandidateSets, rprecision_output_schema, text_image_r_precision
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -86,15 +81,9 @@ class TextImageRPrecision(PerSampleMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
-        check_positive_int(num_candidates, "num_candidates")
-        check_positive_int(r, "r")
-        check_positive_int(repeats, "repeats")
-        check_positive_int(chunk_size, "chunk_size")
-        self.top_r = check_top_r(top_r, r, num_candidates)
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"`protocol` must be one of {PROTOCOLS}, got {protocol!r}.")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"`seed` must be an int, got {seed!r}.")
+        self.top_r, self.near_duplicate_threshold = check_rprecision_settings(
+            num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, chunk_size
+        )
         if candidate_sets is not None and not isinstance(candidate_sets, CandidateSets):
             raise ValueError(f"`candidate_sets` must be CandidateSets (see `load_candidate_sets`), got {type(candidate_sets).__name__}.")
         if candidate_sets is not None and protocol != "folds":
@@ -104,7 +93,6 @@ class TextImageRPrecision(PerSampleMetric):
         self.protocol = protocol
         self.repeats = repeats
         self.seed = seed
-        self.near_duplicate_threshold = check_threshold(near_duplicate_threshold)
         self.hard_negatives = bool(hard_negatives)
         self.candidate_sets = candidate_sets
         self.chunk_size = chunk_size

@@ -1,0 +1,84 @@
+"""The search of :mod:`beyondlabels.functional.search` over rows already normalised: the path each search takes.
+
+Internal. Leave-one-out fp32 searches go to the symmetric-block search (:mod:`beyondlabels.functional._leave_one_out`)
+while it applies; every other search (separate query sets, the fast mode, running lists too large for the budget)
+goes chunk by chunk of queries (:func:`~beyondlabels.functional._low_precision.search_chunk`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from beyondlabels.functional._checks import check_depths
+from beyondlabels.functional._leave_one_out import block_search
+from beyondlabels.functional._low_precision import Gallery, search_chunk
+from beyondlabels.functional._topk import Workspace
+
+
+@dataclass(frozen=True)
+class Neighbors:
+    """The searched neighbours of one chunk of queries.
+
+    Attributes:
+        rows: int64 ``[c]`` positions of the chunk's queries (in the query set, or the gallery for leave-one-out).
+        scores: fp32 ``[c, depth]`` scores, each row in ranking order (descending score, then ascending index).
+        indices: int64 ``[c, depth]`` gallery indices of the neighbours.
+    """
+
+    rows: Tensor
+    scores: Tensor
+    indices: Tensor
+
+    @property
+    def depth(self) -> int:
+        return self.indices.shape[1]
+
+
+def available(n_gallery: int, excl: Tensor | None) -> int:
+    """The smallest number of gallery items any query may retrieve."""
+    if excl is None:
+        return n_gallery
+    return n_gallery - int(bool((excl >= 0).any()))
+
+
+def search_normalized(
+    gn: Tensor,
+    depth: int | Tensor,
+    qn: Tensor | None,
+    excl: Tensor | None,
+    share: tuple[int, int] | None,
+    chunk_size: int,
+    lowp: torch.dtype | None,
+) -> Iterator[Neighbors]:
+    """:func:`~beyondlabels.functional.search.search_neighbors` of unit fp32 rows ``gn`` (gallery) and ``qn``
+    (queries, None: leave-one-out), exclusions ``excl`` and the low-precision dtype ``lowp`` (None: fp32)."""
+    n = gn.shape[0]
+    device = gn.device
+    index, count = share or (0, 1)
+    leave_one_out = qn is None
+    n_queries = n if leave_one_out else qn.shape[0]
+    if leave_one_out:
+        excl = torch.arange(n, device=device)
+    depths = check_depths(depth, n_queries, available(n, excl), device)
+    if n_queries == 0:
+        return
+    if leave_one_out and lowp is None:
+        parts = block_search(gn, depths, (index, count), chunk_size)
+        if parts is not None:
+            for rows, vals, idx in parts:
+                yield Neighbors(rows, vals, idx)
+            return
+    # Row chunks, in ascending order of depth; shares interleave that order so that each gets deep and shallow rows.
+    order = torch.argsort(depths, stable=True)[index::count]
+    queries = gn if leave_one_out else qn
+    gal = Gallery(gn, lowp)
+    ws = Workspace(device)
+    for start in range(0, order.numel(), chunk_size):
+        rows = order[start : start + chunk_size]
+        d = int(depths[rows].max())
+        vals, idx = search_chunk(gal, queries[rows], None if excl is None else excl[rows], d, ws)
+        yield Neighbors(rows, vals, idx)
