@@ -88,12 +88,12 @@ def _curve_max_k(value: Any, ks: list[int], n: int) -> int:
 def _with_intervals(cfg: DictConfig, metrics: dict[str, Any], schema: OutputSchema) -> OutputSchema:
     """Add ``<key>_ci_low`` / ``<key>_ci_high`` (seeded bootstrap over queries; ``bootstrap_rounds``, ``ci_seed``) of
     the headline keys to ``metrics`` and return the schema that describes them."""
-    from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
+    from beyondlabels.metrics.intervals import add_confidence_intervals
 
-    keys = confidence_interval_keys(schema)
     rounds, seed = int(cfg.get("bootstrap_rounds", 2000)), int(cfg.get("ci_seed", 11))
-    metrics.update(confidence_intervals(metrics["per_query"], keys, rounds=rounds, seed=seed))
-    return with_confidence_intervals(schema, keys)
+    with_bounds, schema = add_confidence_intervals(metrics, schema, rounds=rounds, seed=seed)
+    metrics.update(with_bounds)
+    return schema
 
 
 def _report_files(cfg: DictConfig, metrics: dict[str, Any], schema: OutputSchema) -> tuple[Path, Path]:

@@ -91,7 +91,7 @@ def test_retrieval_report_matches_reference(tmp_path: Path):
     assert "precision@1" in result.stdout
     # schema-driven: the schema's scalars at the top level, its curve as a list, the schema itself, nothing else
     schema = OutputSchema.from_json(report["schema"])
-    from beyondlabels.functional.stats import confidence_interval_keys, with_confidence_intervals
+    from beyondlabels.metrics.intervals import confidence_interval_keys, with_confidence_intervals
 
     base = retrieval_output_schema([1, 3, 7])
     assert schema == with_confidence_intervals(base, confidence_interval_keys(base))  # the schema plus its intervals
@@ -275,7 +275,7 @@ def test_query_sampling_reports_the_pool_and_standard_errors(tmp_path: Path):
 
 
 def test_reports_carry_bootstrap_intervals_of_the_headline_metrics(tmp_path: Path):
-    from beyondlabels.functional.stats import bootstrap_ci
+    from beyondlabels.functional.bootstrap import bootstrap_ci
 
     x, cls = _clusters(n=60)
     report = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,5]"))

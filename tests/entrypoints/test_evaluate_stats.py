@@ -19,7 +19,7 @@ from omegaconf import open_dict
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import REPO_ROOT, run_script  # noqa: E402
 
-from beyondlabels.functional.stats import with_confidence_intervals  # noqa: E402
+from beyondlabels.metrics.intervals import with_confidence_intervals  # noqa: E402
 from beyondlabels.io import read_evaluation_run, save_per_query  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
 
