@@ -41,7 +41,7 @@ from beyondlabels.io.arrays import load_crossmodal_npz, load_embeddings_npz, loa
 from beyondlabels.io.atomic import write_json
 from beyondlabels.reporting import (
     compare_evaluation_runs,
-    compare_runs,
+    compare_wandb_runs,
     print_comparison,
     print_metrics_table,
     retrieval_report,
@@ -374,7 +374,7 @@ def compare(cfg: DictConfig) -> dict[str, Any]:
         labels = [folder.name if job else f"{run.name} ({run.run_id})" for run, folder, job in zip(offline, folders, hydra_jobs)]
         overrides = [run_overrides(folder) if job else [] for folder, job in zip(folders, hydra_jobs)]
         schemas = [evaluation_schema(folder) if folder is not None else None for folder in folders]
-        table = compare_runs(
+        table = compare_wandb_runs(
             offline, keys=keys, which=which, schemas=schemas, labels=labels, overrides=overrides, paths=[f or p for f, p in zip(folders, paths)]
         )
     print_comparison(table)

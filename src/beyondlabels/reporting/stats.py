@@ -25,7 +25,8 @@ import numpy as np
 from beyondlabels.functional.abtest import ab_test
 from beyondlabels.functional.bootstrap import bootstrap_ci
 from beyondlabels.io.run_files import EvaluationRun
-from beyondlabels.reporting.tables import ARROWS, _print_fitting, format_value
+from beyondlabels.reporting._console import print_fitting
+from beyondlabels.reporting.tables import ARROWS, format_value
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -223,6 +224,6 @@ def print_ab_table(table: Mapping[str, Any], console: Console | None = None) -> 
     from rich.measure import Measurement
 
     needed = Measurement.get(console, console.options.update(width=10_000), out).maximum
-    _print_fitting(console, out, needed)  # never cut a run name or a decision
+    print_fitting(console, out, needed)  # never cut a run name or a decision
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)
