@@ -71,7 +71,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HISTORY_FILE = "history.jsonl"
-LEGACY_HISTORY_FILE = "history.json"  # a JSON list of records, written by earlier versions
+LEGACY_HISTORY_FILE = "history.json"  # the history as one JSON list of records, read as well as history.jsonl
 SCHEMA_FILE = "schema.json"
 REPORT_FILE = "report.json"  # evaluate.py's default report name
 # Fields of a history record that are not metric values.

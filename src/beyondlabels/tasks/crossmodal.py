@@ -1,0 +1,32 @@
+"""``task=crossmodal``: image↔text recall@k and ranks of saved paired embeddings (an ``.npz`` with
+``image_embeddings``, ``text_embeddings``, ``text_image_index``, optional ``image_ids`` / ``text_ids``); a JSON report
+driven by the schema, the per-query values beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from beyondlabels.functional.crossmodal import crossmodal_output_schema, crossmodal_retrieval_metrics
+from beyondlabels.io.arrays import load_crossmodal_npz
+from beyondlabels.tasks._common import parse_ks, scalar_report, with_intervals, write_report
+
+__all__ = ["run"]
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Evaluate ``input`` (definitions: :mod:`beyondlabels.functional.crossmodal`) and write the report."""
+    if not cfg.get("input"):
+        raise ValueError("task=crossmodal needs input=PATH.npz (arrays image_embeddings, text_embeddings, text_image_index)")
+    ks = parse_ks(cfg.k)
+    data = load_crossmodal_npz(cfg.input)
+    metrics = crossmodal_retrieval_metrics(
+        data["image_embeddings"], data["text_embeddings"], data["text_image_index"], ks=ks, chunk_size=int(cfg.eval.chunk_size),
+        precision=str(cfg.eval.precision), image_ids=data["image_ids"], text_ids=data["text_ids"],
+    )  # fmt: skip
+    schema = with_intervals(cfg, metrics, crossmodal_output_schema(ks))
+    report = scalar_report("crossmodal", metrics, schema)
+    report.update(ks=ks, settings={"input": str(cfg.input), "chunk_size": int(cfg.eval.chunk_size), "precision": str(cfg.eval.precision)})
+    write_report(cfg, report, schema=schema, per_query=metrics["per_query"], title=f"crossmodal: {cfg.input}")
+    return report

@@ -1,0 +1,48 @@
+"""``task=rprecision``: text-to-image R-precision of saved image / prompt embeddings (an ``.npz`` with
+``image_embeddings`` and ``text_embeddings``, row i the prompt of image i; optional ``ids``, ``class_ids``,
+``captions``, ``evaluator``); a JSON report driven by the schema, with bootstrap intervals of the headline keys, and
+the per-query values beside it. Definitions: :mod:`beyondlabels.functional.rprecision`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from beyondlabels.io.arrays import load_rprecision_npz
+from beyondlabels.tasks._common import parse_ks, scalar_report, with_intervals, write_report
+
+__all__ = ["run"]
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Evaluate ``input`` and write the report."""
+    from beyondlabels.functional.rprecision import load_candidate_sets, rprecision_output_schema, text_image_r_precision
+
+    if not cfg.get("input"):
+        raise ValueError("task=rprecision needs input=PATH.npz (arrays image_embeddings, text_embeddings)")
+    data = load_rprecision_npz(cfg.input)
+    extra = cfg.get("rprecision") or {}
+    top_r = parse_ks(cfg.top_r)
+    settings = {
+        "num_candidates": int(cfg.num_candidates),
+        "r": int(extra.get("r", 1)),
+        "top_r": top_r,
+        "protocol": str(cfg.protocol),
+        "repeats": int(cfg.repeats),
+        "seed": int(cfg.seed),
+        "near_duplicate_threshold": None if extra.get("near_duplicate_threshold") is None else float(extra.near_duplicate_threshold),
+        "hard_negatives": bool(extra.get("hard_negatives", False)),
+    }
+    sets_path = extra.get("candidate_sets")
+    metrics = text_image_r_precision(
+        data["image_embeddings"], data["text_embeddings"], data.get("ids"), class_ids=data.get("class_ids"),
+        caption_codes=data.get("caption_codes"), candidate_sets=load_candidate_sets(sets_path) if sets_path else None, **settings,
+    )  # fmt: skip
+    schema = with_intervals(cfg, metrics, rprecision_output_schema(top_r, settings["hard_negatives"]))
+    report = scalar_report("rprecision", metrics, schema)
+    report["r_precision_curve"] = [float(v) for v in metrics["r_precision_curve"]]
+    settings.update(input=str(cfg.input), candidate_sets=str(sets_path) if sets_path else None)
+    report.update(settings=settings, evaluator=data.get("evaluator"))
+    write_report(cfg, report, schema=schema, per_query=metrics["per_query"], title=f"rprecision: {cfg.input}")
+    return report
