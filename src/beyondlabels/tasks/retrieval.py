@@ -14,8 +14,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from beyondlabels.functional import embedding_retrieval_metrics, retrieval_output_schema
+from beyondlabels.functional import retrieval_output_schema
+from beyondlabels.functional.mismatch import mismatch_output_schema
 from beyondlabels.io.arrays import load_embeddings_npz
+from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 from beyondlabels.reporting import retrieval_report, save_precision_curve_png
 from beyondlabels.schema import OutputSchema
 from beyondlabels.tasks._common import mismatch_json, parse_ks, profile_labels, with_intervals, write_report
@@ -38,7 +40,9 @@ def curve_max_k(value: Any, ks: list[int], n: int) -> int:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Evaluate ``input`` (definitions: :mod:`beyondlabels.functional.retrieval`) and write the report."""
+    """Evaluate ``input`` with the retrieval callback's metric (:class:`~beyondlabels.metrics.EmbeddingRetrieval`, or
+    :class:`~beyondlabels.metrics.RetrievalWithMismatch` with ``profiles``; definitions:
+    :mod:`beyondlabels.functional.retrieval`) and write the report."""
     if not cfg.get("input"):
         raise ValueError("task=retrieval needs input=PATH.npz (arrays 'embeddings' N×D and 'labels' N, optional 'ids')")
     ks = parse_ks(cfg.k)
@@ -50,18 +54,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if not isinstance(deep_metrics, bool):
         raise ValueError(f"eval.deep_metrics must be true or false, got {deep_metrics!r}")
     gains = _profile_gains(cfg, data) if cfg.get("profiles") else None
-    metrics = embedding_retrieval_metrics(
-        data.embeddings, data.labels, data.ids, ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision),
-        curve_max_k=max_k, max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)),
-        deep_metrics=deep_metrics,
-        **({"graded": [gains], "return_neighbors": 1} if gains is not None else {}),
-    )  # fmt: skip
+    options = dict(ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision), curve_max_k=max_k,
+                   max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)), deep_metrics=deep_metrics)  # fmt: skip
+    if gains is None:
+        metric: EmbeddingRetrieval = EmbeddingRetrieval(**options)
+    else:
+        metric = RetrievalWithMismatch(gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)), projection_points=0, **options)
+    metric.update(data.embeddings, data.labels, data.ids)
+    metrics = metric.compute()
     graded_names = [gains.name] if gains is not None else []
     schema = with_intervals(cfg, metrics, retrieval_output_schema(ks, graded=graded_names, sampled=max_queries is not None, deep_metrics=deep_metrics))
     settings = {"input": str(cfg.input), **OmegaConf.to_container(cfg.eval, resolve=True), "curve_max_k": max_k}
     report = retrieval_report(metrics, schema, ks=ks, num_items=n, num_labels=data.num_labels, label_names=data.label_names, settings=settings)
     if gains is not None:
-        report["mismatch"] = _mismatch_section(cfg, data, metrics, gains)
+        mismatch = mismatch_output_schema(spearman=True)
+        report["mismatch"] = mismatch_json({k: metrics[f"mismatch_{k}"] for k in mismatch.scalar_keys()}, mismatch)
     figures: dict[str, Path] = {}
 
     def curve_png(output: Path) -> None:
@@ -94,14 +101,3 @@ def _profile_gains(cfg: DictConfig, data: Any) -> Any:
     profiles = load_profiles(str(cfg.profiles))
     mode = profile_labels(profiles, [str(v) for v in data.label_names.values()], f"input {cfg.input}")
     return profiles.class_gains(name="profile", labels=None if mode == "names" else "index")
-
-
-def _mismatch_section(cfg: DictConfig, data: Any, metrics: dict[str, Any], gains: Any) -> dict[str, Any]:
-    """The ``mismatch`` section of the report: top-1 mismatches against the profiles, with Spearman."""
-    from beyondlabels.functional.mismatch import mismatch_analysis, mismatch_output_schema
-
-    q = gains.class_index(metrics["per_query"]["label"].cpu(), "labels")
-    r = gains.class_index(data.labels[metrics["neighbors"]["indices"][:, 0].cpu()], "labels")
-    analysis = mismatch_analysis(q, r, gains.gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)),
-                                 embeddings=data.embeddings, embedding_classes=gains.class_index(data.labels, "labels"))  # fmt: skip
-    return mismatch_json(analysis, mismatch_output_schema(spearman=True))
