@@ -16,8 +16,10 @@ __all__ = ["run"]
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Evaluate ``input`` and write the report."""
-    from beyondlabels.functional.rprecision import load_candidate_sets, rprecision_output_schema, text_image_r_precision
+    """Evaluate ``input`` with the R-precision callback's metric (:class:`~beyondlabels.metrics.TextImageRPrecision`)
+    and write the report."""
+    from beyondlabels.functional.rprecision import load_candidate_sets, rprecision_output_schema
+    from beyondlabels.metrics import TextImageRPrecision
 
     if not cfg.get("input"):
         raise ValueError("task=rprecision needs input=PATH.npz (arrays image_embeddings, text_embeddings)")
@@ -35,10 +37,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "hard_negatives": bool(extra.get("hard_negatives", False)),
     }
     sets_path = extra.get("candidate_sets")
-    metrics = text_image_r_precision(
-        data["image_embeddings"], data["text_embeddings"], data.get("ids"), class_ids=data.get("class_ids"),
-        caption_codes=data.get("caption_codes"), candidate_sets=load_candidate_sets(sets_path) if sets_path else None, **settings,
-    )  # fmt: skip
+    metric = TextImageRPrecision(candidate_sets=load_candidate_sets(sets_path) if sets_path else None, **settings)
+    metric.update(data["image_embeddings"], data["text_embeddings"], data.get("ids"), class_ids=data.get("class_ids"), captions=data.get("caption_codes"))
+    metrics = metric.compute()
     schema = with_intervals(cfg, metrics, rprecision_output_schema(top_r, settings["hard_negatives"]))
     report = scalar_report("rprecision", metrics, schema)
     report["r_precision_curve"] = [float(v) for v in metrics["r_precision_curve"]]
