@@ -20,10 +20,12 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Analyse ``pairs`` against ``profiles`` and write the report."""
+    """Analyse ``pairs`` against ``profiles`` with the mismatch metric
+    (:class:`~beyondlabels.metrics.LabelMismatchAnalysis`) and write the report."""
     import torch
 
-    from beyondlabels.functional.mismatch import mismatch_analysis, mismatch_output_schema, mismatch_pair_table
+    from beyondlabels.functional.mismatch import mismatch_output_schema, mismatch_pair_table
+    from beyondlabels.metrics import LabelMismatchAnalysis
     from beyondlabels.functional.profiles import pair_distribution
     from beyondlabels.profiles import load_profiles
     from beyondlabels.reporting.heatmap import save_null_histogram_png
@@ -48,7 +50,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         counts = torch.bincount(to_index(queries), minlength=c).to(torch.float64)
     m = profiles.similarity_matrix()
     trials, seed = int(cfg.get("trials", 10_000)), int(cfg.get("seed", 42))
-    analysis = mismatch_analysis(q, r, m, counts=counts, num_trials=trials, seed=seed)
+    metric = LabelMismatchAnalysis(m, labels=list(range(c)), counts=counts, num_trials=trials, seed=seed)
+    metric.update(q, r)
+    analysis = metric.compute()
+    null = metric.null_distribution
     schema = mismatch_output_schema()
     report: dict[str, Any] = {"task": "mismatch", **mismatch_json(analysis, schema)}
     report["pair_distribution"] = pair_distribution(m, profiles.classes, top=10)
@@ -58,9 +63,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     def histogram(output: Path) -> None:
         if analysis["num_mismatches"]:
-            save_null_histogram_png(analysis["null"], analysis["mean_similarity"], output.with_suffix(".png"), p_value=analysis["p_value"])
+            save_null_histogram_png(null, float(analysis["mean_similarity"]), output.with_suffix(".png"), p_value=float(analysis["p_value"]))
 
     write_report(cfg, report, schema=schema, default_name="mismatch.json", figures=histogram)
-    log.info("mismatches %d: mean similarity %.3f, null %.3f ± %.4f, p = %.3g", analysis["num_mismatches"],
-             analysis["mean_similarity"], analysis["null_mean"], analysis["null_std"], analysis["p_value"])  # fmt: skip
+    log.info("mismatches %d: mean similarity %.3f, null %.3f ± %.4f, p = %.3g", report["num_mismatches"],
+             report["mean_similarity"], report["null_mean"], report["null_std"], report["p_value"])  # fmt: skip
     return report
