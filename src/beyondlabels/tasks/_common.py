@@ -1,5 +1,5 @@
 """What the offline evaluation tasks share (internal: not part of the public API): command-line values, intervals,
-and the one report writer every task ends with."""
+and the one report writer every task ends with (:class:`ReportFiles`)."""
 
 from __future__ import annotations
 
@@ -69,52 +69,48 @@ def report_path(cfg: DictConfig, default_name: str = "report.json") -> Path:
     return output
 
 
-def write_report(
-    cfg: DictConfig,
-    report: dict[str, Any],
-    *,
-    schema: OutputSchema | None = None,
-    per_query: Mapping[str, Any] | None = None,
-    title: str | None = None,
-    default_name: str = "report.json",
-    figures: Callable[[Path], Any] | None = None,
-) -> tuple[dict[str, Any], Path]:
-    """Write a task's report: the per-query values beside it (``<stem>.per_query.npz``, named in the report as
-    ``per_query_file``), the schema under ``schema``, the JSON itself, then ``figures(path)`` (PNGs beside it) and a
-    terminal table of its scalars (with ``title``).
+class ReportFiles:
+    """A task's report and the files beside it: the per-query values (``<stem>.per_query.npz``) and figures
+    (``<stem>.png``). The one writer every task ends with.
 
     Args:
         cfg: The task's config (``output``, ``paths.output_dir``).
-        report: The report so far; completed in place.
-        schema: Its output schema (written under ``schema``; drives the table). None: neither.
-        per_query: Per-query values to save (None: no per-query file).
-        title: Title of the terminal table (None: no table).
         default_name: File name of the report when ``output`` is not set.
-        figures: Called with the report's path after it is written.
-
-    Returns:
-        ``(report, path)``.
     """
-    output = report_path(cfg, default_name)
-    per_query_path = None
-    if per_query is not None:
-        per_query_path = save_per_query(output.parent / f"{output.stem}.per_query.npz", per_query, schema)
-    if per_query_path is not None:
-        report["per_query_file"] = per_query_path.name
-    if schema is not None:
-        report["schema"] = schema.to_json()
-    write_json(output, report)
-    if figures is not None:
-        figures(output)
-    if title is not None and schema is not None:
-        from beyondlabels.reporting import print_metrics_table
 
-        print_metrics_table(report, title=title, schema=schema)
-    if per_query_path is not None:
-        log.info("report: %s  per-query values: %s", output, per_query_path)
-    else:
-        log.info("report: %s", output)
-    return report, output
+    def __init__(self, cfg: DictConfig, default_name: str = "report.json") -> None:
+        self.path = report_path(cfg, default_name)
+        self.per_query_path: Path | None = None
+
+    def save_per_query(self, per_query: Mapping[str, Any], schema: OutputSchema | None = None) -> str:
+        """Write the per-query values beside the report; returns the file's name (the report's ``per_query_file``)."""
+        self.per_query_path = save_per_query(self.path.parent / f"{self.path.stem}.per_query.npz", per_query, schema)
+        return self.per_query_path.name
+
+    def write(
+        self,
+        report: dict[str, Any],
+        *,
+        schema: OutputSchema | None = None,
+        title: str | None = None,
+        figures: Callable[[Path], Any] | None = None,
+    ) -> Path:
+        """Write ``report`` (with ``schema`` under ``schema``), then ``figures(path)`` (PNGs beside it) and a terminal
+        table of its scalars titled ``title`` (None: no table); returns the report's path."""
+        if schema is not None:
+            report["schema"] = schema.to_json()
+        write_json(self.path, report)
+        if figures is not None:
+            figures(self.path)
+        if title is not None and schema is not None:
+            from beyondlabels.reporting import print_metrics_table
+
+            print_metrics_table(report, title=title, schema=schema)
+        if self.per_query_path is not None:
+            log.info("report: %s  per-query values: %s", self.path, self.per_query_path)
+        else:
+            log.info("report: %s", self.path)
+        return self.path
 
 
 def profile_labels(profiles: Any, texts: list[str], what: str) -> str:

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from beyondlabels.io import find_evaluation_runs, read_evaluation_run
 from beyondlabels.io._convert import plain
-from beyondlabels.tasks._common import path_list, write_report
+from beyondlabels.tasks._common import ReportFiles, path_list
 
 __all__ = ["run"]
 
@@ -33,5 +33,5 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )  # fmt: skip
     print_ab_table(table)
     if cfg.get("output"):
-        write_report(cfg, table)
+        ReportFiles(cfg).write(table)
     return table

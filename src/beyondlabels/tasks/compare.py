@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from beyondlabels.io import evaluation_schema, find_evaluation_runs, find_offline_runs, read_evaluation_run, read_offline_run, run_overrides
 from beyondlabels.io._convert import plain
 from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison
-from beyondlabels.tasks._common import path_list, write_report
+from beyondlabels.tasks._common import ReportFiles, path_list
 
 __all__ = ["SOURCES", "WAIT_S", "WHICH", "run"]
 
@@ -44,7 +44,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     table = _from_files(roots, keys, which) if source == "files" else _from_wandb(roots, keys, which)
     print_comparison(table)
     if cfg.get("output"):
-        write_report(cfg, table)
+        ReportFiles(cfg).write(table)
     return table
 
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from beyondlabels.functional.crossmodal import crossmodal_output_schema
 from beyondlabels.io.arrays import load_crossmodal_npz
 from beyondlabels.metrics import CrossModalRetrieval
-from beyondlabels.tasks._common import parse_ks, scalar_report, with_intervals, write_report
+from beyondlabels.tasks._common import ReportFiles, parse_ks, scalar_report, with_intervals
 
 __all__ = ["run"]
 
@@ -35,7 +35,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metric.update(data["image_embeddings"], data["image_ids"], data["text_embeddings"], data["image_ids"][index], data["text_ids"])
     metrics = metric.compute()
     schema = with_intervals(cfg, metrics, crossmodal_output_schema(ks))
+    files = ReportFiles(cfg)
+    per_query_file = files.save_per_query(metrics["per_query"], schema)
     report = scalar_report("crossmodal", metrics, schema)
-    report.update(ks=ks, settings={"input": str(cfg.input), "chunk_size": int(cfg.eval.chunk_size), "precision": str(cfg.eval.precision)})
-    write_report(cfg, report, schema=schema, per_query=metrics["per_query"], title=f"crossmodal: {cfg.input}")
+    report.update(ks=ks, per_query_file=per_query_file, settings={"input": str(cfg.input), "chunk_size": int(cfg.eval.chunk_size), "precision": str(cfg.eval.precision)})
+    files.write(report, schema=schema, title=f"crossmodal: {cfg.input}")
     return report

@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels.io._convert import plain
-from beyondlabels.tasks._common import scalar_report, with_intervals, write_report
+from beyondlabels.tasks._common import ReportFiles, scalar_report, with_intervals
 
 __all__ = ["run"]
 
@@ -58,5 +58,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report["error_lca_depth_fraction"] = [float(v) for v in metrics["error_lca_depth_fraction"]]
     report["rules"] = {rule: rules.count(rule) for rule in dict.fromkeys(rules)}
     report["settings"] = {"taxonomy": str(cfg.taxonomy), "predictions": str(cfg.predictions), **dict(plain(options))}
-    write_report(cfg, report, schema=schema, per_query=metrics["per_query"], title=f"hierarchy: {cfg.predictions}")
+    report["schema"] = schema.to_json()
+    files = ReportFiles(cfg)
+    report["per_query_file"] = files.save_per_query(metrics["per_query"], schema)
+    files.write(report, schema=schema, title=f"hierarchy: {cfg.predictions}")
     return report

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels.io.pairs import load_mismatch_pairs
-from beyondlabels.tasks._common import mismatch_json, profile_labels, write_report
+from beyondlabels.tasks._common import ReportFiles, mismatch_json, profile_labels
 
 __all__ = ["run"]
 
@@ -65,7 +65,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if analysis["num_mismatches"]:
             save_null_histogram_png(null, float(analysis["mean_similarity"]), output.with_suffix(".png"), p_value=float(analysis["p_value"]))
 
-    write_report(cfg, report, schema=schema, default_name="mismatch.json", figures=histogram)
+    ReportFiles(cfg, "mismatch.json").write(report, schema=schema, figures=histogram)
     log.info("mismatches %d: mean similarity %.3f, null %.3f ± %.4f, p = %.3g", report["num_mismatches"],
              report["mean_similarity"], report["null_mean"], report["null_std"], report["p_value"])  # fmt: skip
     return report

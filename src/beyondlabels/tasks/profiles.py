@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from beyondlabels.tasks._common import write_report
+from beyondlabels.tasks._common import ReportFiles
 
 __all__ = ["run"]
 
@@ -33,6 +33,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     def heatmap(output: Path) -> None:
         save_similarity_heatmap_png(m, profiles.classes, output.with_suffix(".png"))
 
-    write_report(cfg, report, default_name="profiles.json", figures=heatmap)
+    ReportFiles(cfg, "profiles.json").write(report, figures=heatmap)
     log.info("profiles: %d classes, %d pairs, mean %.3f", len(profiles), report["pair_distribution"]["num_pairs"], report["pair_distribution"]["mean"])
     return report

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from beyondlabels.tasks._common import parse_ks, scalar_report, with_intervals, write_report
+from beyondlabels.tasks._common import ReportFiles, parse_ks, scalar_report, with_intervals
 
 __all__ = ["run"]
 
@@ -24,10 +24,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     judged = judge_run(load_run(cfg.run), load_qrels(cfg.qrels), depth=cfg.get("depth"))
     metrics = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=ks, relevance_level=int(cfg.get("relevance_level", 1)), query_ids=judged.query_ids)
     schema = with_intervals(cfg, metrics, ranking_output_schema(ks))
+    files = ReportFiles(cfg)
+    per_query_file = files.save_per_query(metrics["per_query"], schema)
     report = scalar_report("ranking", metrics, schema)
     pq = {k: v.tolist() for k, v in metrics["per_query"].items() if k != "query_id"}
     report["per_query"] = {q: {k: (None if v[i] != v[i] else v[i]) for k, v in pq.items()} for i, q in enumerate(judged.queries)}
-    report.update(ks=ks, queries_without_qrels=judged.queries_without_qrels, queries_without_run=judged.queries_without_run)
+    report.update(ks=ks, queries_without_qrels=judged.queries_without_qrels, queries_without_run=judged.queries_without_run, per_query_file=per_query_file)
     report["settings"] = {"run": str(cfg.run), "qrels": str(cfg.qrels), "depth": cfg.get("depth"), "relevance_level": int(cfg.get("relevance_level", 1))}
-    write_report(cfg, report, schema=schema, per_query=metrics["per_query"], title=f"ranking: {cfg.run} against {cfg.qrels}")
+    files.write(report, schema=schema, title=f"ranking: {cfg.run} against {cfg.qrels}")
     return report

@@ -20,7 +20,7 @@ from beyondlabels.io.arrays import load_embeddings_npz
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 from beyondlabels.reporting import retrieval_report, save_precision_curve_png
 from beyondlabels.schema import OutputSchema
-from beyondlabels.tasks._common import mismatch_json, parse_ks, profile_labels, with_intervals, write_report
+from beyondlabels.tasks._common import ReportFiles, mismatch_json, parse_ks, profile_labels, with_intervals
 
 __all__ = ["curve_max_k", "run"]
 
@@ -64,8 +64,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metrics = metric.compute()
     graded_names = [gains.name] if gains is not None else []
     schema = with_intervals(cfg, metrics, retrieval_output_schema(ks, graded=graded_names, sampled=max_queries is not None, deep_metrics=deep_metrics))
+    files = ReportFiles(cfg)
+    per_query_file = files.save_per_query(metrics["per_query"], schema)
     settings = {"input": str(cfg.input), **OmegaConf.to_container(cfg.eval, resolve=True), "curve_max_k": max_k}
-    report = retrieval_report(metrics, schema, ks=ks, num_items=n, num_labels=data.num_labels, label_names=data.label_names, settings=settings)
+    report = retrieval_report(metrics, schema, ks=ks, num_items=n, num_labels=data.num_labels, label_names=data.label_names, settings=settings,
+                              per_query_file=per_query_file)
     if gains is not None:
         mismatch = mismatch_output_schema(spearman=True)
         report["mismatch"] = mismatch_json({k: metrics[f"mismatch_{k}"] for k in mismatch.scalar_keys()}, mismatch)
@@ -76,7 +79,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             {Path(cfg.input).stem: report["precision_curve"]}, output.with_suffix(".png"), title=f"precision@k — {Path(cfg.input).name}"
         )
 
-    write_report(cfg, report, schema=schema, per_query=metrics["per_query"], title=f"retrieval: {cfg.input}", figures=curve_png)
+    files.write(report, schema=schema, title=f"retrieval: {cfg.input}", figures=curve_png)
     if cfg.get("wandb"):
         _log_to_wandb(cfg, report, schema, ks, figures["png"])
     return report

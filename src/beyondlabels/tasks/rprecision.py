@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels.io.arrays import load_rprecision_npz
-from beyondlabels.tasks._common import parse_ks, scalar_report, with_intervals, write_report
+from beyondlabels.tasks._common import ReportFiles, parse_ks, scalar_report, with_intervals
 
 __all__ = ["run"]
 
@@ -41,9 +41,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metric.update(data["image_embeddings"], data["text_embeddings"], data.get("ids"), class_ids=data.get("class_ids"), captions=data.get("caption_codes"))
     metrics = metric.compute()
     schema = with_intervals(cfg, metrics, rprecision_output_schema(top_r, settings["hard_negatives"]))
+    files = ReportFiles(cfg)
+    per_query_file = files.save_per_query(metrics["per_query"], schema)
     report = scalar_report("rprecision", metrics, schema)
     report["r_precision_curve"] = [float(v) for v in metrics["r_precision_curve"]]
     settings.update(input=str(cfg.input), candidate_sets=str(sets_path) if sets_path else None)
-    report.update(settings=settings, evaluator=data.get("evaluator"))
-    write_report(cfg, report, schema=schema, per_query=metrics["per_query"], title=f"rprecision: {cfg.input}")
+    report.update(per_query_file=per_query_file, settings=settings, evaluator=data.get("evaluator"))
+    files.write(report, schema=schema, title=f"rprecision: {cfg.input}")
     return report
