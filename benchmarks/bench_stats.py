@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from scipy import stats as sps
 
-from beyondlabels.functional.stats import bootstrap_ci, confidence_intervals
+from beyondlabels.functional.bootstrap import bootstrap_ci
+from beyondlabels.metrics.intervals import confidence_intervals
 
 
 def _time(fn, repeat: int = 3):

@@ -75,7 +75,7 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
 from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
-from beyondlabels.functional.stats import confidence_interval_keys, confidence_intervals, with_confidence_intervals
+from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -140,7 +140,7 @@ class EvaluationCore:
         evaluate_at_fit_end: Evaluate once more when fit ends after the last evaluation.
         strict: Raise (on every rank) instead of logging evaluation errors.
         confidence_intervals: Log ``<key>_ci_low`` / ``<key>_ci_high``, a 95% percentile bootstrap interval over
-            queries (:func:`beyondlabels.functional.stats.confidence_intervals`), for every headline key (True: each
+            queries (:func:`beyondlabels.metrics.intervals.confidence_intervals`), for every headline key (True: each
             scalar with a direction and a per-query vector of the same name), for the listed keys, or for none
             (False). They are logged, stored in the history and drawn as bands in ``confidence_intervals.png``.
         bootstrap_rounds: Resamples of those intervals.
@@ -391,10 +391,9 @@ class EvaluationCore:
                 mark = time.perf_counter()
                 results = self.metric.compute()
                 timings["compute"] = time.perf_counter() - mark
-                if self.ci_keys and isinstance(results.get("per_query"), dict):
+                if self.ci_keys:
                     mark = time.perf_counter()
-                    bounds = confidence_intervals(results["per_query"], self.ci_keys, rounds=self.bootstrap_rounds, seed=self.ci_seed)
-                    results.update(bounds)
+                    results, _ = add_confidence_intervals(results, self.schema, self.ci_keys, rounds=self.bootstrap_rounds, seed=self.ci_seed)
                     timings["intervals"] = time.perf_counter() - mark
             except Exception as exc:  # noqa: BLE001
                 error = exc

@@ -3,7 +3,7 @@
 It never recomputes a metric: it reads values that were already logged — the history of the
 :class:`~beyondlabels.callbacks.base.EvaluationCore` whose prefix the monitored key carries (``retrieval`` for
 ``retrieval/precision@1``), or else ``trainer.callback_metrics[monitor]`` at the end of each validation run (and each
-training epoch, for keys logged there). Its statistics come from :mod:`beyondlabels.functional.stats`.
+training epoch, for keys logged there). Its statistics come from :mod:`beyondlabels.functional.bootstrap`.
 
 After every new value (``v`` is the series of values so far, ``w`` the window)
     - **window mean** = mean of the last ``w`` values, with a percentile bootstrap band (``window_ci_low`` /
@@ -39,7 +39,7 @@ import torch
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.packages import check_same_package, lightning_state_key
-from beyondlabels.functional.stats import bootstrap_ci, bootstrap_difference_ci
+from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference_ci
 
 log = logging.getLogger(__name__)
 

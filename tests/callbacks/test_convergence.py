@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from toy import LinearEncoder, PointDataModule  # noqa: E402
 
 from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
-from beyondlabels.functional.stats import bootstrap_ci  # noqa: E402
+from beyondlabels.functional.bootstrap import bootstrap_ci  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 
 RNG = np.random.default_rng(0)

@@ -84,6 +84,20 @@ def test_evaluate_config_composes(tmp_path: Path):
     assert cfg.k == [1, 5, 10] and cfg.eval.precision == "fp32"
 
 
+def test_every_evaluate_task_has_its_config_group_option(tmp_path: Path):
+    from hydra.errors import ConfigCompositionException
+
+    from beyondlabels.tasks import TASKS
+
+    assert sorted(TASKS) == _options("task")
+    for name in TASKS:
+        cfg = _compose("evaluate", [f"task={name}", f"paths.log_dir={tmp_path}"])
+        assert cfg.hydra.runtime.choices.task == name and "task" not in cfg
+    # a task's keys exist only under that task: task=compare does not silently become an A/B test
+    with pytest.raises(ConfigCompositionException, match="baseline"):
+        _compose("evaluate", ["task=compare", "baseline=runs/a", f"paths.log_dir={tmp_path}"])
+
+
 def test_default_train_config_instantiates_everything(tmp_path: Path):
     cfg = _compose("train", [f"paths.log_dir={tmp_path}"])
     with open_dict(cfg):

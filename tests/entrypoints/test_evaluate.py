@@ -7,7 +7,6 @@ the task functions directly (a second each).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -25,9 +24,7 @@ from helpers import REPO_ROOT, run_script  # noqa: E402
 from beyondlabels.functional import encode_labels, retrieval_output_schema  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_entry", REPO_ROOT / "evaluate.py")
-evaluate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(evaluate)
+from beyondlabels import tasks  # noqa: E402
 
 # Keys a report holds besides the schema's scalars and curves.
 REPORT_EXTRAS = {"task", "ks", "num_items", "num_labels", "per_query_file", "settings", "schema"}
@@ -91,7 +88,7 @@ def test_retrieval_report_matches_reference(tmp_path: Path):
     assert "precision@1" in result.stdout
     # schema-driven: the schema's scalars at the top level, its curve as a list, the schema itself, nothing else
     schema = OutputSchema.from_json(report["schema"])
-    from beyondlabels.functional.stats import confidence_interval_keys, with_confidence_intervals
+    from beyondlabels.metrics.intervals import confidence_interval_keys, with_confidence_intervals
 
     base = retrieval_output_schema([1, 3, 7])
     assert schema == with_confidence_intervals(base, confidence_interval_keys(base))  # the schema plus its intervals
@@ -147,12 +144,12 @@ def test_wandb_logging_and_run_comparison(tmp_path: Path):
     assert [got[label] for label in labels] == pytest.approx([reports[name]["map@r"] for name in ("blurry", "sharp")])
     assert "final metrics per run" in result.stdout and "retrieval/map@r" in result.stdout
     # the same evaluations compared from the project's files (source=files, the default): same columns and numbers
-    files = evaluate.compare(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'runs'}]"))
+    files = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'runs'}]"))
     assert list(files["runs"]) == labels and all(info["source"] == "files" for info in files["runs"].values())
     assert files["metrics"]["retrieval/map@r"]["values"] == pytest.approx(got)
     assert files["metrics"]["retrieval/mean_first_relevant_rank"]["direction"] == "min"
     # and an explicitly named report
-    one = evaluate.compare(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'runs' / 'sharp' / 'report.json'}]"))
+    one = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'runs' / 'sharp' / 'report.json'}]"))
     assert list(one["runs"]) == [f"sharp (input={tmp_path / 'sharp.npz'}, wandb=true)"]  # alone: every override shown
 
 
@@ -167,7 +164,7 @@ def _save(tmp_path: Path, name: str = "emb.npz", **arrays) -> Path:
 
 def test_k_may_be_a_single_int(tmp_path: Path):
     x, cls = _clusters(n=24)
-    report = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=5"))
+    report = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=5"))
     assert report["ks"] == [5] and "precision@5" in report and "precision@1" not in report
 
 
@@ -176,18 +173,18 @@ def test_k_that_is_not_a_positive_int_is_a_clear_error(tmp_path: Path, k: str):
     x, cls = _clusters(n=24)
     cfg = _cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", f"k={k}")
     with pytest.raises(ValueError, match=r"^k must be a positive int or a list of positive ints"):
-        evaluate.evaluate_retrieval(cfg)
+        tasks.retrieval.run(cfg)
     assert not (tmp_path / "r.json").exists()
 
 
 def test_curve_max_k_null_means_max_k(tmp_path: Path):
     x, cls = _clusters(n=24)
     cfg = _cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,3]", "eval.curve_max_k=null")
-    report = evaluate.evaluate_retrieval(cfg)
+    report = tasks.retrieval.run(cfg)
     assert len(report["precision_curve"]) == 3 and report["precision_curve"][2] == report["precision@3"]
     bad = _cfg(tmp_path, f"input={tmp_path / 'emb.npz'}", f"output={tmp_path / 'r.json'}", "eval.curve_max_k=2.5")
     with pytest.raises(ValueError, match="eval.curve_max_k"):
-        evaluate.evaluate_retrieval(bad)
+        tasks.retrieval.run(bad)
 
 
 @pytest.mark.parametrize("offset", [3, -1])
@@ -196,8 +193,8 @@ def test_large_and_negative_integer_labels(tmp_path: Path, offset: int):
     x, cls = _clusters(n=60, classes=6)
     big = cls.astype(np.int64) * (1_000_000_007 if offset > 0 else -1_000_000_007) + offset
     ids = np.arange(60, dtype=np.int64) * 7 + 1000
-    report = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={_save(tmp_path, 'big.npz', embeddings=x, labels=big, ids=ids)}", f"output={tmp_path / 'big.json'}"))
-    small = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={_save(tmp_path, 'small.npz', embeddings=x, labels=cls, ids=ids)}", f"output={tmp_path / 'small.json'}"))
+    report = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, 'big.npz', embeddings=x, labels=big, ids=ids)}", f"output={tmp_path / 'big.json'}"))
+    small = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, 'small.npz', embeddings=x, labels=cls, ids=ids)}", f"output={tmp_path / 'small.json'}"))
     assert report["num_labels"] == 6 and report["num_items"] == 60 and "label_names" not in report
     schema = retrieval_output_schema([1, 5, 10])
     for key in schema.scalar_keys():  # the same partition into classes gives the same numbers
@@ -210,7 +207,7 @@ def test_report_and_per_query_read_back_as_an_evaluation_run(tmp_path: Path):
     from beyondlabels.io import read_evaluation_run
 
     x, cls = _clusters(n=30, classes=3)
-    evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'out' / 'a.json'}", "k=[1,2]"))
+    tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'out' / 'a.json'}", "k=[1,2]"))
     run = read_evaluation_run(tmp_path / "out" / "a.json")
     report = json.loads((tmp_path / "out" / "a.json").read_text())
     assert run.prefix == "retrieval" and run.final()["map@r"] == report["map@r"]
@@ -235,36 +232,36 @@ def test_compare_reads_the_project_files_of_a_multirun(tmp_path: Path, capsys: p
     _callback_folder(sweep / "0" / "retrieval", [0.2, 0.5, 0.4], ["seed=1"])
     _callback_folder(sweep / "1" / "retrieval", [0.3, 0.35], ["seed=2"])
     out = tmp_path / "cmp" / "table.json"
-    table = evaluate.compare(_cfg(tmp_path, "task=compare", f"runs=[{sweep}]", f"output={out}"))
+    table = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep}]", f"output={out}"))
     assert json.loads(out.read_text()) == table
     assert table["metrics"]["retrieval/map@r"]["values"] == {"0 (seed=1)": 0.4, "1 (seed=2)": 0.35}
     assert "↑" in capsys.readouterr().out
-    best = evaluate.compare(_cfg(tmp_path, "task=compare", f"runs=[{sweep}]", "which=best", "metrics=[retrieval/map@r]"))
+    best = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep}]", "which=best", "metrics=[retrieval/map@r]"))
     assert best["metrics"]["retrieval/map@r"]["values"] == {"0 (seed=1)": 0.5, "1 (seed=2)": 0.35}
     assert best["metrics"]["retrieval/map@r"]["steps"] == {"0 (seed=1)": 20, "1 (seed=2)": 20}
-    single = evaluate.compare(_cfg(tmp_path, "task=compare", f"runs={sweep / '1'}"))  # one path, not a list
+    single = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs={sweep / '1'}"))  # one path, not a list
     assert list(single["runs"]) == ["1 (seed=2)"]
 
 
 def test_compare_errors_say_what_is_expected(tmp_path: Path):
     (tmp_path / "empty_run").mkdir()
     with pytest.raises(FileNotFoundError, match="history.json"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'empty_run'}]"))
+        tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'empty_run'}]"))
     with pytest.raises(ValueError, match="no offline W&B runs"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", "source=wandb", f"runs=[{tmp_path / 'empty_run'}]"))
+        tasks.compare.run(_cfg(tmp_path, "task=compare", "source=wandb", f"runs=[{tmp_path / 'empty_run'}]"))
     with pytest.raises(ValueError, match="source must be one of"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", "source=csv", f"runs=[{tmp_path}]"))
+        tasks.compare.run(_cfg(tmp_path, "task=compare", "source=csv", f"runs=[{tmp_path}]"))
     with pytest.raises(ValueError, match="which must be one of"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", "which=mean", f"runs=[{tmp_path}]"))
+        tasks.compare.run(_cfg(tmp_path, "task=compare", "which=mean", f"runs=[{tmp_path}]"))
     with pytest.raises(ValueError, match="task=compare needs runs"):
-        evaluate.compare(_cfg(tmp_path, "task=compare"))
+        tasks.compare.run(_cfg(tmp_path, "task=compare"))
 
 
 def test_query_sampling_reports_the_pool_and_standard_errors(tmp_path: Path):
     x, cls = _clusters(n=80)
     path = _save(tmp_path, "s.npz", embeddings=x, labels=cls)
-    full = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'full.json'}", "k=[1,5]"))
-    report = evaluate.evaluate_retrieval(
+    full = tasks.retrieval.run(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'full.json'}", "k=[1,5]"))
+    report = tasks.retrieval.run(
         _cfg(tmp_path, f"input={path}", f"output={tmp_path / 's.json'}", "k=[1,5]", "eval.max_queries=30", "eval.query_seed=2")
     )
     assert report["num_query_pool"] == 80 and report["num_queries"] + report["num_lone_queries"] == 30
@@ -275,10 +272,10 @@ def test_query_sampling_reports_the_pool_and_standard_errors(tmp_path: Path):
 
 
 def test_reports_carry_bootstrap_intervals_of_the_headline_metrics(tmp_path: Path):
-    from beyondlabels.functional.stats import bootstrap_ci
+    from beyondlabels.functional.bootstrap import bootstrap_ci
 
     x, cls = _clusters(n=60)
-    report = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,5]"))
+    report = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,5]"))
     assert report["precision@1_ci_low"] <= report["precision@1"] <= report["precision@1_ci_high"]
     assert report["precision@1_ci_low"] < report["precision@1_ci_high"]
     assert "map@r_ci_high" in report["schema"]["keys"] and "num_queries_ci_low" not in report
@@ -290,8 +287,8 @@ def test_reports_carry_bootstrap_intervals_of_the_headline_metrics(tmp_path: Pat
 def test_shallow_mode_leaves_out_the_depth_r_keys(tmp_path: Path):
     x, cls = _clusters(n=60)
     path = _save(tmp_path, "sh.npz", embeddings=x, labels=cls)
-    deep = evaluate.evaluate_retrieval(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'deep.json'}", "k=[1,5]"))
-    report = evaluate.evaluate_retrieval(
+    deep = tasks.retrieval.run(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'deep.json'}", "k=[1,5]"))
+    report = tasks.retrieval.run(
         _cfg(tmp_path, f"input={path}", f"output={tmp_path / 'sh.json'}", "k=[1,5]", "eval.deep_metrics=false")
     )
     deep_words = ("r_precision", "map@r", "first_relevant_rank")
@@ -302,4 +299,4 @@ def test_shallow_mode_leaves_out_the_depth_r_keys(tmp_path: Path):
         assert "map@r" not in pq and "precision@5" in pq
     bad = _cfg(tmp_path, f"input={path}", f"output={tmp_path / 'bad.json'}", "eval.deep_metrics=maybe")
     with pytest.raises(ValueError, match="eval.deep_metrics"):
-        evaluate.evaluate_retrieval(bad)
+        tasks.retrieval.run(bad)

@@ -3,7 +3,6 @@ identity recorded, per-sample file written; missing arrays named; one end-to-end
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -22,9 +21,7 @@ from beyondlabels.functional.rprecision import draw_candidate_sets  # noqa: E402
 from beyondlabels.io.candidate_sets import save_candidate_sets  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_rprecision", REPO_ROOT / "evaluate.py")
-evaluate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(evaluate)
+from beyondlabels import tasks  # noqa: E402
 
 
 def _cfg(tmp_path: Path, *overrides: str):
@@ -56,7 +53,7 @@ def test_report_holds_the_keys_settings_and_evaluator(tmp_path: Path):
     np.savez(tmp_path / "in.npz", image_embeddings=img, text_embeddings=txt, ids=ids, evaluator=json.dumps(identity),
              captions=np.array([f"caption {i}" for i in range(60)]))  # fmt: skip
     out = tmp_path / "out" / "r.json"
-    evaluate.evaluate_rprecision(
+    tasks.rprecision.run(
         _cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=10", "top_r=[1,5]",
              "repeats=1", "seed=3", "rprecision.hard_negatives=true")  # fmt: skip
     )
@@ -81,7 +78,7 @@ def test_pinned_sets_and_missing_arrays(tmp_path: Path):
     sets = draw_candidate_sets(torch.from_numpy(txt), num_candidates=8, seed=9)
     save_candidate_sets(sets, tmp_path / "sets.npz")
     out = tmp_path / "r.json"
-    evaluate.evaluate_rprecision(
+    tasks.rprecision.run(
         _cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=8", "top_r=[1]",
              f"rprecision.candidate_sets={tmp_path / 'sets.npz'}")  # fmt: skip
     )
@@ -90,7 +87,7 @@ def test_pinned_sets_and_missing_arrays(tmp_path: Path):
         np.testing.assert_array_equal(pq["r_precision"], hits)
     np.savez(tmp_path / "bad.npz", image_embeddings=img)
     with pytest.raises(ValueError, match="text_embeddings"):
-        evaluate.evaluate_rprecision(_cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'bad.npz'}"))
+        tasks.rprecision.run(_cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'bad.npz'}"))
 
 
 @pytest.mark.slow

@@ -1,9 +1,8 @@
-"""evaluate.py task=ranking (against trec_eval) and task=compare with baseline= / metric= / guardrails= (A/B decisions
+"""evaluate.py task=ranking (against trec_eval) and task=abtest (baseline= / metric= / guardrails=: A/B decisions
 from the per-query files of a multirun)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import sys
@@ -19,13 +18,11 @@ from omegaconf import open_dict
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import REPO_ROOT, run_script  # noqa: E402
 
-from beyondlabels.functional.stats import with_confidence_intervals  # noqa: E402
+from beyondlabels.metrics.intervals import with_confidence_intervals  # noqa: E402
 from beyondlabels.io import read_evaluation_run, save_per_query  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_entry_stats", REPO_ROOT / "evaluate.py")
-evaluate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(evaluate)
+from beyondlabels import tasks  # noqa: E402
 
 
 def _cfg(tmp_path: Path, *overrides: str):
@@ -62,7 +59,7 @@ def test_ranking_report_matches_trec_eval(tmp_path: Path):
     qrels, run = _trec_files(tmp_path)
     output = tmp_path / "out" / "ranking.json"
     cfg = _cfg(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}", f"qrels={tmp_path / 'qrels.txt'}", "k=[5,10]", f"output={output}")
-    evaluate.evaluate_ranking(cfg)
+    tasks.ranking.run(cfg)
     report = json.loads(output.read_text())
     reference = pytrec_eval.RelevanceEvaluator(qrels, {"P.5,10", "ndcg_cut.5,10", "Rprec"}).evaluate(run)
     kept = [q for q in qrels if any(g >= 1 for g in qrels[q].values())]
@@ -82,7 +79,7 @@ def test_ranking_report_matches_trec_eval(tmp_path: Path):
 
 def test_ranking_needs_both_files(tmp_path: Path):
     with pytest.raises(ValueError, match="qrels=PATH"):
-        evaluate.evaluate_ranking(_cfg(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}"))
+        tasks.ranking.run(_cfg(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}"))
 
 
 SCHEMA = with_confidence_intervals(
@@ -122,10 +119,10 @@ def test_compare_against_a_baseline_with_decisions(tmp_path: Path, capsys: pytes
     _job(multirun, 3, ["model.lr=0.004"], {20: (base_p1 + 0.1, base_map - 0.05)}, 4)
     output = tmp_path / "ab.json"
     cfg = _cfg(
-        tmp_path, "task=compare", f"runs=[{multirun}]", f"baseline={multirun / '0'}", "metric=retrieval/precision@1",
+        tmp_path, "task=abtest", f"runs=[{multirun}]", f"baseline={multirun / '0'}", "metric=retrieval/precision@1",
         "guardrails=[retrieval/map@r]", f"output={output}",
     )  # fmt: skip
-    evaluate.compare(cfg)
+    tasks.abtest.run(cfg)
     table = json.loads(output.read_text())
     runs = table["runs"]
     decisions = {label.split(" ")[0]: (entry["vs_baseline"] or {}).get("decision", "baseline") for label, entry in runs.items()}
@@ -137,7 +134,7 @@ def test_compare_against_a_baseline_with_decisions(tmp_path: Path, capsys: pytes
     printed = capsys.readouterr().out
     assert "cannot distinguish" in printed and "guardrail retrieval/map@r worse by 0.0500" in printed
     # which=best reads the best evaluation of each run
-    best = evaluate.compare(_cfg(tmp_path, "task=compare", f"runs=[{multirun}]", f"baseline={multirun / '0'}", "metric=retrieval/precision@1", "which=best"))
+    best = tasks.abtest.run(_cfg(tmp_path, "task=abtest", f"runs=[{multirun}]", f"baseline={multirun / '0'}", "metric=retrieval/precision@1", "which=best"))
     assert best["runs"][best["baseline"]]["step"] == 20
 
 
@@ -148,17 +145,17 @@ def test_compare_errors_name_what_is_wrong(tmp_path: Path):
     _job(multirun, 1, ["seed=2"], {5: (rng.uniform(size=19), rng.uniform(size=19))}, 0)
     base = [f"runs=[{multirun}]", f"baseline={multirun / '0'}"]
     with pytest.raises(ValueError, match="intersect=True"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", *base, "metric=retrieval/precision@1"))
-    table = evaluate.compare(_cfg(tmp_path, "task=compare", *base, "metric=retrieval/precision@1", "intersect=true"))
+        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1"))
+    table = tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1", "intersect=true"))
     assert next(e for e in table["runs"].values() if e["vs_baseline"])["vs_baseline"]["unmatched"] == 1
     with pytest.raises(ValueError, match="no direction"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", *base, "metric=retrieval/num_queries"))
+        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/num_queries"))
     with pytest.raises(ValueError, match="per-query keys"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", *base, "metric=retrieval/precision@1_ci_low"))
+        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1_ci_low"))
     with pytest.raises(ValueError, match="prefix/key"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", *base, "metric=precision@1"))
+        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=precision@1"))
     with pytest.raises(ValueError, match="baseline"):
-        evaluate.compare(_cfg(tmp_path, "task=compare", f"runs=[{multirun}]", "metric=retrieval/precision@1"))
+        tasks.abtest.run(_cfg(tmp_path, "task=abtest", f"runs=[{multirun}]", "metric=retrieval/precision@1"))
 
 
 @pytest.mark.slow

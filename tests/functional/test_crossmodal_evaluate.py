@@ -3,7 +3,6 @@ the per-query file out; missing arrays are named. (Kept beside the kernel tests 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -18,9 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_crossmodal import oracle, paired_data  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_crossmodal", REPO_ROOT / "evaluate.py")
-evaluate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(evaluate)
+from beyondlabels import tasks  # noqa: E402
 
 REQUIRED = [
     *(f"{d}_recall@{k}" for d in ("image_to_text", "text_to_image") for k in (1, 5, 10)),
@@ -42,7 +39,7 @@ def test_report_matches_the_oracle(tmp_path: Path):
     images, texts, owner = paired_data(seed=7)
     np.savez(tmp_path / "pairs.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owner)
     out = tmp_path / "out" / "report.json"
-    evaluate.evaluate_crossmodal(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}"))
+    tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}"))
     report = json.loads(out.read_text())
     ref = oracle(images.astype(np.float64), texts.astype(np.float64), owner)
     assert report["task"] == "crossmodal" and report["ks"] == [1, 5, 10]
@@ -60,7 +57,7 @@ def test_ids_and_k_are_read(tmp_path: Path):
     np.savez(tmp_path / "p.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owner,
              image_ids=np.arange(12) + 500, text_ids=np.arange(len(texts)) * 2)  # fmt: skip
     out = tmp_path / "r.json"
-    report = evaluate.evaluate_crossmodal(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'p.npz'}", f"output={out}", "k=[2,3]"))
+    report = tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'p.npz'}", f"output={out}", "k=[2,3]"))
     assert "text_to_image_recall@2" in report and "text_to_image_recall@1" not in report
     with np.load(tmp_path / report["per_query_file"]) as pq:
         assert pq["query_id"][:12].tolist() == list(range(500, 512))
@@ -78,9 +75,9 @@ def test_ids_and_k_are_read(tmp_path: Path):
 def test_bad_files_are_named(tmp_path: Path, arrays: dict, message: str):
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(ValueError, match=message):
-        evaluate.evaluate_crossmodal(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'bad.npz'}", "k=1"))
+        tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'bad.npz'}", "k=1"))
     with pytest.raises(FileNotFoundError, match="text_image_index"):
-        evaluate.evaluate_crossmodal(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'missing.npz'}"))
+        tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'missing.npz'}"))
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""functional/stats.py against independent references: scipy.stats.bootstrap (within Monte Carlo error),
+"""functional/bootstrap.py, abtest.py, agreement.py and metrics/intervals.py against independent references: scipy.stats.bootstrap (within Monte Carlo error),
 scipy.stats.ttest_rel, sklearn's cohen_kappa_score, scipy's spearmanr / kendalltau, and the decision protocol's cases."""
 
 from __future__ import annotations
@@ -11,20 +11,10 @@ import torch
 from scipy import stats as sps
 from sklearn.metrics import cohen_kappa_score
 
-from beyondlabels.functional.stats import (
-    ab_test,
-    bootstrap_ci,
-    bootstrap_difference_ci,
-    cohen_kappa,
-    confidence_interval_keys,
-    confidence_intervals,
-    kendall_tau,
-    paired_differences,
-    paired_t_ci,
-    sample_size,
-    spearman,
-    with_confidence_intervals,
-)
+from beyondlabels.functional.abtest import ab_test, paired_differences, paired_t_ci, sample_size
+from beyondlabels.functional.agreement import cohen_kappa, kendall_tau, spearman
+from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference_ci
+from beyondlabels.metrics.intervals import confidence_interval_keys, confidence_intervals, with_confidence_intervals
 from beyondlabels.schema import KeySpec, OutputSchema
 
 
@@ -61,13 +51,13 @@ def test_bootstrap_is_seeded_and_drops_nan():
     assert bootstrap_ci([0.4, 0.4, 0.4]).width == 0.0
     assert math.isnan(bootstrap_ci([float("nan")]).low)
     # chunking over rounds does not change the numbers
-    import beyondlabels.functional.stats as st
+    import beyondlabels.functional._stats as st
 
-    old, st._CHUNK_VALUES = st._CHUNK_VALUES, 7
+    old, st.CHUNK_VALUES = st.CHUNK_VALUES, 7
     try:
         assert bootstrap_ci(values, rounds=500, seed=1) == a
     finally:
-        st._CHUNK_VALUES = old
+        st.CHUNK_VALUES = old
 
 
 def test_paired_t_matches_scipy_ttest_rel():
@@ -232,7 +222,6 @@ def test_grouped_intervals_equal_one_bootstrap_per_key():
 def test_large_evaluations_use_the_normal_interval_which_the_bootstrap_approaches():
     from scipy.stats import norm
 
-    from beyondlabels.functional.stats import confidence_intervals
 
     rng = np.random.default_rng(3)
     values = torch.tensor(rng.binomial(1, 0.3, size=30_000).astype(float))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from beyondlabels.functional.stats import confidence_interval_keys
+from beyondlabels.metrics.intervals import confidence_interval_keys
 from beyondlabels.metrics import (
     CrossModalRetrieval,
     EmbeddingRetrieval,

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from beyondlabels.io import OfflineRun, read_evaluation_run
-from beyondlabels.reporting import compare_evaluation_runs, compare_runs, print_comparison, print_metrics_table
+from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison, print_metrics_table
 from beyondlabels.schema import KeySpec, OutputSchema
 
 KS = (1, 5, 10)
@@ -142,15 +142,15 @@ def test_offline_wandb_runs(tmp_path: Path) -> None:
     partial = _offline("b", rows[:2])
     partial.complete = False
     runs = [_offline("a", rows), partial]
-    final = compare_runs(runs, schemas=[schema, None])
+    final = compare_wandb_runs(runs, schemas=[schema, None])
     assert list(final["runs"]) == ["a (a)", "b (b) (incomplete)"] and final["runs"]["b (b) (incomplete)"]["complete"] is False
     assert final["metrics"]["retrieval/map@r"]["values"] == {"a (a)": 0.4, "b (b) (incomplete)": 0.5}
     assert final["metrics"]["retrieval/map@r"]["direction"] == "max"
-    best = compare_runs(runs[:1], which="best", schemas=[schema], labels=["job 0"])
+    best = compare_wandb_runs(runs[:1], which="best", schemas=[schema], labels=["job 0"])
     assert best["metrics"]["retrieval/map@r"]["values"] == {"job 0": 0.5} and best["metrics"]["retrieval/map@r"]["steps"] == {"job 0": 20}
     assert best["metrics"]["retrieval/mean_first_relevant_rank"]["values"] == {"job 0": 4.0}
     # without a schema: no direction, so "best" is the last value
-    assert compare_runs(runs[:1], which="best")["metrics"]["retrieval/map@r"]["values"] == {"a (a)": 0.4}
+    assert compare_wandb_runs(runs[:1], which="best")["metrics"]["retrieval/map@r"]["values"] == {"a (a)": 0.4}
 
 
 def _render(table: dict, width: int = 80) -> str:

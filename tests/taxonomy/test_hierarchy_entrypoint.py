@@ -3,7 +3,6 @@ with line numbers and nothing written when a row is bad."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,9 +16,8 @@ from beyondlabels.demo import demo_taxonomy
 from beyondlabels.functional import hierarchical_precision_recall, hierarchy_output_schema
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("beyondlabels_evaluate_hierarchy", REPO_ROOT / "evaluate.py")
-evaluate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(evaluate)
+from beyondlabels import tasks  # noqa: E402
+
 DEMO_TAXONOMY = REPO_ROOT / "src" / "beyondlabels" / "demo" / "data" / "taxonomy.yaml"
 
 
@@ -44,7 +42,7 @@ def test_report_matches_the_kernel(tmp_path: Path):
     rows.insert(2, json.dumps({"gt": "right_triangle", "pred_text": "A right triangle."}))
     predictions = _write(tmp_path / "p.jsonl", rows)
     output = tmp_path / "out" / "report.json"
-    evaluate.evaluate_hierarchy(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}", f"output={output}"))
+    tasks.hierarchy.run(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}", f"output={output}"))
     report = json.loads(output.read_text())
     gts = [g for g, _ in pairs]
     preds = [p for _, p in pairs]
@@ -78,12 +76,12 @@ def test_bad_rows_are_named_and_nothing_is_written(tmp_path: Path, rows, match):
     predictions = _write(tmp_path / "bad.jsonl", rows)
     output = tmp_path / "out" / "report.json"
     with pytest.raises(ValueError, match=match):
-        evaluate.evaluate_hierarchy(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}", f"output={output}"))
+        tasks.hierarchy.run(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}", f"output={output}"))
     assert not output.parent.exists() or not any(output.parent.iterdir())
 
 
 def test_missing_arguments_say_what_is_needed(tmp_path: Path):
     with pytest.raises(ValueError, match="task=hierarchy needs taxonomy=PATH"):
-        evaluate.evaluate_hierarchy(_cfg(tmp_path))
+        tasks.hierarchy.run(_cfg(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        evaluate.evaluate_hierarchy(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={tmp_path / 'none.jsonl'}"))
+        tasks.hierarchy.run(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={tmp_path / 'none.jsonl'}"))

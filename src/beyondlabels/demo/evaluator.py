@@ -6,7 +6,7 @@ trains the demo's own :class:`~beyondlabels.demo.model.TinyCLIP` on the demo sha
 a :class:`~beyondlabels.io.evaluator.ClipEvaluator`.
 
 Files
-    ``path`` holds the CLIP's state dict (:func:`~beyondlabels.io.evaluator.save_tiny_clip_evaluator`) and
+    ``path`` holds the CLIP's state dict (:func:`save_tiny_clip_evaluator`) and
     ``path`` with suffix ``.json`` (e.g. ``tiny_clip.json``) the :class:`ClipEvaluator` arguments that rebuild it plus
     how it was made (``"training"``). Both are written atomically, the JSON last: a checkpoint is complete when its
     JSON exists. The evaluator's identity records the checkpoint's SHA-256, so runs that share the file report one
@@ -51,16 +51,17 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
-from beyondlabels.io.atomic import atomic_file, write_json
-from beyondlabels.io.evaluator import ClipEvaluator, _plain, save_tiny_clip_evaluator
+from beyondlabels.io._convert import plain
+from beyondlabels.io.atomic import atomic_file, save_torch, write_json
+from beyondlabels.io.evaluator import ClipEvaluator
 
 log = logging.getLogger(__name__)
 
-__all__ = ["demo_evaluator", "export_demo_evaluator"]
+__all__ = ["demo_evaluator", "export_demo_evaluator", "save_tiny_clip_evaluator"]
 
 # Bumped whenever the demo's defaults (TinyCLIP architecture, data, captions) change what training produces: an
 # evaluator trained under other defaults is then refused instead of silently reused.
@@ -85,7 +86,7 @@ def export_demo_evaluator(module: Any, path: str | os.PathLike[str], training: M
         The JSON file's path.
 
     Raises:
-        ValueError: if ``module`` is not a TinyCLIP (from :func:`~beyondlabels.io.evaluator.save_tiny_clip_evaluator`).
+        ValueError: if ``module`` is not a TinyCLIP (from :func:`save_tiny_clip_evaluator`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +95,7 @@ def export_demo_evaluator(module: Any, path: str | os.PathLike[str], training: M
     with atomic_file(path) as fh:
         kwargs = save_tiny_clip_evaluator(module, fh)
     kwargs.pop("checkpoint")
-    record = {"format": _FORMAT, "evaluator": kwargs, "training": _plain(dict(training)) if training else {"exported": True}}
+    record = {"format": _FORMAT, "evaluator": kwargs, "training": plain(dict(training)) if training else {"exported": True}}
     write_json(_json_path(path), record, sort_keys=True)
     return _json_path(path)
 
@@ -175,7 +176,7 @@ def demo_evaluator(
         training: dict[str, Any] = {"source_checkpoint": str(source.resolve())}
     else:
         training = {
-            "epochs": epochs, "seed": seed, "model": _plain(dict(model or {})), "data": _plain(dict(data or {})),
+            "epochs": epochs, "seed": seed, "model": plain(dict(model or {})), "data": plain(dict(data or {})),
             "defaults": _FORMAT,
         }  # fmt: skip
 
@@ -211,3 +212,37 @@ def demo_evaluator(
         export_demo_evaluator(_train(epochs, seed, model or {}, data or {}, device), path, training)
     record = json.loads(json_path.read_text(encoding="utf-8"))
     return ClipEvaluator(**record["evaluator"], checkpoint=path, cache_dir=cache_dir, batch_size=batch_size, device=device)
+
+
+def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str] | IO[bytes]) -> dict[str, Any]:
+    """Save the CLIP of a trained :class:`~beyondlabels.demo.model.TinyCLIP` as an evaluator checkpoint.
+
+    Writes ``module.clip.state_dict()`` to ``path`` (a file path or a binary file object) and returns the keyword
+    arguments of :class:`ClipEvaluator` that rebuild it (``model_factory`` =
+    :func:`beyondlabels.demo.model.tiny_clip_model`, ``model_cfg`` = every architecture argument, ``checkpoint``,
+    ``mean``, ``std``): the demo's dual encoder becomes a frozen evaluator without downloads.
+
+    Raises:
+        ValueError: if ``module`` lacks the TinyCLIP hyperparameters or its ``clip`` model.
+    """
+    from beyondlabels.demo.model import ARCHITECTURE_KEYS
+
+    hp = getattr(module, "hparams", None)
+    # `vision` and `conv_width` are optional hyperparameters: a TinyCLIP without them is a ViT.
+    needed = tuple(k for k in ARCHITECTURE_KEYS if k not in ("vision", "conv_width")) + ("image_mean", "image_std")
+    if hp is None or not hasattr(module, "clip") or any(k not in hp for k in needed):
+        raise ValueError(f"`module` must be a TinyCLIP (hyperparameters {needed} and a `clip` model), got {type(module).__name__}.")
+    model_cfg = {k: plain(hp[k]) for k in ARCHITECTURE_KEYS if k in hp}
+    model_cfg.setdefault("vision", "vit")
+    state = {k: v.detach().cpu() for k, v in module.clip.state_dict().items()}
+    if isinstance(path, (str, os.PathLike)):
+        save_torch(state, path)
+    else:
+        torch.save(state, path)  # atomic: a handle the caller opened (export_demo_evaluator: io.atomic.atomic_file)
+    return {
+        "model_factory": "beyondlabels.demo.model.tiny_clip_model",
+        "model_cfg": model_cfg,
+        "checkpoint": str(path) if isinstance(path, (str, os.PathLike)) else getattr(path, "name", None),
+        "mean": [float(v) for v in hp["image_mean"]],
+        "std": [float(v) for v in hp["image_std"]],
+    }

@@ -2,9 +2,13 @@
 
 ``search`` is the one exact cosine search every family uses; ``labels`` the one rule that codes labels;
 ``relevance`` graded class gains; ``retrieval`` the retrieval metrics computed from them; ``hierarchy``
-hierarchical precision / recall over a class tree and taxonomy-derived gains.
+hierarchical precision / recall over a class tree and taxonomy-derived gains; ``bootstrap`` intervals of a mean,
+``abtest`` paired A/B tests with their decision protocol, ``agreement`` Cohen's kappa and rank correlations.
 """
 
+from beyondlabels.functional.abtest import ABResult, ab_test, paired_differences, paired_t_ci, sample_size
+from beyondlabels.functional.agreement import Correlation, cohen_kappa, kendall_tau, spearman
+from beyondlabels.functional.bootstrap import Interval, bootstrap_ci, bootstrap_difference_ci
 from beyondlabels.functional.crossmodal import (
     aggregate_crossmodal,
     crossmodal_output_schema,
@@ -54,7 +58,6 @@ from beyondlabels.functional.retrieval import (
     retrieval_output_schema,
     retrieval_per_query,
 )
-from beyondlabels.functional.stats import ab_test, bootstrap_ci, cohen_kappa, kendall_tau, sample_size, spearman
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
 from beyondlabels.functional.zeroshot import (
     class_prompts,
@@ -82,8 +85,14 @@ __all__ = [
     "pair_distribution",
     "percentile_ranks",
     "profile_class_gains",
+    "ABResult",
+    "Correlation",
+    "Interval",
     "ab_test",
     "bootstrap_ci",
+    "bootstrap_difference_ci",
+    "paired_differences",
+    "paired_t_ci",
     "cohen_kappa",
     "fuse_term_scores",
     "judge_run",

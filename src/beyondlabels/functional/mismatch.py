@@ -48,7 +48,7 @@ from torch import Tensor
 
 from beyondlabels.functional._checks import check_matrix
 from beyondlabels.functional.profiles import pair_values
-from beyondlabels.functional.stats import spearman
+from beyondlabels.functional.agreement import spearman
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -213,7 +213,7 @@ def class_mean_cosine(embeddings: Any, class_index: Any, num_classes: int) -> tu
 
 
 def class_pair_spearman(similarity: Any, embeddings: Any, class_index: Any) -> dict[str, float]:
-    """``spearman_rho``, ``spearman_p`` (:func:`beyondlabels.functional.stats.spearman`) and ``spearman_pairs``
+    """``spearman_rho``, ``spearman_p`` (:func:`beyondlabels.functional.agreement.spearman`) and ``spearman_pairs``
     between ``similarity`` and the mean embedding cosine over the distinct pairs of classes that have embeddings.
 
     Example:

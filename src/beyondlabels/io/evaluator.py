@@ -7,8 +7,8 @@ Identity
     :attr:`ClipEvaluator.identity_hash` (SHA-256 of its canonical JSON). Reports and run configs store the identity.
 
 Weights
-    ``pretrained`` is an open_clip tag (``"openai"``, ``"laion2b_s34b_b79k"``, ...; open_clip may download it, which is
-    the user's choice at run time — no hub is reachable on this project's machines), ``checkpoint`` a local state-dict
+    ``pretrained`` is an open_clip tag (``"openai"``, ``"laion2b_s34b_b79k"``, ...; open_clip downloads it when it is not
+    cached; the tests and the demo never need one), ``checkpoint`` a local state-dict
     file loaded with ``torch.load(weights_only=True)`` (no code in the file runs), or neither: a random initialisation
     seeded by ``init_seed`` (tests).
 
@@ -36,14 +36,15 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from beyondlabels.io._convert import plain
 from beyondlabels.io.atomic import save_torch, write_json
 
-__all__ = ["TINY_CONFIG", "ClipEvaluator", "TextFeatureCache", "file_sha256", "save_tiny_clip_evaluator"]
+__all__ = ["TINY_CONFIG", "ClipEvaluator", "TextFeatureCache", "file_sha256"]
 
 _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -56,17 +57,8 @@ TINY_CONFIG: dict[str, Any] = {
 }
 
 
-def _plain(value: Any) -> Any:
-    """Nested mappings and sequences (also Hydra's DictConfig / ListConfig) as plain dicts and lists."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def _canonical(value: Any) -> str:
-    return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"))
+    return json.dumps(plain(value), sort_keys=True, separators=(",", ":"))
 
 
 def _import_function(path: str) -> Any:
@@ -207,11 +199,11 @@ class ClipEvaluator:
             torch.manual_seed(init_seed)
             try:
                 if model_factory is not None:
-                    cfg = _plain(model_cfg)
+                    cfg = plain(model_cfg)
                     self.model = _import_function(model_factory)(**cfg)
                     self.tokenizer = SimpleTokenizer(context_length=int(cfg.get("context_length", 77)))
                 elif model_cfg is not None:
-                    cfg = _plain(model_cfg)
+                    cfg = plain(model_cfg)
                     self.model = CLIP(**cfg)
                     self.tokenizer = SimpleTokenizer(context_length=int(cfg.get("text_cfg", {}).get("context_length", 77)))
                 else:
@@ -244,7 +236,7 @@ class ClipEvaluator:
         self.mean = torch.tensor([float(m) for m in mean], device=self.device).view(1, 3, 1, 1)
         self.std = torch.tensor([float(s) for s in std], device=self.device).view(1, 3, 1, 1)
         self.identity: dict[str, Any] = {
-            "model": model_name if model_name is not None else {"config": _plain(model_cfg)},
+            "model": model_name if model_name is not None else {"config": plain(model_cfg)},
             **({"model_factory": model_factory} if model_factory is not None else {}),
             "weights": weights,
             "preprocess": {
@@ -308,37 +300,3 @@ class ClipEvaluator:
             self.cache.store(new, features)
             found.update(zip(new, features.cpu()))
         return torch.stack([found[t] for t in texts]).to(self.device)
-
-
-def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str] | IO[bytes]) -> dict[str, Any]:
-    """Save the CLIP of a trained :class:`~beyondlabels.demo.model.TinyCLIP` as an evaluator checkpoint.
-
-    Writes ``module.clip.state_dict()`` to ``path`` (a file path or a binary file object) and returns the keyword
-    arguments of :class:`ClipEvaluator` that rebuild it (``model_factory`` =
-    :func:`beyondlabels.demo.model.tiny_clip_model`, ``model_cfg`` = every architecture argument, ``checkpoint``,
-    ``mean``, ``std``): the demo's dual encoder becomes a frozen evaluator without downloads.
-
-    Raises:
-        ValueError: if ``module`` lacks the TinyCLIP hyperparameters or its ``clip`` model.
-    """
-    from beyondlabels.demo.model import ARCHITECTURE_KEYS
-
-    hp = getattr(module, "hparams", None)
-    # A TinyCLIP saved before the conv tower existed has no `vision` / `conv_width`: it is a ViT.
-    needed = tuple(k for k in ARCHITECTURE_KEYS if k not in ("vision", "conv_width")) + ("image_mean", "image_std")
-    if hp is None or not hasattr(module, "clip") or any(k not in hp for k in needed):
-        raise ValueError(f"`module` must be a TinyCLIP (hyperparameters {needed} and a `clip` model), got {type(module).__name__}.")
-    model_cfg = {k: _plain(hp[k]) for k in ARCHITECTURE_KEYS if k in hp}
-    model_cfg.setdefault("vision", "vit")
-    state = {k: v.detach().cpu() for k, v in module.clip.state_dict().items()}
-    if isinstance(path, (str, os.PathLike)):
-        save_torch(state, path)
-    else:
-        torch.save(state, path)  # atomic: a handle the caller opened (export_demo_evaluator: io.atomic.atomic_file)
-    return {
-        "model_factory": "beyondlabels.demo.model.tiny_clip_model",
-        "model_cfg": model_cfg,
-        "checkpoint": str(path) if isinstance(path, (str, os.PathLike)) else getattr(path, "name", None),
-        "mean": [float(v) for v in hp["image_mean"]],
-        "std": [float(v) for v in hp["image_std"]],
-    }

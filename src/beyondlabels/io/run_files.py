@@ -10,7 +10,7 @@ Every evaluation callback writes, into its folder (by default ``<trainer.default
     per_query/step_{step:09d}.npz     "query_id" (int64 [Q]) and one [Q] array per per-query key of the schema
                                       (compressed), for the evaluations the retention policy keeps (StepRetention)
 
-Earlier versions wrote ``history.json`` (one JSON list of the same records), which is still read.
+A ``history.json`` (one JSON list of the same records) is read as well.
 
 A *run folder* (a Hydra job folder) holds one such folder per callback; a Hydra *multirun folder* holds numbered run
 folders ``0/``, ``1/``, ... whose ``.hydra/overrides.yaml`` names the job's overrides. ``evaluate.py task=retrieval``
@@ -71,7 +71,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HISTORY_FILE = "history.jsonl"
-LEGACY_HISTORY_FILE = "history.json"  # a JSON list of records, written by earlier versions
+LEGACY_HISTORY_FILE = "history.json"  # the history as one JSON list of records, read as well as history.jsonl
 SCHEMA_FILE = "schema.json"
 REPORT_FILE = "report.json"  # evaluate.py's default report name
 # Fields of a history record that are not metric values.

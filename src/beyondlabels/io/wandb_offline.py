@@ -1,6 +1,6 @@
 """Read the runs that W&B writes offline, without an account or a network.
 
-wandb (0.31 at the time of writing) ships no public reader for offline runs and writes no
+wandb (up to 0.31, the version this reader is tested with) ships no public reader for offline runs and writes no
 ``wandb-summary.json`` in offline mode. Everything the run logged lives in the transaction
 log ``<save_dir>/wandb/offline-run-<date>-<id>/run-<id>.wandb``. This module reads that log
 so that tests, notebooks and sweep post-processing can look at offline runs directly.

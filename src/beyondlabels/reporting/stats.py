@@ -10,7 +10,7 @@ An A/B comparison (what ``evaluate.py task=compare baseline=... metric=... outpu
 
 Each run's value is the mean of its per-query values with a percentile bootstrap interval; ``vs_baseline`` holds the
 paired difference (run − baseline) with its bootstrap and t intervals, the guardrails and the decision of
-:func:`beyondlabels.functional.stats.ab_test`.
+:func:`beyondlabels.functional.abtest.ab_test`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from beyondlabels.functional.stats import ab_test, bootstrap_ci
+from beyondlabels.functional.abtest import ab_test
+from beyondlabels.functional.bootstrap import bootstrap_ci
 from beyondlabels.io.run_files import EvaluationRun
-from beyondlabels.reporting.tables import ARROWS, _print_fitting, format_value
+from beyondlabels.reporting._console import print_fitting
+from beyondlabels.reporting.tables import ARROWS, format_value
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -222,6 +224,6 @@ def print_ab_table(table: Mapping[str, Any], console: Console | None = None) -> 
     from rich.measure import Measurement
 
     needed = Measurement.get(console, console.options.update(width=10_000), out).maximum
-    _print_fitting(console, out, needed)  # never cut a run name or a decision
+    print_fitting(console, out, needed)  # never cut a run name or a decision
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)

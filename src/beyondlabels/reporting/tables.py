@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.wandb_offline import OfflineRun
+from beyondlabels.reporting._console import print_fitting
+from beyondlabels.reporting.prefixes import LOGGED_PREFIXES
 from beyondlabels.schema import OutputSchema
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ARROWS",
     "compare_evaluation_runs",
-    "compare_runs",
+    "compare_wandb_runs",
     "format_value",
     "print_comparison",
     "print_metrics_table",
@@ -94,16 +96,7 @@ def print_metrics_table(
     table.add_column("value", justify="right", no_wrap=True)
     for key, mode, count in rows:
         table.add_row(key, ARROWS[mode], format_value(metrics[key], count))
-    _print_fitting(console, table, key_width + 1 + 12 + 3 * 3 + 1)
-
-
-def _print_fitting(console: Console, table: Any, needed: int) -> None:
-    """Print ``table``; when it cannot fit the console, print it at its full width, uncropped."""
-    if needed > console.width:
-        table.width = needed
-        console.print(table, crop=False)
-    else:
-        console.print(table)
+    print_fitting(console, table, key_width + 1 + 12 + 3 * 3 + 1)
 
 
 # ---- building comparisons ------------------------------------------------------------------------------------------
@@ -237,7 +230,7 @@ def compare_evaluation_runs(
     return _assemble(columns, keys, which)
 
 
-def compare_runs(
+def compare_wandb_runs(
     runs: Sequence[OfflineRun],
     keys: Sequence[str] | None = None,
     which: str = "final",
@@ -246,7 +239,7 @@ def compare_runs(
     labels: Sequence[str] | None = None,
     overrides: Sequence[Sequence[str]] | None = None,
     paths: Sequence[Path] | None = None,
-    prefixes: Sequence[str] = ("val/", "retrieval/"),
+    prefixes: Sequence[str] = LOGGED_PREFIXES,
 ) -> dict[str, Any]:
     """Compare offline W&B runs (see the module docstring for the result).
 
@@ -351,7 +344,7 @@ def print_comparison(table: Mapping[str, Any], title: str | None = None, console
             out.add_column(labels[index], justify="right", overflow="fold", min_width=value_widths[index], max_width=widths[index])
         for key, spec in metrics.items():
             out.add_row(key, ARROWS.get(spec.get("direction")), *(cells[key][i] for i in group))
-        _print_fitting(console, out, fixed + sum(widths[i] + 3 for i in group))
+        print_fitting(console, out, fixed + sum(widths[i] + 3 for i in group))
     notes = []
     if table.get("common_overrides"):
         notes.append(f"every run: {', '.join(table['common_overrides'])}")

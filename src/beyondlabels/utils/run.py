@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from beyondlabels.io.atomic import write_json
+from beyondlabels.reporting.prefixes import LOGGED_PREFIXES
 from beyondlabels.schema import KeySpec
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
 def print_run_summary(
     output_dir: str | Path,
     metrics: Mapping[str, Any],
-    prefixes: tuple[str, ...] = ("val/", "retrieval/"),
+    prefixes: tuple[str, ...] = LOGGED_PREFIXES,
     schema: Mapping[str, KeySpec] | None = None,
 ) -> None:
     """Print where the run's results are and its final validation numbers as a table.

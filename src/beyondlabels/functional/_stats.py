@@ -1,0 +1,152 @@
+"""Primitives shared by the statistics modules (internal: not part of the public API).
+
+:class:`Interval` (public at :mod:`beyondlabels.functional.bootstrap`), the argument checks, the normal and Student t
+quantiles, and the seeded resampling every bootstrap interval is drawn from (definitions:
+:mod:`beyondlabels.functional.bootstrap`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# Resampled values held at once by the bootstrap (rounds are processed in chunks of at most this many values).
+CHUNK_VALUES = 1 << 22
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a two-sided confidence interval.
+
+    Attributes:
+        estimate: The statistic on the data (the mean).
+        low: Lower bound. high: Upper bound.
+        confidence: Coverage of the interval (0.95).
+        method: ``"percentile"``, ``"bca"`` or ``"t"``.
+        n: Number of (finite) values used.
+    """
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+    n: int
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+    def contains(self, value: float = 0.0) -> bool:
+        """Whether ``value`` lies inside the closed interval (False for a NaN interval)."""
+        return bool(self.low <= value <= self.high)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high, "confidence": self.confidence, "method": self.method, "n": self.n}
+
+
+
+def vector(values: Any, name: str) -> Tensor:
+    """``values`` as a 1-D float64 CPU tensor (NaN kept)."""
+    if isinstance(values, Tensor):
+        tensor = values.detach().to("cpu")
+    else:
+        try:
+            tensor = torch.as_tensor(values)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"`{name}` must be a 1-D sequence of numbers, got {type(values).__name__}: {exc}") from exc
+    if tensor.dim() != 1 or tensor.is_complex() or tensor.dtype == torch.bool:
+        raise ValueError(f"`{name}` must be a 1-D vector of real numbers (one per query), got shape {tuple(tensor.shape)} {tensor.dtype}.")
+    return tensor.to(torch.float64)
+
+
+def check_confidence(confidence: Any) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
+        raise ValueError(f"`confidence` must be a number strictly between 0 and 1 (e.g. 0.95), got {confidence!r}.")
+    return float(confidence)
+
+
+def check_rounds(rounds: Any) -> int:
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"`rounds` must be a positive int (e.g. 2000 bootstrap resamples), got {rounds!r}.")
+    return rounds
+
+
+def check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    return seed
+
+
+def finite(values: Tensor) -> Tensor:
+    return values[~torch.isnan(values)]
+
+
+def normal_ppf(p: float | Tensor) -> Tensor:
+    return torch.special.ndtri(torch.as_tensor(p, dtype=torch.float64))
+
+
+def t_ppf(p: float, df: float) -> float:
+    from scipy import special
+
+    return float(special.stdtrit(df, p))
+
+
+def t_sf(t: float, df: float) -> float:
+    from scipy import special
+
+    return float(special.stdtr(df, -t))
+
+
+
+# ---- resampling -----------------------------------------------------------------------------------------------------
+
+
+def resampled_means(values: Tensor, rounds: int, generator: torch.Generator) -> Tensor:
+    """Means ``[rounds, K]`` of ``rounds`` resamples (with replacement) of the rows of ``values`` ``[n, K]``.
+
+    One set of resamples serves every column: each round's multiplicities (counts of each row) times the matrix.
+    Rounds are drawn in chunks, so memory is bounded by ``CHUNK_VALUES``, and the numbers do not depend on the chunk.
+    """
+    n = values.shape[0]
+    chunk = max(1, CHUNK_VALUES // max(n, 1))
+    parts = []
+    for start in range(0, rounds, chunk):
+        size = min(chunk, rounds - start)
+        index = torch.randint(n, (size, n), generator=generator)
+        counts = torch.zeros(size, n, dtype=torch.float64).scatter_add_(1, index, torch.ones(size, n, dtype=torch.float64))
+        parts.append(counts @ values / n)
+    return torch.cat(parts)
+
+
+def bootstrap_means(groups: Sequence[Tensor], rounds: int, seed: int) -> list[Tensor]:
+    """Resampled means ``[rounds]`` of each vector in ``groups`` (independent resamples, one generator)."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return [resampled_means(values.unsqueeze(1), rounds, generator)[:, 0] for values in groups]
+
+
+def interval_from(means: Tensor, estimate: float, confidence: float, method: str, n: int, jackknife: Tensor | None) -> Interval:
+    alpha = (1.0 - confidence) / 2.0
+    levels = torch.tensor([alpha, 1.0 - alpha], dtype=torch.float64)
+    if method == "bca":
+        b = means.numel()
+        below = float((means < estimate).sum()) + float((means <= estimate).sum())
+        z0 = normal_ppf(below / (2.0 * b))
+        deviations = jackknife.mean() - jackknife
+        denominator = 6.0 * float((deviations**2).sum()) ** 1.5
+        accel = float((deviations**3).sum()) / denominator if denominator > 0 else 0.0
+        z = normal_ppf(levels)
+        levels = torch.special.ndtr(z0 + (z0 + z) / (1.0 - accel * (z0 + z)))
+        if not bool(torch.isfinite(levels).all()):
+            levels = torch.tensor([alpha, 1.0 - alpha], dtype=torch.float64)  # degenerate bias: fall back to percentile
+    low, high = torch.quantile(means, levels.clamp(0.0, 1.0)).tolist()
+    return Interval(estimate, float(low), float(high), confidence, method, n)
+
+
+def point_interval(estimate: float, confidence: float, method: str, n: int) -> Interval:
+    return Interval(estimate, estimate, estimate, confidence, method, n)
+
