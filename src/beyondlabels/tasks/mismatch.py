@@ -53,7 +53,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metric = LabelMismatchAnalysis(m, labels=list(range(c)), counts=counts, num_trials=trials, seed=seed)
     metric.update(q, r)
     analysis = metric.compute()
-    null = metric.null_distribution
+    null = analysis["null_distribution"]
     schema = mismatch_output_schema()
     report: dict[str, Any] = {"task": "mismatch", **mismatch_json(analysis, schema)}
     report["pair_distribution"] = pair_distribution(m, profiles.classes, top=10)
