@@ -14,8 +14,10 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
 
 What the base gives a family: :meth:`EvaluationCore.unpack` (labelled batches as dicts or tuples, read with the
 family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (Lightning's
-``move_data_to_device``), :meth:`EvaluationCore.encode_texts` (tokenise and embed strings in batches),
-:func:`~beyondlabels.callbacks.media.thumbnail` and :func:`check_names` (argument checks).
+``move_data_to_device``), :meth:`EvaluationCore.embed` and :meth:`EvaluationCore.encode_texts` (call the module
+and check its ``[B, D]`` output; tokenise and embed strings in batches), :meth:`EvaluationCore.take_ids` (on the
+module's device), :meth:`EvaluationCore.thumbnail` / :meth:`EvaluationCore.item` (look a sample up by id in
+``eval_dataset``) and :func:`check_names` (argument checks).
 
 The base imports neither Lightning package: the hooks use only the trainer and module they receive, and each package
 gets a thin subclass (:mod:`beyondlabels.callbacks.packages`).
@@ -73,7 +75,7 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 from lightning_fabric.utilities.apply_func import move_data_to_device
 
 from beyondlabels.callbacks.files import EvaluationFiles
-from beyondlabels.callbacks.media import WandbMedia, find_wandb_logger
+from beyondlabels.callbacks.media import WandbMedia, dataset_item, find_wandb_logger, thumbnail
 from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
 from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.metrics.base import PerSampleMetric
@@ -219,7 +221,9 @@ class EvaluationCore:
         self._last_step_evaluated = -1
         self._wandb_defined: set[str] = set()
         self._train_epoch_fallback = False
-        self._eval_dataset: Any = None
+        self.eval_dataset: Any = None  # the dataset of the current (or last) evaluation: thumbnails, captions
+        self.eval_trainer: Trainer | None = None  # the trainer during an evaluation (feed() gets only the module)
+        self._device = torch.device("cpu")  # the module's, during an evaluation: where take_ids puts the ids
         self._monitored: str | None = None  # a key of ours that a ModelCheckpoint / EarlyStopping monitors
         self.files: EvaluationFiles | None = None  # the folder's writer, made at the first evaluation of a fit
         self.last_timings: dict[str, float] = {}
@@ -379,7 +383,7 @@ class EvaluationCore:
             self.metric.to(pl_module.device)
             self.metric.reset()
             loader = self._make_loader(trainer, pl_module)
-            self._eval_dataset = loader.dataset
+            self.eval_dataset = loader.dataset
             self._feed_all(trainer, pl_module, loader)
         except Exception as exc:  # noqa: BLE001 - decided collectively below, re-raised in strict mode
             error = exc
@@ -561,8 +565,8 @@ class EvaluationCore:
         was_training = pl_module.training
         pl_module.eval()
         self._offset = 0
-        self._trainer = trainer
-        device = pl_module.device
+        self.eval_trainer = trainer
+        device = self._device = pl_module.device
         devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
         try:
             with torch.random.fork_rng(devices=devices), torch.no_grad():
@@ -615,11 +619,30 @@ class EvaluationCore:
             parts.append(emb.float())
         return torch.cat(parts)
 
+    def embed(self, pl_module: LightningModule, method: str, inputs: Any) -> torch.Tensor:
+        """``pl_module.<method>(inputs)`` as float32 embeddings ``[B, D]`` (a ``TypeError`` names the method when it
+        returns anything else)."""
+        embeddings = getattr(pl_module, method)(inputs)
+        if not isinstance(embeddings, torch.Tensor) or embeddings.dim() != 2:
+            got = tuple(embeddings.shape) if isinstance(embeddings, torch.Tensor) else type(embeddings).__name__
+            raise TypeError(f"{method}() must return a [B, D] tensor, got {got}")
+        return embeddings.float()
+
+    def item(self, sample_id: int) -> Any | None:
+        """The evaluation dataset's item of ``sample_id`` (:func:`~beyondlabels.callbacks.media.dataset_item`)."""
+        return dataset_item(self.eval_dataset, sample_id, self.id_key)
+
+    def thumbnail(self, sample_id: int, image_key: str | None = None) -> torch.Tensor | None:
+        """The C×H×W image of ``sample_id`` in the evaluation dataset (``image_key``, default the family's
+        ``input_key``), or None (:func:`~beyondlabels.callbacks.media.thumbnail`)."""
+        return thumbnail(self.eval_dataset, sample_id, image_key or self.input_key, self.id_key)
+
     def take_ids(self, batch_size: int, given: Any) -> torch.Tensor:
-        """Ids of the next ``batch_size`` samples of this evaluation (see :meth:`batch_ids`); advances the position."""
-        ids = self.batch_ids(batch_size, given, self._offset, self._trainer)
+        """Ids (int64, on the module's device) of the next ``batch_size`` samples of this evaluation (see
+        :meth:`batch_ids`); advances the position."""
+        ids = self.batch_ids(batch_size, given, self._offset, self.eval_trainer)
         self._offset += batch_size
-        return ids
+        return ids.to(device=self._device, dtype=torch.long)
 
     def _report_failure(self, error: BaseException, step: int, epoch: int, trainer: Trainer) -> None:
         self.history.append({"step": step, "epoch": epoch, "error": f"{type(error).__name__}: {error}"})

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
-from beyondlabels.callbacks.media import WandbMedia, dataset_item, thumbnail
+from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.metrics import CrossModalRetrieval
 
 __all__ = ["CrossModalEvalCore"]
@@ -147,22 +147,20 @@ class CrossModalEvalCore(EvaluationCore):
         if missing:
             raise KeyError(f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / caption_key.")
         images = self.to_device(batch[self.image_key], pl_module)
-        image_emb = getattr(pl_module, self.image_method)(images)
-        if not isinstance(image_emb, torch.Tensor) or image_emb.dim() != 2:
-            raise TypeError(f"{self.image_method}() must return a [B, D] tensor, got {type(image_emb).__name__}")
+        image_emb = self.embed(pl_module, self.image_method, images)
         batch_size = image_emb.shape[0]
-        image_ids = self.take_ids(batch_size, batch.get(self.id_key)).to(device=pl_module.device, dtype=torch.long)
+        image_ids = self.take_ids(batch_size, batch.get(self.id_key))
         lists = self._caption_lists(batch[self.caption_key], batch_size)
         texts = [t for texts in lists for t in texts]
         owner = torch.tensor([i for i, texts in enumerate(lists) for _ in texts], dtype=torch.long, device=pl_module.device)
         slot = torch.tensor([j for texts in lists for j in range(len(texts))], dtype=torch.long, device=pl_module.device)
         if not texts:
-            self.metric.update(image_embeddings=image_emb.float(), image_ids=image_ids)
+            self.metric.update(image_embeddings=image_emb, image_ids=image_ids)
             return
         text_emb = self.encode_texts(pl_module, texts, self.text_method, self.tokenizer)
         text_image_ids = image_ids[owner]
         text_ids = text_image_ids * self.max_captions_per_image + slot
-        self.metric.update(image_emb.float(), image_ids, text_emb, text_image_ids, text_ids)
+        self.metric.update(image_emb, image_ids, text_emb, text_image_ids, text_ids)
         if self.num_misses:
             self._captions.update(zip(text_ids.tolist(), texts))
 
@@ -201,7 +199,7 @@ class CrossModalEvalCore(EvaluationCore):
     def _caption(self, text_id: int) -> str | None:
         if text_id in self._captions:  # seen on this rank
             return self._captions[text_id]
-        item = dataset_item(self._eval_dataset, text_id // self.max_captions_per_image, self.id_key)
+        item = self.item(text_id // self.max_captions_per_image)
         if not isinstance(item, dict):
             return None
         captions = item.get(self.caption_key)
@@ -210,4 +208,4 @@ class CrossModalEvalCore(EvaluationCore):
         return str(captions[slot]) if slot < len(captions) else None
 
     def _thumbnail(self, image_id: int) -> torch.Tensor | None:
-        return thumbnail(self._eval_dataset, image_id, self.image_key, self.id_key)
+        return self.thumbnail(image_id, self.image_key)

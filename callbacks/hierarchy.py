@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
-from beyondlabels.callbacks.media import WandbMedia, thumbnail
+from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.hierarchy import per_class_means
 from beyondlabels.metrics import HierarchicalPrecisionRecall
 from beyondlabels.taxonomy import Taxonomy, TextToNode, load_taxonomy
@@ -189,12 +189,12 @@ class HierarchyEvalCore(EvaluationCore):
             answers = getattr(pl_module, self.text_method)(inputs)
             if isinstance(answers, str) or not isinstance(answers, (list, tuple)) or not all(isinstance(a, str) for a in answers):
                 raise TypeError(f"{self.text_method}() must return a list of strings, got {type(answers).__name__}")
-            index, rules = self._text_mapper(self._trainer, pl_module).map_indices(list(answers))
+            index, rules = self._text_mapper(self.eval_trainer, pl_module).map_indices(list(answers))
             pred = index.to(device)
         if pred.numel() != gt.numel():
             raise ValueError(f"the module gave {pred.numel()} predictions for a batch of {gt.numel()} samples")
         ids = self.take_ids(gt.numel(), given_ids)
-        self.metric.update(pred, gt, ids.to(device))
+        self.metric.update(pred, gt, ids)
         if self.num_examples and len(self._examples) < self.num_examples:
             names = self.taxonomy.nodes
             for row, sample_id in enumerate(ids.tolist()[: self.num_examples - len(self._examples)]):
@@ -220,7 +220,7 @@ class HierarchyEvalCore(EvaluationCore):
                     continue
                 rows.append(
                     {
-                        "input_image": thumbnail(self._eval_dataset, sample_id, self.input_key, self.id_key),
+                        "input_image": self.thumbnail(sample_id),
                         **example,
                         "p_n": float(per_query["hP"][i]),
                         "r_n": float(per_query["hR"][i]),

@@ -7,12 +7,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
-from beyondlabels.callbacks.media import WandbMedia, thumbnail
+from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 
@@ -172,11 +171,8 @@ class RetrievalEvalCore(EvaluationCore):
 
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         inputs, labels, given_ids = self.to_device(self.unpack(batch), pl_module)
-        embeddings = getattr(pl_module, self.encode_method)(inputs)
-        if not isinstance(embeddings, torch.Tensor):
-            raise TypeError(f"{self.encode_method}() must return a [B, D] tensor, got {type(embeddings).__name__}")
-        ids = self.take_ids(embeddings.shape[0], given_ids)
-        self.metric.update(embeddings.float(), labels, ids.to(pl_module.device))
+        embeddings = self.embed(pl_module, self.encode_method, inputs)
+        self.metric.update(embeddings, labels, self.take_ids(embeddings.shape[0], given_ids))
 
     # ---- media ---------------------------------------------------------------------------------------------------
     def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
@@ -266,8 +262,8 @@ class RetrievalEvalCore(EvaluationCore):
                     "retrieved_id": nid,
                     "retrieved_label": self._label_name(trainer, results, int(neighbors["labels"][q, 0])),
                     "cosine": float(scores[q, 0]),
-                    "query_image": thumbnail(self._eval_dataset, qid, self.input_key, self.id_key),
-                    "retrieved_image": thumbnail(self._eval_dataset, nid, self.input_key, self.id_key),
+                    "query_image": self.thumbnail(qid),
+                    "retrieved_image": self.thumbnail(nid),
                 }
             )
         return rows

@@ -176,7 +176,7 @@ class RPrecisionCore(EvaluationCore):
         image_features = self.evaluator.encode_images(images.detach().float())
         text_features = self.evaluator.encode_texts(prompts).to(image_features.device)
         device = pl_module.device
-        self.metric.update(image_features.to(device), text_features.to(device), ids.to(device), captions=prompts)
+        self.metric.update(image_features.to(device), text_features.to(device), ids, captions=prompts)
         if self.num_table_rows and len(self._table) < self.num_table_rows:
             for i, prompt, image in zip(ids.tolist(), prompts, images):
                 if len(self._table) < self.num_table_rows:

@@ -168,12 +168,9 @@ class ZeroShotEvalCore(EvaluationCore):
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         images, labels, given_ids = self.unpack(batch)
         images = self.to_device(images, pl_module)
-        image_emb = getattr(pl_module, self.image_method)(images)
-        if not isinstance(image_emb, torch.Tensor) or image_emb.dim() != 2:
-            raise TypeError(f"{self.image_method}() must return a [B, D] tensor, got {type(image_emb).__name__}")
-        scores = zeroshot_scores(image_emb.float(), self.class_embeddings(pl_module))
+        scores = zeroshot_scores(self.embed(pl_module, self.image_method, images), self.class_embeddings(pl_module))
         ids = self.take_ids(scores.shape[0], given_ids)
-        self.metric.update(scores, self._label_indices(labels, scores.device), ids.to(pl_module.device))
+        self.metric.update(scores, self._label_indices(labels, scores.device), ids)
 
     # ---- media ---------------------------------------------------------------------------------------------------
     def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:

@@ -164,7 +164,7 @@ def test_logged_values_equal_the_kernel(tmp_path: Path, max_captions: int):
     rows = callback.miss_rows(expected | {"neighbors": _neighbors(model, dm.eval_set, max_captions)})
     assert rows and all(r["true_image_rank"] > 1 for r in rows)
     assert [r["true_image_rank"] for r in rows] == sorted((r["true_image_rank"] for r in rows), reverse=True)
-    callback._eval_dataset = dm.eval_set
+    callback.eval_dataset = dm.eval_set
     row = rows[0]
     image_id, slot = divmod(row["text_id"], max_captions)
     assert row["true_image_id"] == image_id and callback._caption(row["text_id"]) == dm.eval_set.captions[image_id][slot]

@@ -161,7 +161,7 @@ def test_example_table_carries_pictures_as_images():
                 Media.logged.append((metrics, step))
 
     callback = HierarchyEvalCallback(TREE, class_names=CLASSES, num_examples=2)
-    callback._eval_dataset = [{"image": torch.rand(3, 8, 8), "id": i} for i in range(2)]
+    callback.eval_dataset = [{"image": torch.rand(3, 8, 8), "id": i} for i in range(2)]
     callback._examples = {i: {"answer": "a0", "mapped_node": "a0", "rule": "class", "ground_truth": "a1"} for i in range(2)}
     pred, gt = TREE.indices(["a0", "a0"]), TREE.indices(["a1", "a1"])
     results = hierarchical_precision_recall(pred, gt, TREE)

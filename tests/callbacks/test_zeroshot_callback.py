@@ -87,7 +87,7 @@ def test_string_labels_tuple_batches_and_explicit_class_names(tmp_path: Path):
     model = DualEncoder(dm)
     names = ["alpha", "beta", "gamma", "delta"]
     callback = ZeroShotEvalCallback(class_names=names, templates=TEMPLATES, ks=(1,))
-    callback._trainer = None
+    callback.eval_trainer = None
     callback._offset = 0
     batch_ids = torch.arange(4)
     images = torch.from_numpy(dm.eval_set.points[:4]).view(-1, 3, 2, 2)

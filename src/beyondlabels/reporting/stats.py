@@ -1,7 +1,7 @@
 """A/B tables of runs against a baseline (paired by query id, with confidence intervals and decisions), and the JSON
 report of a ranking evaluation over qrels.
 
-An A/B comparison (what ``evaluate.py task=compare baseline=... metric=... output=PATH.json`` saves)::
+An A/B comparison (what ``evaluate.py task=abtest runs=[...] baseline=... metric=... output=PATH.json`` saves)::
 
     {"metric": "retrieval/precision@1", "direction": "max" | "min", "baseline": label, "which": "final" | "best",
      "guardrails": ["retrieval/map@r", ...], "tolerance": 0.02, "rounds": 2000, "seed": 11,
