@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from beyondlabels.functional import hierarchical_precision_recall
-from beyondlabels.taxonomy import load_wordnet
+from beyondlabels.io.taxonomy_files import load_wordnet
 
 
 def hiclass_rows(table: np.ndarray, names: np.ndarray, idx: np.ndarray) -> np.ndarray:

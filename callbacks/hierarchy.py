@@ -12,8 +12,9 @@ from torch.utils.data import DataLoader
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.hierarchy import per_class_means
+from beyondlabels.io.taxonomy_files import load_taxonomy
 from beyondlabels.metrics import HierarchicalPrecisionRecall
-from beyondlabels.taxonomy import Taxonomy, TextToNode, load_taxonomy
+from beyondlabels.taxonomy import Taxonomy, TextToNode
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class HierarchyEvalCore(EvaluationCore):
     files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Args:
-        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what :func:`~beyondlabels.taxonomy.load_taxonomy`
+        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what :func:`~beyondlabels.io.taxonomy_files.load_taxonomy`
             reads (a YAML/JSON/TSV path, ``"wordnet"``, a ``{root, parent}`` mapping).
         source: ``"labels"`` or ``"text"``.
         predict_method: module method returning class indices or node names (``source="labels"``).

@@ -278,7 +278,7 @@ def _profile_gains(profiles: Any, labels: Any) -> ClassGains | None:
     if isinstance(profiles, ClassGains):
         return profiles
     from beyondlabels.functional.profiles import profile_class_gains
-    from beyondlabels.profiles import load_profiles
+    from beyondlabels.io.profiles_files import load_profiles
 
     profiles = load_profiles(profiles)  # a path or a mapping in the profiles file format (FeatureProfiles as is)
     return profile_class_gains(profiles, name="profile", labels=labels)

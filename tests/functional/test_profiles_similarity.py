@@ -18,7 +18,8 @@ from retrieval_data import clustered_without_ties  # noqa: E402
 from beyondlabels.demo import demo_profiles  # noqa: E402
 from beyondlabels.functional import embedding_retrieval_metrics, feature_similarity, pair_distribution, profile_class_gains  # noqa: E402
 from beyondlabels.functional.profiles import ordinal_group_score, pair_values  # noqa: E402
-from beyondlabels.profiles import FeatureProfiles, load_profiles  # noqa: E402
+from beyondlabels.io.profiles_files import load_profiles  # noqa: E402
+from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 
 ORDINAL = ["symmetry", "verticality", "geometric_regularity", "massing_complexity", "ornamentation"]
 SETS = {

@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from beyondlabels.demo import CLASS_NAMES, demo_profiles, profiles_dict
-from beyondlabels.profiles import FeatureProfiles, load_profiles
+from beyondlabels.io.profiles_files import load_profiles, read_profiles
+from beyondlabels.profiles import FeatureProfiles
 
 
 def _demo_file() -> Path:
@@ -199,7 +200,7 @@ def test_file_errors_name_the_file(tmp_path: Path, name, text, match):
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(ValueError, match=match) as info:
-        FeatureProfiles.from_file(path)
+        read_profiles(path)
     assert str(path) in str(info.value)
 
 
@@ -210,7 +211,7 @@ def test_file_errors_name_the_file(tmp_path: Path, name, text, match):
 
 def test_demo_file_loads_and_matches_a_plain_read():
     raw = _raw_demo()
-    profiles = FeatureProfiles.from_file(_demo_file())
+    profiles = read_profiles(_demo_file())
     assert profiles == demo_profiles()
     assert profiles.classes == tuple(raw["classes"])  # file order
     assert set(profiles.classes) == set(CLASS_NAMES)
@@ -228,7 +229,7 @@ def test_yaml_and_json_give_the_same_profiles(tmp_path: Path):
     raw = _raw_demo()
     (tmp_path / "p.json").write_text(json.dumps(raw))
     (tmp_path / "p.yml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    from_json = FeatureProfiles.from_file(tmp_path / "p.json")
+    from_json = read_profiles(tmp_path / "p.json")
     from_yaml = load_profiles(str(tmp_path / "p.yml"))
     assert from_json == from_yaml == demo_profiles()
     assert torch.equal(from_json.ordinal_matrix(), from_yaml.ordinal_matrix())

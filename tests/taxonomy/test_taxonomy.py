@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from beyondlabels.demo import CLASS_NAMES, ancestors, demo_taxonomy, taxonomy_dict
-from beyondlabels.taxonomy import Taxonomy, load_taxonomy
+from beyondlabels.io.taxonomy_files import load_taxonomy, read_taxonomy
+from beyondlabels.taxonomy import Taxonomy
 
 # --------------------------------------------------------------------------------------------------------------------
 # pure-Python oracle on {child: parent} dicts
@@ -249,7 +250,7 @@ def test_file_errors_name_the_file_and_problem(tmp_path: Path, name, text, match
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(ValueError, match=match) as info:
-        Taxonomy.from_file(path)
+        read_taxonomy(path)
     assert str(path) in str(info.value)
 
 
@@ -264,7 +265,7 @@ def _demo_file() -> Path:
 
 def test_demo_file_loads_with_the_demo_classes_as_leaves():
     raw = yaml.safe_load(_demo_file().read_text())
-    tax = Taxonomy.from_file(_demo_file())
+    tax = read_taxonomy(_demo_file())
     assert tax == demo_taxonomy() and tax.to_dict()["parent"] == raw["parent"] and tax.root == raw["root"] == "shape"
     assert set(tax.leaves) == set(CLASS_NAMES) and len(tax) == len(raw["parent"]) + 1
     assert tax.ancestors("square") == ["square", "parallelogram_family", "quadrilateral", "polygon", "shape"]
@@ -290,9 +291,9 @@ def test_yaml_and_json_give_the_same_taxonomy(tmp_path: Path):
     raw = yaml.safe_load(_demo_file().read_text())
     (tmp_path / "t.json").write_text(json.dumps(raw))
     (tmp_path / "t.yml").write_text(yaml.safe_dump(raw))
-    from_json = Taxonomy.from_file(tmp_path / "t.json")
+    from_json = read_taxonomy(tmp_path / "t.json")
     from_yaml = load_taxonomy(str(tmp_path / "t.yml"))
-    assert from_json == from_yaml == Taxonomy.from_file(_demo_file())
+    assert from_json == from_yaml == read_taxonomy(_demo_file())
     assert from_json.nodes == from_yaml.nodes
     assert torch.equal(from_json.parent_index, from_yaml.parent_index)
     assert torch.equal(from_json.depth, from_yaml.depth)

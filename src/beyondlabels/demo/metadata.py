@@ -21,8 +21,10 @@ from importlib import resources
 from typing import Any
 
 from beyondlabels.demo.shapes import CLASS_NAMES
+from beyondlabels.io.profiles_files import read_profiles
+from beyondlabels.io.taxonomy_files import load_taxonomy, read_taxonomy
 from beyondlabels.profiles import FeatureProfiles
-from beyondlabels.taxonomy import Taxonomy, load_taxonomy
+from beyondlabels.taxonomy import Taxonomy
 
 
 @lru_cache(maxsize=None)
@@ -35,7 +37,7 @@ def demo_taxonomy() -> Taxonomy:
         ('shape', True)
     """
     with resources.as_file(resources.files("beyondlabels.demo").joinpath("data", "taxonomy.yaml")) as path:
-        return Taxonomy.from_file(path)
+        return read_taxonomy(path)
 
 
 @lru_cache(maxsize=None)
@@ -48,7 +50,7 @@ def demo_profiles() -> FeatureProfiles:
         (torch.Size([16, 5]), ('straight', 'curved'))
     """
     with resources.as_file(resources.files("beyondlabels.demo").joinpath("data", "profiles.yaml")) as path:
-        profiles = FeatureProfiles.from_file(path)
+        profiles = read_profiles(path)
     profiles.require_classes(CLASS_NAMES)
     return profiles
 

@@ -271,7 +271,7 @@ def taxonomy_class_gains(
     """Class-gain matrix ``gain(q, r) = |anc(q) ∩ anc(r)| / max(|anc(q)|, |anc(r)|)`` between the nodes ``classes``.
 
     Args:
-        taxonomy: the tree (:func:`~beyondlabels.taxonomy.load_taxonomy` reads one from a file or ``"wordnet"``).
+        taxonomy: the tree (:func:`~beyondlabels.io.taxonomy_files.load_taxonomy` reads one from a file or ``"wordnet"``).
         classes: node names of the classes, in the order of the matrix rows.
         labels: the label each class carries in the data: None (the node names themselves, for string labels),
             ``"index"`` (class ``i`` is labelled ``i``, as in datasets of class indices), or a sequence of ints or
@@ -294,7 +294,7 @@ def taxonomy_class_gains(
     if not isinstance(taxonomy, Taxonomy):
         raise ValueError(
             f"`taxonomy` must be a Taxonomy, got {type(taxonomy).__name__}; read files with "
-            "beyondlabels.taxonomy.load_taxonomy (in a config: `_target_: beyondlabels.taxonomy.load_taxonomy`)."
+            "beyondlabels.io.load_taxonomy (in a config: `_target_: beyondlabels.io.load_taxonomy`)."
         )
     if isinstance(classes, str):
         raise ValueError(f"`classes` must be a list of node names, got the string {classes!r}.")

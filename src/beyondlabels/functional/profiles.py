@@ -95,7 +95,7 @@ def feature_similarity(profiles: FeatureProfiles, weights: Mapping[str, float] |
 
     Args:
         profiles: the classes' :class:`~beyondlabels.profiles.FeatureProfiles`
-            (:func:`~beyondlabels.profiles.load_profiles` reads them from a file or a mapping).
+            (:func:`~beyondlabels.io.profiles_files.load_profiles` reads them from a file or a mapping).
         weights: optional ``{group: weight}``; ``"ordinal"`` is the ordinal group, other keys are set groups.
 
     Raises:
@@ -114,7 +114,7 @@ def feature_similarity(profiles: FeatureProfiles, weights: Mapping[str, float] |
     if not isinstance(profiles, FeatureProfiles):
         raise ValueError(
             f"`profiles` must be FeatureProfiles, got {type(profiles).__name__}; read files or mappings with "
-            "beyondlabels.profiles.load_profiles."
+            "beyondlabels.io.load_profiles."
         )
     w = _weights(profiles, weights)
     c = len(profiles)

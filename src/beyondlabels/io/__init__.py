@@ -1,7 +1,12 @@
 """Reading (and writing) what training and evaluation wrote: the project's own evaluation files
 (``beyondlabels.io.run_files``: history.jsonl, schema.json, per-query files), saved embeddings
-(``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``). Every file the project
-writes goes through ``beyondlabels.io.atomic`` (written whole or not at all)."""
+(``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``); the files of the data types:
+taxonomies (``beyondlabels.io.taxonomy_files``: YAML, JSON, TSV, WordNet 3.0), feature profiles
+(``beyondlabels.io.profiles_files``) and the hierarchy task's predictions (``beyondlabels.io.predictions``). Every file
+the project writes goes through ``beyondlabels.io.atomic`` (written whole or not at all)."""
+
+from beyondlabels.io.predictions import HierarchyPredictions, read_hierarchy_predictions
+from beyondlabels.io.profiles_files import load_profiles, read_profiles
 
 from beyondlabels.io.qrels import QrelsChange, QrelsUpdate, load_qrels, load_run, update_qrels
 from beyondlabels.io.run_files import (
@@ -16,6 +21,15 @@ from beyondlabels.io.run_files import (
     run_overrides,
     save_per_query,
 )
+from beyondlabels.io.taxonomy_files import (
+    WORDNET_ROOT,
+    find_wordnet_dir,
+    load_taxonomy,
+    load_wordnet,
+    read_taxonomy,
+    read_tsv,
+    wordnet_lemmas,
+)
 from beyondlabels.io.wandb_offline import (
     IncompleteRunError,
     OfflineRun,
@@ -26,6 +40,17 @@ from beyondlabels.io.wandb_offline import (
 )
 
 __all__ = [
+    "WORDNET_ROOT",
+    "HierarchyPredictions",
+    "find_wordnet_dir",
+    "load_profiles",
+    "load_taxonomy",
+    "load_wordnet",
+    "read_hierarchy_predictions",
+    "read_profiles",
+    "read_taxonomy",
+    "read_tsv",
+    "wordnet_lemmas",
     "QrelsChange",
     "QrelsUpdate",
     "load_qrels",

@@ -14,9 +14,10 @@ from beyondlabels.functional.hierarchy import (
     hierarchy_output_schema,
     node_indices,
 )
+from beyondlabels.io.taxonomy_files import load_taxonomy
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
-from beyondlabels.taxonomy import Taxonomy, load_taxonomy
+from beyondlabels.taxonomy import Taxonomy
 
 __all__ = ["HierarchicalPrecisionRecall"]
 
@@ -32,7 +33,7 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
     default, predictions at the root, ...): :mod:`beyondlabels.functional.hierarchy`.
 
     Args:
-        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, or what :func:`~beyondlabels.taxonomy.load_taxonomy`
+        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, or what :func:`~beyondlabels.io.taxonomy_files.load_taxonomy`
             reads (a YAML/JSON/TSV path, a ``{root, parent}`` mapping, ``"wordnet"``).
         include_root: count the root in every ancestor set.
         chunk_size: pairs per block of the LCA computation.

@@ -18,7 +18,7 @@ Class order
     tensor follow it. Columns follow :attr:`FeatureProfiles.ordinal_features` (given order) or, for a set group,
     the group's allowed values (given order). Set values are stored and returned in allowed order.
 
-File format (YAML or JSON)::
+Data format (:meth:`FeatureProfiles.from_dict`; the YAML / JSON files of :mod:`beyondlabels.io.profiles_files`)::
 
     ordinal_max: 2                 # optional, default 2
     features:
@@ -43,16 +43,14 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from beyondlabels.taxonomy._files import check_name as _check_name
-from beyondlabels.taxonomy._files import listing as _listing
-from beyondlabels.taxonomy._files import read_mapping
+from beyondlabels.taxonomy._names import check_name as _check_name
+from beyondlabels.taxonomy._names import listing as _listing
 
 _MAX_PROBLEMS = 10  # how many per-class problems one error lists
 
@@ -238,7 +236,7 @@ class FeatureProfiles:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FeatureProfiles:
-        """Build from the file format (see the module docstring): ``features``, ``classes``, optional ``ordinal_max``.
+        """Build from the data format (see the module docstring): ``features``, ``classes``, optional ``ordinal_max``.
 
         Raises:
             ValueError: for missing or unknown keys, or invalid profiles.
@@ -275,26 +273,6 @@ class FeatureProfiles:
             sets=features.get("sets") or {},
             ordinal_max=data.get("ordinal_max", 2),
         )
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> FeatureProfiles:
-        """Load a YAML (``.yaml``/``.yml``) or JSON (``.json``) file in the :meth:`from_dict` format.
-
-        Errors name the file; a key repeated in the file (a class listed twice) is an error.
-
-        Example:
-            >>> import tempfile, pathlib
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     file = pathlib.Path(tmp, "profiles.yaml")
-            ...     _ = file.write_text("features: {ordinal: {size: big}}\\nclasses: {a: {size: 0}, b: {size: 2}}\\n")
-            ...     FeatureProfiles.from_file(file).classes
-            ('a', 'b')
-        """
-        data = read_mapping(path, "profiles")
-        try:
-            return cls.from_dict(data)
-        except ValueError as err:
-            raise ValueError(f"profiles file '{path}': {err}") from err
 
     def to_dict(self) -> dict[str, Any]:
         """The :meth:`from_dict` format, set values in allowed order (a fresh copy).
@@ -429,25 +407,3 @@ class FeatureProfiles:
             f"FeatureProfiles(classes={len(self)}, ordinal_features={len(self._ordinal)}, "
             f"set_groups={len(self._sets)}, ordinal_max={self._ordinal_max})"
         )
-
-
-def load_profiles(source: FeatureProfiles | Mapping[str, Any] | str | os.PathLike[str]) -> FeatureProfiles:
-    """:class:`FeatureProfiles` from a file path, a mapping in the file format, or FeatureProfiles (returned as is).
-
-    Raises:
-        ValueError: if ``source`` is none of these, or the data is invalid.
-
-    Example:
-        >>> load_profiles({"features": {"ordinal": {"size": "0 small, 2 big"}}, "classes": {"ant": {"size": 0}}})
-        FeatureProfiles(classes=1, ordinal_features=1, set_groups=0, ordinal_max=2)
-    """
-    if isinstance(source, FeatureProfiles):
-        return source
-    if isinstance(source, Mapping):
-        return FeatureProfiles.from_dict(source)
-    if isinstance(source, (str, os.PathLike)):
-        return FeatureProfiles.from_file(source)
-    raise ValueError(
-        f"`source` must be FeatureProfiles, a mapping in the profiles format or a file path, "
-        f"got {type(source).__name__}"
-    )

@@ -20,7 +20,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from beyondlabels.functional.hierarchy import hierarchical_precision_recall, hierarchy_output_schema
-    from beyondlabels.taxonomy import TextToNode, load_taxonomy, read_hierarchy_predictions
+    from beyondlabels.io.predictions import read_hierarchy_predictions
+    from beyondlabels.io.taxonomy_files import load_taxonomy
+    from beyondlabels.taxonomy import TextToNode
 
     if not cfg.get("taxonomy") or not cfg.get("predictions"):
         raise ValueError(

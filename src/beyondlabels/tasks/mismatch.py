@@ -27,7 +27,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from beyondlabels.functional.mismatch import mismatch_output_schema, mismatch_pair_table
     from beyondlabels.metrics import LabelMismatchAnalysis
     from beyondlabels.functional.profiles import feature_similarity, pair_distribution
-    from beyondlabels.profiles import load_profiles
+    from beyondlabels.io.profiles_files import load_profiles
     from beyondlabels.reporting.heatmap import save_null_histogram_png
 
     if not cfg.get("pairs") or not cfg.get("profiles"):

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Describe ``profiles`` and write the report."""
     from beyondlabels.functional.profiles import feature_similarity, pair_distribution
-    from beyondlabels.profiles import load_profiles
+    from beyondlabels.io.profiles_files import load_profiles
     from beyondlabels.reporting.heatmap import save_similarity_heatmap_png
 
     if not cfg.get("profiles"):

@@ -100,7 +100,7 @@ def _profile_gains(cfg: DictConfig, data: Any) -> Any:
     """The profile-derived ClassGains (graded keys ``profile_*``) for the labels of ``data`` (class names, or indices
     in profiles-file order)."""
     from beyondlabels.functional.profiles import profile_class_gains
-    from beyondlabels.profiles import load_profiles
+    from beyondlabels.io.profiles_files import load_profiles
 
     profiles = load_profiles(str(cfg.profiles))
     mode = profile_labels(profiles, [str(v) for v in data.label_names.values()], f"input {cfg.input}")

@@ -1,22 +1,20 @@
-"""Parent links of a taxonomy from graph data: the DAG-to-tree rule and ``child<TAB>parent`` edge lists.
+"""Parent links of a taxonomy from graph data: the DAG-to-tree rule on parent lists and edge lists.
 
-The rule and the edge-list format are defined in :mod:`beyondlabels.taxonomy.loaders`; this module holds the parts
-:class:`~beyondlabels.taxonomy.Taxonomy` itself reads with (``from_dict`` with several parents, ``from_file`` with a
-``.tsv`` file), so that the tree does not import the loaders.
+The rule is defined in :mod:`beyondlabels.taxonomy.graphs`; this module holds the parts
+:class:`~beyondlabels.taxonomy.Taxonomy` itself builds with (``from_dict`` with several parents), so that the tree does
+not import :mod:`~beyondlabels.taxonomy.graphs`, which imports the tree.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from beyondlabels.taxonomy._files import listing
+from beyondlabels.taxonomy._names import listing
 
 
 def dag_to_tree(parents: Mapping[str, Iterable[str]], root: str | None = None) -> tuple[dict[str, str], str]:
-    """Keep, for every node, its parent on the longest chain to the root (rule and ties: :mod:`beyondlabels.taxonomy.loaders`).
+    """Keep, for every node, its parent on the longest chain to the root (rule and ties: :mod:`beyondlabels.taxonomy.graphs`).
 
     Args:
         parents: ``{child: [parent, ...]}``; names are non-empty strings; a child with an empty list is a root.
@@ -121,40 +119,3 @@ def edges_to_tree(edges: Iterable[tuple[str, str]], root: str | None = None) -> 
     if not parents:
         raise ValueError("no edges were given; a taxonomy needs at least one (child, parent) pair")
     return dag_to_tree(parents, root)
-
-
-def tsv_to_tree(path: str | os.PathLike[str], root: str | None = None) -> tuple[dict[str, str], str]:
-    """``(parent, root)`` of a ``child<TAB>parent`` edge list (format: :mod:`beyondlabels.taxonomy.loaders`).
-
-    Raises:
-        ValueError: naming the file and line for a line without exactly two tab-separated non-empty names; naming
-            the file for an empty list or an invalid graph.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     file = pathlib.Path(tmp, "tree.tsv")
-        ...     _ = file.write_text("# child\\tparent\\nb\\ta\\nc\\tb\\n")
-        ...     tsv_to_tree(file)
-        ({'b': 'a', 'c': 'b'}, 'a')
-    """
-    path = Path(path)
-    edges = []
-    with open(path, encoding="utf-8") as fp:
-        for number, line in enumerate(fp, start=1):
-            text = line.rstrip("\r\n")
-            if not text.strip() or text.lstrip().startswith("#"):
-                continue
-            fields = [f.strip() for f in text.split("\t")]
-            if len(fields) != 2 or not all(fields):
-                raise ValueError(
-                    f"taxonomy file '{path}', line {number}: expected 'child<TAB>parent' (two non-empty names "
-                    f"separated by one tab), got {text!r}"
-                )
-            edges.append((fields[0], fields[1]))
-    if not edges:
-        raise ValueError(f"taxonomy file '{path}' holds no 'child<TAB>parent' lines")
-    try:
-        return edges_to_tree(edges, root)
-    except ValueError as err:
-        raise ValueError(f"taxonomy file '{path}': {err}") from err

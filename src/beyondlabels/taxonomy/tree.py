@@ -38,18 +38,16 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from beyondlabels.taxonomy._files import SHOW as _SHOW
-from beyondlabels.taxonomy._files import check_name as _check_name
-from beyondlabels.taxonomy._files import listing as _listing
-from beyondlabels.taxonomy._files import read_mapping
-from beyondlabels.taxonomy._dag import dag_to_tree, parents_from_mapping, tsv_to_tree
+from beyondlabels.taxonomy._dag import dag_to_tree, parents_from_mapping
+from beyondlabels.taxonomy._names import SHOW as _SHOW
+from beyondlabels.taxonomy._names import check_name as _check_name
+from beyondlabels.taxonomy._names import listing as _listing
 
 
 class Taxonomy:
@@ -150,7 +148,7 @@ class Taxonomy:
         """Build from ``{"root": NAME, "parent": {child: parent, ...}}`` (the file format).
 
         A node may list several parents (``child: [p1, p2]``); the parent on the longest chain to the root is kept
-        (rule and ties: :mod:`beyondlabels.taxonomy.loaders`).
+        (rule and ties: :mod:`beyondlabels.taxonomy.graphs`).
 
         Raises:
             ValueError: if ``data`` is not such a mapping (missing or unknown keys), or the tree is invalid.
@@ -176,30 +174,6 @@ class Taxonomy:
                 tree, root = dag_to_tree(several, _check_name(data["root"], "`root`"))
                 return cls(tree, root=root)
         return cls({} if parent is None else parent, root=data["root"])
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Taxonomy:
-        """Load a YAML (``.yaml``/``.yml``) or JSON (``.json``) file in the :meth:`from_dict` format, or a
-        ``child<TAB>parent`` edge list (``.tsv``, :func:`~beyondlabels.taxonomy.loaders.read_tsv`).
-
-        Errors name the file; a key repeated in the file (a node listed twice) is an error.
-
-        Example:
-            >>> import tempfile, pathlib
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     file = pathlib.Path(tmp, "tree.yaml")
-            ...     _ = file.write_text("root: a\\nparent:\\n  b: a\\n  c: b\\n")
-            ...     Taxonomy.from_file(file).ancestors("c")
-            ['c', 'b', 'a']
-        """
-        if str(path).lower().endswith(".tsv"):
-            tree, root = tsv_to_tree(path)
-            return cls(tree, root=root)
-        data = read_mapping(path, "taxonomy")
-        try:
-            return cls.from_dict(data)
-        except ValueError as err:
-            raise ValueError(f"taxonomy file '{path}': {err}") from err
 
     def to_dict(self) -> dict[str, Any]:
         """The :meth:`from_dict` format, children listed in node order (a fresh copy).

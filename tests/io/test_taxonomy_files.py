@@ -9,16 +9,15 @@ from pathlib import Path
 import pytest
 
 from beyondlabels.functional import hierarchical_precision_recall
-from beyondlabels.taxonomy import (
-    Taxonomy,
-    dag_to_tree,
+from beyondlabels.io.taxonomy_files import (
     find_wordnet_dir,
     load_taxonomy,
     load_wordnet,
+    read_taxonomy,
     read_tsv,
-    taxonomy_from_edges,
     wordnet_lemmas,
 )
+from beyondlabels.taxonomy import Taxonomy, dag_to_tree, taxonomy_from_edges
 
 
 def longest_chain(parents: dict[str, list[str]], node: str) -> int:
@@ -80,7 +79,7 @@ def test_dag_errors_name_the_nodes():
 def test_yaml_mapping_may_list_several_parents(tmp_path: Path):
     file = tmp_path / "dag.yaml"
     file.write_text("root: r\nparent:\n  a: r\n  b: a\n  x: [r, b]\n")
-    tax = Taxonomy.from_file(file)
+    tax = read_taxonomy(file)
     assert tax.ancestors("x") == ["x", "b", "a", "r"]
 
 

@@ -1,68 +1,51 @@
-"""Taxonomies from edge lists, directed acyclic graphs and WordNet 3.0 nouns.
+"""Taxonomy files: YAML / JSON trees, ``child<TAB>parent`` edge lists and WordNet 3.0 nouns.
 
-DAG to tree
-    Some hierarchies give a node several parents (WordNet: ``@`` hypernyms and ``@i`` instance hypernyms). A node's
-    *level* is the length of the **longest** parent chain from it up to the root (the root has level 0). The tree keeps,
-    for each node, the parent of highest level, so every node's tree depth equals its level. Ties (several parents of
-    the same level) are broken by the parent's name: the smallest name in Python's string order wins. The rule depends
-    only on the graph, never on the order in which edges were read. Cycles (a self-loop included), several roots, or a
-    requested root that is not the only node without parents are errors naming the nodes.
+YAML / JSON
+    ``{"root": NAME, "parent": {child: parent, ...}}`` (the format of
+    :meth:`~beyondlabels.taxonomy.Taxonomy.from_dict`; a node may list several parents). The suffix (``.yaml``,
+    ``.yml``, ``.json``) selects the parser; a key repeated in the file (a node listed twice) is an error.
 
 TSV edge list
     One ``child<TAB>parent`` pair per line; empty lines and lines starting with ``#`` are skipped; a child may appear
-    on several lines (several parents: the DAG rule applies); a repeated identical line counts once. The root is the
-    one node that is never a child.
+    on several lines (several parents: the DAG rule of :mod:`beyondlabels.taxonomy.graphs` applies); a repeated
+    identical line counts once. The root is the one node that is never a child.
 
 WordNet 3.0 nouns
     Read from the dictionary files of Debian's ``wordnet-base`` package (``data.noun`` and ``index.noun``, by default
     in ``/usr/share/wordnet``; ``$WNHOME/dict`` or ``$WNSEARCHDIR`` also work). Nodes are the 82,115 noun synsets,
-    edges their hypernym pointers ``@`` and instance-hypernym pointers ``@i``; the root is ``entity.n.01``. A node is
-    named as NLTK names synsets: ``<first lemma, lower case>.n.<sense number, two digits>``, the sense number being the
-    synset's position in that lemma's list of synset offsets in ``index.noun`` (e.g. ``train.n.01``,
-    ``conveyance.n.03``). No file is downloaded.
+    edges their hypernym pointers ``@`` and instance-hypernym pointers ``@i`` (the DAG rule applies); the root is
+    ``entity.n.01``. A node is named as NLTK names synsets: ``<first lemma, lower case>.n.<sense number, two digits>``,
+    the sense number being the synset's position in that lemma's list of synset offsets in ``index.noun`` (e.g.
+    ``train.n.01``, ``conveyance.n.03``). No file is downloaded.
 
 Example:
-    >>> tax = taxonomy_from_edges([("dog", "canine"), ("dog", "pet"), ("canine", "mammal"), ("pet", "animal"),
-    ...                            ("mammal", "animal")])
-    >>> tax.ancestors("dog")   # 'canine' is on the longer chain dog -> canine -> mammal -> animal
-    ['dog', 'canine', 'mammal', 'animal']
+    >>> load_taxonomy({"root": "shape", "parent": {"polygon": "shape", "square": "polygon"}}).ancestors("square")
+    ['square', 'polygon', 'shape']
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from beyondlabels.taxonomy._dag import dag_to_tree, edges_to_tree, tsv_to_tree
-from beyondlabels.taxonomy.tree import Taxonomy
+from beyondlabels.io._mappings import read_mapping
+from beyondlabels.taxonomy import Taxonomy, dag_to_tree, taxonomy_from_edges
 
 __all__ = [
     "WORDNET_ROOT",
-    "dag_to_tree",
     "find_wordnet_dir",
     "load_taxonomy",
     "load_wordnet",
+    "read_taxonomy",
     "read_tsv",
-    "taxonomy_from_edges",
     "wordnet_lemmas",
 ]
 
 WORDNET_ROOT = "entity.n.01"
 _WORDNET_DIRS = ("/usr/share/wordnet", "/usr/local/share/wordnet", "/usr/share/WordNet-3.0/dict")
-
-
-def taxonomy_from_edges(edges: Iterable[tuple[str, str]], root: str | None = None) -> Taxonomy:
-    """A :class:`Taxonomy` from ``(child, parent)`` pairs; a child with several parents follows the DAG rule.
-
-    Example:
-        >>> taxonomy_from_edges([("b", "a"), ("c", "b")]).nodes
-        ('a', 'b', 'c')
-    """
-    tree, found_root = edges_to_tree(edges, root)
-    return Taxonomy(tree, root=found_root)
 
 
 def read_tsv(path: str | os.PathLike[str], root: str | None = None) -> Taxonomy:
@@ -80,8 +63,52 @@ def read_tsv(path: str | os.PathLike[str], root: str | None = None) -> Taxonomy:
         ...     read_tsv(file).ancestors("c")
         ['c', 'b', 'a']
     """
-    tree, found_root = tsv_to_tree(path, root)
-    return Taxonomy(tree, root=found_root)
+    path = Path(path)
+    edges = []
+    with open(path, encoding="utf-8") as fp:
+        for number, line in enumerate(fp, start=1):
+            text = line.rstrip("\r\n")
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            fields = [f.strip() for f in text.split("\t")]
+            if len(fields) != 2 or not all(fields):
+                raise ValueError(
+                    f"taxonomy file '{path}', line {number}: expected 'child<TAB>parent' (two non-empty names "
+                    f"separated by one tab), got {text!r}"
+                )
+            edges.append((fields[0], fields[1]))
+    if not edges:
+        raise ValueError(f"taxonomy file '{path}' holds no 'child<TAB>parent' lines")
+    try:
+        return taxonomy_from_edges(edges, root)
+    except ValueError as err:
+        raise ValueError(f"taxonomy file '{path}': {err}") from err
+
+
+def read_taxonomy(path: str | os.PathLike[str]) -> Taxonomy:
+    """A :class:`Taxonomy` from a YAML (``.yaml``/``.yml``) or JSON (``.json``) file, or a ``child<TAB>parent``
+    edge list (``.tsv``, :func:`read_tsv`); formats: the module docstring.
+
+    Raises:
+        ValueError: naming the file, for an unsupported suffix, a parse error, a key repeated in the file or an
+            invalid tree.
+        FileNotFoundError: if the file does not exist.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     file = pathlib.Path(tmp, "tree.yaml")
+        ...     _ = file.write_text("root: a\\nparent:\\n  b: a\\n  c: b\\n")
+        ...     read_taxonomy(file).ancestors("c")
+        ['c', 'b', 'a']
+    """
+    if str(path).lower().endswith(".tsv"):
+        return read_tsv(path)
+    data = read_mapping(path, "taxonomy")
+    try:
+        return Taxonomy.from_dict(data)
+    except ValueError as err:
+        raise ValueError(f"taxonomy file '{path}': {err}") from err
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -176,7 +203,8 @@ def _wordnet_taxonomy(folder: str, mtime: float) -> Taxonomy:
 
 
 def load_wordnet(directory: str | os.PathLike[str] | None = None) -> Taxonomy:
-    """The WordNet 3.0 noun hierarchy as a tree (files, names and the DAG rule: the module docstring).
+    """The WordNet 3.0 noun hierarchy as a tree (files and names: the module docstring; the DAG rule:
+    :mod:`beyondlabels.taxonomy.graphs`).
 
     Parsing takes a few seconds; the result is cached per folder.
 
@@ -213,7 +241,7 @@ def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str])
     if isinstance(source, str) and source.lower() == "wordnet":
         return load_wordnet()
     if isinstance(source, (str, os.PathLike)):
-        return Taxonomy.from_file(source)
+        return read_taxonomy(source)
     raise ValueError(
         f"`source` must be a Taxonomy, a {{root, parent}} mapping, a file path (.yaml, .yml, .json, .tsv) "
         f"or 'wordnet', got {type(source).__name__}"

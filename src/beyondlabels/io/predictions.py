@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from beyondlabels.taxonomy.tree import Taxonomy
+from beyondlabels.taxonomy import Taxonomy
 
 __all__ = ["HierarchyPredictions", "read_hierarchy_predictions"]
 

@@ -1,6 +1,6 @@
 """Reading side-information files (YAML or JSON) into plain mappings, strictly.
 
-Shared by :mod:`beyondlabels.taxonomy` and :mod:`beyondlabels.profiles`. Strict means: the suffix decides the parser
+Shared by :mod:`beyondlabels.io.taxonomy_files` and :mod:`beyondlabels.io.profiles_files`. Strict means: the suffix decides the parser
 (``.yaml``/``.yml`` or ``.json``), the top level must be a mapping, and a key repeated inside one mapping is an error
 (plain YAML and JSON loaders silently keep the last one, which would hide a duplicated class or node).
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -92,20 +91,3 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
             + (" (the file is empty)" if data is None else "")
         )
     return data
-
-
-SHOW = 5  # how many offending names an error message lists
-
-
-def listing(names: Iterable[Any], limit: int = SHOW) -> str:
-    """``'a', 'b', 'c'`` or ``'a', 'b', ... (7 in all)``."""
-    names = list(names)
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown if len(names) <= limit else f"{shown}, ... ({len(names)} in all)"
-
-
-def check_name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        hint = " (in YAML, quote names such as yes/no/on/off/null or numbers)" if not isinstance(value, str) else ""
-        raise ValueError(f"{where} must be a non-empty string, got {value!r} ({type(value).__name__}){hint}")
-    return value
