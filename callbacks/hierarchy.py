@@ -13,6 +13,7 @@ from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.media import WandbMedia
 from beyondlabels.functional.hierarchy import per_class_means
 from beyondlabels.io.taxonomy_files import load_taxonomy
+from beyondlabels.io.text_encoders import text_encoder
 from beyondlabels.metrics import HierarchicalPrecisionRecall
 from beyondlabels.taxonomy import Taxonomy, TextToNode
 
@@ -110,9 +111,10 @@ class HierarchyEvalCore(EvaluationCore):
         self.num_examples = num_examples
         self._mapper: TextToNode | None = None
         if source == "text" and encoder != "module":
-            self._mapper = TextToNode(self.taxonomy, encoder=encoder, **self.mapper_options)
+            encode, encoder_key = text_encoder(encoder)
+            self._mapper = TextToNode(self.taxonomy, encoder=encode, encoder_key=encoder_key, **self.mapper_options)
         elif source == "text":
-            TextToNode(self.taxonomy, encoder="hashing", **self.mapper_options)  # validates the options now
+            TextToNode(self.taxonomy, **self.mapper_options)  # validates the options now
         self._class_nodes: torch.Tensor | None = None
         self._examples: dict[int, dict[str, Any]] = {}
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)

@@ -11,7 +11,8 @@ import yaml
 
 from beyondlabels.demo import demo_taxonomy
 from beyondlabels.functional import mapping_quality
-from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, normalize_text, text_encoder
+from beyondlabels.io.text_encoders import text_encoder
+from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, normalize_text
 
 TREE = Taxonomy(
     {
@@ -59,7 +60,7 @@ class FixedEncoder:
     ],
 )
 def test_lexical_rules(answer, node, rule):
-    match = TextToNode(TREE, encoder="hashing", top_k=8).map([answer])[0]
+    match = TextToNode(TREE, encoder=HashingTextEncoder(), top_k=8).map([answer])[0]
     assert (match.node, match.rule) == (node, rule), match.candidates
     assert match.index == TREE.index(node) and len(match.candidates) == 8 and match.text == answer
 
@@ -90,7 +91,7 @@ def test_exact_match_wins_over_lexical_rules_and_synonyms_count():
 
 def test_stop_words_alone_do_not_make_an_ngram():
     tax = Taxonomy({"piece_of_the_action": "x", "oak": "x"}, root="x")
-    match = TextToNode(tax, encoder="hashing").map(["one of the best"])[0]
+    match = TextToNode(tax, encoder=HashingTextEncoder()).map(["one of the best"])[0]
     assert match.rule in ("lca", "embedding")
 
 

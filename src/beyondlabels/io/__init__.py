@@ -2,8 +2,8 @@
 (``beyondlabels.io.run_files``: history.jsonl, schema.json, per-query files), saved embeddings
 (``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``); the files of the data types:
 taxonomies (``beyondlabels.io.taxonomy_files``: YAML, JSON, TSV, WordNet 3.0), feature profiles
-(``beyondlabels.io.profiles_files``) and the hierarchy task's predictions (``beyondlabels.io.predictions``). Every file
-the project writes goes through ``beyondlabels.io.atomic`` (written whole or not at all)."""
+(``beyondlabels.io.profiles_files``) and the hierarchy task's predictions (``beyondlabels.io.predictions``); text
+encoders named in configs (``beyondlabels.io.text_encoders``). Every file the project writes goes through ``beyondlabels.io.atomic`` (written whole or not at all)."""
 
 from beyondlabels.io.predictions import HierarchyPredictions, read_hierarchy_predictions
 from beyondlabels.io.profiles_files import load_profiles, read_profiles
@@ -30,6 +30,7 @@ from beyondlabels.io.taxonomy_files import (
     read_tsv,
     wordnet_lemmas,
 )
+from beyondlabels.io.text_encoders import text_encoder
 from beyondlabels.io.wandb_offline import (
     IncompleteRunError,
     OfflineRun,
@@ -50,6 +51,7 @@ __all__ = [
     "read_profiles",
     "read_taxonomy",
     "read_tsv",
+    "text_encoder",
     "wordnet_lemmas",
     "QrelsChange",
     "QrelsUpdate",

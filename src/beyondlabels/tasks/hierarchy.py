@@ -22,6 +22,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from beyondlabels.functional.hierarchy import hierarchical_precision_recall, hierarchy_output_schema
     from beyondlabels.io.predictions import read_hierarchy_predictions
     from beyondlabels.io.taxonomy_files import load_taxonomy
+    from beyondlabels.io.text_encoders import text_encoder
     from beyondlabels.taxonomy import TextToNode
 
     if not cfg.get("taxonomy") or not cfg.get("predictions"):
@@ -42,9 +43,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     pred, rules = rows.pred.clone(), ["node" if t is None else "" for t in rows.texts]
     free = [i for i, t in enumerate(rows.texts) if t is not None]
     if free:
+        encode, encoder_key = text_encoder(plain(options.get("encoder", "hashing")))
         mapper = TextToNode(
             taxonomy,
-            encoder=plain(options.get("encoder", "hashing")),
+            encoder=encode,
+            encoder_key=encoder_key,
             top_k=int(options.get("top_k", 5)),
             ngram_orders=tuple(plain(options.get("ngram_orders", [4, 3, 2]))),
             lca_margin=options.get("lca_margin", 0.02),

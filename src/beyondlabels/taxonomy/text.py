@@ -29,10 +29,10 @@ Each mapper keeps the embeddings of its node texts, computed with its encoder un
 recomputed when :attr:`TextToNode.encoder_key` changes (set a new key when the encoder's weights change, a model in
 training), when :meth:`TextToNode.set_encoder` installs another encoder, or after :meth:`TextToNode.clear_cache`.
 
-Encoders (:func:`text_encoder`): a callable ``list[str] -> Tensor [N, D]``, an object with ``encode_text`` (the
-demo's TinyCLIP, any LightningModule), ``"open_clip:<model>[:<pretrained>]"`` (an open_clip model by name; weights
-from a local file or the hub), or ``"hashing"``: :class:`HashingTextEncoder`, a dependency-free lexical baseline
-(character trigrams and words hashed into a fixed vector).
+Encoders (:func:`as_encoder`): a callable ``list[str] -> Tensor [N, D]`` or an object with ``encode_text`` (the
+demo's TinyCLIP, any LightningModule); by default :class:`HashingTextEncoder`, a dependency-free lexical baseline
+(character trigrams and words hashed into a fixed vector). Encoders named by a string (``"hashing"``,
+``"open_clip:<model>[:<pretrained>]"``) are built by :func:`beyondlabels.io.text_encoders.text_encoder`.
 
 Example:
     >>> from beyondlabels.taxonomy import Taxonomy
@@ -55,7 +55,7 @@ from torch import Tensor
 
 from beyondlabels.taxonomy.tree import Taxonomy
 
-__all__ = ["HashingTextEncoder", "NodeMatch", "RULES", "TextToNode", "normalize_text", "text_encoder"]
+__all__ = ["HashingTextEncoder", "NodeMatch", "RULES", "TextToNode", "as_encoder", "normalize_text"]
 
 RULES = ("exact", "ngram4", "ngram3", "ngram2", "word", "lca", "embedding")
 STOP_WORDS = frozenset(
@@ -147,54 +147,34 @@ class HashingTextEncoder:
         return f"HashingTextEncoder(dim={self.dim})"
 
 
-def text_encoder(spec: Any) -> tuple[Callable[[list[str]], Tensor], Any]:
-    """``(encode, identity)`` for an encoder given as a callable, an object with ``encode_text``, ``"hashing"`` or
-    ``"open_clip:<model>[:<pretrained>]"`` (see the module docstring). The identity names the encoder: its settings
-    for a named one, the object itself (compared by ``is``) otherwise.
+def as_encoder(encoder: Any = None) -> tuple[Callable[[list[str]], Tensor], Any]:
+    """``(encode, identity)`` for an encoder object: a callable ``list[str] -> Tensor [N, D]``, an object with
+    ``encode_text``, or None (a :class:`HashingTextEncoder`). The identity names the encoder: ``("hashing", dim)`` for
+    None, the object itself (compared by ``is``) otherwise. Names such as ``"open_clip:<model>"`` are turned into
+    encoders by :func:`beyondlabels.io.text_encoders.text_encoder`.
 
     Raises:
-        ValueError: for anything else, or an open_clip model that cannot be created (the message says why).
+        ValueError: for anything else (a name included).
 
     Example:
-        >>> encode, key = text_encoder("hashing")
+        >>> encode, key = as_encoder()
         >>> encode(["a cat"]).shape, key
         (torch.Size([1, 512]), ('hashing', 512))
     """
-    if isinstance(spec, str):
-        if spec == "hashing":
-            encoder = HashingTextEncoder()
-            return encoder, ("hashing", encoder.dim)
-        if spec.startswith("open_clip:"):
-            parts = spec.split(":", 2)
-            model_name = parts[1]
-            pretrained = parts[2] if len(parts) > 2 and parts[2] else None
-            try:
-                import open_clip
-
-                model = open_clip.create_model(model_name, pretrained=pretrained)
-                tokenizer = open_clip.get_tokenizer(model_name)
-            except Exception as err:  # noqa: BLE001 - reported with the spec
-                raise ValueError(
-                    f"encoder {spec!r}: open_clip could not create model {model_name!r} with pretrained={pretrained!r}: "
-                    f"{err}. Name a model of open_clip.list_models() and a local weights file or pretrained tag."
-                ) from err
-            model.eval()
-
-            def encode(texts: list[str]) -> Tensor:
-                with torch.no_grad():
-                    return model.encode_text(tokenizer(list(texts)), normalize=True)
-
-            return encode, ("open_clip", model_name, pretrained)
+    if encoder is None:
+        hashing = HashingTextEncoder()
+        return hashing, ("hashing", hashing.dim)
+    if isinstance(encoder, str):
         raise ValueError(
-            f"encoder {spec!r} is not known: use 'hashing', 'open_clip:<model>[:<pretrained>]', a callable "
-            "list[str] -> Tensor [N, D], or an object with an encode_text method"
+            f"encoder {encoder!r} is a name; pass an encoder object (a callable list[str] -> Tensor [N, D] or an object "
+            "with an encode_text method), or build one from the name with beyondlabels.io.text_encoders.text_encoder"
         )
-    method = getattr(spec, "encode_text", None)
+    method = getattr(encoder, "encode_text", None)
     if callable(method):
-        return method, ("encode_text", spec)
-    if callable(spec):
-        return spec, ("callable", spec)
-    raise ValueError(f"`encoder` must be a callable, an object with encode_text, or a name; got {type(spec).__name__}.")
+        return method, ("encode_text", encoder)
+    if callable(encoder):
+        return encoder, ("callable", encoder)
+    raise ValueError(f"`encoder` must be a callable or an object with encode_text; got {type(encoder).__name__}.")
 
 
 @dataclass(frozen=True)
@@ -223,14 +203,14 @@ class TextToNode:
 
     Args:
         taxonomy: the tree.
-        encoder: a callable ``list[str] -> Tensor [N, D]``, an object with ``encode_text``, ``"hashing"`` (default) or
-            ``"open_clip:<model>[:<pretrained>]"``.
+        encoder: a callable ``list[str] -> Tensor [N, D]``, an object with ``encode_text``, or None (default: a
+            :class:`HashingTextEncoder`).
         node_texts: ``{node: [text, ...]}`` (synonyms); nodes not listed use their name. Default: every node's name.
         top_k: number of candidates.
         ngram_orders: word n-gram lengths tried, in order.
         lca_margin: score gap within which the top candidates are merged into their LCA (``None`` turns the rule off).
         encoder_key: identity of the encoder's current weights: the node-text embeddings are recomputed when it
-            changes (default: the identity of :func:`text_encoder`, fixed for the mapper's life).
+            changes (default: the identity of :func:`as_encoder`, fixed for the mapper's life).
         batch_size: texts encoded, and answers scored, per block.
 
     Raises:
@@ -240,7 +220,7 @@ class TextToNode:
     def __init__(
         self,
         taxonomy: Taxonomy,
-        encoder: Any = "hashing",
+        encoder: Any = None,
         node_texts: Mapping[str, Iterable[str]] | None = None,
         top_k: int = 5,
         ngram_orders: Sequence[int] = (4, 3, 2),
@@ -297,14 +277,14 @@ class TextToNode:
 
     # ---- embeddings ------------------------------------------------------------------------------------------------
     def set_encoder(self, encoder: Any, encoder_key: Any = None) -> None:
-        """Use ``encoder`` (any form :func:`text_encoder` accepts) from now on, under ``encoder_key`` (default: its
+        """Use ``encoder`` (any form :func:`as_encoder` accepts) from now on, under ``encoder_key`` (default: its
         identity); the node-text embeddings are recomputed at the next :meth:`map` unless both the encoder's identity
         and the key are unchanged.
 
         Raises:
-            ValueError: for an encoder :func:`text_encoder` does not accept.
+            ValueError: for an encoder :func:`as_encoder` does not accept.
         """
-        encode, identity = text_encoder(encoder)
+        encode, identity = as_encoder(encoder)
         if self._embeddings is not None and not _same(identity, self._identity):
             self._embeddings = None
         self.encode, self._identity = encode, identity
