@@ -1,0 +1,48 @@
+"""World size 1 and 2 (gloo DDP through the Trainer) give identical numbers for the cross-modal, zero-shot, hierarchy
+and profile callbacks (the retrieval family's own test: test_retrieval_callback_ddp.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).with_name("ddp_families_script.py")
+# the launcher's own distributed and cluster variables must not reach the children
+INHERITED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _run(tmp_path: Path, devices: int) -> list[dict]:
+    out = tmp_path / f"world{devices}" / "result.json"
+    out.parent.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED and not k.startswith("SLURM_") and k != "PL_GLOBAL_SEED"}
+    env.update(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), str(devices)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return [json.loads(p.read_text()) for p in sorted(out.parent.glob("result.rank*.json"))]
+
+
+def _values(history: list[dict]) -> list[dict]:
+    """Each rank takes fewer optimiser steps, only DDP drops a padding copy, wall times differ and only rank 0 writes
+    files: compare the rest."""
+    return [{k: v for k, v in h.items() if k not in ("step", "num_duplicates", "eval_seconds", "per_query_file")} for h in history]
+
+
+@pytest.mark.slow
+def test_two_process_ddp_equals_single_process_for_every_family(tmp_path: Path):
+    (single,) = _run(tmp_path, 1)
+    ranks = _run(tmp_path, 2)
+    assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
+    for name, history in single["histories"].items():
+        assert len(history) == 1 and "error" not in history[0], (name, history)
+        assert history[0].get("num_duplicates", 0) == 0, name
+        for rank in ranks:
+            got = rank["histories"][name]
+            # the sampler's padding copy was dropped (cross-modal: the image and its one caption)
+            assert [h.get("num_duplicates") for h in got] == [2 if name == "crossmodal" else 1], name
+            assert _values(got) == _values(history), name
