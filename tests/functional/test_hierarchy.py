@@ -154,14 +154,26 @@ def test_matches_hiclass_and_set_oracle_on_random_trees(seed, size, window, incl
 
 
 def test_lca_depth_matches_the_climbing_lca_on_random_pairs():
+    """Against a loop over the parent dict: the LCA is the first node on b's way up that is an ancestor of a; its
+    depth the number of links from it to the root."""
     parent, root = random_tree(7, 400, 4)
     tax = Taxonomy(parent, root)
     g = torch.Generator().manual_seed(0)
     a = torch.randint(0, len(tax), (5000,), generator=g)
     b = torch.randint(0, len(tax), (5000,), generator=g)
     depth, index = lca_depth(a, b, tax, chunk_size=777)
-    expected = tax.lowest_common_ancestor(a, b)  # an independent implementation (climbing parents)
-    assert torch.equal(index, expected) and torch.equal(depth, tax.depth[expected])
+    names = tax.nodes
+    expected_names, expected_depths = [], []
+    for x, y in zip(a.tolist(), b.tolist()):
+        up = set(path_to(parent, root, names[x], True))
+        node = names[y]
+        while node not in up:
+            node = parent[node]
+        expected_names.append(node)
+        expected_depths.append(len(path_to(parent, root, node, False)))
+    assert [names[i] for i in index.tolist()] == expected_names
+    assert depth.tolist() == expected_depths
+    assert max(expected_depths) >= 5 and 0 in expected_depths  # deep pairs and pairs meeting at the root
 
 
 def test_results_do_not_depend_on_chunk_size():

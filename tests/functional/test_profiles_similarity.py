@@ -224,4 +224,4 @@ def test_profile_graded_ndcg_matches_trec_eval():
     res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.5,10"}).evaluate(run)
     for k in (5, 10):
         ref = np.mean([res[q][f"ndcg_cut_{k}"] for q in sorted(res)])
-        assert float(out[f"profile_ndcg@{k}"]) == pytest.approx(ref, abs=1e-4), k
+        assert float(out[f"profile_ndcg@{k}"]) == pytest.approx(ref, abs=1e-14), k  # pytrec_eval returns full doubles: measured 1.1e-16

@@ -25,8 +25,6 @@ from beyondlabels.functional.rprecision import (  # noqa: E402
     text_image_r_precision,
 )
 from beyondlabels.io.candidate_sets import load_candidate_sets, save_candidate_sets  # noqa: E402
-from beyondlabels.functional._topk import score_block as _scores  # noqa: E402  (the core's Score, the definition)
-from beyondlabels.functional.search import normalize_rows  # noqa: E402
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -40,6 +38,18 @@ def _pairs(n: int, d: int = 32, noise: float = 1.0, seed: int = 0) -> tuple[torc
 
 
 # ---- a numpy oracle, written from the definition (float64, sample ids as row indices) ----------------------------------
+
+
+def numpy_scores(img: torch.Tensor, txt: torch.Tensor) -> np.ndarray:
+    """``s[i, t]``: the cosine of image ``i`` and text ``t`` in float64."""
+    a, b = img.detach().cpu().double().numpy(), txt.detach().cpu().double().numpy()
+    return (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+
+
+def fp32_bound(d: int) -> float:
+    """Worst-case error of an fp32 cosine of ``d``-dimensional fp32 vectors: normalising each costs ``d / 2 + 2``
+    unit roundoffs per component, a ``d``-term dot product of unit vectors ``d`` more."""
+    return (2 * d + 4) * 2.0**-24
 
 
 def oracle_ranks(img: np.ndarray, txt: np.ndarray, distractors: np.ndarray, direction: str) -> np.ndarray:
@@ -92,7 +102,8 @@ def test_resample_redraws_per_repeat():
 def test_equals_torchmetrics_hit_rate_on_the_same_groups():
     img, txt = _pairs(50, noise=2.0, seed=5)
     sets = draw_candidate_sets(txt, num_candidates=10, near_duplicate_threshold=None)
-    scores = candidate_scores(img, txt, sets.distractor_ids)  # ids are 0..N-1: ids are rows
+    cands = torch.cat([torch.arange(50).unsqueeze(1), sets.distractor_ids], dim=1).numpy()  # ids are 0..N-1: ids are rows
+    scores = torch.from_numpy(np.take_along_axis(numpy_scores(img, txt), cands, axis=1))
     target = torch.zeros_like(scores, dtype=torch.bool)
     target[:, 0] = True
     indexes = torch.arange(50).unsqueeze(1).expand_as(scores)
@@ -240,20 +251,30 @@ def test_saved_sets_pin_the_protocol(tmp_path):
 # ---- bitwise independence of the blocking, hard negatives ------------------------------------------------------------
 
 
-def test_scores_are_the_core_score_whatever_the_blocking(monkeypatch):
-    """Every candidate score, in both directions, is bitwise the core's Score of its (image, text) pair, read from one
-    full product, also when the products are cut into small pieces; planted duplicate rows tie exactly wherever they
-    sit among the candidates."""
+def test_scores_are_the_pair_cosine_bitwise_the_same_whatever_the_blocking(monkeypatch):
+    """Every candidate score, in both directions, is the cosine of its (image, text) pair to fp32 rounding, and one
+    pair gets the same bits in every direction, candidate set, pool and blocking (the products cut into small pieces
+    too); planted duplicate rows tie exactly wherever they sit among the candidates."""
     img, txt = _pairs(53, d=24, noise=2.0, seed=14)
     img[7], txt[7] = img[3], txt[3]  # samples 3 and 7: one image, one text
     rows = torch.stack([torch.randperm(53, generator=_gen(q))[:20] for q in range(53)])
     rows[3, 11], rows[7, 0] = 7, 3
-    full = _scores(normalize_rows(img), normalize_rows(txt))  # full[i, t] = s(i, t)
+    ref = numpy_scores(img, txt)  # ref[i, t] = cos(image i, text t)
+    seen: dict[tuple[int, int], float] = {}
+
+    def check(scores: torch.Tensor, queries: torch.Tensor, cands: torch.Tensor, direction: str) -> None:
+        own = queries.unsqueeze(1).expand_as(cands)
+        image, text = (own, cands) if direction == "image_to_text" else (cands, own)
+        np.testing.assert_allclose(scores.double().numpy(), ref[image.numpy(), text.numpy()], rtol=0, atol=fp32_bound(24))
+        for pair, value in zip(zip(image.flatten().tolist(), text.flatten().tolist()), scores.flatten().tolist()):
+            assert seen.setdefault(pair, value) == value, pair  # float32 values: equal as floats = equal bits
+
     cands = torch.cat([torch.arange(53).unsqueeze(1), rows], dim=1)
     i2t = candidate_scores(img, txt, rows)
     t2i = candidate_scores(img, txt, rows, "text_to_image")
-    assert torch.equal(i2t, full.gather(1, cands))
-    assert torch.equal(t2i, full.T.gather(1, cands))
+    assert i2t.dtype == torch.float32
+    check(i2t, torch.arange(53), cands, "image_to_text")
+    check(t2i, torch.arange(53), cands, "text_to_image")
     assert i2t[3, 12] == i2t[3, 0] and t2i[7, 1] == t2i[7, 0]  # the planted ties
     monkeypatch.setattr(rprecision, "_MAX_PAIRS", 7)
     assert torch.equal(candidate_scores(img, txt, rows), i2t) and torch.equal(candidate_scores(img, txt, rows, "text_to_image"), t2i)
@@ -261,10 +282,10 @@ def test_scores_are_the_core_score_whatever_the_blocking(monkeypatch):
     for part in (torch.arange(0, 17), torch.arange(30, 53)):  # other pools and candidate sets: the same bits per pair
         m = part.numel()
         local = (torch.arange(m).unsqueeze(1) + torch.arange(1, 6)) % m
-        sub = full[part][:, part]
-        cands = torch.cat([torch.arange(m).unsqueeze(1), local], dim=1)
-        assert torch.equal(candidate_scores(img[part], txt[part], local), sub.gather(1, cands))
-        assert torch.equal(candidate_scores(img[part], txt[part], local, "text_to_image"), sub.T.gather(1, cands))
+        cands = part[torch.cat([torch.arange(m).unsqueeze(1), local], dim=1)]
+        check(candidate_scores(img[part], txt[part], local), part, cands, "image_to_text")
+        check(candidate_scores(img[part], txt[part], local, "text_to_image"), part, cands, "text_to_image")
+    assert len(seen) > 53 * 21  # pairs met in both directions and in several calls
 
 
 def test_outputs_are_bitwise_the_same_for_any_chunk_size_and_order():
@@ -275,15 +296,17 @@ def test_outputs_are_bitwise_the_same_for_any_chunk_size_and_order():
     settings = dict(class_ids=classes, caption_codes=codes, num_candidates=16, top_r=(1, 4), hard_negatives=True, near_duplicate_threshold=0.7)
     ref = text_image_r_precision(img, txt, ids, chunk_size=256, **settings)
     assert 0.05 < ref["r_precision"].item() < 0.95
-    # the ranks are those of the public pieces: the drawn sets scored by `candidate_scores`, bit for bit
+    # the ranks are those of the drawn sets under numpy's float64 cosines (rows in ascending id order)
     order = torch.argsort(ids)
     sets = draw_candidate_sets(txt, ids, num_candidates=16, class_ids=classes, caption_codes=codes, near_duplicate_threshold=0.7)
-    rows = torch.searchsorted(ids[order], sets.distractor_ids)
-    i2t = candidate_scores(img[order], txt[order], rows)
-    t2i = candidate_scores(img[order], txt[order], rows, "text_to_image")
-    assert torch.equal(ref["per_query"]["rank"], (1 + (i2t[:, 1:] >= i2t[:, :1]).sum(dim=1)).double())
-    assert torch.equal(ref["per_query"]["text_to_image_r_precision"], (t2i[:, 1:] < t2i[:, :1]).all(dim=1).double())
-    assert torch.equal(ref["per_query"]["clip_score"], 100.0 * i2t[:, 0].double().clamp(min=0))
+    rows = torch.searchsorted(ids[order], sets.distractor_ids).numpy()
+    sim = numpy_scores(img[order], txt[order])
+    gt = np.diag(sim)[:, None]
+    i2t, t2i = np.take_along_axis(sim, rows, axis=1), sim.T[np.arange(75)[:, None], rows]
+    assert min(np.abs(i2t - gt).min(), np.abs(t2i - gt).min()) > 2 * fp32_bound(16)  # no near tie: fp32 ranks the same
+    assert ref["per_query"]["rank"].tolist() == (1 + (i2t >= gt).sum(axis=1)).tolist()
+    assert ref["per_query"]["text_to_image_r_precision"].tolist() == (t2i < gt).all(axis=1).astype(float).tolist()
+    np.testing.assert_allclose(ref["per_query"]["clip_score"].numpy(), 100.0 * np.maximum(gt[:, 0], 0), rtol=0, atol=100 * fp32_bound(16))
     for chunk, seed in [(1, 0), (5, 1), (16, 2)]:
         perm = torch.randperm(75, generator=_gen(seed))
         s = {**settings, "class_ids": classes[perm], "caption_codes": codes[perm]}
@@ -307,7 +330,12 @@ def test_hard_negatives_equal_a_full_sort_with_planted_ties(threshold):
     codes = torch.arange(n) % 37
     k = 7
     order = torch.argsort(ids)
-    score = _scores(normalize_rows(txt), normalize_rows(txt)).tolist()
+    directions = numpy_scores(base, base)
+    gaps = np.diff(np.sort(directions, axis=1), axis=1)
+    assert gaps.min() > 2 * fp32_bound(6)  # distinct directions: no near tie, fp32 orders them as float64 does
+    if threshold is not None:
+        assert np.abs(directions - threshold).min() > fp32_bound(6)  # and none on the threshold
+    score = directions[np.arange(n) % 20][:, np.arange(n) % 20].tolist()  # copies of one direction tie exactly
     expected, straddles = [], 0
     for q in order.tolist():
         eligible = [j for j in range(n) if j != q and classes[j] != classes[q] and codes[j] != codes[q]
@@ -323,27 +351,69 @@ def test_hard_negatives_equal_a_full_sort_with_planted_ties(threshold):
         assert got.distractor_ids.tolist() == expected
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_draws_the_cpu_sets_and_scores_blockwise_exactly():
-    """The seeded draw is integer arithmetic: the same sets on CUDA; CUDA scores are the CUDA Score of each pair
-    whatever the blocking (pieces included), and the values agree with the CPU's to fp32 rounding."""
+def check_device_against_cpu(device: str, monkeypatch) -> None:
+    """The seeded draw is integer arithmetic: the same sets on ``device``; its scores are the pair cosines to fp32
+    rounding, bitwise the same whatever the blocking; its candidate sets (hard ones included) and ranks are the CPU's
+    except where a score gap is below 1e-6."""
+    tie = 1e-6
     img, txt = _pairs(300, d=32, noise=3.0, seed=20)
-    ids, classes, codes = torch.arange(300) * 3 - 7, torch.arange(300) % 7, torch.arange(300) % 120
+    ids, classes, codes = torch.arange(300) * 3 - 7, torch.arange(300) % 7, torch.arange(300) % 120  # ascending ids: rows
     kwargs = dict(num_candidates=20, class_ids=classes, caption_codes=codes, near_duplicate_threshold=None, seed=3)
     cpu = draw_candidate_sets(txt, ids, **kwargs)
-    gpu = draw_candidate_sets(txt.cuda(), ids.cuda(), **{**kwargs, "class_ids": classes.cuda(), "caption_codes": codes.cuda()})
+    gpu = draw_candidate_sets(txt.to(device), ids.to(device), **{**kwargs, "class_ids": classes.to(device), "caption_codes": codes.to(device)})
     assert torch.equal(gpu.distractor_ids.cpu(), cpu.distractor_ids)
-    rows = torch.searchsorted(ids, cpu.distractor_ids).cuda()
-    full = _scores(normalize_rows(img.cuda()), normalize_rows(txt.cuda()))
-    cands = torch.cat([torch.arange(300, device="cuda").unsqueeze(1), rows], dim=1)
-    assert torch.equal(candidate_scores(img.cuda(), txt.cuda(), rows), full.gather(1, cands))
-    assert torch.equal(candidate_scores(img.cuda(), txt.cuda(), rows, "text_to_image"), full.T.gather(1, cands))
-    out_cpu = text_image_r_precision(img, txt, ids, num_candidates=20, hard_negatives=True)
-    out_gpu = text_image_r_precision(img.cuda(), txt.cuda(), ids.cuda(), num_candidates=20, hard_negatives=True)
-    assert_same_outputs(text_image_r_precision(img.cuda(), txt.cuda(), ids.cuda(), num_candidates=20, hard_negatives=True, chunk_size=7), out_gpu)
-    for key in ("r_precision", "text_to_image_r_precision", "hard_r_precision"):
-        assert out_gpu[key].item() == pytest.approx(out_cpu[key].item(), abs=0.01), key
+    rows = torch.searchsorted(ids, cpu.distractor_ids)
+    sim = numpy_scores(img, txt)
+    cands = torch.cat([torch.arange(300).unsqueeze(1), rows], dim=1).numpy()
+    i2t = candidate_scores(img.to(device), txt.to(device), rows.to(device))
+    t2i = candidate_scores(img.to(device), txt.to(device), rows.to(device), "text_to_image")
+    np.testing.assert_allclose(i2t.cpu().double().numpy(), np.take_along_axis(sim, cands, axis=1), rtol=0, atol=fp32_bound(32))
+    np.testing.assert_allclose(t2i.cpu().double().numpy(), np.take_along_axis(sim.T, cands, axis=1), rtol=0, atol=fp32_bound(32))
+    monkeypatch.setattr(rprecision, "_MAX_PAIRS", 7)  # the products in small pieces: the same bits
+    assert torch.equal(candidate_scores(img.to(device), txt.to(device), rows.to(device)), i2t)
+    assert torch.equal(candidate_scores(img.to(device), txt.to(device), rows.to(device), "text_to_image"), t2i)
+    monkeypatch.undo()
+
+    # the evaluation (default near-duplicate filter at 0.8, hard negatives) on both devices
+    text = numpy_scores(txt, txt)
+    np.fill_diagonal(text, 0.0)
+    assert np.abs(text - 0.8).min() > tie  # the filter decides alike on both devices
+    settings = dict(num_candidates=20, hard_negatives=True)
+    out_cpu = text_image_r_precision(img, txt, ids, **settings)
+    out_gpu = text_image_r_precision(img.to(device), txt.to(device), ids.to(device), **settings)
+    assert_same_outputs(text_image_r_precision(img.to(device), txt.to(device), ids.to(device), chunk_size=7, **settings), out_gpu)
+    pools = ((txt, ids), (txt.to(device), ids.to(device)))
+    drawn = [draw_candidate_sets(t, i, num_candidates=20) for t, i in pools]
+    assert torch.equal(drawn[1].distractor_ids.cpu(), drawn[0].distractor_ids)
+    hard = [draw_candidate_sets(t, i, num_candidates=20, hard_negatives=True).distractor_ids.cpu() for t, i in pools]
+    hard_rows = [torch.searchsorted(ids, h).numpy() for h in hard]
+    # both lists are in descending score order: where they differ, the scores at that place are tied within 1e-6
+    swapped = np.abs(np.take_along_axis(text, hard_rows[0], axis=1) - np.take_along_axis(text, hard_rows[1], axis=1))
+    assert np.all((hard_rows[0] == hard_rows[1]) | (swapped < tie))
+    gt = np.diag(sim)[:, None]
+    random_rows = torch.searchsorted(ids, drawn[0].distractor_ids).numpy()
+    near_i2t = (np.abs(np.take_along_axis(sim, random_rows, axis=1) - gt) < tie).any(axis=1)
+    near_t2i = (np.abs(np.take_along_axis(sim.T, random_rows, axis=1) - gt) < tie).any(axis=1)
+    near_hard = ~(hard_rows[0] == hard_rows[1]).all(axis=1) | (np.abs(np.take_along_axis(sim, hard_rows[0], axis=1) - gt) < tie).any(axis=1)
+    expected_rank = 1 + (np.take_along_axis(sim, random_rows, axis=1) >= gt).sum(axis=1)
+    expected_hard = (np.take_along_axis(sim, hard_rows[0], axis=1) < gt).all(axis=1).astype(float)
+    for out in (out_cpu, out_gpu):  # numpy's ranks and hits away from ties
+        pq = {key: value.cpu().numpy() for key, value in out["per_query"].items()}
+        assert pq["query_id"].tolist() == ids.tolist()
+        np.testing.assert_array_equal(pq["rank"][~near_i2t], expected_rank[~near_i2t])
+        np.testing.assert_array_equal(pq["hard_r_precision"][~near_hard], expected_hard[~near_hard])
+    assert 0.05 < expected_hard.mean() < 0.95 and near_i2t.mean() < 0.05  # informative, and few places left to rounding
+    a = {key: value.cpu().numpy() for key, value in out_cpu["per_query"].items()}
+    b = {key: value.cpu().numpy() for key, value in out_gpu["per_query"].items()}
+    for key, near in (("rank", near_i2t), ("r_precision", near_i2t), ("text_to_image_r_precision", near_t2i), ("hard_r_precision", near_hard)):
+        assert np.all((a[key] == b[key]) | near), key
+    np.testing.assert_allclose(b["clip_score"], a["clip_score"], rtol=0, atol=100 * 2 * fp32_bound(32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_draws_the_cpu_sets_and_scores_blockwise_exactly(monkeypatch):
+    check_device_against_cpu("cuda", monkeypatch)
 
 
 # ---- bad inputs -----------------------------------------------------------------------------------------------------

@@ -61,8 +61,26 @@ def test_numbers_match_numpy():
     assert out["mean_similarity"] == pytest.approx(sims.mean(), abs=1e-12)
     assert out["mean_percentile_rank"] == pytest.approx(np.mean([sps.percentileofscore(pairs, s, kind="weak") for s in sims]), abs=1e-10)
     assert torch.equal(out["per_query"]["query_id"], ids)
-    assert out["null_distribution"].shape == (400,)
-    assert float(out["p_value"]) == (int((out["null_distribution"] >= out["mean_similarity"] - 1e-12).sum()) + 1) / 401
+    # the null from its documented rule: per query class (ascending) a [B, mismatches of that class] float64 uniform
+    # block from one CPU generator seeded with `seed`, each draw the first class whose cumulative frequency share
+    # (own class left out, zero-frequency classes never drawn) exceeds it
+    freq = np.bincount(qn, minlength=C).astype(np.float64)
+    generator = torch.Generator().manual_seed(7)
+    sums = np.zeros(400)
+    for cls in np.unique(qn[wrong]):
+        weights = freq.copy()
+        weights[cls] = 0.0
+        support = np.flatnonzero(weights > 0)
+        cdf = np.cumsum(weights[support] / weights.sum())
+        cdf[-1] = 2.0
+        u = torch.rand((400, int((qn[wrong] == cls).sum())), generator=generator, dtype=torch.float64).numpy()
+        sums += sim[cls, support[np.searchsorted(cdf, u, side="right")]].sum(axis=1)
+    null = sums / wrong.sum()
+    np.testing.assert_allclose(out["null_distribution"].numpy(), null, rtol=0, atol=1e-13)
+    reached = int((null >= sims.mean() - 1e-12).sum())  # a trial equal to the observation up to rounding reaches it
+    assert np.min(np.abs(null - sims.mean())) > 1e-9  # no trial on the edge: the count does not hang on rounding
+    assert 0 < reached < 400  # the observation lies inside the null: the count is informative
+    assert float(out["p_value"]) == (reached + 1) / 401
     assert out["num_mismatches"].dtype == torch.long and out["mean_similarity"].dtype == torch.float64
     assert set(m.output_schema().scalar_keys()) == {k for k in out if k not in ("per_query", "null_distribution")}
     assert set(m.output_schema().per_query) == set(out["per_query"])
