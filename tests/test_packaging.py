@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,24 +13,42 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def _tracked_copy(dest: Path) -> Path:
+    """The files git tracks, as they are in the working tree, copied to ``dest``: the build sees no ``build/``,
+    ``*.egg-info`` or other untracked file of the checkout, and writes none into it."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True, capture_output=True).stdout
+    for rel in filter(None, listed.decode().split("\0")):
+        src = REPO_ROOT / rel
+        if src.is_file():  # a tracked file deleted in the working tree is not part of it
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
 @pytest.mark.slow
 def test_wheel_contains_callbacks_and_demo_data(tmp_path: Path):
+    tree = _tracked_copy(tmp_path / "tree")
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(REPO_ROOT)],
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(tree)],
         check=True,
         capture_output=True,
         text=True,
     )
-    (wheel,) = tmp_path.glob("beyondlabels-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("beyondlabels-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected_callbacks = {f"beyondlabels/callbacks/{p.name}" for p in (REPO_ROOT / "callbacks").glob("*.py")}
+    expected_callbacks = {f"beyondlabels/callbacks/{p.name}" for p in (tree / "callbacks").glob("*.py")}
     assert expected_callbacks and expected_callbacks <= names, sorted(expected_callbacks - names)
     for data in ("beyondlabels/demo/data/taxonomy.yaml", "beyondlabels/demo/data/profiles.yaml"):
         assert data in names
     # every Python package folder under src/ made it into the wheel
-    for init in (REPO_ROOT / "src").rglob("__init__.py"):
-        assert init.relative_to(REPO_ROOT / "src").as_posix() in names
+    for init in (tree / "src").rglob("__init__.py"):
+        assert init.relative_to(tree / "src").as_posix() in names
     assert not any(name.startswith(("tests/", "conf/")) for name in names)
+    # and every module in the wheel is a tracked source file: nothing stale from an earlier build or a local file
+    tracked = {p.relative_to(tree / "src").as_posix() for p in (tree / "src").rglob("*.py")}
+    tracked |= {f"beyondlabels/callbacks/{p.relative_to(tree / 'callbacks').as_posix()}" for p in (tree / "callbacks").rglob("*.py")}
+    shipped = {name for name in names if name.endswith(".py")}
+    assert shipped <= tracked, sorted(shipped - tracked)
 
 
 def test_installed_package_exposes_callbacks():

@@ -155,9 +155,12 @@ class _Dropout(LinearEncoder):
         return z.pow(2).mean()
 
 
-def test_evaluation_does_not_change_the_training_that_follows(tmp_path: Path):
+def test_evaluation_does_not_change_the_training_that_follows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Iterating the evaluation loader draws a seed from the global random state; the base restores it, so a run
     trains identically with or without evaluation callbacks."""
+    # seed_everything exports its seed to this process's environment (and so to every later test's children)
+    monkeypatch.setenv("PL_GLOBAL_SEED", "7")
+    monkeypatch.setenv("PL_SEED_WORKERS", "0")
 
     def final_weights(callbacks) -> torch.Tensor:
         pl.seed_everything(7)

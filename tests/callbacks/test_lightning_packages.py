@@ -15,6 +15,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import child_env  # noqa: E402
 from package_toy import all_callbacks, callbacks_module, toy_classes  # noqa: E402
 
 from beyondlabels.io import read_offline_run  # noqa: E402
@@ -137,7 +139,7 @@ def test_a_checkpoint_of_one_package_resumes_under_the_other(tmp_path: Path):
 def _run_without(package: str, script: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """Run ``script`` in a fresh interpreter in which ``import <package>`` fails, as if it were not installed."""
     code = f"import sys\nsys.modules[{package!r}] = None\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n" + textwrap.dedent(script)
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
 
 
 def test_only_pytorch_lightning_installed(tmp_path: Path):

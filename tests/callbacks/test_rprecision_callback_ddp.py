@@ -15,6 +15,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ddp import child_env  # noqa: E402
 
 import ddp_rprecision_script as script  # noqa: E402
 
@@ -30,9 +33,7 @@ FILES = ("evaluator.json", "history.jsonl", "schema.json", "r_precision_curve.pn
 def _start(tmp_path: Path, devices: int) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / f"world{devices}" / "result.json"
     out.parent.mkdir(parents=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
-    for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # Lightning picks its own
-        env.pop(name, None)
+    env = child_env(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")  # Lightning picks its own ranks
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPT), str(out), str(devices)], env=env, cwd=out.parent,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,  # its own process group

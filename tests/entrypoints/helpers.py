@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import child_env  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def script_env() -> dict[str, str]:
     """The environment of an entry point run as its own program: offline W&B, and not attached to the W&B service of
-    this test process (wandb exports WANDB_SERVICE to children, which would then share the test process's runs)."""
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="2")
+    this test process (wandb exports WANDB_SERVICE to children, which would then share the test process's runs), and
+    not part of any job that launched the tests (`child_env`)."""
+    env = child_env(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="2")
     env.pop("WANDB_SERVICE", None)
     return env
 

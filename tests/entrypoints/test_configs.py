@@ -40,6 +40,14 @@ def _compose(config_name: str, overrides: list[str]):
     return cfg
 
 
+@pytest.fixture(autouse=True)
+def _restore_hydra_config():
+    """`_compose` sets the global HydraConfig, as a Hydra run does; put back what was there before the test."""
+    before = HydraConfig.instance().cfg
+    yield
+    HydraConfig.instance().cfg = before
+
+
 def test_every_group_has_options():
     for group in GROUPS:
         assert _options(group), f"conf/{group}/ is empty"

@@ -16,8 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,7 +179,9 @@ def test_summary_and_config_match_wandb_core_reader(runs: Runs, which: str) -> N
 
 def test_matches_legacy_python_datastore(runs: Runs) -> None:
     datastore = pytest.importorskip(
-        "wandb.sdk.internal.datastore", reason="this wandb no longer ships the Python DataStore"
+        "wandb.sdk.internal.datastore",
+        reason=f"wandb {wandb.__version__} has no wandb.sdk.internal.datastore, the Python reader of the legacy (pre "
+        "wandb-core) backend; the comparisons with `wandb leet inspect` check the same records",
     )
     for path in (runs.plain, runs.lightning):
         ds = datastore.DataStore()
@@ -436,21 +436,53 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def test_complete_log_is_read_at_once(small_run: SmallRun) -> None:
-    start = time.monotonic()
+class _Clock:
+    """A stand-in for the reader's ``time`` module: ``sleep`` moves the clock on at once, and the actions scheduled
+    up to the new time run first (a writer appending to the log), so a test of the waiting decides every interleaving
+    itself and never races a thread or the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        self._actions: list[tuple[float, Any]] = []
+
+    def at(self, t: float, action) -> None:
+        self._actions.append((self.now + t, action))
+        self._actions.sort(key=lambda item: item[0])
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+        while self._actions and self._actions[0][0] <= self.now:
+            self._actions.pop(0)[1]()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    import beyondlabels.io.wandb_offline as reader
+
+    fake = _Clock()
+    monkeypatch.setattr(reader, "time", fake)
+    return fake
+
+
+def test_complete_log_is_read_at_once(small_run: SmallRun, clock: _Clock) -> None:
     run = read_offline_run(small_run.path, wait_s=60)
-    assert time.monotonic() - start < 5, "a complete log must not wait"
+    assert clock.sleeps == [], "a complete log must not wait"
     assert run.complete and run.exit_code == 0
     assert [v for _, v in run.series("val/map@r")] == pytest.approx([0.1 * i for i in range(5)])
 
 
-def test_log_without_exit_record_raises_after_waiting(small_run: SmallRun, tmp_path: Path) -> None:
+def test_log_without_exit_record_raises_after_waiting(small_run: SmallRun, tmp_path: Path, clock: _Clock) -> None:
     part = _write(tmp_path / "run-partial.wandb", small_run.data[: small_run.cut])
-    start = time.monotonic()
     with pytest.raises(IncompleteRunError, match="incomplete W&B run log") as excinfo:
         read_offline_run(part, wait_s=0.6, poll_s=0.05)
-    elapsed = time.monotonic() - start
-    assert 0.6 <= elapsed < 10
+    # it polled every poll_s up to the deadline, no longer
+    assert max(clock.sleeps) <= 0.05 and sum(clock.sleeps) == pytest.approx(0.6, abs=1e-9)
     assert str(part) in str(excinfo.value) and "allow_incomplete" in str(excinfo.value)
 
 
@@ -462,26 +494,24 @@ def test_incomplete_log_on_request(small_run: SmallRun, tmp_path: Path) -> None:
     assert len(run.history) == small_run.n_history - 1 and run.history == full.history[:-1]
 
 
-def test_waits_for_the_writer_to_finish(small_run: SmallRun, tmp_path: Path) -> None:
-    """A log completed while the reader waits is read whole, as a finished run."""
+def test_waits_for_the_writer_to_finish(small_run: SmallRun, tmp_path: Path, clock: _Clock) -> None:
+    """A log completed while the reader waits is read whole, as a finished run; a record the reader sees cut mid-way
+    is read again once the writer has finished it."""
     part = _write(tmp_path / "run-growing.wandb", small_run.data[: small_run.cut])
 
-    def finish_writing() -> None:
-        time.sleep(0.5)
-        with open(part, "ab") as fp:
-            fp.write(small_run.data[small_run.cut : small_run.cut + 9])  # a record cut mid-way first
-            fp.flush()
-            time.sleep(0.3)
-            fp.write(small_run.data[small_run.cut + 9 :])
+    def append(data: bytes):
+        def write() -> None:
+            with open(part, "ab") as fp:
+                fp.write(data)
 
-    writer = threading.Thread(target=finish_writing)
-    start = time.monotonic()
-    writer.start()
-    try:
-        run = read_offline_run(part, wait_s=30, poll_s=0.05)
-    finally:
-        writer.join()
-    assert time.monotonic() - start >= 0.5
+        return write
+
+    clock.at(0.5, append(small_run.data[small_run.cut : small_run.cut + 9]))  # a record cut mid-way first
+    clock.at(0.8, append(small_run.data[small_run.cut + 9 :]))
+    start = clock.now
+    run = read_offline_run(part, wait_s=30, poll_s=0.05)
+    # it returned at the first poll after the writer finished, not at the deadline
+    assert 0.8 <= clock.now - start < 0.8 + 0.05 + 1e-9
     full = read_offline_run(small_run.path)
     assert run.complete and run.exit_code == 0
     assert run.history == full.history and run.summary == full.summary

@@ -3,14 +3,17 @@ drops repeated ids; names bad input; two gloo processes give exactly the single-
 
 from __future__ import annotations
 
-import os
-import socket
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import gloo_store, init_gloo  # noqa: E402
 
 from beyondlabels.functional import crossmodal_retrieval_metrics
 from beyondlabels.metrics import CrossModalRetrieval
@@ -159,16 +162,8 @@ def test_bad_input_is_named():
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _worker(rank: int, world: int, store: str, shards, out_path: str, distributed_search: bool) -> None:
+    init_gloo(rank, world, store)
     try:
         m = CrossModalRetrieval(ks=KS, return_neighbors=1, chunk_size=8, distributed_search=distributed_search)
         for images, image_ids, texts, text_image_ids, text_ids in shards[rank]:
@@ -198,7 +193,7 @@ def test_two_process_gloo_equals_single_process(pairs, tmp_path, distributed_sea
     single.update(images, image_ids, texts, text_image_ids, text_ids)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_worker, args=(2, _free_port(), shards, out_path, distributed_search), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, gloo_store(tmp_path), shards, out_path, distributed_search), nprocs=2, join=True)
     repeated = 2 + int(torch.isin(owner_t, perm[:2]).sum())
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")

@@ -3,8 +3,6 @@ validation, and a two-process gloo run that must equal the single-process result
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 from pathlib import Path
 
@@ -18,6 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 
 from outputs import assert_same_outputs  # noqa: E402
 from retrieval_data import clustered  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import gloo_store, init_gloo  # noqa: E402
 
 from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
 from beyondlabels.metrics import EmbeddingRetrieval  # noqa: E402
@@ -238,20 +239,11 @@ def test_compute_errors():
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ddp_worker(
-    rank: int, world: int, port: int, shards, out_path: str, distributed_search: bool, max_queries, deep_metrics: bool = True,
+    rank: int, world: int, store: str, shards, out_path: str, distributed_search: bool, max_queries, deep_metrics: bool = True,
     string_labels: bool = False,
 ) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_gloo(rank, world, store)
     try:
         emb, labels, ids = shards[rank]
         m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16, max_queries=max_queries, deep_metrics=deep_metrics)
@@ -279,7 +271,7 @@ def test_two_process_gloo_equals_single_process(data, tmp_path, distributed_sear
     single.update(emb, labels, ids)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, distributed_search, max_queries), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path, distributed_search, max_queries), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
         assert int(got["num_duplicates"]) == 10 and int(ref["num_duplicates"]) == 0
@@ -297,7 +289,7 @@ def test_two_process_gloo_shallow_mode_equals_single_process(data, tmp_path, max
     ref = single.compute()
     assert "r_precision" not in ref and "first_relevant_rank" not in ref["per_query"]
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, True, max_queries, False), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path, True, max_queries, False), nprocs=2, join=True)
     for rank in range(2):
         assert_same(torch.load(f"{out_path}.{rank}"), ref)
 
@@ -383,7 +375,7 @@ def test_two_process_gloo_string_labels_give_every_rank_every_name(data, tmp_pat
     ref = single.compute()
     assert sorted(ref["label_names"].values()) == sorted({f"class {int(v)}" for v in labels})
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path, True, None, True, True), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path, True, None, True, True), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
         assert got["label_names"] == ref["label_names"]

@@ -3,14 +3,17 @@ gloo processes against one."""
 
 from __future__ import annotations
 
-import os
 import random
-import socket
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import gloo_store, init_gloo  # noqa: E402
 
 from beyondlabels.functional import hierarchical_precision_recall
 from beyondlabels.metrics import HierarchicalPrecisionRecall
@@ -117,17 +120,8 @@ def test_taxonomy_from_a_file_and_include_root(tmp_path):
 # ---- two processes (gloo) -----------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _ddp_worker(rank: int, world: int, store: str, shards, out_path: str) -> None:
+    init_gloo(rank, world, store)
     try:
         pred, gt, ids = shards[rank]
         metric = HierarchicalPrecisionRecall(TREE)
@@ -149,7 +143,7 @@ def test_two_process_gloo_equals_single_process(tmp_path):
     single.update(pred, gt, ids)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}", weights_only=False)
         assert int(got["num_duplicates"]) == 10 and int(ref["num_duplicates"]) == 0

@@ -4,8 +4,6 @@ deduplication, validation, and a two-process gloo run equal to the single-proces
 from __future__ import annotations
 
 import math
-import os
-import socket
 import sys
 from pathlib import Path
 
@@ -18,6 +16,9 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
 from outputs import assert_same_outputs  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import gloo_store, init_gloo  # noqa: E402
 
 from beyondlabels.demo import demo_profiles  # noqa: E402
 from beyondlabels.functional import ClassGains, encode_labels, feature_similarity  # noqa: E402
@@ -152,17 +153,8 @@ def test_bad_updates_are_named():
         metric(with_embeddings=True).update(torch.tensor([0]), torch.tensor([1]))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _ddp_worker(rank: int, world: int, store: str, shards, out_path: str) -> None:
+    init_gloo(rank, world, store)
     try:
         q, r, emb, ids = shards[rank]
         m = metric(with_embeddings=True)
@@ -184,7 +176,7 @@ def test_two_process_gloo_equals_single_process(tmp_path):
     single.update(q, r, ids, embeddings=emb)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
         assert got.pop("num_duplicates") == 8 and ref["num_duplicates"] == 0
@@ -216,11 +208,8 @@ def test_retrieval_with_mismatch_matches_numpy():
     assert {k for k in m.output_schema().scalar_keys() if k.startswith("mismatch_")} <= set(out)
 
 
-def _ddp_retrieval_worker(rank: int, world: int, port: int, shards, out_path: str) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _ddp_retrieval_worker(rank: int, world: int, store: str, shards, out_path: str) -> None:
+    init_gloo(rank, world, store)
     try:
         q, emb, ids = shards[rank]
         m = _retrieval_metric()
@@ -242,7 +231,7 @@ def test_retrieval_with_mismatch_two_processes_equal_one(tmp_path):
     single.update(emb, q, ids)
     ref = {k: v for k, v in single.compute().items() if k.startswith(("mismatch_", "s_"))}
     out_path = str(tmp_path / "ret")
-    mp.spawn(_ddp_retrieval_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
+    mp.spawn(_ddp_retrieval_worker, args=(2, gloo_store(tmp_path), shards, out_path), nprocs=2, join=True)
     for rank in range(2):
         assert_same_outputs(torch.load(f"{out_path}.{rank}"), ref)
 

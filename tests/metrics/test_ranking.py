@@ -4,15 +4,18 @@ and a two-process gloo run equal to one process."""
 from __future__ import annotations
 
 import math
-import os
 import random
-import socket
+import sys
+from pathlib import Path
 
 import pytest
 import pytrec_eval
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import gloo_store, init_gloo  # noqa: E402
 
 from beyondlabels.metrics import RankingAudit
 
@@ -126,17 +129,8 @@ def test_bad_arguments_are_clear_errors(kwargs, update, match):
         metric.update(*update)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank, world, port, shards, out_path):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _worker(rank, world, store, shards, out_path):
+    init_gloo(rank, world, store)
     try:
         scores, grades, ids = shards[rank]
         metric = RankingAudit(ks=KS)
@@ -156,7 +150,7 @@ def test_two_process_gloo_equals_single_process(tmp_path):
     single = RankingAudit(ks=KS)
     single.update(scores, grades, ids)
     ref = single.compute()
-    mp.spawn(_worker, args=(2, _free_port(), shards, str(tmp_path / "out")), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, gloo_store(tmp_path), shards, str(tmp_path / "out")), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{tmp_path / 'out'}.{rank}")
         assert int(got["num_duplicates"]) == 1

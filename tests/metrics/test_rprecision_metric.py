@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 from pathlib import Path
 
@@ -16,6 +14,9 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 
 from outputs import assert_same_outputs  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import gloo_store, init_gloo  # noqa: E402
 
 from beyondlabels.functional.rprecision import draw_candidate_sets  # noqa: E402
 from beyondlabels.metrics.rprecision import TextImageRPrecision  # noqa: E402
@@ -114,17 +115,8 @@ def test_validation():
 # ---- two processes (gloo) --------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ddp_worker(rank: int, world: int, port: int, shards, out_path: str) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _ddp_worker(rank: int, world: int, store: str, shards, out_path: str) -> None:
+    init_gloo(rank, world, store)
     try:
         img, txt, ids, classes = shards[rank]
         m = TextImageRPrecision(**SETTINGS)
@@ -145,7 +137,7 @@ def test_two_process_gloo_equals_single_process(data, tmp_path):
     single.update(img, txt, ids, class_ids=classes)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
         assert int(got["num_duplicates"]) == 10

@@ -3,14 +3,17 @@ ids are dropped, bad input is named, and two gloo processes give exactly the sin
 
 from __future__ import annotations
 
-import os
-import socket
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import gloo_store, init_gloo  # noqa: E402
 
 from beyondlabels.functional import classification_metrics, topk_classes
 from beyondlabels.metrics import ZeroShotClassification
@@ -99,16 +102,8 @@ def test_bad_input_is_named():
         m.update(torch.tensor([[float("nan"), 0.0, 0.0]]), torch.tensor([0]))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world: int, port: int, shards, out_path: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _worker(rank: int, world: int, store: str, shards, out_path: str) -> None:
+    init_gloo(rank, world, store)
     try:
         scores, labels, ids = shards[rank]
         m = ZeroShotClassification(num_classes=C, ks=KS)
@@ -129,7 +124,7 @@ def test_two_process_gloo_equals_single_process(data, tmp_path):
     m.update(scores, labels, ids)
     ref = m.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_worker, args=(2, _free_port(), shards, out_path), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, gloo_store(tmp_path), shards, out_path), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
         assert int(got["num_duplicates"]) == 2
