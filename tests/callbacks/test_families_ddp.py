@@ -4,23 +4,22 @@ and profile callbacks (the retrieval family's own test: test_retrieval_callback_
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ddp import child_env  # noqa: E402
+
 SCRIPT = Path(__file__).with_name("ddp_families_script.py")
-# the launcher's own distributed and cluster variables must not reach the children
-INHERITED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _run(tmp_path: Path, devices: int) -> list[dict]:
     out = tmp_path / f"world{devices}" / "result.json"
     out.parent.mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k not in INHERITED and not k.startswith("SLURM_") and k != "PL_GLOBAL_SEED"}
-    env.update(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
+    env = child_env(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(out), str(devices)], env=env, capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-6000:]

@@ -17,6 +17,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_crossmodal import oracle, paired_data  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "tests" / "entrypoints"))
+from helpers import script_env  # noqa: E402
+
 from beyondlabels import tasks  # noqa: E402
 
 REQUIRED = [
@@ -90,7 +93,7 @@ def test_command_line(tmp_path: Path):
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "evaluate.py"), "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}",
          f"paths.log_dir={tmp_path / 'logs'}"],
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=script_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert set(REQUIRED) <= set(json.loads(out.read_text()))
