@@ -81,18 +81,90 @@ def test_analytic_generators(tmp_path, faithful, key, expected):
     assert saved["evaluator"] == ColourEvaluator.identity and saved["protocol"]["num_candidates"] == 10
 
 
+_MASK = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    """splitmix64's finaliser, modulo 2**64."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _distractors(query_id: int, pool_ids: list[int], count: int, seed: int = 0, repeat: int = 0) -> list[int]:
+    """The documented seeded draw (no classes, distinct captions, no near-duplicate rule): positions
+    ``(h_j mod 2**63) mod N`` of the ascending pool, ``h_j`` the splitmix64 stream seeded with ``mix(base ^ q)``,
+    skipping the query itself and samples already kept, until ``count`` are kept."""
+    space = sorted(pool_ids)
+    base = _mix(_mix(seed) ^ _mix((repeat * _GAMMA + 1) & _MASK))
+    state = _mix(base ^ query_id)
+    kept: list[int] = []
+    j = 0
+    while len(kept) < count:
+        h = _mix((state + (j + 1) * _GAMMA) & _MASK)
+        candidate = space[(h % (1 << 63)) % len(space)]
+        if candidate != query_id and candidate not in kept:
+            kept.append(candidate)
+        j += 1
+    return kept
+
+
 def test_tiny_open_clip_evaluator_and_table_rows(tmp_path):
+    """The tiny open_clip evaluator: the ranks, the R-precision and the W&B table rows equal a computation here from
+    the evaluator's embeddings of the generated pictures and prompts, with the candidate sets drawn by hand."""
+    import numpy as np
+
     evaluator = ClipEvaluator(model_cfg=TINY_CONFIG, init_seed=0, cache_dir=tmp_path / "cache")
     cb = RPrecisionCallback(evaluator, num_prompts=20, num_candidates=8, top_r=(1,), every_n_steps=4, strict=True,
                             num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
+    captured = []
+
+    def log_wandb(trainer_, results, step, band_drawn):  # what the base runs on rank 0 when a WandbLogger is attached
+        media = _Media()
+        cb.log_media(trainer_, results, media)
+        captured.append((results, media.tables))
+
+    cb._log_wandb = log_wandb
     module = Generator(True)
     trainer = _fit(tmp_path, module, cb)
     record = cb.history[-1]
-    assert len(cb.history) == 1 and 0.0 <= record["r_precision"] <= 1.0 and record["num_candidates"] == 8
+    assert len(cb.history) == 1 and len(captured) == 1 and record["num_candidates"] == 8
     assert (evaluator.cache.misses, evaluator.cache.hits) == (20, 0)
     again = cb.evaluate(trainer, module)  # the prompts' features now come from the cache
     assert (evaluator.cache.misses, evaluator.cache.hits) == (20, 20)
     assert float(again["r_precision"]) == record["r_precision"]
+
+    results, tables = captured[0]
+    ids = results["per_query"]["query_id"].tolist()
+    assert len(ids) == 20 and len(set(ids)) == 20 and all(0 <= i < len(POOL) for i in ids)
+    prompts = [POOL[i] for i in ids]
+    with torch.no_grad():
+        images = module.generate(prompts)
+        u = evaluator.encode_images(images).double().numpy()
+        t = evaluator.encode_texts(prompts).double().numpy()
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    t /= np.linalg.norm(t, axis=1, keepdims=True)
+    s = u @ t.T  # s[a, b]: picture of prompt a against prompt b
+    where = {i: n for n, i in enumerate(ids)}
+    i2t, t2i = {}, {}
+    for n, q in enumerate(ids):
+        others = [where[d] for d in _distractors(q, ids, 7)]
+        for d in others:  # a gap this small could flip under fp32 rounding: the test data must avoid it
+            assert abs(s[n, d] - s[n, n]) > 1e-5 and abs(s[d, n] - s[n, n]) > 1e-5
+        i2t[q] = 1 + int((s[n, others] >= s[n, n]).sum())
+        t2i[q] = 1 + int((s[others, n] >= s[n, n]).sum())
+    assert dict(zip(ids, results["per_query"]["rank"].long().tolist())) == i2t
+    assert record["r_precision"] == pytest.approx(np.mean([r == 1 for r in i2t.values()]), abs=1e-12)
+    assert record["text_to_image_r_precision"] == pytest.approx(np.mean([r == 1 for r in t2i.values()]), abs=1e-12)
+    assert 0 < record["r_precision"] < 1, "the untrained tiny evaluator should rank some own captions first, not all"
+    # the table: the five smallest ids, each with its prompt, the picture generated from it and its own-caption rank
+    columns, rows = tables["samples"]
+    assert columns == ["prompt", "generated_image", "rank_of_own_caption", "id"]
+    assert [r["id"] for r in rows] == sorted(ids)[:5]
+    for row in rows:
+        assert row["prompt"] == POOL[row["id"]] and row["rank_of_own_caption"] == i2t[row["id"]]
+        assert torch.equal(row["generated_image"], _colour(POOL[row["id"]]).view(3, 1, 1).expand(3, 8, 8))
 
 
 def test_sample_pictures_are_written_beside_the_history(tmp_path):
