@@ -114,19 +114,57 @@ def test_the_module_encoder_embeds_node_texts_again_at_every_step(tmp_path: Path
     assert callback.history[-1]["hP"] == pytest.approx(float(ref["hP"]))
 
 
+PARENT = {"a0": "A", "a1": "A", "b0": "B", "b1": "B"}
+
+
+def _own_precision_recall(pred: str, truth: str) -> tuple[float, float]:
+    """Per-sample hP and hR written out for the two-level TREE: node plus parent against node plus parent."""
+    p, g = {pred, PARENT[pred]}, {truth, PARENT[truth]}
+    return len(p & g) / len(p), len(p & g) / len(g)
+
+
 def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
+    """What reaches the offline W&B run: the scalars, the example table (the first samples: answer, mapped node, rule,
+    ground truth, per-sample hP / hR) and the per-class hP-hR scatter table, against the model's predictions."""
     from pytorch_lightning.loggers import WandbLogger
+
+    from beyondlabels.io import read_offline_run
 
     logger = WandbLogger(offline=True, save_dir=str(tmp_path), project="test")
     callback = HierarchyEvalCallback(TREE, class_names=CLASSES, strict=True, num_examples=5)
     try:
-        _fit(tmp_path, callback, logger=logger)
-        assert len(callback._examples) == 5
-        assert {"answer", "mapped_node", "rule", "ground_truth"} <= set(next(iter(callback._examples.values())))
+        _, model, dm = _fit(tmp_path, callback, logger=logger)
     finally:
         import wandb
 
         wandb.finish()
+    with torch.no_grad():
+        predicted = [CLASSES[int(i)] for i in model.predict_labels(torch.from_numpy(dm.eval_set.points))]
+    truth = [CLASSES[int(i)] for i in dm.eval_set.labels]
+    own = [_own_precision_recall(p, t) for p, t in zip(predicted, truth)]
+    assert 0 < sum(p == t for p, t in zip(predicted, truth)) < len(truth), "the toy model should be right on some samples only"
+    run = read_offline_run(tmp_path)
+    (run_dir,) = tmp_path.glob("wandb/offline-run-*/")
+
+    def table(key: str) -> dict:
+        (entry,) = [value for _, value in run.series(key)]
+        return json.loads((run_dir / "files" / entry["path"]).read_text())
+
+    assert run.series("hierarchy/hP")[-1][1] == pytest.approx(sum(p for p, _ in own) / len(own), abs=1e-12)
+    assert run.series("hierarchy/num_samples")[-1][1] == len(truth)
+    examples = table("hierarchy/examples")
+    assert examples["columns"] == ["input_image", "answer", "mapped_node", "rule", "ground_truth", "p_n", "r_n", "id"]
+    expected_rows = [[None, predicted[i], predicted[i], "class", truth[i], *own[i], i] for i in range(5)]
+    assert examples["data"] == expected_rows
+    scatter = table("hierarchy/hp_hr_per_class_table")
+    assert scatter["columns"] == ["class", "hP", "hR", "count"]
+    per_class = []
+    for name in CLASSES:
+        mine = [own[i] for i, t in enumerate(truth) if t == name]
+        per_class.append([name, sum(p for p, _ in mine) / len(mine), sum(r for _, r in mine) / len(mine), len(mine)])
+    assert [row[0] for row in scatter["data"]] == CLASSES and [row[3] for row in scatter["data"]] == [row[3] for row in per_class]
+    for got, want in zip(scatter["data"], per_class):
+        assert got[1:3] == pytest.approx(want[1:3], abs=1e-12), got[0]
 
 
 def test_errors_are_clear(tmp_path: Path):
