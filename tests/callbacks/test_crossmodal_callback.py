@@ -182,19 +182,58 @@ def _neighbors(model: DualEncoder, dataset: PairDataset, max_captions: int) -> d
     return {"text_ids": text_ids, "image_ids": full["neighbors"]["indices"], "scores": full["neighbors"]["scores"]}
 
 
+def offline_run_table(tmp_path: Path, key: str) -> dict:
+    """The one W&B table logged under ``key`` in the offline run below ``tmp_path``, as wandb wrote it (columns, data)."""
+    from beyondlabels.io import read_offline_run
+
+    (entry,) = [value for _, value in read_offline_run(tmp_path).series(key)]
+    (run_dir,) = tmp_path.glob("wandb/offline-run-*/")
+    return json.loads((run_dir / "files" / entry["path"]).read_text())
+
+
 def test_wandb_table_is_logged_under_strict_mode(tmp_path: Path):
+    """The worst text-to-image misses reach the offline run: the rows equal a numpy ranking of the module's own
+    embeddings (worst rank first, then the smaller text id), and so does the logged recall@1."""
     from pytorch_lightning.loggers import WandbLogger
 
+    from beyondlabels.io import read_offline_run
     from beyondlabels.utils import close_wandb
 
     dm = PairDataModule(max_captions=2)
+    model = DualEncoder(dm)  # lr 0: the evaluated weights are the initial ones
     logger = WandbLogger(project="beyondlabels-test", save_dir=str(tmp_path), offline=True)
     callback = CrossModalEvalCallback(max_captions_per_image=2, num_misses=4, strict=True)  # a media error would raise
     try:
-        _trainer(tmp_path, [callback], logger=logger, log_every_n_steps=1).fit(DualEncoder(dm), dm)
+        _trainer(tmp_path, [callback], logger=logger, log_every_n_steps=1).fit(model, dm)
     finally:
         close_wandb()
     assert "error" not in callback.history[-1] and callback.history[-1]["num_texts"] > 40
+    data = dm.eval_set
+    with torch.no_grad():
+        images = model.encode_image(torch.from_numpy(data.points).view(-1, 3, 2, 2)).double().numpy()
+        captions = [(i, j, t) for i, caps in enumerate(data.captions) for j, t in enumerate(caps)]
+        texts = model.encode_text([t for *_, t in captions]).double().numpy()
+    images /= np.linalg.norm(images, axis=1, keepdims=True)
+    texts /= np.linalg.norm(texts, axis=1, keepdims=True)
+    s = texts @ images.T
+    misses = []
+    for row, (owner, slot, caption) in enumerate(captions):
+        own = s[row, owner]
+        assert np.abs(np.delete(s[row], owner) - own).min() > 1e-5, "a near tie could flip under fp32 rounding"
+        rank = 1 + int((s[row] > own).sum())
+        best = int(np.argmax(s[row]))
+        misses.append((-rank, owner * 2 + slot, [caption, rank, s[row, best], owner * 2 + slot, owner, best]))
+    run = read_offline_run(tmp_path)
+    ranks = [m[2][1] for m in misses]
+    assert run.series("crossmodal/text_to_image_recall@1")[-1][1] == pytest.approx(np.mean([r == 1 for r in ranks]), abs=1e-12)
+    assert run.series("crossmodal/text_to_image_mean_rank")[-1][1] == pytest.approx(np.mean(ranks), abs=1e-12)
+    expected = [m[2] for m in sorted(m for m in misses if m[2][1] > 1)[:4]]
+    table = offline_run_table(tmp_path, "crossmodal/worst_text_to_image_misses")
+    assert table["columns"] == ["caption", "true_image", "retrieved_image", "true_image_rank", "cosine", "text_id", "true_image_id", "retrieved_image_id"]
+    assert len(table["data"]) == 4
+    for got, want in zip(table["data"], expected, strict=True):
+        assert [got[0], got[3], *got[5:]] == [want[0], want[1], *want[3:]]
+        assert got[4] == pytest.approx(want[2], abs=1e-6)  # the kernel's fp32 score
 
 
 def test_bad_batches_and_options_are_named(tmp_path: Path):
