@@ -11,7 +11,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_crossmodal_callback import CLASS_NAMES, DualEncoder, PairDataModule, _trainer  # noqa: E402
+from test_crossmodal_callback import CLASS_NAMES, DualEncoder, PairDataModule, _trainer, offline_run_table  # noqa: E402
 
 from beyondlabels.callbacks import ZeroShotEvalCallback  # noqa: E402
 
@@ -106,18 +106,34 @@ def test_string_labels_tuple_batches_and_explicit_class_names(tmp_path: Path):
 
 
 def test_wandb_confusion_matrix_under_strict_mode(tmp_path: Path):
+    """The confusion matrix and top-k accuracies that reach the offline run equal the direct computation."""
     from pytorch_lightning.loggers import WandbLogger
 
+    from beyondlabels.io import read_offline_run
     from beyondlabels.utils import close_wandb
 
     dm = PairDataModule()
+    model = DualEncoder(dm)  # lr 0: the evaluated weights are the initial ones
     logger = WandbLogger(project="beyondlabels-test", save_dir=str(tmp_path), offline=True)
     callback = ZeroShotEvalCallback(templates=TEMPLATES, ks=(1, 2), strict=True)  # a media error would raise
     try:
-        _trainer(tmp_path, [callback], logger=logger).fit(DualEncoder(dm), dm)
+        _trainer(tmp_path, [callback], logger=logger).fit(model, dm)
     finally:
         close_wandb()
     assert "error" not in callback.history[-1] and callback.history[-1]["num_classes"] == 4
+    top1, predictions = expected_top(model, dm, 1)
+    top2, _ = expected_top(model, dm, 2)
+    run = read_offline_run(tmp_path)
+    assert run.series("zeroshot/top1")[-1][1] == pytest.approx(top1, abs=1e-12)
+    assert run.series("zeroshot/top2")[-1][1] == pytest.approx(top2, abs=1e-12)
+    labels = dm.eval_set.labels.tolist()
+    counts = {(a, p): 0 for a in CLASS_NAMES for p in CLASS_NAMES}
+    for label, prediction in zip(labels, predictions, strict=True):
+        counts[CLASS_NAMES[label], CLASS_NAMES[prediction]] += 1
+    assert len(set(predictions)) > 1 and 0 < top1 < 1, "the toy problem should be neither trivial nor hopeless"
+    table = offline_run_table(tmp_path, "zeroshot/confusion_matrix_table")
+    assert table["columns"] == ["Actual", "Predicted", "nPredictions"]
+    assert {(a, p): n for a, p, n in table["data"]} == counts and len(table["data"]) == 16
 
 
 def test_errors_are_named(tmp_path: Path):
