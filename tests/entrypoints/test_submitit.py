@@ -4,7 +4,6 @@ two-job multirun with ``hydra/launcher=submitit_local`` runs each job in its own
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
