@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -205,7 +206,17 @@ def test_t2i_demo_experiment_logs_r_precision(tmp_path):
     output_dir = wandb_file.parents[2]
     history = read_history(output_dir / "rprecision" / "history.jsonl")
     assert [h["step"] for h in history] == [1, 2]
-    assert all(h["num_samples"] == 128 and h["chance"] == pytest.approx(0.01) and 0 <= h["r_precision"] <= 1 for h in history)
+    assert all(h["num_samples"] == 128 and h["chance"] == pytest.approx(0.01) for h in history)
+    # each evaluation's numbers are numpy's reduction of its per-sample file (one draw, folds protocol): a hit at r is
+    # rank <= r, the R-precision the mean of the hits, the CLIP score the mean of the per-sample scores
+    for h in history:
+        with np.load(output_dir / "rprecision" / h["per_query_file"]) as pq:
+            assert pq["rank"].shape == (128,)
+            np.testing.assert_array_equal(pq["r_precision"], (pq["rank"] <= 1).astype(float))
+            for key, value in (("r_precision", np.mean(pq["rank"] <= 1)), ("r_precision@5", np.mean(pq["rank"] <= 5)),
+                               ("r_precision@10", np.mean(pq["rank"] <= 10)), ("clip_score", np.mean(pq["clip_score"]))):  # fmt: skip
+                assert h[key] == pytest.approx(value, rel=1e-12, abs=1e-15), (h["step"], key)
+            assert h["text_to_image_r_precision"] == pytest.approx(np.mean(pq["text_to_image_r_precision"]), rel=1e-12, abs=1e-15)
     saved = json.loads((output_dir / "rprecision" / "evaluator.json").read_text())
     assert saved["evaluator"]["weights"] == f"checkpoint sha256:{file_sha256(tmp_path / 't2i_evaluator' / 'tiny_clip.pt')}"
     run = read_offline_run(wandb_file)
@@ -213,4 +224,5 @@ def test_t2i_demo_experiment_logs_r_precision(tmp_path):
     expected |= {"train/loss", "val/loss"}
     assert expected <= set(run.keys()), sorted(expected - set(run.keys()))
     assert run.config["optimized_metric"] == "rprecision/r_precision"
+    assert run.summary["rprecision/r_precision"] == pytest.approx(history[-1]["r_precision"], rel=1e-12, abs=1e-15)
     assert (output_dir / "checkpoints" / "last.ckpt").is_file()

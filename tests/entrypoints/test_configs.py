@@ -58,25 +58,48 @@ def test_group_option_composes(group: str, option: str, tmp_path: Path):
     if group == "hparams_search" and not HAS_OPTUNA:
         pytest.skip("hydra-optuna-sweeper is an optional extra (pip install 'beyondlabels[sweep]')")
     cfg = _compose("train", [f"{group}={option}", f"paths.log_dir={tmp_path}"])
+    raw = OmegaConf.to_container(cfg, resolve=False)  # interpolations as written, the hydra node included
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path)  # ${hydra:runtime.output_dir} exists only inside a run
         del cfg["hydra"]
     container = OmegaConf.to_container(cfg, resolve=True)
-    # every plain value the option file sets is in the composed config, where its package puts it
+    # every value the option file sets, and every value of a same-group config in its defaults list that it does
+    # not set itself, is in the composed config where its package puts it: plain values resolved, interpolations
+    # as written (the hydra node is only resolved inside a run)
     text = (CONF / group / f"{option}.yaml").read_text()
-    content = yaml.safe_load(text) or {}
-    content.pop("defaults", None)
-    content.pop("hydra", None)  # the hydra node exists only inside a run
-    if group == "hydra":
-        return  # the hydra node exists only inside a run
-    target = container if "@package _global_" in text else container[group]
-    for path, value in _leaves(content):
-        if isinstance(value, str) and "${" in value:
-            continue
-        node = target
-        for part in path:
+    content = _content(group, option)
+    inherited = [d for d in (yaml.safe_load(text) or {}).get("defaults") or [] if isinstance(d, str) and d != "_self_"]
+    own = {path for path, _ in _leaves(content)}
+    expected = list(_leaves(content))
+    for name in inherited:
+        expected += [(path, value) for path, value in _leaves(_content(group, name)) if not any(_nested(path, o) for o in own)]
+    packaged = "@package _global_" in text
+    if not expected:  # an empty option: the group composes to nothing
+        assert container[group] in (None, {}), (group, option, container[group])
+        return
+    for path, value in expected:
+        full = (*([] if packaged else [group]), *path)
+        if full in (("paths", "log_dir"), ("paths", "output_dir")):
+            continue  # set above
+        interpolated = isinstance(value, str) and "${" in value
+        node = raw if interpolated or group == "hydra" else container
+        for part in full:
             node = node[part]
         assert node == value, (group, option, path)
+
+
+def _nested(a: tuple, b: tuple) -> bool:
+    """One key path lies inside the other (an option's own value replaces the inherited subtree)."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def _content(group: str, option: str) -> dict:
+    content = yaml.safe_load((CONF / group / f"{option}.yaml").read_text()) or {}
+    content.pop("defaults", None)
+    if group != "hydra":
+        content.pop("hydra", None)  # a hydra node of an option exists only inside a run
+    return content
 
 
 def _leaves(tree, prefix=()):

@@ -85,7 +85,19 @@ def test_mismatch_task_report_matches_references(tmp_path):
     assert set(mismatch_output_schema().scalar_keys()) <= set(report)
     assert report["null_ci95"] == [report["null_ci95_low"], report["null_ci95_high"]]
     assert report["pair_distribution"]["p90"] == pytest.approx(np.percentile(pairs, 90), abs=1e-12)
-    assert sum(row["count"] for row in report["mismatch_pairs"]) <= wrong.sum()
+    # the table: the 20 most frequent directed pairs, by count, ties by query then retrieved class index
+    pair_counts = np.zeros((len(classes), len(classes)), dtype=int)
+    np.add.at(pair_counts, (qi[wrong], ri[wrong]), 1)
+    ranked = sorted(zip(*np.nonzero(pair_counts), strict=True), key=lambda ab: (-pair_counts[ab], ab[0], ab[1]))
+    assert len(ranked) > 20 and pair_counts[ranked[19]] == pair_counts[ranked[20]]  # the cut and the tie rule matter
+    expected_rows = [{"query": classes[a], "retrieved": classes[b], "count": int(pair_counts[a, b]),
+                      "share": pair_counts[a, b] / wrong.sum(), "similarity": m[a, b]} for a, b in ranked[:20]]  # fmt: skip
+    assert [(row["query"], row["retrieved"], row["count"]) for row in report["mismatch_pairs"]] == [
+        (row["query"], row["retrieved"], row["count"]) for row in expected_rows
+    ]
+    for row, ref in zip(report["mismatch_pairs"], expected_rows, strict=True):
+        assert row["share"] == pytest.approx(ref["share"], rel=1e-15)
+        assert row["similarity"] == pytest.approx(ref["similarity"], abs=1e-12)
 
 
 def test_mismatch_task_with_ranks_counts_and_npz(tmp_path):

@@ -98,4 +98,17 @@ def test_command_line(tmp_path: Path):
     run_script("evaluate.py", "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=20",
                "top_r=[1,5,10]", "repeats=10", "protocol=resample", "seed=0", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
     report = json.loads(out.read_text())
-    assert report["settings"]["protocol"] == "resample" and 0.0 <= report["r_precision"] <= 1.0
+    assert report["settings"]["protocol"] == "resample" and report["settings"]["repeats"] == 10
+    # ten redraws of the seeded sets (repeat 0..9), each scored by the numpy oracle: the report holds the mean and
+    # the spread (ddof 0) of the ten draws' R-precision, the per-sample file each sample's mean over the draws
+    hits = np.stack([
+        _oracle_hits(img.astype(np.float64), txt.astype(np.float64),
+                     draw_candidate_sets(torch.from_numpy(txt), num_candidates=20, seed=0, repeat=rep).distractor_ids.numpy())
+        for rep in range(10)
+    ])  # fmt: skip
+    assert 0.1 < hits.mean() < 0.9 and hits.mean(axis=1).std() > 0  # the draws differ, the value is informative
+    assert report["r_precision"] == pytest.approx(hits.mean(), abs=1e-12)
+    assert report["r_precision_std"] == pytest.approx(hits.mean(axis=1).std(), abs=1e-12)
+    with np.load(out.parent / report["per_query_file"]) as pq:
+        np.testing.assert_array_equal(pq["query_id"], np.arange(40))
+        np.testing.assert_allclose(pq["r_precision"], hits.mean(axis=0), rtol=0, atol=1e-15)

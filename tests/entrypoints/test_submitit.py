@@ -4,10 +4,10 @@ two-job multirun with ``hydra/launcher=submitit_local`` runs each job in its own
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -60,7 +60,16 @@ def test_two_job_multirun_with_submitit_local(tmp_path: Path):
         seeds.append(int(overrides.split("seed=")[1].split()[0].strip("'\"")))
         # every job trained, evaluated and wrote its own files
         history = read_history(job / "crossmodal" / "history.jsonl")
-        assert history and 0.0 <= history[-1]["text_to_image_recall@1"] <= 1.0 and history[-1]["num_images"] == 64
+        assert history and history[-1]["num_images"] == 64
+        # the logged values are numpy's reduction of the job's per-query file: recall@k of one caption per image is
+        # rank <= k, averaged over the queries of that direction
+        with np.load(job / "crossmodal" / history[-1]["per_query_file"]) as pq:
+            for direction, code in (("image_to_text", 0), ("text_to_image", 1)):
+                rank = pq[f"{direction}_rank"][pq["direction"] == code]
+                assert rank.shape == (64,) and np.all(pq["num_relevant"] == 1)
+                for k in (1, 5, 10):
+                    assert history[-1][f"{direction}_recall@{k}"] == pytest.approx(np.mean(rank <= k), abs=1e-15), (direction, k)
+                assert history[-1][f"{direction}_mean_rank"] == pytest.approx(rank.mean(), rel=1e-15), direction
         assert (job / "csv" / "metrics.csv").is_file() and (job / "retrieval" / "history.jsonl").is_file()
     assert sorted(seeds) == [1, 2]
     # submitit ran them as separate jobs, with their logs under the sweep folder

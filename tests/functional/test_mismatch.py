@@ -156,6 +156,25 @@ def test_null_mean_matches_its_analytic_value_with_real_class_frequencies():
     assert out["null_std"] == pytest.approx(np.sqrt(np.mean(per_draw_var) / q.size), rel=0.15)
 
 
+def test_null_mean_follows_very_uneven_frequencies_themselves():
+    """Counts spanning five orders of magnitude, with the most frequent classes the least similar: the null mean is
+    the frequency-weighted one, far (in null standard errors) from the mean under any flattening of the counts
+    (``sqrt(f)``, uniform)."""
+    freq = np.array([20000.0, 5000.0, 800.0, 120.0, 30.0, 6.0, 2.0, 1.0])
+    c = len(freq)
+    m = np.fromfunction(lambda a, b: 0.1 + 0.8 * (a + b) / (2 * (c - 1)), (c, c))  # similarity grows with rarity
+    np.fill_diagonal(m, 1.0)
+    rng = np.random.default_rng(11)
+    q = rng.integers(0, c, size=400)
+    r = (q + rng.integers(1, c, size=q.size)) % c
+    out = mismatch_analysis(torch.tensor(q), torch.tensor(r), m, counts=freq, num_trials=4000, seed=8)
+    expected = analytic_null_mean(q, m, freq)
+    standard_error = out["null_std"] / np.sqrt(4000)
+    assert out["null_mean"] == pytest.approx(expected, abs=5 * standard_error)
+    for flattened in (np.sqrt(freq), np.ones(c)):
+        assert abs(analytic_null_mean(q, m, flattened) - expected) > 100 * standard_error
+
+
 def test_p_value_floor_when_no_trial_reaches_the_observation():
     m = np.array([[1.0, 0.9, 0.1], [0.9, 1.0, 0.1], [0.1, 0.1, 1.0]])
     q = np.zeros(60, dtype=int)

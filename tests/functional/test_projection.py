@@ -3,14 +3,20 @@ bad input, and the projection scatter plot (PNG written, title with the percenta
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from sklearn.decomposition import PCA
 
-from beyondlabels.functional.projection import pca_projection
-from beyondlabels.reporting.plots import save_embedding_projection_png
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from devices import accelerator_device, needs_accelerator  # noqa: E402
+
+from beyondlabels.functional.projection import pca_projection  # noqa: E402
+from beyondlabels.reporting.plots import save_embedding_projection_png  # noqa: E402
 
 
 def anisotropic(n: int, d: int, seed: int) -> np.ndarray:
@@ -114,11 +120,12 @@ def test_plot_arguments_are_checked(tmp_path, coords, labels, names, explained, 
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_accelerator
 def test_cuda_matches_cpu():
+    device = accelerator_device()
     x = torch.tensor(anisotropic(500, 64, seed=9), dtype=torch.float32)
     coords, ratio = pca_projection(x)
-    coords_gpu, ratio_gpu = pca_projection(x.cuda())
-    assert coords_gpu.device.type == "cuda" and ratio_gpu.device.type == "cuda"
+    coords_gpu, ratio_gpu = pca_projection(x.to(device))
+    assert coords_gpu.device == device and ratio_gpu.device == device
     torch.testing.assert_close(ratio_gpu.cpu(), ratio, rtol=0, atol=1e-10)
     torch.testing.assert_close(coords_gpu.cpu(), coords, rtol=0, atol=1e-8)  # the same signs: the rule, not the SVD

@@ -12,7 +12,9 @@ import torch
 from torchmetrics.retrieval import RetrievalHitRate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 
+from devices import accelerator_device, needs_accelerator  # noqa: E402
 from outputs import assert_same_outputs  # noqa: E402
 
 from beyondlabels.functional import rprecision  # noqa: E402
@@ -411,9 +413,9 @@ def check_device_against_cpu(device: str, monkeypatch) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_accelerator
 def test_cuda_draws_the_cpu_sets_and_scores_blockwise_exactly(monkeypatch):
-    check_device_against_cpu("cuda", monkeypatch)
+    check_device_against_cpu(accelerator_device(), monkeypatch)
 
 
 # ---- bad inputs -----------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The GPU checks on the CPU: ``scripts/gpu_check.sh`` with ``BEYONDLABELS_GPU_DRY_RUN=1`` selects and passes every
-GPU test of tests/gpu and the CUDA retrieval test, so a GPU test whose own logic is broken fails without a GPU."""
+GPU test of tests/gpu and the CUDA retrieval, R-precision, projection, mismatch and taxonomy tests, so a GPU test
+whose own logic is broken fails without a GPU."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_the_device_helpers_follow_the_dry_run_variable(monkeypatch: pytest.Monk
 
 
 @pytest.mark.slow
-def test_gpu_check_dry_run_passes_every_gpu_test_of_tests_gpu_and_retrieval(repo_root: Path, tmp_path: Path):
+def test_gpu_check_dry_run_passes_every_gpu_test(repo_root: Path, tmp_path: Path):
     junit = tmp_path / "gpu.xml"
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith("SLURM_")}
     env.update({DRY_RUN_ENV: "1", "PYTHON": sys.executable, "PYTEST_ADDOPTS": f"-p no:cacheprovider --junitxml={junit}"})
@@ -53,6 +54,12 @@ def test_gpu_check_dry_run_passes_every_gpu_test_of_tests_gpu_and_retrieval(repo
     outcomes = _outcomes(junit)
     expected = [f"test_gpu.{name}" for name in _test_names(repo_root / "tests" / "gpu" / "test_gpu.py")]
     expected += [f"test_retrieval.test_cuda_matches_cpu[{p}]" for p in ("fp32", "bf16", "fp16")]
+    expected += [
+        "test_rprecision.test_cuda_draws_the_cpu_sets_and_scores_blockwise_exactly",
+        "test_projection.test_cuda_matches_cpu",
+        "test_mismatch_metric.test_retrieval_with_mismatch_spearman_and_projection_sample_on_cuda",
+        "test_taxonomy.test_lca_and_ancestor_matrix_on_cuda_match_cpu",
+    ]
     assert len(expected) >= 10
     for name in expected:
         found = [outcome for key, outcome in outcomes.items() if key.endswith(f".{name}")]

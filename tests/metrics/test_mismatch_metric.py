@@ -15,6 +15,8 @@ import torch.multiprocessing as mp
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from devices import accelerator_device, needs_accelerator  # noqa: E402
 from outputs import assert_same_outputs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -316,12 +318,13 @@ def test_retrieval_with_mismatch_projection_options_are_named(kwargs, match):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_accelerator
 def test_retrieval_with_mismatch_spearman_and_projection_sample_on_cuda():
+    device = accelerator_device()
     q, _, emb, ids = data()
-    cpu, gpu = _retrieval_metric(), _retrieval_metric().cuda()
+    cpu, gpu = _retrieval_metric(), _retrieval_metric().to(device)
     cpu.update(emb, q, ids)
-    gpu.update(emb.cuda(), q.cuda(), ids.cuda())
+    gpu.update(emb.to(device), q.to(device), ids.to(device))
     a, b = cpu.compute(), gpu.compute()
     for key in ("mismatch_spearman_rho", "mismatch_spearman_p", "mismatch_spearman_pairs"):
         torch.testing.assert_close(b[key].cpu(), a[key], rtol=1e-9, atol=1e-12)

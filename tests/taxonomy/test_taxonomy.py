@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -12,9 +13,12 @@ import pytest
 import torch
 import yaml
 
-from beyondlabels.demo import CLASS_NAMES, ancestors, demo_taxonomy, taxonomy_dict
-from beyondlabels.io.taxonomy_files import load_taxonomy, read_taxonomy
-from beyondlabels.taxonomy import Taxonomy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from devices import accelerator_device, needs_accelerator  # noqa: E402
+
+from beyondlabels.demo import CLASS_NAMES, ancestors, demo_taxonomy, taxonomy_dict  # noqa: E402
+from beyondlabels.io.taxonomy_files import load_taxonomy, read_taxonomy  # noqa: E402
+from beyondlabels.taxonomy import Taxonomy  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------------------
 # pure-Python oracle on {child: parent} dicts
@@ -127,15 +131,18 @@ def test_lca_special_pairs():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_accelerator
 def test_lca_and_ancestor_matrix_on_cuda_match_cpu():
+    device = accelerator_device()
     parent, root = random_tree(seed=5, size=400, window=6)
     tax = Taxonomy(parent, root)
     a, b = torch.randint(len(tax), (2, 5000), generator=torch.Generator().manual_seed(0))
-    got = tax.lowest_common_ancestor(a.cuda(), b.cuda())
-    assert got.device.type == "cuda"
+    got = tax.lowest_common_ancestor(a.to(device), b.to(device))
+    assert got.device == device
     assert torch.equal(got.cpu(), tax.lowest_common_ancestor(a, b))
-    assert torch.equal(tax.ancestor_matrix(device="cuda").cpu(), tax.ancestor_matrix())
+    ancestors_on_device = tax.ancestor_matrix(device=device)
+    assert ancestors_on_device.device == device
+    assert torch.equal(ancestors_on_device.cpu(), tax.ancestor_matrix())
 
 
 # --------------------------------------------------------------------------------------------------------------------
