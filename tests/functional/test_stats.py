@@ -256,3 +256,13 @@ def test_large_evaluations_use_the_normal_interval_which_the_bootstrap_approache
     boot = confidence_intervals({"p": values}, ["p"], rounds=500, max_bootstrap_n=10**9)
     width = normal["p_ci_high"] - normal["p_ci_low"]
     assert abs(boot["p_ci_low"] - normal["p_ci_low"]) < 0.1 * width and abs(boot["p_ci_high"] - normal["p_ci_high"]) < 0.1 * width
+
+
+def test_python_floats_are_taken_as_doubles():
+    """A list of Python floats is read in float64 (as numpy reads it), not through torch's float32 default."""
+    values = [0.1 + 1e-9 * i for i in range(50)]
+    exact = np.asarray(values, dtype=np.float64)
+    from_list, from_array = bootstrap_ci(values, rounds=200, seed=3), bootstrap_ci(exact, rounds=200, seed=3)
+    assert from_list.estimate == exact.mean() == from_array.estimate
+    assert (from_list.low, from_list.high) == (from_array.low, from_array.high)
+    assert bootstrap_ci([1, 2, 3, 4], rounds=50, seed=0).estimate == 2.5  # ints still allowed

@@ -57,6 +57,8 @@ def vector(values: Any, name: str) -> Tensor:
     else:
         try:
             tensor = torch.as_tensor(values)
+            if tensor.is_floating_point() and not hasattr(values, "dtype"):
+                tensor = torch.as_tensor(values, dtype=torch.float64)  # Python floats are doubles: never via float32
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"`{name}` must be a 1-D sequence of numbers, got {type(values).__name__}: {exc}") from exc
     if tensor.dim() != 1 or tensor.is_complex() or tensor.dtype == torch.bool:
