@@ -4,8 +4,8 @@
 # R-precision, projection, mismatch, taxonomy LCA, and (tests/gpu) the cross-modal, zero-shot and ranking metrics,
 # the statistics, the retrieval callback under Trainer(accelerator="gpu") and two NCCL processes (with 2 devices).
 #
-# BEYONDLABELS_GPU_DRY_RUN=1 runs the same test selection with the tests of tests/gpu and the CUDA retrieval test on
-# the CPU (tests/gpu/devices.py), so that their logic is checked without a GPU; the benchmark is left out.
+# BEYONDLABELS_GPU_DRY_RUN=1 runs the same test selection on the CPU (every gpu test takes its device from
+# tests/gpu/devices.py), so that their logic is checked without a GPU; the benchmark is left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
