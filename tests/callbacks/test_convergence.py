@@ -81,11 +81,22 @@ def test_min_delta_hides_small_improvements():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"window": 1}, "window"), ({"mode": "up"}, "mode"), ({"stop_on": ["overfit"]}, "stop_on"), ({"rounds": 0}, "rounds"), ({"min_delta": -1}, "min_delta")],
+    [
+        ({"monitor": ""}, r"^`monitor` must be a logged metric name .*, got ''\.$"),
+        ({"window": 1}, r"^`window` must be an int >= 2 \(values per window\), got 1\.$"),
+        ({"window": True}, r"^`window` must be an int >= 2 \(values per window\), got True\.$"),
+        ({"mode": "up"}, r"^`mode` must be 'max' \(higher is better\) or 'min', got 'up'\.$"),
+        ({"stop_on": ["downturn", "overfit"]}, r"^`stop_on` may hold \['plateau', 'downturn'\], got \['overfit'\]\.$"),
+        ({"rounds": 0}, r"^`rounds` must be a positive int \(e\.g\. 2000 bootstrap resamples\), got 0\.$"),
+        ({"confidence": 1.0}, r"^`confidence` must be a number strictly between 0 and 1 \(e\.g\. 0\.95\), got 1\.0\.$"),
+        ({"min_delta": -1}, r"^`min_delta` must be a number >= 0, got -1\.$"),
+        ({"prefix": ""}, r"^`prefix` must be a non-empty name, got ''\.$"),
+    ],
 )
 def test_bad_arguments_are_clear_errors(kwargs, match):
+    """Each message names the argument, what it must be and the value it got."""
     with pytest.raises(ValueError, match=match):
-        ConvergenceMonitor("val/score", **kwargs)
+        ConvergenceMonitor(**{"monitor": "val/score", **kwargs})
 
 
 # ---- inside Lightning --------------------------------------------------------------------------------------------------
