@@ -153,10 +153,10 @@ class ConvergenceMonitorCore:
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._collect(trainer)
+            self._collect(trainer, decide_on_every_rank=True)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._collect(trainer)
+        self._collect(trainer, decide_on_every_rank=True)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._collect(trainer, stopping=False)  # the evaluation at fit end
@@ -184,9 +184,15 @@ class ConvergenceMonitorCore:
         value = float(value.item() if isinstance(value, torch.Tensor) else value)
         return [(step, value)] if math.isfinite(value) else []
 
-    def _collect(self, trainer: Trainer, stopping: bool = True) -> None:
+    def _collect(self, trainer: Trainer, stopping: bool = True, decide_on_every_rank: bool = False) -> None:
+        """Observe the monitored values that are new since the last call, then decide whether to stop (all ranks).
+
+        ``decide_on_every_rank``: take the stop decision even when this rank has no new value. The epoch hooks set it:
+        a logged value can be missing or NaN on one rank only, and a rank that skipped the decision's all-reduce
+        would leave the others waiting in it. The batch hook need not: it reads an evaluation callback's history,
+        which every rank holds alike."""
         new = self._new_values(trainer)
-        if not new:
+        if not new and not (decide_on_every_rank and stopping and self.stop_on):
             return
         for step, value in new:
             logged = {f"{self.prefix}/{self.monitor}/{name}": v for name, v in self.observe(step, value).items()}

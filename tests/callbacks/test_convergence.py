@@ -270,9 +270,8 @@ def reference_rule(curve, window, mode="max", min_delta=0.01, rounds=500, confid
 
 
 def _single(curve):
-    """The curve rounded to float32 values: a list of Python floats reaches the bootstrap through a float32 tensor
-    (see the xfail below), so the comparison at 1e-12 is made on values that conversion keeps exactly."""
-    return [float(np.float32(v)) for v in curve]
+    """The curve as a list of Python floats (what a training loop logs)."""
+    return [float(v) for v in curve]
 
 
 NOISE_ONLY = _single(0.5 + np.random.default_rng(6).normal(0, 0.01, size=40))
@@ -345,8 +344,6 @@ def test_the_synthetic_curves_reach_every_branch_of_the_rule():
     assert _difference_band(values[15:20], values[20:25], 500, 1 - 0.05 / 4, 11)[1] >= -0.1
 
 
-@pytest.mark.xfail(strict=True, reason="a list of Python floats becomes a float32 tensor before the float64 cast, so the "
-                   "window statistics are those of the values rounded to float32 (errors near 1e-8)")
 def test_window_statistics_keep_double_precision():
     curve = [0.2 + 0.01 * i + float(NOISE[i]) for i in range(5)]
     monitor = ConvergenceMonitor("val/score", window=5, rounds=500)

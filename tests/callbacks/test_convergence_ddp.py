@@ -71,8 +71,6 @@ def test_a_downturn_on_one_rank_only_stops_no_rank(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a value one rank skips (NaN) leaves that rank out of the stop decision's "
-                   "all-reduce, which the other ranks enter: the run waits forever")  # fmt: skip
 def test_a_value_skipped_on_one_rank_does_not_hang_the_run(tmp_path: Path):
     code, output, ranks = _launch(tmp_path, "rank_nan", timeout=60)
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
