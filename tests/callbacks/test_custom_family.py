@@ -3,7 +3,6 @@ docs/adding_a_metric_family.md describes: the bases must carry schedule, dedup, 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from faults import disk_full, killed_before_rename  # noqa: E402
 
-from beyondlabels.io.atomic import remove_stale_temporaries, save_figure, save_npz, save_torch, write_json, write_text  # noqa: E402
+from beyondlabels.io.atomic import remove_stale_temporaries, save_figure, save_torch, write_json, write_text  # noqa: E402
 from beyondlabels.io.run_files import HistoryLog, read_history, save_per_query  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
