@@ -21,16 +21,9 @@ from toy import LinearEncoder, PointDataModule  # noqa: E402
 from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
+from bootstrap import numpy_percentile_bootstrap  # noqa: E402
 
-def numpy_percentile_bootstrap(values, rounds: int, seed: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The percentile bootstrap of the mean, written from its definition: the NaN-free values resampled ``rounds``
-    times, the indices one ``torch.randint(n, (rounds, n))`` from a CPU generator seeded with ``seed``; the interval
-    the ``(1 -+ c) / 2`` quantiles (linear interpolation) of the resampled means."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    index = torch.randint(len(v), (rounds, len(v)), generator=torch.Generator().manual_seed(seed)).numpy()
-    low, high = np.quantile(v[index].mean(axis=1), [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
 
 RNG = np.random.default_rng(0)
 NOISE = RNG.normal(0, 0.01, size=60)

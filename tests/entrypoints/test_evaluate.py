@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
@@ -26,16 +25,8 @@ from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
 
 from beyondlabels import tasks  # noqa: E402
 
-
-def numpy_percentile_bootstrap(values, rounds: int, seed: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The percentile bootstrap of the mean, written from its definition: the NaN-free values resampled ``rounds``
-    times, the indices one ``torch.randint(n, (rounds, n))`` from a CPU generator seeded with ``seed``; the interval
-    the ``(1 -+ c) / 2`` quantiles (linear interpolation) of the resampled means."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    index = torch.randint(len(v), (rounds, len(v)), generator=torch.Generator().manual_seed(seed)).numpy()
-    low, high = np.quantile(v[index].mean(axis=1), [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
+from bootstrap import numpy_percentile_bootstrap  # noqa: E402
 
 
 # Keys a report holds besides the schema's scalars and curves.

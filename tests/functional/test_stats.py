@@ -3,6 +3,9 @@ scipy.stats.ttest_rel, sklearn's cohen_kappa_score, scipy's spearmanr / kendallt
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import math
 
 import numpy as np
@@ -17,16 +20,8 @@ from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference
 from beyondlabels.metrics.intervals import confidence_interval_keys, confidence_intervals, with_confidence_intervals
 from beyondlabels.schema import KeySpec, OutputSchema
 
-
-def numpy_percentile_bootstrap(values, rounds: int, seed: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The percentile bootstrap of the mean, written from its definition: the NaN-free values resampled ``rounds``
-    times, the indices one ``torch.randint(n, (rounds, n))`` from a CPU generator seeded with ``seed``; the interval
-    the ``(1 -+ c) / 2`` quantiles (linear interpolation) of the resampled means."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    index = torch.randint(len(v), (rounds, len(v)), generator=torch.Generator().manual_seed(seed)).numpy()
-    low, high = np.quantile(v[index].mean(axis=1), [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
+from bootstrap import numpy_percentile_bootstrap  # noqa: E402
 
 
 @pytest.fixture(scope="module")
