@@ -9,10 +9,15 @@ logic is broken fails without a GPU.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
+from outputs import flat  # noqa: E402
 
 DRY_RUN_ENV = "BEYONDLABELS_GPU_DRY_RUN"
 
@@ -57,17 +62,6 @@ def cosine_tolerance(dim: int) -> float:
     product is within ``gamma_dim = dim u / (1 - dim u)`` of the exact one, plus a few units for the normalisation."""
     gamma = dim * FP32_UNIT / (1.0 - dim * FP32_UNIT)
     return 2.0 * gamma + 8.0 * FP32_UNIT
-
-
-def flat(out: Mapping, prefix: str = "") -> dict:
-    """Nested output dicts as one flat dict ``{"per_query/r_precision": ...}``."""
-    items = {}
-    for key, value in out.items():
-        if isinstance(value, Mapping):
-            items.update(flat(value, f"{prefix}{key}/"))
-        else:
-            items[f"{prefix}{key}"] = value
-    return items
 
 
 def assert_matches_cpu(

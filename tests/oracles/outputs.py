@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 
-def flat(out: dict, prefix: str = "") -> dict:
+def flat(out: Mapping, prefix: str = "") -> dict:
     """Nested output dicts as one flat dict ``{"per_query/r_precision": ...}``."""
     items = {}
     for key, value in out.items():
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             items.update(flat(value, f"{prefix}{key}/"))
         else:
             items[f"{prefix}{key}"] = value

@@ -161,3 +161,18 @@ def check_depths(depth: object, n_queries: int, limit: int, device: torch.device
     if n_queries and int(depths.max()) > limit:
         raise ValueError(f"`depth` {int(depths.max())} exceeds the {limit} gallery items available to a query; lower it.")
     return depths
+
+
+def gain_labels(labels: Any, classes: Sequence[Any]) -> list[Any]:
+    """The label each class of a gain matrix carries: ``None`` (the class names themselves), ``"index"`` (class ``i``
+    is label ``i``) or one label per class, in class order."""
+    if labels is None:
+        return list(classes)
+    if isinstance(labels, str):
+        if labels != "index":
+            raise ValueError(f"`labels` must be None, 'index' or one label per class, got {labels!r}.")
+        return list(range(len(classes)))
+    labels = list(labels)
+    if len(labels) != len(classes):
+        raise ValueError(f"`labels` has {len(labels)} entries for {len(classes)} classes; give one label per class.")
+    return labels

@@ -60,7 +60,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_positive_int
+from beyondlabels.functional._checks import check_positive_int, gain_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.schema import KeySpec, OutputSchema
 from beyondlabels.taxonomy.text import RULES, TextToNode
@@ -310,16 +310,7 @@ def taxonomy_class_gains(
             f"`classes` holds the root {taxonomy.root!r}, whose ancestor set is empty once the root is excluded; "
             "drop it or set include_root=True."
         )
-    if labels is None:
-        labels = classes
-    elif isinstance(labels, str):
-        if labels != "index":
-            raise ValueError(f"`labels` must be None, 'index' or a sequence of labels, got {labels!r}.")
-        labels = list(range(len(classes)))
-    else:
-        labels = list(labels)
-        if len(labels) != len(classes):
-            raise ValueError(f"`labels` has {len(labels)} entries for {len(classes)} classes; give one label per class.")
+    labels = gain_labels(labels, classes)
     offset = 1 if include_root else 0
     a = idx.repeat_interleave(len(classes))
     b = idx.repeat(len(classes))

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_matrix
+from beyondlabels.functional._checks import check_matrix, gain_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.profiles import FeatureProfiles
 
@@ -166,18 +166,7 @@ def profile_class_gains(
         ([0, 1], [[1.0, 0.5], [0.5, 1.0]])
     """
     similarity = feature_similarity(profiles, weights)
-    classes = list(profiles.classes)
-    if labels is None:
-        labels = classes
-    elif isinstance(labels, str):
-        if labels != "index":
-            raise ValueError(f"`labels` must be None, 'index' or one label per class, got {labels!r}")
-        labels = list(range(len(classes)))
-    else:
-        labels = list(labels)
-        if len(labels) != len(classes):
-            raise ValueError(f"`labels` has {len(labels)} entries for {len(classes)} classes; give one per class")
-    return ClassGains(similarity, labels, name=name)
+    return ClassGains(similarity, gain_labels(labels, profiles.classes), name=name)
 
 
 def pair_values(similarity: Any) -> Tensor:
