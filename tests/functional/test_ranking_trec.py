@@ -192,3 +192,5 @@ def test_grades_that_are_not_ints_are_clear_errors():
         judge_run({"1": ["a"]}, {"1": {"a": "x"}})
     with pytest.raises(ValueError, match=r"^`grades` must be ints \(negative: pooled but not judged"):
         RankingAudit(ks=(1,)).update(torch.tensor([[0.5, 0.2]]), torch.tensor([[-1.5, 1.0]]))
+    with pytest.raises(ValueError, match=r"^grades must be finite numbers"):
+        ranking_metrics(torch.tensor([[math.inf]]), torch.tensor([1]), torch.tensor([[1.0]]))
