@@ -155,8 +155,8 @@ def test_outputs_follow_the_schema_and_query_ids():
 
 
 def test_bad_inputs_are_clear_errors():
-    with pytest.raises(ValueError, match=r"^qrels: query '1', document 'a' has grade -1; grades are ints >= 0"):
-        judge_run({"1": ["a"]}, {"1": {"a": -1}})
+    with pytest.raises(ValueError, match=r"^qrels: query '1', document 'a' has grade 0\.5; grades are ints"):
+        judge_run({"1": ["a"]}, {"1": {"a": 0.5}})
     with pytest.raises(ValueError, match=r"^run: query '1' lists document 'a' twice"):
         judge_run({"1": ["a", "a"]}, {"1": {"a": 1}})
     with pytest.raises(ValueError, match=r"^no query is in both the run \(2 queries, e\.g\. \['1', '3'\]\) and the qrels \(1, e\.g\. \['2'\]\)"):

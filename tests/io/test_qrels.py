@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from pathlib import Path
 
 import pytest
+import pytrec_eval
 
-from beyondlabels.functional.ranking import judge_run
+from beyondlabels.functional.ranking import judge_run, ranking_metrics
 from beyondlabels.io.qrels import load_qrels, load_run, update_qrels
 
 
@@ -34,9 +36,11 @@ def test_json_files_with_unjudged_and_list_runs(tmp_path: Path):
     ("name", "text", "loader", "match"),
     [
         ("q.txt", "301 0 d1\n", load_qrels, r"q.txt:1: a TREC qrels line has 4 columns"),
-        ("q.txt", "301 0 d1 -1\n", load_qrels, "int >= 0"),
+        ("q.txt", "301 0 d1 -1.5\n", load_qrels, r"q.txt:1: grade -1\.5 is not an int; grades are ints"),
+        ("q.txt", "301 0 d1 high\n", load_qrels, r"q.txt:1: grade 'high' is not a number"),
+        ("q.json", '{"1": {"a": true}}', load_qrels, "is not an int"),
         ("q.txt", "301 0 d1 1\n301 0 d1 2\n", load_qrels, "judged twice"),
-        ("q.json", '{"1": {"a": 1.5}}', load_qrels, "int >= 0"),
+        ("q.json", '{"1": {"a": 1.5}}', load_qrels, "is not an int"),
         ("q.json", "[1, 2]", load_qrels, "object"),
         ("r.txt", "301 Q0 d1 1 high sys\n", load_run, "not a number"),
         ("r.txt", "301 Q0 d1 1 1.0 sys\n301 Q0 d1 2 0.5 sys\n", load_run, "listed twice"),
@@ -71,3 +75,37 @@ def test_updates_are_append_only_and_changes_are_reported(caplog: pytest.LogCapt
         update_qrels(old, new, on_change="error")
     grown = update_qrels(old, {**old, "1": {**old["1"], "b": 2}, "3": {"y": 1}}, on_change="error")
     assert grown.changes == [] and grown.added == 2
+
+
+def _trec_eval_style_files(tmp_path: Path):
+    """Graded TREC qrels in the style of trec_eval's test files and TREC web qrels (-2 junk, -1 pooled, 0..4), and a
+    run whose rank column disagrees with its scores and whose scores tie."""
+    rng = random.Random(5)
+    qrels_lines, run_lines = [], []
+    for q in range(351, 371):
+        for d in range(30):
+            doc = f"FR94{q}-{d:03d}"
+            if rng.random() < 0.6:
+                qrels_lines.append(f"{q} 0 {doc} {rng.choice([-2, -1, 0, 0, 0, 1, 2, 4])}")
+            if d < 22:
+                run_lines.append(f"{q} Q0 {doc} {d + 1} {rng.randrange(8) / 4:.2f} tag1")
+    (tmp_path / "qrels.rel_level").write_text("\n".join(qrels_lines) + "\n", encoding="utf-8")
+    (tmp_path / "results.test").write_text("\n".join(run_lines) + "\n", encoding="utf-8")
+    return qrels_lines, run_lines
+
+
+def test_trec_eval_style_graded_qrels_with_negative_grades(tmp_path: Path):
+    qrels_lines, run_lines = _trec_eval_style_files(tmp_path)
+    qrels, run = load_qrels(tmp_path / "qrels.rel_level"), load_run(tmp_path / "results.test")
+    # pytrec_eval's own readers as the reference
+    assert qrels == pytrec_eval.parse_qrel(qrels_lines) and run == pytrec_eval.parse_run(run_lines)
+    assert min(g for j in qrels.values() for g in j.values()) == -2
+    judged = judge_run(run, qrels)
+    out = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=(5, 10))
+    reference = pytrec_eval.RelevanceEvaluator(pytrec_eval.parse_qrel(qrels_lines), {"map", "bpref", "recip_rank", "P.5,10", "ndcg_cut.10"}).evaluate(pytrec_eval.parse_run(run_lines))
+    pq = out["per_query"]
+    for i, query in enumerate(judged.queries):
+        assert pq["num_relevant"][i] > 0
+        for key, name in (("map", "map"), ("bpref", "bpref"), ("recip_rank", "recip_rank"), ("precision@5", "P_5"), ("ndcg_linear@10", "ndcg_cut_10")):
+            assert pq[key][i].item() == pytest.approx(reference[query][name], abs=1e-12), (query, key)
+    assert len(judged.queries) == 20

@@ -219,3 +219,30 @@ def test_metrics_table_uses_the_schema() -> None:
     row = next(line for line in text.splitlines() if "num_queries" in line)
     assert "12" in row and "12.0000" not in row
     assert "↓" in next(line for line in text.splitlines() if "mean_first_relevant_rank" in line)
+
+
+def test_metrics_table_shows_each_interval_in_its_metric_row(capsys: pytest.CaptureFixture) -> None:
+    schema = OutputSchema(
+        {
+            "precision@1": KeySpec("scalar", True),
+            "precision@1_ci_low": KeySpec("scalar", True),
+            "precision@1_ci_high": KeySpec("scalar", True),
+            "mean_rank": KeySpec("scalar", False),
+            "mean_rank_ci_low": KeySpec("scalar", False),
+            "num_queries": KeySpec("scalar", None, count=True),
+        }
+    )
+    metrics = {"precision@1": 0.5, "precision@1_ci_low": 0.375, "precision@1_ci_high": float("nan"), "mean_rank": 2.5,
+               "mean_rank_ci_low": 2.0, "num_queries": 12}
+    print_metrics_table(metrics, title="t", schema=schema)  # the default console: what a task prints
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]] for line in lines if line.startswith("│")}
+    assert rows["precision@1"] == ["↑", "0.5000  [0.3750, nan]"]
+    assert "precision@1_ci_low" not in rows and "precision@1_ci_high" not in rows
+    # a lone bound has no pair to join: it keeps its own row
+    assert rows["mean_rank"] == ["↓", "2.5000"] and rows["mean_rank_ci_low"] == ["↓", "2.0000"]
+    assert rows["num_queries"] == ["", "12"]
+    assert any("[low, high]: <key>_ci_low, <key>_ci_high" in line for line in lines)
+    print_metrics_table({"a": 1.0, "b": 2}, title="plain")
+    text = capsys.readouterr().out
+    assert "[low, high]" not in text and "1.0000" in text

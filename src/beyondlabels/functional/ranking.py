@@ -1,31 +1,50 @@
 """Ranking metrics over graded judgements with unjudged items (qrels), and term satisfaction of multi-term queries.
 
 Pure torch (plus :func:`judge_run`, which turns the dicts of a run and its qrels into the kernel's tensors). No
-torchmetrics, no Lightning.
+torchmetrics, no Lightning. Each metric equals the trec_eval measure named beside it (as pytrec-eval-terrier
+computes it) on every query that has a relevant document.
 
 Judgements
-    A query's qrels map document ids to a grade in {0, 1, 2, ...} or None (*unjudged*: listed, e.g. pooled, but not
-    assessed); a document missing from the qrels is unjudged too. A judged document is *relevant* when its grade is
-    ``>= relevance_level`` (1). ``R`` is the number of relevant documents in the query's qrels. In the tensors, a
-    ranked document's grade is NaN when it is unjudged.
+    A query's qrels map document ids to an integer grade or None (*unjudged*: listed, e.g. pooled, but not
+    assessed); a document missing from the qrels is unjudged too. A grade ``>= relevance_level`` (1) is *relevant*;
+    a grade in ``[0, relevance_level)`` is *judged non-relevant*. A negative grade (TREC's -1 / -2) is read as
+    trec_eval reads it, as a pooled document that was not judged: never relevant, and unjudged wherever only judged
+    documents count (``judged@k``, judged-only and condensed precision, bpref's non-relevant documents). ``R`` is the
+    number of relevant documents in the query's qrels, retrieved or not; ``N`` the number of judged non-relevant
+    ones. In the tensors, a ranked document's grade is NaN (or negative) when it is unjudged.
 
 Ranking order (:func:`judge_run`)
     A run given as ``{doc: score}`` is ranked by score, highest first; equal scores are ordered by document id
     *descending* as text (trec_eval's rule). A run given as a list is already in rank order.
 
-Metrics (per query, then the mean over queries)
+Metrics (per query over its ranking, cut at ``depth``; then the mean over queries)
     - ``precision@k`` = relevant in the top k / k; unjudged count as non-relevant (trec_eval ``P_k``).
+    - ``recall@k`` = relevant in the top k / R (trec_eval ``recall_k``).
+    - ``success@k`` = 1 if the top k hold a relevant document, else 0 (trec_eval ``success_k``).
+    - ``map`` = the sum of precision@rank over the ranks of the retrieved relevant documents, divided by R: a
+      relevant document never retrieved adds 0 (trec_eval ``map``).
+    - ``recip_rank`` = 1 / the rank of the first relevant document, 0 when none is retrieved (trec_eval
+      ``recip_rank``; its mean is the MRR).
+    - ``bpref`` = the mean over the R relevant documents of ``1 - min(n_r, R) / min(R, N)``, where ``n_r`` is the
+      number of judged non-relevant documents ranked above relevant document r; a relevant document not retrieved
+      adds 0, and with ``N = 0`` each retrieved relevant one adds 1 (trec_eval ``bpref``). Unjudged documents are
+      skipped.
     - ``judged@k`` = judged documents in the top k; ``coverage@k`` = ``judged@k / min(k, retrieved)``.
     - ``judged_precision@k`` = relevant / judged in the top k. A query with no judged document in its top k has no
       value (NaN): it is left out of the mean and counted in ``num_unjudged_top@k``.
     - ``condensed_precision@k``: precision@k of the *condensed list* (Sakai 2007): drop the unjudged documents, then
       take the top k (trec_eval ``-J`` ``P_k``).
     - ``ndcg@k`` with gain ``2^g - 1`` and ``ndcg_linear@k`` with gain ``g`` (trec_eval ``ndcg_cut_k``): DCG@k =
-      sum over ranks i <= k of gain / log2(i + 1) (unjudged gain 0), divided by the DCG@k of all the query's judged
-      grades sorted from the highest.
+      sum over ranks i <= k of gain / log2(i + 1) (unjudged and negative grades gain 0, as in trec_eval), divided by
+      the DCG@k of all the query's judged grades sorted from the highest.
     - ``r_precision`` = relevant in the top R / R (trec_eval ``Rprec``).
+    - nDCG's gains are the grades whatever ``relevance_level`` (as in trec_eval); every other metric reads only
+      relevant / non-relevant.
     - Lone queries (``R == 0``: nothing relevant judged) get NaN for every relevance metric above, are left out of
-      their means and counted in ``num_lone_queries``; ``judged@k`` and ``coverage@k`` are defined for every query.
+      their means and counted in ``num_lone_queries``; trec_eval reports 0 for them (nDCG: the value of their gains
+      below ``relevance_level``) and averages them in. ``judged@k`` and ``coverage@k`` are defined for every query.
+    - A query with relevant documents and an empty ranking gets 0 for every relevance metric (trec_eval leaves it
+      out, or reports 0 with ``-c``).
     - ``num_unjudged``: unjudged documents among the top ``max(ks)`` of all queries.
 
     Every mean is a float64 sum in query order; an empty mean is NaN.
@@ -44,6 +63,13 @@ Example:
     (0.5, 1.0, 0.5)
     >>> m["r_precision"].item(), m["num_unjudged"].item()
     (0.3333333333333333, 1)
+    >>> m["map"].item(), m["recip_rank"].item(), m["recall@2"].item(), m["success@2"].item()   # R = 3, N = 1
+    (0.5, 1.0, 0.3333333333333333, 1.0)
+    >>> m["bpref"].item()            # rank 1 adds 1; rank 4 is below the non-relevant rank 3 and adds 1 - 1/1
+    0.3333333333333333
+    >>> neg = ranking_metrics(torch.tensor([[-2.0, 1.0]]), torch.tensor([2]), torch.tensor([[-2.0, 1.0]]), ks=(1,))
+    >>> neg["precision@1"].item(), neg["condensed_precision@1"].item(), neg["judged@1"].item()   # -2: unjudged
+    (0.0, 1.0, 0.0)
     >>> fuse_term_scores(torch.tensor([1.0, 0.0]), torch.tensor([0.8, 1.0]), method="geometric").mul(100).round(decimals=1)
     tensor(2.2000, dtype=torch.float64)
 """
@@ -76,6 +102,9 @@ __all__ = [
 ]
 
 _INT = re.compile(r"^-?\d{1,18}$")
+# the relevance metrics with a cut-off, and those over the whole ranking (definitions: the module docstring)
+_AT_K = ("precision", "recall", "success", "judged_precision", "condensed_precision", "ndcg", "ndcg_linear")
+_WHOLE = ("r_precision", "map", "recip_rank", "bpref")
 
 
 def query_code(query_id: Any) -> int:
@@ -105,15 +134,16 @@ def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
     keys: dict[str, KeySpec] = {}
     per_query: dict[str, KeySpec] = {"query_id": KeySpec("per_query", None)}
     for k in ks:
-        for name in ("precision", "judged_precision", "condensed_precision", "ndcg", "ndcg_linear"):
+        for name in _AT_K:
             keys[f"{name}@{k}"] = up
             per_query[f"{name}@{k}"] = KeySpec("per_query", True)
         keys[f"judged@{k}"] = keys[f"coverage@{k}"] = plain
         per_query[f"judged@{k}"] = KeySpec("per_query", None, count=True)
         per_query[f"coverage@{k}"] = KeySpec("per_query", None)
         keys[f"num_unjudged_top@{k}"] = count
-    keys["r_precision"] = up
-    per_query["r_precision"] = KeySpec("per_query", True)
+    for name in _WHOLE:
+        keys[name] = up
+        per_query[name] = KeySpec("per_query", True)
     per_query["num_relevant"] = KeySpec("per_query", None, count=True)
     per_query["num_retrieved"] = KeySpec("per_query", None, count=True)
     keys["num_queries"] = keys["num_lone_queries"] = keys["num_unjudged"] = count
@@ -128,8 +158,8 @@ def _check_grades(ranked: Any, num_retrieved: Any, pool: Any) -> tuple[Tensor, T
     if not isinstance(num_retrieved, Tensor) or num_retrieved.shape != (ranked.shape[0],) or num_retrieved.is_floating_point():
         raise ValueError(f"`num_retrieved` must be an integer tensor [Q] = [{ranked.shape[0]}] of ranking lengths.")
     ranked, pool = ranked.to(torch.float64), pool.to(torch.float64)
-    if bool((ranked < 0).any()) or bool((pool < 0).any()):
-        raise ValueError("grades must be >= 0 (NaN for unjudged); map negative judgements (e.g. spam = -1) to 0 first.")
+    if bool(torch.isinf(ranked).any()) or bool(torch.isinf(pool).any()):
+        raise ValueError("grades must be finite numbers (NaN or a negative grade for unjudged).")
     if bool((num_retrieved < 0).any()) or bool((num_retrieved > ranked.shape[1]).any()):
         raise ValueError(f"`num_retrieved` must lie in [0, {ranked.shape[1]}] (the width of `ranked`).")
     return ranked, num_retrieved.to(device=ranked.device, dtype=torch.long), pool.to(ranked.device)
@@ -147,10 +177,10 @@ def ranking_per_query(
     """Per-query values of every metric (definitions: the module docstring).
 
     Args:
-        ranked: float ``[Q, L]``: the grade of the document at each rank (NaN = unjudged); entries at or past
-            ``num_retrieved`` are ignored.
+        ranked: float ``[Q, L]``: the grade of the document at each rank (NaN or negative = unjudged); entries at or
+            past ``num_retrieved`` are ignored.
         num_retrieved: int ``[Q]``: how many documents each query's ranking holds.
-        pool: float ``[Q, M]``: every judged grade of each query's qrels (any order; NaN = padding), for ``R`` and the
+        pool: float ``[Q, M]``: every grade of each query's qrels (any order; NaN = padding), for ``R``, ``N`` and the
             ideal DCG.
         ks: Cut-offs.
         relevance_level: Smallest grade that counts as relevant (>= 1).
@@ -166,11 +196,13 @@ def ranking_per_query(
     device = ranked.device
     nan = float("nan")
     inside = torch.arange(width, device=device).unsqueeze(0) < num_retrieved.unsqueeze(1)
-    judged = inside & ~torch.isnan(ranked)
+    judged = inside & (ranked >= 0)  # False for NaN
     grade = torch.where(judged, ranked, 0.0)
     relevant = judged & (grade >= relevance_level)
-    pool_judged = ~torch.isnan(pool)
-    r = (pool_judged & (pool >= relevance_level)).sum(dim=1)
+    non_relevant = judged & (grade < relevance_level)
+    pool_judged = pool >= 0
+    r = (pool >= relevance_level).sum(dim=1)
+    n_non_relevant = (pool_judged & (pool < relevance_level)).sum(dim=1).to(torch.float64)
     ok = r > 0
     r_f = r.to(torch.float64)
     # condensed list: judged documents moved to the front, in rank order (stable sort on "unjudged")
@@ -191,6 +223,8 @@ def ranking_per_query(
         rel_k, judged_k = at(cum_rel, k), at(cum_judged, k)
         shown = num_retrieved.clamp(max=k).to(torch.float64)
         out[f"precision@{k}"] = torch.where(ok, rel_k / k, nan)
+        out[f"recall@{k}"] = torch.where(ok, rel_k / r_f.clamp(min=1), nan)
+        out[f"success@{k}"] = torch.where(ok, (rel_k > 0).to(torch.float64), nan)
         out[f"judged_precision@{k}"] = torch.where(ok & (judged_k > 0), rel_k / judged_k.clamp(min=1), nan)
         out[f"condensed_precision@{k}"] = torch.where(ok, at(cum_condensed, k) / k, nan)
         out[f"judged@{k}"] = judged_k
@@ -205,6 +239,16 @@ def ranking_per_query(
     else:
         in_r = torch.zeros(q, dtype=torch.float64, device=device)
     out["r_precision"] = torch.where(ok, in_r / r_f.clamp(min=1), nan)
+    rank = torch.arange(1, width + 1, device=device, dtype=torch.float64).unsqueeze(0)
+    precision_at_rank = torch.where(relevant, cum_rel / rank, 0.0)
+    out["map"] = torch.where(ok, precision_at_rank.sum(dim=1) / r_f.clamp(min=1), nan)
+    first = torch.where(relevant, rank, math.inf).amin(dim=1) if width else torch.full((q,), math.inf, dtype=torch.float64, device=device)
+    out["recip_rank"] = torch.where(ok, 1.0 / first, nan)  # 1 / inf = 0: nothing relevant retrieved
+    # bpref: judged non-relevant documents above each relevant one (none sits at a relevant rank), capped at R
+    above = torch.cumsum(non_relevant.to(torch.float64), dim=1)
+    denominator = torch.minimum(r_f, n_non_relevant).clamp(min=1).unsqueeze(1)
+    penalty = torch.where(n_non_relevant.unsqueeze(1) > 0, torch.minimum(above, r_f.unsqueeze(1)) / denominator, 0.0)
+    out["bpref"] = torch.where(ok, torch.where(relevant, 1.0 - penalty, 0.0).sum(dim=1) / r_f.clamp(min=1), nan)
     out["num_relevant"] = r_f
     out["num_retrieved"] = num_retrieved.to(torch.float64)
     # exposed for aggregate_ranking: unjudged documents within the top max(k)
@@ -227,12 +271,13 @@ def aggregate_ranking(per_query: Mapping[str, Tensor], ks: Sequence[int], query_
     ok = per_query["num_relevant"] > 0
     device = ok.device
     for k in ks:
-        for name in ("precision", "judged_precision", "condensed_precision", "ndcg", "ndcg_linear"):
+        for name in _AT_K:
             out[f"{name}@{k}"] = _mean(per_query[f"{name}@{k}"])
         out[f"judged@{k}"] = _mean(per_query[f"judged@{k}"])
         out[f"coverage@{k}"] = _mean(per_query[f"coverage@{k}"])
         out[f"num_unjudged_top@{k}"] = (ok & (per_query[f"judged@{k}"] == 0)).sum()
-    out["r_precision"] = _mean(per_query["r_precision"])
+    for name in _WHOLE:
+        out[name] = _mean(per_query[name])
     out["num_queries"] = ok.sum()
     out["num_lone_queries"] = (~ok).sum()
     unjudged = per_query.get("_unjudged_top")
@@ -317,11 +362,11 @@ def judge_run(
 
     Args:
         run: ``{query: {doc: score}}`` or ``{query: [doc, ...]}`` in rank order.
-        qrels: ``{query: {doc: grade or None}}``.
+        qrels: ``{query: {doc: grade or None}}``; int grades, negative ones included (the module docstring).
         depth: Keep only the top ``depth`` documents of each ranking (default: all).
 
     Raises:
-        ValueError: for malformed runs (non-numeric scores, repeated documents), negative or non-integer grades, or
+        ValueError: for malformed runs (non-numeric scores, repeated documents), non-integer grades, or
             when no query is in both the run and the qrels.
 
     Example:
@@ -354,8 +399,11 @@ def judge_run(
         for doc, grade in judgements.items():
             if grade is None:
                 continue
-            if isinstance(grade, bool) or not isinstance(grade, (int, float)) or grade < 0 or float(grade) != int(grade):
-                raise ValueError(f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints >= 0 or None (unjudged).")
+            if isinstance(grade, bool) or not isinstance(grade, (int, float)) or not math.isfinite(grade) or float(grade) != int(grade):
+                raise ValueError(
+                    f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints (negative: pooled but "
+                    "not judged, as in trec_eval) or None (unjudged)."
+                )
             grades[str(doc)] = float(grade)
         docs = _ranked_docs(query, run_s[query])
         if depth is not None:

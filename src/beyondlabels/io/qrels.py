@@ -2,10 +2,12 @@
 
 Formats
     - TREC qrels: one judgement per line, ``query iteration document grade`` (whitespace-separated; the iteration
-      column is ignored). Grades are ints >= 0.
+      column is ignored). Grades are ints; a negative one (TREC's -1 / -2) is kept as it is and read as trec_eval
+      reads it, as a pooled document that was not judged (:mod:`beyondlabels.functional.ranking`).
     - TREC runs: ``query Q0 document rank score tag``; documents are ranked by score (ties: the rule of
       :func:`beyondlabels.functional.ranking.judge_run`), the rank column is not used (as in trec_eval).
-    - JSON qrels: ``{query: {document: grade or null}}``; null marks a listed but unjudged document.
+    - JSON qrels: ``{query: {document: grade or null}}`` (int grades, as in TREC files); null marks a listed but
+      unjudged document.
     - JSON runs: ``{query: {document: score}}`` or ``{query: [document, ...]}`` in rank order.
 
     A file whose name ends in ``.json`` is read as JSON, anything else as TREC text. Query and document ids are
@@ -58,11 +60,11 @@ def _grade(value: Any, where: str) -> int | None:
         try:
             value = float(value)
         except ValueError:
-            raise ValueError(f"{where}: grade {value!r} is not a number; grades are ints >= 0 (or null in JSON for unjudged).") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value) or value < 0:
+            raise ValueError(f"{where}: grade {value!r} is not a number; grades are ints (or null in JSON for unjudged).") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
         raise ValueError(
-            f"{where}: grade {value!r} is not an int >= 0. Map negative judgements (e.g. -2 for spam) to 0, or leave "
-            "the document unjudged (null in JSON)."
+            f"{where}: grade {value!r} is not an int; grades are ints (0 and up judged, negative pooled but not "
+            "judged, as in trec_eval), or null in JSON for a listed but unjudged document."
         )
     return int(value)
 

@@ -17,12 +17,14 @@ __all__ = ["RankingAudit"]
 
 
 class RankingAudit(PerSampleMetric):
-    """Ranking quality when only some results are judged: P@k, judged-only and condensed P@k, nDCG (exponential and
-    linear gain), R-precision, judged@k and coverage@k, with per-query values.
+    """Ranking quality when only some results are judged: P@k, recall@k, success@k, MAP, MRR, bpref, judged-only and
+    condensed P@k, nDCG (exponential and linear gain), R-precision, judged@k and coverage@k, with per-query values.
 
     Each sample is one query: the model's scores for a fixed row of candidate documents and their grades (NaN =
     unjudged). :meth:`compute` ranks each row by score, highest first, ties by column (the earlier column first), and
-    computes every metric of :mod:`beyondlabels.functional.ranking` (definitions, lone queries, unjudged rules).
+    computes every metric of :mod:`beyondlabels.functional.ranking` (definitions, lone queries, unjudged rules; a
+    negative grade is a pooled document that was not judged, as in trec_eval). Ordering the columns by document id
+    descending makes the ties trec_eval's.
     A candidate with score ``-inf`` is not retrieved but its grade still counts for ``R`` and the ideal DCG: put
     judged documents the model did not retrieve there, so the ideal DCG covers all judged items of the query.
 
@@ -36,7 +38,7 @@ class RankingAudit(PerSampleMetric):
 
     Inputs of :meth:`update`:
         ``scores`` float ``[B, D]`` (higher ranks first; ``-inf`` = not retrieved), ``grades`` float ``[B, D]``
-        (ints >= 0, NaN = unjudged), optional ``ids`` ``[B]`` (query ids; required under distributed training).
+        (ints; NaN or negative = unjudged), optional ``ids`` ``[B]`` (query ids; required under distributed training).
 
     Example:
         >>> metric = RankingAudit(ks=(2,))
@@ -77,18 +79,18 @@ class RankingAudit(PerSampleMetric):
         if self.validate_args:
             if bool(torch.isnan(scores).any()) or bool((scores == float("inf")).any()):
                 raise ValueError("`scores` contains NaN or +inf; use -inf for candidates that are not retrieved.")
-            judged = grades[~torch.isnan(grades)]
-            if bool((judged < 0).any()) or bool((judged != judged.floor()).any()):
-                raise ValueError("`grades` must be ints >= 0, or NaN for unjudged candidates.")
+            graded = grades[~torch.isnan(grades)]
+            if bool((graded != graded.floor()).any()):
+                raise ValueError("`grades` must be ints (negative: pooled but not judged, as in trec_eval), or NaN for unjudged candidates.")
         ids = self.check_ids(ids, scores.shape[0], scores.device)
-        # unjudged stored as -1: the base compares copies of an id with ==, which NaN never satisfies
+        # unjudged stored as -1, which the kernel reads as unjudged too: the base compares copies of an id with ==,
+        # which NaN never satisfies
         self.append_samples(ids, scores=scores.detach().to(torch.float64), grades=grades.nan_to_num(-1.0).to(scores.device))
 
     def compute(self) -> dict[str, Any]:
         """Rank the gathered queries' candidates and return every metric with per-query values."""
         samples = self.gathered_samples()
         scores, grades = samples.values["scores"], samples.values["grades"]
-        grades = torch.where(grades < 0, float("nan"), grades)
         order = torch.argsort(-scores, dim=1, stable=True)
         ranked = torch.gather(grades, 1, order)
         num_retrieved = (scores > float("-inf")).sum(dim=1)

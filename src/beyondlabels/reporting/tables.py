@@ -80,23 +80,47 @@ def print_metrics_table(
     """Print scalar metrics as a table (metric, direction, value); metric names are never wrapped or cut.
 
     With ``schema``, its scalar keys are printed in schema order with their direction (↑/↓) and counts as ints;
-    without, every numeric entry of ``metrics``.
+    without, every numeric entry of ``metrics``. A key whose ``<key>_ci_low`` and ``<key>_ci_high`` are both there
+    shows them in its own row, ``value  [low, high]`` (as ``train.py``'s summary does), not as rows of their own.
+
+    Example:
+        >>> import io
+        >>> from rich.console import Console
+        >>> console = Console(width=60, record=True, file=io.StringIO(), color_system=None)
+        >>> print_metrics_table({"p@1": 0.5, "p@1_ci_low": 0.25, "p@1_ci_high": 0.75, "n": 4}, console=console)
+        >>> [line.strip("│ ") for line in console.export_text().splitlines() if "p@1" in line]
+        ['p@1    │   │ 0.5000  [0.2500, 0.7500]']
     """
+    from rich.cells import cell_len
     from rich.table import Table
+    from rich.text import Text
 
     if schema is not None:
         rows = [(k, schema.mode(k), schema[k].count) for k in schema.scalar_keys() if k in metrics]
     else:
         rows = [(k, None, isinstance(v, int)) for k, v in metrics.items() if _is_number(v)]
+    present = {k for k, _, _ in rows}
+    bounds = {k for k, _, _ in rows if f"{k}_ci_low" in present and f"{k}_ci_high" in present}
+    shown = {f"{k}_ci_{side}" for k in bounds for side in ("low", "high")}
+    cells = []
+    for key, mode, count in rows:
+        if key in shown:
+            continue
+        text = format_value(metrics[key], count)
+        if key in bounds:
+            text += f"  [{format_value(metrics[f'{key}_ci_low'])}, {format_value(metrics[f'{key}_ci_high'])}]"
+        cells.append((key, ARROWS[mode], text))
     console = _console(console)
-    key_width = max([len("metric"), *(len(k) for k, _, _ in rows)])
-    table = Table(title=title)
+    key_width = max([len("metric"), *(len(k) for k, _, _ in cells)])
+    value_width = max([len("value"), *(cell_len(text) for _, _, text in cells)])
+    caption = Text("[low, high]: <key>_ci_low, <key>_ci_high") if bounds else None  # Text: brackets are not markup
+    table = Table(title=title, caption=caption)
     table.add_column("metric", no_wrap=True, min_width=key_width)
     table.add_column("", no_wrap=True, width=1)
     table.add_column("value", justify="right", no_wrap=True)
-    for key, mode, count in rows:
-        table.add_row(key, ARROWS[mode], format_value(metrics[key], count))
-    print_fitting(console, table, key_width + 1 + 12 + 3 * 3 + 1)
+    for key, arrow, text in cells:
+        table.add_row(key, arrow, Text(text))
+    print_fitting(console, table, key_width + 1 + value_width + 3 * 3 + 1)
 
 
 # ---- building comparisons ------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""``task=ranking``: a run against qrels (TREC or JSON); every key of the ranking schema per k with bootstrap
-intervals of the headline keys, ``per_query`` (``{query: {key: value}}``), ``num_queries`` and ``num_unjudged``.
-Definitions: :mod:`beyondlabels.functional.ranking`."""
+"""``task=ranking``: a run against qrels (TREC or JSON); every key of the ranking schema (P@k, recall@k, success@k,
+MAP, recip_rank, bpref, R-precision, nDCG, judged-only and condensed P@k, coverage) with bootstrap intervals of the
+headline keys, ``per_query`` (``{query: {key: value}}``), ``num_queries`` and ``num_unjudged``.
+Definitions and their trec_eval names: :mod:`beyondlabels.functional.ranking`."""
 
 from __future__ import annotations
 
