@@ -166,6 +166,9 @@ def test_pictures_are_inline_pngs_and_nothing_is_fetched(tmp_path: Path):
                 assert attributes[name].startswith(("data:image/png;base64,", "#")), (tag, attributes[name][:60])
         if tag == "script":
             assert "src" not in attributes
+    ids = {a["id"] for _, a in page.tags if "id" in a}
+    links = [a["href"][1:] for tag, a in page.tags if tag == "a"]
+    assert links and set(links) <= ids, "every link goes to a section of the page"
 
 
 def test_values_are_the_last_successful_evaluation_with_its_interval(tmp_path: Path):

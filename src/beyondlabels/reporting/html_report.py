@@ -384,7 +384,8 @@ def report_html(
             parts.append("</section>")
             sections.append("".join(parts))
         else:
-            nav.append(f'<li><a href="#{anchor}">{_e(source.name)}</a> ({", ".join(_e(f.prefix) for f in source.families) or "no families"})</li>')
+            links = ", ".join(f'<a href="#{_e(_anchor(anchor, f.prefix))}">{_e(f.prefix)}</a>' for f in source.families)
+            nav.append(f'<li><a href="#{anchor}">{_e(source.name)}</a>: {links or "no evaluation folder"}</li>')
             sections.append(_run_section(source, anchor))
     heading = title or "Evaluation report: " + ", ".join(s.path.name or str(s.path) for s in sources)
     return (
