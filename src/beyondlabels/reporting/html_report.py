@@ -67,8 +67,11 @@ th, td { border: 1px solid #dde1e6; padding: 3px 8px; text-align: left; vertical
 th { background: #eef1f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .muted { color: #66707a; } .problems { background: #fff4e5; border-left: 4px solid #f0a020; padding: 6px 12px; margin: 8px 0; }
+.overview { display: flex; flex-wrap: wrap; gap: 4px 24px; align-items: flex-start; }
+.overview > div:last-child { flex: 1 1 480px; min-width: 0; }
 .figures { display: flex; flex-wrap: wrap; gap: 12px; } figure { margin: 0; max-width: 100%; }
-figure img { max-width: min(100%, 560px); border: 1px solid #e3e6ea; background: #fff; } figcaption { font-size: 12px; color: #4b5560; }
+.figures > figure { flex: 0 1 560px; min-width: 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid #e3e6ea; background: #fff; } figcaption { font-size: 12px; color: #4b5560; }
 td img { max-height: 96px; max-width: 160px; display: block; }
 pre { background: #272c33; color: #e6e6e6; padding: 10px; overflow-x: auto; font-size: 12px; border-radius: 4px; }
 code { background: #eef1f4; padding: 0 3px; border-radius: 3px; } nav ul { margin: 4px 0; }
@@ -302,7 +305,8 @@ def _folder_images(family: FamilyFolder, problems: list[str]) -> str:
 
 def _family_section(family: FamilyFolder, anchor: str) -> str:
     problems = list(family.problems)
-    body = _values_table(family) + _band_charts(family, problems) + _media(family, problems) + _folder_images(family, problems)
+    overview = "".join(f"<div>{part}</div>" for part in (_values_table(family), _band_charts(family, problems)) if part)
+    body = (f'<div class="overview">{overview}</div>' if overview else "") + _media(family, problems) + _folder_images(family, problems)
     if not body:
         body = '<p class="muted">Nothing to show.</p>'
     return f'<section class="family" id="{_e(anchor)}"><h3>{_e(family.prefix)}</h3>{_problems(problems)}{body}</section>'
