@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: train test test-fast install install-test bench clean wordnet
+.PHONY: train test test-fast install install-test bench clean wordnet chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ install-test: $(VENV)/.installed-test
 train: $(VENV)/.installed
 	WANDB_MODE=offline $(PY) train.py $(ARGS)
 
-test: $(VENV)/.installed-test wordnet
+test: $(VENV)/.installed-test wordnet chromium
 	WANDB_MODE=offline OMP_NUM_THREADS=2 $(PY) -m pytest $(PYTEST_ARGS)
 
 # WordNet 3.0 noun files (Debian's wordnet-base) for the taxonomy tests; best effort: where apt-get is missing or not
@@ -37,6 +37,16 @@ wordnet:
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -q wordnet-base >/dev/null 2>&1; } || \
 		  sudo -n apt-get install -y -q wordnet-base >/dev/null 2>&1; } || \
 		echo "wordnet-base not installed (apt-get unavailable or not permitted): the WordNet tests will skip"; } || true
+
+# Headless Chromium (Debian's chromium) for the test that opens the HTML report as a person would; best effort: where
+# apt-get is missing or not allowed that test skips and says why. Never fails the build.
+chromium:
+	@{ command -v chromium || command -v chromium-browser || command -v google-chrome; } >/dev/null 2>&1 || \
+	{ command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -q chromium >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } || \
+		  sudo -n apt-get install -y -q chromium >/dev/null 2>&1; } || \
+		echo "chromium not installed (apt-get unavailable or not permitted): the browser test of the HTML report will skip"; } || true
 
 # Everything but the slow end-to-end runs (train.py subprocesses, multi-process DDP).
 test-fast: $(VENV)/.installed-test

@@ -11,6 +11,7 @@ Returns the value of ``optimized_metric`` so Hydra sweepers can optimise it.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -74,6 +75,18 @@ def continue_wandb_run(cfg: DictConfig) -> None:
             log.info("logger.%s continues the W&B run %s", name, run_id)
 
 
+def write_run_report(output_dir: str | Path) -> Path | None:
+    """Write ``<output_dir>/report.html`` (:func:`beyondlabels.reporting.html_report.write_report`) and return its path;
+    None, with a warning, when it could not be written: a report never fails the run."""
+    try:
+        from beyondlabels.reporting.html_report import write_report
+
+        return write_report([output_dir], Path(output_dir) / "report.html")
+    except Exception as exc:  # noqa: BLE001 - whatever breaks the report, the trained model and its files stand
+        log.warning("the HTML report of %s was not written: %s: %s", output_dir, type(exc).__name__, exc)
+        return None
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     try:
@@ -83,7 +96,10 @@ def main(cfg: DictConfig) -> float | None:
             for callback in objects["callbacks"]:
                 if isinstance(callback, EvaluationCore):
                     schema.update(callback.schema.prefixed(callback.prefix))
+            report = write_run_report(cfg.paths.output_dir) if cfg.get("report", True) else None
             print_run_summary(cfg.paths.output_dir, metrics, schema=schema)
+            if report is not None:
+                print(f"  HTML report: {report}")
         if objects["trainer"].fast_dev_run:
             return None
         return metric_value(metrics, cfg.get("optimized_metric"))

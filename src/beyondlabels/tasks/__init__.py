@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from beyondlabels.tasks import abtest, compare, crossmodal, hierarchy, mismatch, profiles, ranking, retrieval, rprecision
+from beyondlabels.tasks import abtest, compare, crossmodal, hierarchy, mismatch, profiles, ranking, report, retrieval, rprecision
 
 __all__ = ["TASKS", "run_task"]
 
@@ -27,6 +27,7 @@ TASKS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
     "profiles": profiles.run,
     "compare": compare.run,
     "abtest": abtest.run,
+    "report": report.run,
 }
 
 

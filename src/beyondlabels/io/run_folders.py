@@ -1,0 +1,382 @@
+"""A training run's folder read whole, for reports: every evaluation family's history and schema, the PNGs it wrote,
+its media manifest, and the run's Hydra config; a Hydra multirun folder as its jobs.
+
+A *run folder* (``logs/train/runs/<date>/``) holds ``.hydra/`` (``config.yaml``, ``overrides.yaml``) and one folder
+per evaluation callback (``retrieval/``, ``hierarchy/``, ...: see :mod:`beyondlabels.io.run_files`). A family folder
+may hold PNGs (``confidence_intervals.png``; a series ``embedding_projection/step_000000384.png``, of which the
+last is read) and ``media/media.json``, the media of the family's last evaluation::
+
+    {"format": 1, "prefix": "retrieval", "step": 384, "epoch": 7,
+     "figures": [{"name": "embedding_projection", "file": "embedding_projection.png", "caption": "..."}],
+     "tables":  [{"name": "worst_mismatches", "columns": ["query_image", "query_label"],
+                  "rows": [[{"image": "tables/worst_mismatches/r000_query_image.png"}, "circle"]]}],
+     "curves":  [{"name": "precision_curve", "xname": "k", "x": [1, 2], "y": [0.9, 0.85]}]}
+
+Paths are relative to ``media/``; a table cell is a JSON scalar, null or ``{"image": path}`` (a PNG). A *multirun
+folder* holds Hydra's ``multirun.yaml`` and numbered job folders ``0/``, ``1/``, ...
+
+Reading never fails on a broken family: what is missing or malformed is listed in ``problems`` (the history
+unreadable, no schema, a manifest entry naming a missing file, ...) and the rest is read.
+
+Example:
+    >>> import json, tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> (run / "retrieval").mkdir()
+    >>> _ = (run / "retrieval" / "history.jsonl").write_text(json.dumps({"step": 8, "epoch": 0, "map@r": 0.5}) + "\\n")
+    >>> folder = read_run_folder(run)
+    >>> [(f.prefix, f.run.final(), f.problems) for f in folder.families]
+    [('retrieval', {'map@r': 0.5}, ['retrieval/schema.json is missing: the directions of the values are unknown'])]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from beyondlabels.io.run_files import HISTORY_FILE, LEGACY_HISTORY_FILE, SCHEMA_FILE, EvaluationRun, read_evaluation_run, run_overrides
+
+__all__ = [
+    "MANIFEST_FILE",
+    "MEDIA_FOLDER",
+    "FamilyFolder",
+    "MediaCurve",
+    "MediaFigure",
+    "MediaImage",
+    "MediaManifest",
+    "MediaTable",
+    "MultirunFolder",
+    "RunFolder",
+    "is_multirun_folder",
+    "is_run_folder",
+    "png_bytes",
+    "read_media_manifest",
+    "read_multirun_folder",
+    "read_run_folder",
+]
+
+log = logging.getLogger(__name__)
+
+MEDIA_FOLDER = "media"
+MANIFEST_FILE = "media.json"
+MANIFEST_FORMAT = 1
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Folders of a run folder that are not evaluation families.
+_NOT_FAMILIES = frozenset({"csv", "checkpoints", "wandb", "tensorboard", "mlruns", "per_query"})
+_STEP_FILE = re.compile(r"step_(\d+)\.png$")
+
+
+@dataclass
+class MediaImage:
+    """A PNG named by a manifest: ``path`` inside the media folder, or None when the file is missing (then
+    ``missing`` holds the name the manifest gave)."""
+
+    path: Path | None
+    missing: str = ""
+
+
+@dataclass
+class MediaFigure:
+    name: str
+    image: MediaImage
+    caption: str = ""
+
+
+@dataclass
+class MediaTable:
+    """A table of the last evaluation: each cell is a JSON scalar, None or a :class:`MediaImage`."""
+
+    name: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+@dataclass
+class MediaCurve:
+    name: str
+    xname: str
+    x: list[float]
+    y: list[float]
+
+
+@dataclass
+class MediaManifest:
+    """``media/media.json`` of a family folder: the media of its last evaluation."""
+
+    path: Path
+    prefix: str
+    step: int | None
+    epoch: int | None
+    figures: list[MediaFigure] = field(default_factory=list)
+    tables: list[MediaTable] = field(default_factory=list)
+    curves: list[MediaCurve] = field(default_factory=list)
+
+
+@dataclass
+class FamilyFolder:
+    """One evaluation callback's folder.
+
+    Attributes:
+        prefix: The folder's name (what its keys are logged under).
+        path: The folder.
+        run: Its evaluations (None when the history is missing or unreadable).
+        images: ``(label, path)`` of the PNGs in the folder, and of the last file of each ``<name>/step_*.png`` series
+            (label ``"<name> (step N)"``), in name order; the media folder's files are in ``manifest``.
+        manifest: The media manifest, None when there is none (or it is unreadable: see ``problems``).
+        problems: What is missing or malformed, one sentence each.
+    """
+
+    prefix: str
+    path: Path
+    run: EvaluationRun | None = None
+    images: list[tuple[str, Path]] = field(default_factory=list)
+    manifest: MediaManifest | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunFolder:
+    """A training run's folder: its Hydra config and overrides and its evaluation families.
+
+    Attributes:
+        path: The folder.
+        name: Its name (a multirun job's number).
+        overrides: The Hydra overrides (``.hydra/overrides.yaml``).
+        config: The text of ``.hydra/config.yaml`` (None when there is none).
+        families: One per evaluation folder, in name order.
+        problems: What is missing at the run level.
+    """
+
+    path: Path
+    name: str
+    overrides: list[str] = field(default_factory=list)
+    config: str | None = None
+    families: list[FamilyFolder] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MultirunFolder:
+    """A Hydra multirun folder: ``multirun.yaml`` (its text in ``config``) and its numbered jobs in numeric order."""
+
+    path: Path
+    config: str | None
+    jobs: list[RunFolder] = field(default_factory=list)
+
+
+def _is_family_folder(folder: Path) -> bool:
+    if folder.name.startswith(".") or folder.name in _NOT_FAMILIES or folder.is_symlink():
+        return False
+    names = (HISTORY_FILE, LEGACY_HISTORY_FILE, SCHEMA_FILE, MEDIA_FOLDER)
+    return any((folder / name).exists() for name in names)
+
+
+def _job_folders(folder: Path) -> list[Path]:
+    return sorted((p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def is_multirun_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Hydra multirun folder: it holds ``multirun.yaml`` and numbered job folders."""
+    folder = Path(path)
+    return (folder / "multirun.yaml").is_file() and bool(_job_folders(folder))
+
+
+def is_run_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a run folder: it holds ``.hydra/`` or at least one evaluation family's folder."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return False
+    return (folder / ".hydra").is_dir() or any(_is_family_folder(p) for p in folder.iterdir() if p.is_dir())
+
+
+def _read_text(file: Path) -> str | None:
+    try:
+        return file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def read_run_folder(path: str | os.PathLike[str]) -> RunFolder:
+    """Read a run folder (see the module's description); a broken family is read as far as it goes.
+
+    Raises:
+        FileNotFoundError: if ``path`` is not a folder.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder; expected a run folder (logs/train/runs/<date>/)")
+    run = RunFolder(path=folder, name=folder.name or str(folder), overrides=run_overrides(folder))
+    config_file = folder / ".hydra" / "config.yaml"
+    run.config = _read_text(config_file) if config_file.is_file() else None
+    if run.config is None:
+        run.problems.append(f"{config_file.relative_to(folder)} is missing or unreadable: the run's config is not shown")
+    run.families = [read_family_folder(p) for p in sorted(folder.iterdir()) if p.is_dir() and _is_family_folder(p)]
+    if not run.families:
+        run.problems.append("no evaluation folder (a folder with history.jsonl, schema.json or media/): nothing was evaluated")
+    return run
+
+
+def read_multirun_folder(path: str | os.PathLike[str]) -> MultirunFolder:
+    """Read a multirun folder and each of its job folders (:func:`read_run_folder`).
+
+    Raises:
+        FileNotFoundError: if ``path`` is not a multirun folder (no ``multirun.yaml`` or no numbered job folder).
+    """
+    folder = Path(path)
+    if not is_multirun_folder(folder):
+        raise FileNotFoundError(f"{folder} is not a Hydra multirun folder (multirun.yaml and numbered job folders 0/, 1/, ...)")
+    return MultirunFolder(path=folder, config=_read_text(folder / "multirun.yaml"), jobs=[read_run_folder(p) for p in _job_folders(folder)])
+
+
+def read_family_folder(path: str | os.PathLike[str]) -> FamilyFolder:
+    """Read one evaluation family's folder: history, schema, PNGs and media manifest (see :class:`FamilyFolder`)."""
+    folder = Path(path)
+    family = FamilyFolder(prefix=folder.name, path=folder)
+    has_history = any((folder / name).is_file() for name in (HISTORY_FILE, LEGACY_HISTORY_FILE))
+    if not has_history:
+        family.problems.append(f"{folder.name}/{HISTORY_FILE} is missing: no values to show")
+    else:
+        try:
+            family.run = read_evaluation_run(folder)
+        except (OSError, ValueError) as exc:
+            family.problems.append(f"{folder.name}/{HISTORY_FILE} is unreadable: {exc}")
+        else:
+            if family.run.schema is None:
+                family.problems.append(f"{folder.name}/{SCHEMA_FILE} is missing: the directions of the values are unknown")
+            if not family.run.records:
+                family.problems.append(f"{folder.name}: no successful evaluation in the history")
+    family.images = _family_images(folder)
+    if (folder / MEDIA_FOLDER / MANIFEST_FILE).exists():
+        try:
+            family.manifest = read_media_manifest(folder / MEDIA_FOLDER, family.problems)
+        except ValueError as exc:
+            family.problems.append(str(exc))
+    return family
+
+
+def _family_images(folder: Path) -> list[tuple[str, Path]]:
+    images: list[tuple[str, Path]] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_file() and entry.suffix.lower() == ".png":
+            images.append((entry.stem, entry))
+        elif entry.is_dir() and entry.name not in (MEDIA_FOLDER, "per_query") and not entry.is_symlink():
+            series = sorted((int(m.group(1)), p) for p in entry.glob("step_*.png") if (m := _STEP_FILE.search(p.name)))
+            if series:
+                step, last = series[-1]
+                images.append((f"{entry.name} (step {step})", last))
+    return images
+
+
+def _media_image(media: Path, name: Any, where: str, problems: list[str]) -> MediaImage:
+    """The file a manifest names, kept inside ``media``; a missing file is a problem, not an error."""
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        problems.append(f"{where}: {name!r} is not a path inside {media.name}/")
+        return MediaImage(None, str(name))
+    file = media / name
+    if not file.is_file():
+        problems.append(f"{where}: {media.name}/{name} is missing")
+        return MediaImage(None, name)
+    return MediaImage(file)
+
+
+def _entries(data: dict[str, Any], key: str, file: Path) -> list[dict[str, Any]]:
+    entries = data.get(key, [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{file}: malformed media manifest: {key!r} must be a list of objects")
+    return entries
+
+
+def read_media_manifest(media: str | os.PathLike[str], problems: list[str] | None = None) -> MediaManifest:
+    """Read ``<media>/media.json`` (the format in the module's description).
+
+    Args:
+        media: The family's ``media/`` folder.
+        problems: Where entries that name a missing or outside file are reported (the entry is kept, its image
+            ``path`` None); a figure or table without a name, a table whose rows do not match its columns, or a curve
+            whose ``x`` and ``y`` differ in length is reported there and left out.
+
+    Raises:
+        ValueError: if the manifest is not valid JSON, not an object of format 1, or one of its lists is not a list of
+            objects (the message names the file).
+    """
+    media = Path(media)
+    problems = [] if problems is None else problems
+    file = media / MANIFEST_FILE
+    where = f"{media.parent.name}/{MEDIA_FOLDER}/{MANIFEST_FILE}"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{where} is unreadable: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{where}: not a media manifest of format {MANIFEST_FORMAT} (got {got!r})")
+    step, epoch = data.get("step"), data.get("epoch")
+    manifest = MediaManifest(
+        path=file,
+        prefix=str(data.get("prefix", media.parent.name)),
+        step=step if isinstance(step, int) else None,
+        epoch=epoch if isinstance(epoch, int) else None,
+    )
+    for entry in _entries(data, "figures", file):
+        name = entry.get("name")
+        if not isinstance(name, str):
+            problems.append(f"{where}: a figure without a name is left out")
+            continue
+        image = _media_image(media, entry.get("file"), f"{where}, figure {name!r}", problems)
+        manifest.figures.append(MediaFigure(name, image, str(entry.get("caption") or "")))
+    for entry in _entries(data, "tables", file):
+        name, columns, rows = entry.get("name"), entry.get("columns"), entry.get("rows")
+        if not isinstance(name, str) or not isinstance(columns, list) or not isinstance(rows, list):
+            problems.append(f"{where}: table {name!r} needs a name, columns and rows; left out")
+            continue
+        if not all(isinstance(row, list) and len(row) == len(columns) for row in rows):
+            problems.append(f"{where}: table {name!r} has a row whose length is not that of its {len(columns)} columns; left out")
+            continue
+        table_rows = []
+        for r, row in enumerate(rows):
+            cells = []
+            for c, cell in enumerate(row):
+                if isinstance(cell, dict):
+                    cell = _media_image(media, cell.get("image"), f"{where}, table {name!r} row {r} column {columns[c]!r}", problems)
+                cells.append(cell)
+            table_rows.append(cells)
+        manifest.tables.append(MediaTable(name, [str(c) for c in columns], table_rows))
+    for entry in _entries(data, "curves", file):
+        name, x, y = entry.get("name"), entry.get("x"), entry.get("y")
+        numbers = isinstance(x, list) and isinstance(y, list) and all(isinstance(v, (int, float)) for v in [*x, *y])
+        if not isinstance(name, str) or not numbers or len(x) != len(y):
+            problems.append(f"{where}: curve {name!r} needs a name and numeric x and y of one length; left out")
+            continue
+        manifest.curves.append(MediaCurve(name, str(entry.get("xname") or "x"), [float(v) for v in x], [float(v) for v in y]))
+    return manifest
+
+
+def png_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a PNG file, checked to decode (Pillow, when installed; else the PNG signature).
+
+    Raises:
+        ValueError: if the file is unreadable or not a whole PNG (the message names the file).
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path} is unreadable: {exc}") from exc
+    if not data.startswith(PNG_SIGNATURE):
+        raise ValueError(f"{path} is not a PNG (no PNG signature)")
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow comes with matplotlib
+        return data
+    import io
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ... for broken files
+        raise ValueError(f"{path} is not a whole PNG: {exc}") from exc
+    return data

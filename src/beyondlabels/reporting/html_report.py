@@ -1,0 +1,413 @@
+"""One self-contained HTML file that shows a training run, or a sweep, the way its folders hold it.
+
+Per run and evaluation family: the values of the last successful evaluation, each with its interval as
+``value [low, high]`` (from ``<key>_ci_low`` / ``<key>_ci_high``); the curves of the interval keys over the trainer
+steps with their bands; the last evaluation's media from ``media/media.json`` (tables with their thumbnails, figures,
+curves); the PNGs of the family folder; what was missing or broken; the run's Hydra config and overrides. A multirun
+folder adds a table of its jobs (overrides and final values) linking to each job's section.
+
+The file needs nothing else: every picture is inlined as ``data:image/png;base64``, the styles are inline, it
+references no URL, and it renders without a script. A small inline script only records, as attributes of ``<html>``,
+whether every image loaded (``data-images``, ``data-images-broken``) and any script error (``data-script-errors``),
+so a headless browser can check the page. All text is escaped.
+
+Example:
+    >>> import json, tempfile
+    >>> from pathlib import Path
+    >>> run = Path(tempfile.mkdtemp())
+    >>> (run / "retrieval").mkdir()
+    >>> record = {"step": 8, "epoch": 0, "map@r": 0.5, "map@r_ci_low": 0.4, "map@r_ci_high": 0.6}
+    >>> _ = (run / "retrieval" / "history.jsonl").write_text(json.dumps(record) + "\\n")
+    >>> page = report_html([run])
+    >>> "0.5000 [0.4000, 0.6000]" in page, "http://" in page
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from beyondlabels.io.atomic import write_text
+from beyondlabels.io.run_folders import (
+    FamilyFolder,
+    MediaCurve,
+    MediaImage,
+    MultirunFolder,
+    RunFolder,
+    is_multirun_folder,
+    png_bytes,
+    read_multirun_folder,
+    read_run_folder,
+)
+from beyondlabels.reporting.tables import ARROWS
+
+__all__ = ["headline_keys", "interval_keys", "report_html", "sweep_table_html", "write_report"]
+
+_INTERVAL_SUFFIXES = ("_ci_low", "_ci_high")
+# Keys drawn in one band chart at most (the band plot's own limit).
+_KEYS_PER_CHART = 6
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d232a; margin: 0;
+       background: #f5f6f8; }
+main { max-width: 1180px; margin: 0 auto; padding: 16px 24px 48px; }
+h1 { font-size: 22px; margin: 12px 0 4px; } h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 2px solid #d0d5dc; }
+h3 { font-size: 16px; margin: 20px 0 6px; } h4 { font-size: 14px; margin: 14px 0 4px; color: #3b4550; }
+section.family { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 4px 16px 12px; margin: 12px 0; }
+table { border-collapse: collapse; margin: 6px 0; font-size: 13px; }
+th, td { border: 1px solid #dde1e6; padding: 3px 8px; text-align: left; vertical-align: middle; }
+th { background: #eef1f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.scroll { overflow-x: auto; max-width: 100%; }
+.muted { color: #66707a; } .problems { background: #fff4e5; border-left: 4px solid #f0a020; padding: 6px 12px; margin: 8px 0; }
+.overview { display: flex; flex-wrap: wrap; gap: 4px 24px; align-items: flex-start; }
+.overview > div:last-child { flex: 1 1 480px; min-width: 0; }
+.figures { display: flex; flex-wrap: wrap; gap: 12px; } figure { margin: 0; max-width: 100%; }
+.figures > figure { flex: 0 1 560px; min-width: 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid #e3e6ea; background: #fff; } figcaption { font-size: 12px; color: #4b5560; }
+td img { max-height: 96px; max-width: 160px; display: block; }
+pre { background: #272c33; color: #e6e6e6; padding: 10px; overflow-x: auto; font-size: 12px; border-radius: 4px; }
+code { background: #eef1f4; padding: 0 3px; border-radius: 3px; } nav ul { margin: 4px 0; }
+"""
+
+# Records whether the page rendered (every image decoded, no script error) as attributes of <html>; the page itself
+# needs no script.
+_CHECK_SCRIPT = """
+(function () {
+  var root = document.documentElement, errors = 0;
+  window.addEventListener("error", function (event) {
+    if (event.target && event.target.tagName === "IMG") { event.target.setAttribute("data-failed", "1"); }
+    else { errors += 1; root.setAttribute("data-script-errors", String(errors)); }
+  }, true);
+  window.addEventListener("load", function () {
+    var images = document.images, broken = 0;
+    for (var i = 0; i < images.length; i++) {
+      var image = images[i];
+      if (image.hasAttribute("data-failed") || !image.complete || image.naturalWidth === 0) { broken += 1; }
+    }
+    root.setAttribute("data-images", String(images.length));
+    root.setAttribute("data-images-broken", String(broken));
+    if (!root.hasAttribute("data-script-errors")) { root.setAttribute("data-script-errors", "0"); }
+  });
+})();
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _format(value: Any, count: bool = False) -> str:
+    if not _is_number(value):
+        return "—"
+    if math.isnan(value):
+        return "nan"
+    return f"{int(value):d}" if count and math.isfinite(value) else f"{value:.4f}"
+
+
+def _anchor(*parts: str) -> str:
+    return "-".join(re.sub(r"[^A-Za-z0-9_]+", "_", p) for p in parts)
+
+
+def _img(data: bytes, alt: str, css_class: str = "") -> str:
+    klass = f' class="{css_class}"' if css_class else ""
+    return f'<img{klass} alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
+
+
+def headline_keys(family: FamilyFolder) -> list[str]:
+    """The keys of a family's values table: its scalar keys (the schema's; without one, the numbers of its records),
+    interval keys ``*_ci_low`` / ``*_ci_high`` left out (they show beside their key)."""
+    if family.run is None:
+        return []
+    return [k for k in family.run.scalar_keys() if not k.endswith(_INTERVAL_SUFFIXES)]
+
+
+def interval_keys(family: FamilyFolder) -> list[str]:
+    """The keys of :func:`headline_keys` whose last evaluation has an interval (both bounds are numbers)."""
+    last = family.run.last() if family.run is not None else None
+    if last is None:
+        return []
+    return [k for k in headline_keys(family) if all(_is_number(last.get(f"{k}{s}")) for s in _INTERVAL_SUFFIXES)]
+
+
+def _value_cell(record: dict[str, Any], key: str, count: bool, label: str) -> str:
+    """``value [low, high]`` of ``key`` in ``record``; the numbers also as ``data-`` attributes."""
+    value = record.get(key)
+    low, high = record.get(f"{key}_ci_low"), record.get(f"{key}_ci_high")
+    text = _format(value, count)
+    attrs = f' data-key="{_e(label)}"'
+    if _is_number(value):
+        attrs += f' data-value="{value!r}"'
+    if _is_number(low) and _is_number(high):
+        text += f" [{_format(low)}, {_format(high)}]"
+        attrs += f' data-low="{low!r}" data-high="{high!r}"'
+    return f'<td class="num"{attrs}>{_e(text)}</td>'
+
+
+def _problems(problems: Iterable[str]) -> str:
+    items = "".join(f"<li>{_e(p)}</li>" for p in problems)
+    return f'<div class="problems"><strong>Missing or broken</strong><ul>{items}</ul></div>' if items else ""
+
+
+def _png(path: Path, alt: str, problems: list[str], css_class: str = "") -> str:
+    """``path`` as an inline ``<img>``; a file that is not a whole PNG becomes a note and a problem."""
+    try:
+        return _img(png_bytes(path), alt, css_class)
+    except ValueError as exc:
+        problems.append(str(exc))
+        return f'<span class="muted">({_e(path.name)}: not shown)</span>'
+
+
+def _values_table(family: FamilyFolder) -> str:
+    run = family.run
+    last = run.last() if run is not None else None
+    if run is None or last is None:
+        return ""
+    rows = []
+    for key in headline_keys(family):
+        spec = run.schema.get(key) if run.schema is not None else None
+        direction = ARROWS.get(run.schema.mode(key) if run.schema is not None else None, "")
+        count = spec is not None and spec.count
+        rows.append(f"<tr><td>{_e(key)}</td><td>{_e(direction)}</td>{_value_cell(last, key, count, key)}</tr>")
+    caption = f"last evaluation: step {_e(last.get('step'))}, epoch {_e(last.get('epoch'))}"
+    failed = len(run.failures)
+    if failed:
+        caption += f"; {failed} failed evaluation(s), the last: {_e(run.failures[-1].get('error', ''))}"
+    return (
+        f'<p class="muted">{caption} · {len(run.records)} evaluation(s) · value [95% interval]</p>'
+        f'<table class="values" data-prefix="{_e(family.prefix)}"><tr><th>metric</th><th></th><th>value [low, high]</th></tr>'
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _chart_groups(keys: Sequence[str]) -> list[list[str]]:
+    """Keys in charts of at most ``_KEYS_PER_CHART``: the ``name@k`` keys of one name together."""
+    groups: dict[str, list[str]] = {}
+    for key in keys:
+        groups.setdefault(key.split("@")[0], []).append(key)
+    charts: list[list[str]] = []
+    for members in groups.values():
+        for start in range(0, len(members), _KEYS_PER_CHART):
+            chunk = members[start : start + _KEYS_PER_CHART]
+            if charts and len(charts[-1]) + len(chunk) <= _KEYS_PER_CHART and (len(chunk) == 1 or len(charts[-1]) == 1):
+                charts[-1].extend(chunk)
+            else:
+                charts.append(list(chunk))
+    return charts
+
+
+def _band_charts(family: FamilyFolder, problems: list[str]) -> str:
+    from beyondlabels.reporting.plots import save_history_band_png
+
+    run = family.run
+    keys = interval_keys(family)
+    if run is None or not keys:
+        return ""
+    figures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, chart in enumerate(_chart_groups(keys)):
+            names = list(dict.fromkeys(k.split("@")[0] + ("@k" if "@" in k else "") for k in chart))
+            title = f"{family.prefix}: {', '.join(names)}"
+            try:
+                path = save_history_band_png(run.records, chart, Path(tmp) / f"band_{index}.png", title=title, max_keys=_KEYS_PER_CHART)
+            except (ValueError, TypeError, OSError) as exc:
+                problems.append(f"{family.prefix}: the chart of {', '.join(chart)} could not be drawn: {exc}")
+                continue
+            if path is not None:
+                figures.append(f"<figure>{_png(path, title, problems)}</figure>")
+    return "<h4>Over the evaluations (band: interval)</h4>" + f'<div class="figures">{"".join(figures)}</div>' if figures else ""
+
+
+def _curve_png(curve: MediaCurve, path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    from beyondlabels.io.atomic import save_figure
+
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
+    try:
+        ax.plot(curve.x, curve.y, marker="o", markersize=3)
+        ax.set_xlabel(curve.xname)
+        ax.set_ylabel(curve.name)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _cell(cell: Any, problems: list[str]) -> str:
+    if isinstance(cell, MediaImage):
+        if cell.path is None:
+            return f'<td class="muted">(missing: {_e(cell.missing)})</td>'
+        return f"<td>{_png(cell.path, cell.path.name, problems)}</td>"
+    if cell is None:
+        return '<td class="muted">—</td>'
+    if _is_number(cell):
+        return f'<td class="num">{_e(_format(cell) if isinstance(cell, float) else cell)}</td>'
+    return f"<td>{_e(cell)}</td>"
+
+
+def _media(family: FamilyFolder, problems: list[str]) -> str:
+    manifest = family.manifest
+    if manifest is None:
+        return ""
+    out = [f'<h4>Media of the last evaluation</h4><p class="muted">step {_e(manifest.step)}, epoch {_e(manifest.epoch)}</p>']
+    for table in manifest.tables:
+        head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
+        body = "".join("<tr>" + "".join(_cell(c, problems) for c in row) + "</tr>" for row in table.rows)
+        out.append(f'<h4>{_e(table.name)}</h4><div class="scroll"><table class="media-table" data-name="{_e(table.name)}"><tr>{head}</tr>{body}</table></div>')
+    figures = []
+    for figure in manifest.figures:
+        if figure.image.path is None:
+            figures.append(f'<figure><span class="muted">(missing: {_e(figure.image.missing)})</span><figcaption>{_e(figure.name)}</figcaption></figure>')
+            continue
+        caption = figure.name + (f": {figure.caption}" if figure.caption else "")
+        figures.append(f"<figure>{_png(figure.image.path, figure.name, problems)}<figcaption>{_e(caption)}</figcaption></figure>")
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, curve in enumerate(manifest.curves):
+            try:
+                path = _curve_png(curve, Path(tmp) / f"curve_{index}.png", f"{family.prefix}: {curve.name}")
+            except (ValueError, TypeError, OSError) as exc:
+                problems.append(f"{family.prefix}: curve {curve.name!r} could not be drawn: {exc}")
+                continue
+            figures.append(f"<figure>{_png(path, curve.name, problems)}<figcaption>{_e(curve.name)}</figcaption></figure>")
+    if figures:
+        out.append(f'<div class="figures">{"".join(figures)}</div>')
+    return "".join(out)
+
+
+def _folder_images(family: FamilyFolder, problems: list[str]) -> str:
+    shown = {f.name for f in family.manifest.figures} if family.manifest is not None else set()
+    figures = []
+    for label, path in family.images:
+        if path.stem in shown or path.parent.name in shown:
+            continue  # the manifest's copy is shown
+        figures.append(f"<figure>{_png(path, label, problems)}<figcaption>{_e(label)}</figcaption></figure>")
+    return f'<h4>Files of the folder</h4><div class="figures">{"".join(figures)}</div>' if figures else ""
+
+
+def _family_section(family: FamilyFolder, anchor: str) -> str:
+    problems = list(family.problems)
+    overview = "".join(f"<div>{part}</div>" for part in (_values_table(family), _band_charts(family, problems)) if part)
+    body = (f'<div class="overview">{overview}</div>' if overview else "") + _media(family, problems) + _folder_images(family, problems)
+    if not body:
+        body = '<p class="muted">Nothing to show.</p>'
+    return f'<section class="family" id="{_e(anchor)}"><h3>{_e(family.prefix)}</h3>{_problems(problems)}{body}</section>'
+
+
+def _run_section(run: RunFolder, anchor: str, heading: str = "h2") -> str:
+    overrides = ", ".join(run.overrides) if run.overrides else "none"
+    parts = [
+        f'<section class="run" id="{_e(anchor)}"><{heading}>{_e(run.name)}</{heading}>',
+        f'<p class="muted">{_e(run.path)}</p><p>overrides: <code>{_e(overrides)}</code></p>',
+        _problems(run.problems),
+    ]
+    parts.extend(_family_section(family, _anchor(anchor, family.prefix)) for family in run.families)
+    if run.config is not None:
+        parts.append(f"<details><summary>config (.hydra/config.yaml)</summary><pre>{_e(run.config)}</pre></details>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _final_values(run: RunFolder) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """``{prefixed key: last record}`` of a job's interval keys, and those keys in order."""
+    records: dict[str, dict[str, Any]] = {}
+    keys: list[str] = []
+    for family in run.families:
+        last = family.run.last() if family.run is not None else None
+        if last is None:
+            continue
+        for key in interval_keys(family):
+            records[f"{family.prefix}/{key}"] = {"value": last[key], "low": last[f"{key}_ci_low"], "high": last[f"{key}_ci_high"]}
+            keys.append(f"{family.prefix}/{key}")
+    return records, keys
+
+
+def sweep_table_html(sweep: MultirunFolder, anchors: Sequence[str], keys: Sequence[str] | None = None) -> str:
+    """The table of a multirun's jobs: one row per job (a link to its section ``anchors[i]``, its overrides) with the
+    final ``value [low, high]`` of each key (prefixed as logged; default: every key with an interval in a job)."""
+    finals = [_final_values(job) for job in sweep.jobs]
+    columns = list(keys) if keys else list(dict.fromkeys(k for _, job_keys in finals for k in job_keys))
+    head = "<tr><th>job</th><th>overrides</th>" + "".join(f"<th>{_e(k)}</th>" for k in columns) + "</tr>"
+    rows = []
+    for job, anchor, (records, _) in zip(sweep.jobs, anchors, finals):
+        cells = []
+        for key in columns:
+            entry = records.get(key)
+            record = {key: entry["value"], f"{key}_ci_low": entry["low"], f"{key}_ci_high": entry["high"]} if entry else {}
+            cells.append(_value_cell(record, key, False, key))
+        overrides = ", ".join(job.overrides) or "none"
+        rows.append(f'<tr><td><a href="#{_e(anchor)}">{_e(job.name)}</a></td><td><code>{_e(overrides)}</code></td>{"".join(cells)}</tr>')
+    return f'<div class="scroll"><table class="sweep">{head}{"".join(rows)}</table></div>'
+
+
+def _read(source: str | os.PathLike[str] | RunFolder | MultirunFolder) -> RunFolder | MultirunFolder:
+    if isinstance(source, (RunFolder, MultirunFolder)):
+        return source
+    return read_multirun_folder(source) if is_multirun_folder(source) else read_run_folder(source)
+
+
+def report_html(
+    runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder], *, title: str | None = None, keys: Sequence[str] | None = None
+) -> str:
+    """The report of ``runs`` (run folders, multirun folders, or what :mod:`beyondlabels.io.run_folders` read) as
+    one HTML document; ``keys`` selects the columns of a sweep's job table (:func:`sweep_table_html`).
+
+    Raises:
+        FileNotFoundError: if a path is not a folder.
+    """
+    sources = [_read(r) for r in runs]
+    nav, sections = [], []
+    for index, source in enumerate(sources):
+        anchor = f"run{index}"
+        if isinstance(source, MultirunFolder):
+            job_anchors = [_anchor(anchor, "job", job.name) for job in source.jobs]
+            nav.append(f'<li><a href="#{anchor}">{_e(source.path.name)}</a> (sweep of {len(source.jobs)} jobs)</li>')
+            parts = [f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2><p class="muted">{_e(source.path)}</p>']
+            parts.append(sweep_table_html(source, job_anchors, keys))
+            if source.config is not None:
+                parts.append(f"<details><summary>multirun.yaml</summary><pre>{_e(source.config)}</pre></details>")
+            parts.extend(_run_section(job, a, "h2") for job, a in zip(source.jobs, job_anchors))
+            parts.append("</section>")
+            sections.append("".join(parts))
+        else:
+            links = ", ".join(f'<a href="#{_e(_anchor(anchor, f.prefix))}">{_e(f.prefix)}</a>' for f in source.families)
+            nav.append(f'<li><a href="#{anchor}">{_e(source.name)}</a>: {links or "no evaluation folder"}</li>')
+            sections.append(_run_section(source, anchor))
+    heading = title or "Evaluation report: " + ", ".join(s.path.name or str(s.path) for s in sources)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(heading)}</title><style>{_CSS}</style><script>{_CHECK_SCRIPT}</script></head>"
+        f"<body><main><h1>{_e(heading)}</h1><nav><ul>{''.join(nav)}</ul></nav>{''.join(sections)}</main></body></html>\n"
+    )
+
+
+def write_report(
+    runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder],
+    output: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    keys: Sequence[str] | None = None,
+) -> Path:
+    """Write :func:`report_html` of ``runs`` to ``output`` (atomically; its folder is created) and return its path."""
+    output = Path(output)
+    write_text(output, report_html(runs, title=title, keys=keys))
+    return output
