@@ -15,18 +15,15 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from beyondlabels.io.run_files import EvaluationRun, run_overrides
 
-__all__ = ["MAX_GROUP_LENGTH", "SEED_KEYS", "SweepJob", "group_jobs", "override_name", "split_overrides", "sweep_group"]
+__all__ = ["SEED_KEYS", "SweepJob", "group_jobs", "override_name", "split_overrides", "sweep_group"]
 
 SEED_KEYS = ("seed",)
-# W&B refuses a run group longer than this; a longer key keeps its start and ends in a hash of the whole key
-MAX_GROUP_LENGTH = 128
 
 
 def override_name(override: str) -> str:
@@ -55,17 +52,9 @@ def split_overrides(overrides: Sequence[str], seed_keys: Sequence[str] = SEED_KE
 
 
 def sweep_group(overrides: Sequence[str], seed_keys: Sequence[str] = SEED_KEYS) -> str:
-    """The group key of a job (the module docstring); ``""`` when the job has no override but seeds.
-
-    A key longer than :data:`MAX_GROUP_LENGTH` keeps its first characters and ends in ``~`` and 10 hex digits of its
-    SHA-1, so that it stays unique and within W&B's limit.
-    """
+    """The group key of a job (the module docstring); ``""`` when the job has no override but seeds."""
     setting, _ = split_overrides(overrides, seed_keys)
-    key = ",".join(sorted(setting))
-    if len(key) > MAX_GROUP_LENGTH:
-        digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:10]
-        key = f"{key[: MAX_GROUP_LENGTH - 11]}~{digest}"
-    return key
+    return ",".join(sorted(setting))
 
 
 @dataclass
