@@ -126,10 +126,8 @@ def _names(groups: Mapping[str, list[SweepJob]]) -> tuple[list[str], list[str]]:
         differing = [o for o in jobs[0].setting if o not in common]
         name = ", ".join(differing) if differing else (jobs[0].folder.name if not jobs[0].seed else _NO_OVERRIDE)
         names.append(name)
-    seen: dict[str, int] = {}
     unique = []
     for name, jobs in zip(names, groups.values()):
-        seen[name] = seen.get(name, 0) + 1
         unique.append(name if names.count(name) == 1 else f"{name} ({jobs[0].folder.name})")
     return unique, common
 
@@ -175,8 +173,8 @@ def sweep_comparison(
         seed_keys: Override keys that tell a group's seeds apart.
         keys: Logged keys to tabulate (default: ``metric`` and ``guardrails`` with a baseline, else every headline
             key, i.e. every scalar with a direction and per-query values).
-        which: ``"final"`` or ``"best"`` (best under each key's direction; with a baseline, every key is read at the
-            evaluation that is best under ``metric``).
+        which: ``"final"`` or ``"best"`` (best under each key's direction; with a baseline, the keys of ``metric``'s
+            callback are read at its evaluation that is best under ``metric``, those of other callbacks at their last).
         baseline: A group name, group key or the folder of one of its jobs.
         metric, guardrails: The keys tested against the baseline.
         level: The family-wise error rate of the decisions.
