@@ -40,7 +40,7 @@ def _cfg(tmp_path: Path, *overrides: str):
     return cfg
 
 
-def _job(folder: Path, overrides: list[str], p1: np.ndarray, rank: np.ndarray, order_seed: int) -> None:
+def _job(folder: Path, overrides: list[str], p1: np.ndarray, rank: np.ndarray, order_seed: int, shifts=((5, -0.3), (10, 0.0))) -> None:
     """A Hydra job folder with one retrieval callback folder: history.jsonl (an earlier and a final evaluation),
     schema.json and per-query files listing the queries in a shuffled order."""
     (folder / ".hydra").mkdir(parents=True)
@@ -49,7 +49,7 @@ def _job(folder: Path, overrides: list[str], p1: np.ndarray, rank: np.ndarray, o
     order = np.random.default_rng(order_seed).permutation(N)
     ids = np.arange(1000, 1000 + N)
     lines = []
-    for step, shift in ((5, -0.3), (10, 0.0)):
+    for step, shift in shifts:
         rel = f"per_query/step_{step:09d}.npz"
         save_per_query(callback / rel, {"query_id": ids[order], "precision@1": (p1 + shift)[order], "mean_rank": rank[order]}, SCHEMA)
         lines.append(json.dumps({"step": step, "epoch": 0, "precision@1": float(np.mean(p1 + shift)), "mean_rank": float(rank.mean()), "num_queries": N, "per_query_file": rel}))
@@ -181,3 +181,19 @@ def test_categorical_setting_and_runs_without_seeds(tmp_path: Path):
     assert list(table["groups"]) == ["model=a", "model=b", "model=c"]
     assert table["groups"]["model=c"]["seeds"] == [""] and np.isnan(table["groups"]["model=c"]["metrics"]["retrieval/precision@1"]["seeds"]["t"]["low"])
     assert (tmp_path / "out.retrieval_precision@1.png").is_file()
+
+
+def test_which_best_reads_every_job_at_its_best_evaluation(tmp_path: Path):
+    rng = np.random.default_rng(6)
+    root = tmp_path / "multirun"
+    p1 = {}
+    for job, (lr, seed) in enumerate([(lr, seed) for lr in ("1", "2") for seed in (1, 2, 3)]):
+        p1[job] = rng.uniform(0.3, 0.7, N) + (0.2 if lr == "2" else 0.0)
+        # the best precision@1 is the first evaluation (step 5); the last one is 0.3 (lr=1) or 0.5 (lr=2) lower
+        last = -0.3 if lr == "1" else -0.5
+        _job(root / str(job), [f"lr={lr}", f"seed={seed}"], p1[job], rng.uniform(1, 3, N), job, shifts=((5, 0.0), (10, last)))
+    table = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{root}]", "which=best", "baseline='lr=1'", "metric=retrieval/precision@1"))
+    assert table["groups"]["lr=2"]["metrics"]["retrieval/precision@1"]["seeds"]["mean"] == pytest.approx(np.mean([p1[j].mean() for j in (3, 4, 5)]), abs=1e-12)
+    (c,) = table["baseline"]["comparisons"]
+    d_q = np.mean([p1[j + 3] - p1[j] for j in (0, 1, 2)], axis=0)  # at step 5 on both sides
+    assert c["difference"] == pytest.approx(d_q.mean(), abs=1e-12) and c["decision"] == "better"
