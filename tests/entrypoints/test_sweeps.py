@@ -164,3 +164,20 @@ def test_multirun_compares_into_two_groups_of_three(multirun: Path, tmp_path: Pa
     assert sorted(g.split(",") for g in groups)[0] == sorted(
         ["experiment=shapes_smoke", "model.lr=0.001", f"paths.log_dir={multirun.parents[2]}", "trainer.check_val_every_n_epoch=2", "trainer.max_epochs=1"]
     )
+
+
+@pytest.mark.slow
+def test_multirun_crossmodal_keys_pair_within_their_direction(multirun: Path, tmp_path: Path):
+    """The per-query files the crossmodal callback writes during training: both directions in one file."""
+    table = tasks.compare.run(_cfg(
+        tmp_path, "task=compare", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=crossmodal/image_to_text_recall@1",
+        "guardrails=[crossmodal/text_to_image_recall@1]",
+    ))  # fmt: skip
+    job = multirun / "0" / "crossmodal"
+    last = [json.loads(line) for line in (job / "history.jsonl").read_text().splitlines() if line.strip()][-1]
+    with np.load(job / last["per_query_file"]) as pq:
+        images, texts = int((pq["direction"] == 0).sum()), int((pq["direction"] == 1).sum())
+        assert len(np.unique(pq["query_id"])) < len(pq["query_id"])  # an image and a caption share an id
+    got = {c["metric"]: c for c in table["baseline"]["comparisons"]}
+    assert got["crossmodal/image_to_text_recall@1"]["n_queries"] == images
+    assert got["crossmodal/text_to_image_recall@1"]["n_queries"] == texts
