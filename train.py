@@ -29,7 +29,7 @@ from beyondlabels.utils import (
     print_run_summary,
     resumed_wandb_run_id,
 )
-from beyondlabels.utils.run import is_wandb_logger_config
+from beyondlabels.utils.run import apply_sweep_group, is_wandb_logger_config
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     model: pl.LightningModule = hydra.utils.instantiate(cfg.model)
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     continue_wandb_run(cfg)
+    apply_sweep_group(cfg)  # W&B groups a sweep's seeds by setting, as task=compare does
     loggers = instantiate_loggers(cfg.get("logger"))
     if not loggers:
         # LearningRateMonitor refuses to run without a logger; with logger=none there is nothing to monitor into.

@@ -124,9 +124,9 @@ def test_every_evaluate_task_has_its_config_group_option(tmp_path: Path):
     for name in TASKS:
         cfg = _compose("evaluate", [f"task={name}", f"paths.log_dir={tmp_path}"])
         assert cfg.hydra.runtime.choices.task == name and "task" not in cfg
-    # a task's keys exist only under that task: task=compare does not silently become an A/B test
-    with pytest.raises(ConfigCompositionException, match="baseline"):
-        _compose("evaluate", ["task=compare", "baseline=runs/a", f"paths.log_dir={tmp_path}"])
+    # a task's keys exist only under that task: abtest's guardrail tolerance is no key of task=compare
+    with pytest.raises(ConfigCompositionException, match="tolerance"):
+        _compose("evaluate", ["task=compare", "tolerance=0.1", f"paths.log_dir={tmp_path}"])
 
 
 def test_default_train_config_instantiates_everything(tmp_path: Path):

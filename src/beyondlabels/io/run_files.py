@@ -59,7 +59,9 @@ __all__ = [
     "EvaluationRun",
     "HistoryLog",
     "StepRetention",
+    "QUERY_KIND_COLUMNS",
     "find_evaluation_runs",
+    "query_values",
     "evaluation_schema",
     "read_evaluation_run",
     "read_history",
@@ -581,6 +583,44 @@ def evaluation_schema(run_folder: str | os.PathLike[str]) -> OutputSchema | None
             schema = run.schema.prefixed(run.prefix)
             merged = schema if merged is None else merged.merged(schema)
     return merged
+
+
+# Per-query columns that tell several kinds of query in one file apart: the cross-modal file holds the image queries
+# (direction 0) and the caption queries (direction 1) in one table, and an image and a caption may share an id.
+QUERY_KIND_COLUMNS = ("direction",)
+
+
+def query_values(arrays: Mapping[str, np.ndarray], key: str, file: str | os.PathLike[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The query ids and float64 values of ``key`` in a per-query file's arrays (:meth:`EvaluationRun.per_query`).
+
+    When the file holds several kinds of query (a column of :data:`QUERY_KIND_COLUMNS` with more than one value),
+    only the rows of the kind that ``key`` belongs to are returned: the kind whose rows hold its values (e.g. the
+    image queries for ``image_to_text_recall@1``, NaN on every caption row). A key with values in several kinds
+    keeps every row.
+
+    Raises:
+        ValueError: if ``key`` or ``query_id`` is not in the arrays (naming ``file`` and what it holds).
+
+    Example:
+        >>> arrays = {"query_id": np.array([0, 1, 0, 1, 2]), "direction": np.array([0, 0, 1, 1, 1]),
+        ...           "image_to_text_recall@1": np.array([1.0, 0.0, np.nan, np.nan, np.nan]),
+        ...           "text_to_image_recall@1": np.array([np.nan, np.nan, 1.0, 1.0, 0.0])}
+        >>> ids, values = query_values(arrays, "text_to_image_recall@1")
+        >>> ids.tolist(), values.tolist()
+        ([0, 1, 2], [1.0, 1.0, 0.0])
+    """
+    if key not in arrays or "query_id" not in arrays:
+        raise ValueError(f"{file or 'the per-query file'} lacks {key!r} or 'query_id' (it holds {sorted(arrays)})")
+    ids, values = np.asarray(arrays["query_id"]), np.asarray(arrays[key], dtype=np.float64)
+    for column in QUERY_KIND_COLUMNS:
+        kinds = np.asarray(arrays[column]) if column in arrays else None
+        if kinds is None or kinds.shape != values.shape or np.unique(kinds).size < 2:
+            continue
+        with_values = np.unique(kinds[~np.isnan(values)])
+        if with_values.size == 1:
+            keep = kinds == with_values[0]
+            ids, values = ids[keep], values[keep]
+    return ids, values
 
 
 def save_per_query(

@@ -272,6 +272,7 @@ class OfflineRun:
     run_id: str = ""
     project: str = ""
     name: str = ""
+    group: str = ""  # the run's W&B group ("" when it has none)
     config: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
@@ -352,6 +353,7 @@ def _parse_run(path: Path) -> OfflineRun:
             run.run_id = r.run_id or run.run_id
             run.project = r.project or run.project
             run.name = r.display_name or run.name
+            run.group = r.run_group or run.group
             _apply_updates(path, run.config, r.config)
         elif kind == "config":
             _apply_updates(path, run.config, record.config)

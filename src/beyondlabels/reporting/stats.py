@@ -24,7 +24,7 @@ import numpy as np
 
 from beyondlabels.functional.abtest import ab_test
 from beyondlabels.functional.bootstrap import bootstrap_ci
-from beyondlabels.io.run_files import EvaluationRun
+from beyondlabels.io.run_files import EvaluationRun, query_values
 from beyondlabels.reporting._console import print_fitting
 from beyondlabels.reporting.tables import ARROWS, format_value
 
@@ -51,7 +51,8 @@ def _folder(run: EvaluationRun) -> Path:
 
 
 def _values(run: EvaluationRun, key: str, which: str) -> tuple[int, np.ndarray, np.ndarray]:
-    """(step, query ids, per-query values of ``key``) of the final or best evaluation of ``run``."""
+    """(step, query ids, per-query values of ``key``) of the final or best evaluation of ``run``; of a file with
+    several kinds of query, the rows of ``key``'s kind (:func:`beyondlabels.io.run_files.query_values`)."""
     if run.schema is None or key not in run.schema.per_query:
         known = sorted(run.schema.per_query) if run.schema is not None else []
         raise ValueError(f"{run.file}: {key!r} has no per-query values (per-query keys: {known}); choose one of them as metric")
@@ -65,10 +66,7 @@ def _values(run: EvaluationRun, key: str, which: str) -> tuple[int, np.ndarray, 
         if last is None:
             raise ValueError(f"{run.file}: no successful evaluation")
         step = int(last["step"])
-    arrays = run.per_query(step)
-    if key not in arrays or "query_id" not in arrays:
-        raise ValueError(f"{run.file}: the per-query file of step {step} lacks {key!r} or 'query_id' (it holds {sorted(arrays)})")
-    return step, arrays["query_id"], arrays[key].astype(np.float64)
+    return (step, *query_values(run.per_query(step), key, f"{run.file}: the per-query file of step {step}"))
 
 
 def _unique(labels: list[str]) -> list[str]:
@@ -181,10 +179,7 @@ def ab_comparison(
 
 
 def _at(run: EvaluationRun, key: str, step: int) -> tuple[np.ndarray, np.ndarray]:
-    arrays = run.per_query(step)
-    if key not in arrays:
-        raise ValueError(f"{run.file}: the per-query file of step {step} lacks {key!r} (it holds {sorted(arrays)})")
-    return arrays["query_id"], arrays[key].astype(np.float64)
+    return query_values(run.per_query(step), key, f"{run.file}: the per-query file of step {step}")
 
 
 def _interval(low: float, high: float) -> str:

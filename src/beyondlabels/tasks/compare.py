@@ -1,8 +1,14 @@
-"""``task=compare``: finished runs side by side, one row per metric and one column per run.
+"""``task=compare``: finished runs side by side, per job or grouped by setting across seeds.
 
 Reads the evaluation files the callbacks write (``source=files``: history.jsonl, schema.json; or evaluate.py
 reports) or offline W&B runs (``source=wandb``) and tabulates final values, or ``which=best`` under each metric's
-direction (tables: :mod:`beyondlabels.reporting.tables`). Paired tests against a baseline run are ``task=abtest``.
+direction. Per job (``group=false``; tables: :mod:`beyondlabels.reporting.tables`): a row per metric, a column per
+run. Grouped (``group=true``; :mod:`beyondlabels.reporting.sweeps`): the jobs of one setting (their Hydra overrides but
+the ``seed_keys``) form a group summarised across its seeds, a row per group; ``baseline=`` and ``metric=`` (with
+``guardrails=``) test every other group against the baseline group with the Holm–Bonferroni correction, and
+``output=`` also writes the table as Markdown and LaTeX and a PNG per metric. ``group=auto`` (the default) groups
+with a baseline, or when the jobs form at least two settings of which one has several seeds. Paired tests of single
+runs against a baseline run are ``task=abtest``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from beyondlabels.io._convert import plain
 from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison
 from beyondlabels.tasks._common import ReportFiles, path_list
 
-__all__ = ["SOURCES", "WAIT_S", "WHICH", "run"]
+__all__ = ["GROUPING", "SOURCES", "WAIT_S", "WHICH", "run"]
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("files", "wandb")
 WHICH = ("final", "best")
+GROUPING = ("auto", True, False)
 # source=wandb: how long to wait for a run whose log wandb is still writing
 WAIT_S = 10.0
 
@@ -41,19 +48,72 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError(f"which must be one of {WHICH}, got {which!r}")
     keys = plain(cfg.get("metrics"))
     keys = [keys] if isinstance(keys, str) else (list(keys) if keys else None)
-    table = _from_files(roots, keys, which) if source == "files" else _from_wandb(roots, keys, which)
-    print_comparison(table)
+    group = cfg.get("group", "auto")
+    if group not in GROUPING:
+        raise ValueError(f"group must be auto, true or false, got {group!r}")
+    tested = cfg.get("baseline") is not None or cfg.get("metric") is not None
+    if tested and group is False:
+        raise ValueError("baseline= and metric= test groups of jobs; drop group=false (or use task=abtest to test single runs against one)")
+    if source == "wandb":
+        if group is True or tested:
+            raise ValueError("grouping by setting and the baseline test read the project's evaluation files: use source=files")
+        table = _from_wandb(roots, keys, which)
+        print_comparison(table)
+    else:
+        runs = _read_files(roots)
+        if group is True or tested or (group == "auto" and _sweep_of_seeds(runs, _seed_keys(cfg))):
+            return _grouped(cfg, runs, keys, which)
+        table = compare_evaluation_runs(runs, keys=keys, which=which)
+        print_comparison(table)
     if cfg.get("output"):
         ReportFiles(cfg).write(table)
     return table
 
 
-def _from_files(roots: list[str], keys: list[str] | None, which: str) -> dict[str, Any]:
+def _seed_keys(cfg: DictConfig) -> list[str]:
+    seed_keys = plain(cfg.get("seed_keys", ["seed"]))
+    seed_keys = [seed_keys] if isinstance(seed_keys, str) else list(seed_keys or [])
+    if not all(isinstance(k, str) and k for k in seed_keys):
+        raise ValueError(f"seed_keys must be a list of config keys, e.g. [seed] or [seed,data.seed], got {seed_keys!r}")
+    return seed_keys
+
+
+def _sweep_of_seeds(runs: list[Any], seed_keys: list[str]) -> bool:
+    """Whether the jobs form at least two settings, one of them with several jobs (seeds)."""
+    from beyondlabels.io.sweeps import group_jobs
+
+    groups = group_jobs(runs, seed_keys)
+    return len(groups) > 1 and any(len(jobs) > 1 for jobs in groups.values())
+
+
+def _grouped(cfg: DictConfig, runs: list[Any], keys: list[str] | None, which: str) -> dict[str, Any]:
+    from beyondlabels.reporting.sweeps import print_sweep, sweep_comparison, write_sweep_files
+
+    guardrails = plain(cfg.get("guardrails")) or []
+    guardrails = [guardrails] if isinstance(guardrails, str) else list(guardrails)
+    if guardrails and cfg.get("metric") is None:
+        raise ValueError("guardrails= are tested against the baseline beside metric=KEY: give baseline= and metric= too")
+    permutations = cfg.get("permutations", 9999)
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ValueError(f"permutations must be an int >= 1 (random sign assignments of each test, e.g. 9999), got {permutations!r}")
+    table = sweep_comparison(
+        runs, seed_keys=_seed_keys(cfg), keys=keys, which=which,
+        baseline=cfg.get("baseline"), metric=None if cfg.get("metric") is None else str(cfg.metric), guardrails=guardrails,
+        level=float(cfg.get("level", 0.05)), permutations=permutations, intersect=bool(cfg.get("intersect", False)),
+        rounds=int(cfg.get("bootstrap_rounds", 2000)), seed=int(cfg.get("ci_seed", 11)),
+    )  # fmt: skip
+    print_sweep(table)
+    if cfg.get("output"):
+        ReportFiles(cfg).write(table, figures=lambda path: write_sweep_files(table, path))
+    return table
+
+
+def _read_files(roots: list[str]) -> list[Any]:
     try:
-        files = [file for root in roots for file in find_evaluation_runs(root)]
+        files = list(dict.fromkeys(file for root in roots for file in find_evaluation_runs(root)))
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"{exc} Offline W&B runs are read with source=wandb.") from None
-    return compare_evaluation_runs([read_evaluation_run(file) for file in files], keys=keys, which=which)
+    return [read_evaluation_run(file) for file in files]
 
 
 def _from_wandb(roots: list[str], keys: list[str] | None, which: str) -> dict[str, Any]:

@@ -6,13 +6,14 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from beyondlabels.io.atomic import write_json
+from beyondlabels.io.sweeps import SEED_KEYS
 from beyondlabels.reporting.prefixes import LOGGED_PREFIXES
 from beyondlabels.schema import KeySpec
 
@@ -143,3 +144,38 @@ def resumed_wandb_run_id(run_folder: str | os.PathLike[str], ckpt_path: str | os
 def is_wandb_logger_config(config: Any) -> bool:
     """Whether a logger config (a mapping with ``_target_``) builds a Lightning ``WandbLogger`` (of either package)."""
     return isinstance(config, Mapping) and str(config.get("_target_", "")).endswith(".WandbLogger")
+
+
+def apply_sweep_group(cfg: Any, overrides: Sequence[str] | None = None, seed_keys: Sequence[str] = SEED_KEYS) -> str:
+    """Give a job's W&B run the group of its setting, so that W&B groups a sweep's seeds as ``task=compare`` does.
+
+    The group is :func:`beyondlabels.io.sweeps.sweep_group` of ``overrides`` (default: the Hydra job's command-line
+    overrides, none outside a Hydra job), or ``cfg.task_name`` for a job without an override but seeds. It is set
+    as ``cfg.sweep_group`` (so it is in the logged hyperparameters, the run's W&B config) and as the ``group`` of
+    every W&B logger config under ``cfg.logger`` whose group is unset (null or empty): a group the user gives wins.
+
+    Returns:
+        The group key.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> cfg = OmegaConf.create({"task_name": "train", "logger": {"wandb": {"_target_": "x.WandbLogger", "group": None}}})
+        >>> apply_sweep_group(cfg, ["seed=2", "model.lr=0.003"]), cfg.logger.wandb.group, cfg.sweep_group
+        ('model.lr=0.003', 'model.lr=0.003', 'model.lr=0.003')
+    """
+    from omegaconf import open_dict
+
+    from beyondlabels.io.sweeps import sweep_group
+
+    if overrides is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    group = sweep_group(list(overrides), seed_keys) or str(cfg.get("task_name") or "default")
+    with open_dict(cfg):
+        cfg.sweep_group = group
+    for logger in (cfg.get("logger") or {}).values():
+        if is_wandb_logger_config(logger) and not logger.get("group"):
+            with open_dict(logger):
+                logger.group = group
+    return group
