@@ -145,7 +145,7 @@ def _run_without(package: str, script: str, tmp_path: Path) -> subprocess.Comple
 def test_only_pytorch_lightning_installed(tmp_path: Path):
     """Without the `lightning` package: every callback works with pytorch_lightning, and the lightning module says
     what to install."""
-    done = _run_without("lightning", f"""
+    done = _run_without("lightning", """
         import json
         import pytorch_lightning as pl
         from package_toy import all_callbacks, toy_classes
@@ -159,7 +159,7 @@ def test_only_pytorch_lightning_installed(tmp_path: Path):
             message = "imported"
         except ImportError as exc:
             message = str(exc)
-        print(json.dumps({{"evaluated": [len(c.history) for c in callbacks[:5]], "message": message}}))
+        print(json.dumps({"evaluated": [len(c.history) for c in callbacks[:5]], "message": message}))
     """, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
