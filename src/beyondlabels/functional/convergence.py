@@ -15,7 +15,7 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
       from ``t = 2w`` on. Each look spends ``alpha / max_looks`` of the level, so a run of up to ``max_looks`` looks
       spends at most ``alpha`` (Bonferroni over the looks); after ``max_looks`` looks nothing more is flagged.
     - **Downturn (series)**: the last window ``L = m_(t-w)`` against the best earlier window that does not overlap it,
-      ``B = max_(j <= t-2w) m_j``, over ``k = t - 2w + 1`` candidates: ``T = (B - L - min_delta) / (s sqrt(2/w))``,
+      ``B = max_(j <= t-2w) m_j`` (the first of equal means is the one reported), over ``k = t - 2w + 1`` candidates: ``T = (B - L - min_delta) / (s sqrt(2/w))``,
       ``p = min(1, k * max_looks * P(t_nu > T))``; a downturn when ``p <= alpha`` (Bonferroni over the candidates
       too, so picking the best one is paid for).
     - **Downturn (paired)**, when the evaluation gives per-query values (the same queries every time): the latest
@@ -211,7 +211,12 @@ class ConvergenceRule:
         ends = torch.arange(2 * w, t + 1)  # values seen at each look
         last = means[:, ends - w]
         previous = means[:, ends - 2 * w]
-        best, best_index = torch.cummax(means[:, : t - 2 * w + 1], dim=1)  # best over j <= t' - 2w
+        candidate_means = means[:, : t - 2 * w + 1]
+        best = torch.cummax(candidate_means, dim=1).values  # best over j <= t' - 2w
+        # the first window of the best mean: the last position where the running best rose strictly
+        rose = torch.ones_like(best, dtype=torch.bool)
+        rose[:, 1:] = candidate_means[:, 1:] > best[:, :-1]
+        best_index = torch.where(rose, torch.arange(best.shape[1]), 0).cummax(dim=1).values
         squares = torch.nn.functional.pad((u.diff(dim=1) ** 2).cumsum(1), (1, 0))[:, ends - 1]
         if self.noise is None:
             scale = torch.sqrt(squares / (2 * (ends - 1)))
