@@ -6,14 +6,15 @@ It never recomputes a metric: it reads values that were already logged — the h
 ``trainer.callback_metrics[monitor]`` at the end of each validation run (and each training epoch, for keys logged
 there). The decisions are :class:`beyondlabels.functional.convergence.ConvergenceRule` (definitions, assumptions and
 the false-alarm guarantee there): a downturn or plateau is flagged in at most ``alpha`` of the runs where it is not
-real, over up to ``max_looks`` evaluations, at any noise level. A key with per-query values (same queries every
-evaluation) decides the downturn by a paired test of the latest evaluation against the best one; a scalar-only key
-(``val/loss``) by the series rule.
+real, over up to ``max_looks`` evaluations, at any noise level. For a key with per-query values (the same queries
+at every evaluation) a paired test of the latest evaluation against the best one joins the series rule, each at half
+of a look's level (``paired=False``: the series rule alone); a scalar-only key (``val/loss``) has the series rule.
 
 Everything is logged at the step of the value as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
 ``window_ci_low``, ``window_ci_high``, ``noise``, ``plateau`` and ``downturn`` (0 or 1), ``plateau_p`` and
-``downturn_p`` (the look-corrected p-values, from the first look on), ``spent`` (the level spent on downturn looks) and
-``paired`` (1 when the downturn test was the paired one), through every logger and into ``trainer.callback_metrics``;
+``downturn_p`` (the look-corrected p-values, from the first look on), ``paired_p`` (the paired test's own),
+``spent`` (the level spent on downturn looks) and ``paired`` (1 when the downturn p-value is the paired test's),
+through every logger and into ``trainer.callback_metrics``;
 the moment a plateau or downturn starts is an *event* (logged as a warning and kept in
 :attr:`ConvergenceMonitorCore.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback stops
 training: the ranks agree through ``trainer.strategy.reduce_boolean_decision`` and then set ``trainer.should_stop``.
@@ -60,7 +61,7 @@ class ConvergenceMonitorCore:
         alpha: False-alarm rate per run of each of downturn and plateau.
         max_looks: Evaluations the level ``alpha`` is spent over; later ones are not tested.
         noise: The noise sd of the monitored values when known; None estimates it from the series.
-        paired: Use the paired test when the evaluation callback keeps per-query values of the key.
+        paired: Add the paired test when the evaluation callback keeps per-query values of the key.
 
     Example:
         >>> from beyondlabels.callbacks import ConvergenceMonitor

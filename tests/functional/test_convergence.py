@@ -149,9 +149,9 @@ def test_the_paired_test_matches_the_numpy_rule(mode, min_delta):
     """Per-query values in a different query order at each evaluation, a query missing now and then, NaN values."""
     rng = np.random.default_rng(5)
     ability = rng.uniform(0.2, 0.8, size=400)
-    drift = np.concatenate([np.zeros(8), -0.04 * np.arange(1, 9)]) * (1 if mode == "max" else -1)
+    drift = np.concatenate([np.zeros(10), -0.01 * np.arange(1, 21)]) * (1 if mode == "max" else -1)
     evaluations, orders = [], []
-    for step in range(16):
+    for step in range(30):
         values = (rng.random(400) < np.clip(ability + drift[step], 0, 1)).astype(float)
         values[rng.integers(400)] = np.nan
         order = rng.permutation(400)[: 390 if step % 3 == 0 else 400]
@@ -160,18 +160,29 @@ def test_the_paired_test_matches_the_numpy_rule(mode, min_delta):
     rule = ConvergenceRule(window=3, mode=mode, min_delta=min_delta, rounds=20)
     state, outs = _paired_runs(rule, evaluations, lambda step: torch.as_tensor(orders[step]))
     sign = 1.0 if mode == "max" else -1.0
-    best = None
+    scalars = [float(np.nanmean(values)) for values in evaluations]
+    best, decided_by = None, set()
     for step, out in enumerate(outs):
         if best is None:
-            assert math.isnan(out["downturn_p"]) and out["paired"] == 0.0
+            assert math.isnan(out["downturn_p"]) and math.isnan(out["paired_p"]) and out["paired"] == 0.0
         else:
-            want = paired_p(orders[best], evaluations[best], orders[step], evaluations[step], step, mode, min_delta)
-            assert out["downturn_p"] == pytest.approx(want, rel=1e-9, abs=1e-15) and out["paired"] == 1.0
+            paired = paired_p(orders[best], evaluations[best], orders[step], evaluations[step], step, mode, min_delta)
+            assert out["paired_p"] == pytest.approx(paired, rel=1e-9, abs=1e-15)
+            tests = [paired]
+            if step + 1 >= 6:  # the series rule from 2w values on: each test at half the look's level
+                series = series_run(scalars[: step + 1], 3, mode=mode, min_delta=min_delta)[-1]["downturn_p"]
+                tests = [series, paired]
+            want = min(1.0, len(tests) * min(tests))
+            assert out["downturn_p"] == pytest.approx(want, rel=1e-9, abs=1e-15)
+            assert out["paired"] == (1.0 if paired < tests[0] or len(tests) == 1 else 0.0)
             assert out["downturn"] == (1.0 if want <= 0.05 else 0.0)
-        if best is None or sign * np.nanmean(evaluations[step]) > sign * np.nanmean(evaluations[best]):
+            if len(tests) == 2 and tests[0] != tests[1]:
+                decided_by.add(out["paired"])
+        if best is None or sign * scalars[step] > sign * scalars[best]:
             best = step
-    assert state["best"]["step"] == best and state["looks"] == 15
+    assert state["best"]["step"] == best and state["looks"] == 29
     assert any(o["downturn"] == 1.0 for o in outs) and any(o["downturn"] == 0.0 for o in outs[1:])
+    assert decided_by == {0.0, 1.0}  # among the looks with both tests, each has the smaller p somewhere
 
 
 def test_bad_settings_are_clear_errors():

@@ -23,7 +23,10 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
       evaluations with per-query values), paired by query id: ``d_i = u_best,i - u_latest,i - min_delta`` (pairs
       with a NaN left out), ``S = sum d_i``, ``p = min(1, k * max_looks * exp(-S^2 / (2 sum d_i^2)))`` for ``S > 0``
       (1 otherwise): the sign-flip (Hoeffding) bound, valid for any per-query distribution whose pairs are
-      exchangeable under no change; no window, no normal approximation. A downturn when ``p <= alpha``.
+      exchangeable under no change; no window, no normal approximation.
+    - **Downturn** at a look: the tests the look can make (the series rule from ``t = 2w`` on, the paired test from
+      the second evaluation with per-query values on), each at an equal share of the look's level:
+      ``p = min(1, n_tests * min_i p_i)``; a downturn when ``p <= alpha``.
     - **Plateau**: the last window no better than the one before it by ``min_delta``: ``D = m_(t-w) - m_(t-2w)``,
       ``T = (min_delta - D) / (s sqrt(2/w))``, ``p = min(1, max_looks * P(t_nu > T))``, a plateau when
       ``p <= alpha``. The rate of calling flat a curve that still gains ``min_delta`` or more per window is at most
@@ -256,7 +259,8 @@ class ConvergenceRule:
     def observe(self, state: dict[str, Any], step: int, value: float, per_query: tuple[Any, Any] | None = None) -> dict[str, float]:
         """Add one evaluation to ``state`` (updated in place) and return what is logged: ``window_mean``,
         ``window_ci_low``, ``window_ci_high``, ``noise``, ``plateau``, ``plateau_p``, ``downturn``, ``downturn_p``,
-        ``spent`` (level spent on downturn looks so far) and ``paired`` (1 when the downturn came from the paired test).
+        ``paired_p`` (the paired test's own p-value), ``spent`` (level spent on downturn looks so far) and ``paired``
+        (1 when the downturn p-value is the paired test's).
 
         Args:
             state: From :meth:`new_state` (or a checkpoint).
@@ -272,7 +276,8 @@ class ConvergenceRule:
         band = bootstrap_ci(values[-w:], rounds=self.rounds, confidence=self.confidence, seed=self.seed)
         out = {"window_mean": band.estimate, "window_ci_low": band.low, "window_ci_high": band.high,
                "noise": self.noise if self.noise is not None else noise_scale(values),
-               "plateau": 0.0, "plateau_p": math.nan, "downturn": 0.0, "downturn_p": math.nan, "paired": 0.0}  # fmt: skip
+               "plateau": 0.0, "plateau_p": math.nan, "downturn": 0.0, "downturn_p": math.nan, "paired_p": math.nan,
+               "paired": 0.0}  # fmt: skip
         best_record: dict[str, Any] | None = None
         last = self._series_last_look(values) if t >= 2 * w else {}
         if last and state["plateau_looks"] < self.max_looks:
@@ -280,17 +285,19 @@ class ConvergenceRule:
             out["plateau_p"] = float(last["plateau_p"])
             out["plateau"] = float(out["plateau_p"] <= self.alpha)
         paired = self._paired(state, step, per_query)
-        if paired is not None or t >= 2 * w:
-            if state["looks"] < self.max_looks:
-                state["looks"] += 1
-                if paired is not None:
-                    out["downturn_p"], best_record = paired
-                    out["paired"] = 1.0
-                else:
-                    out["downturn_p"] = float(last["downturn_p"])
-                    start = int(last["best_index"])
-                    best_record = {"best_mean": float(last["best"]), "best_step": state["series"][start + w - 1][0]}
-                out["downturn"] = float(out["downturn_p"] <= self.alpha)
+        if (paired is not None or last) and state["looks"] < self.max_looks:
+            state["looks"] += 1
+            tests = []  # (p at the look's whole level, the best earlier window or evaluation, which test)
+            if last:
+                start = int(last["best_index"])
+                tests.append((float(last["downturn_p"]), {"best_mean": float(last["best"]), "best_step": state["series"][start + w - 1][0]}, "series"))
+            if paired is not None:
+                out["paired_p"] = paired[0]
+                tests.append((paired[0], paired[1], "paired"))
+            p, best_record, test = min(tests, key=lambda item: item[0])  # equal p: the series test is named
+            out["downturn_p"] = min(1.0, len(tests) * p)  # each test at its share of the look's level
+            out["paired"] = float(test == "paired")
+            out["downturn"] = float(out["downturn_p"] <= self.alpha)
         out["spent"] = state["looks"] * self.per_look_level()
         for event in EVENTS:
             if out[event] == 1.0 and state["flags"].get(event, 0.0) != 1.0:
