@@ -233,7 +233,13 @@ class ConvergenceMonitorCore:
         if not new and not (decide_on_every_rank and stopping and self.stop_on):
             return
         for step, value, per_query in new:
-            stats = self.observe(step, value, per_query=per_query)
+            try:
+                stats = self.observe(step, value, per_query=per_query)
+            except ValueError as exc:
+                if per_query is None:
+                    raise
+                log.error("ConvergenceMonitor: the per-query values of %s at step %d cannot be paired (%s); the series rule decides this evaluation", self.monitor, step, exc)
+                stats = self.observe(step, value)
             logged = {f"{self.prefix}/{self.monitor}/{name}": v for name, v in stats.items() if math.isfinite(v)}
             for logger in trainer.loggers:
                 logger.log_metrics(logged, step=step)

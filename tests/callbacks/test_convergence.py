@@ -227,6 +227,19 @@ def test_per_query_values_decide_the_downturn_by_the_paired_test(tmp_path: Path)
     assert kept["ids"] == files[best][0].tolist() and kept["values"] == pytest.approx(files[best][1].tolist())
 
 
+def test_per_query_values_that_cannot_be_paired_leave_the_series_rule_and_the_run(tmp_path: Path, caplog):
+    evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, confidence_intervals=False)
+    evaluation.per_query_values = lambda key, step: (torch.zeros(37, dtype=torch.long), torch.ones(37))  # duplicate ids
+    monitor = ConvergenceMonitor("retrieval/precision@1", window=2, rounds=200)
+    trainer = _trainer(tmp_path, [evaluation, monitor], max_epochs=1, enable_checkpointing=False)
+    with caplog.at_level(logging.ERROR):
+        trainer.fit(LinearEncoder(), PointDataModule())
+    assert "cannot be paired" in caplog.text and "one distinct query id per value" in caplog.text
+    assert len(monitor.series) == len(evaluation.history) and monitor.run_state["best"] is None
+    expected = series_run([v for _, v in monitor.series], 2)[-1]["downturn_p"]
+    assert monitor.state["downturn_p"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
 def test_confidence_intervals_can_be_chosen_or_turned_off():
     some = RetrievalEvalCallback(confidence_intervals=["precision@1"])
     assert [k for k in some.schema if k.endswith("_ci_low")] == ["precision@1_ci_low"]

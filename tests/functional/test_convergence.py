@@ -4,6 +4,7 @@ corrections exceeds it), and detection of a real decline."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import sys
@@ -199,6 +200,21 @@ def test_bad_settings_are_clear_errors():
             ConvergenceRule(**kwargs)
     with pytest.raises(ValueError, match=r"^`value` must be a finite number \(the monitored metric\), got nan\.$"):
         ConvergenceRule().observe(ConvergenceRule().new_state(), 0, float("nan"))
+
+
+def test_per_query_values_that_cannot_be_paired_are_clear_errors_and_change_nothing():
+    rule = ConvergenceRule(window=2, rounds=10)
+    state = rule.new_state()
+    rule.observe(state, 0, 0.5, per_query=([1, 2, 3], [1.0, 0.0, 1.0]))
+    before = copy.deepcopy(state)
+    with pytest.raises(ValueError, match=r"^`per_query` must hold one distinct query id per value, got 3 ids \(2 distinct\) for 3 values\.$"):
+        rule.observe(state, 1, 0.5, per_query=([1, 1, 3], [1.0, 0.0, 1.0]))
+    assert state == before
+    positional = rule.new_state()
+    rule.observe(positional, 0, 0.5, per_query=(None, [1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match=r"^`per_query` without query ids must keep the order and number of queries \(3 at the best evaluation, 2 now\); give the query ids to pair by id\.$"):
+        rule.observe(positional, 1, 0.5, per_query=(None, [1.0, 0.0]))
+    assert len(positional["series"]) == 1 and positional["paired_candidates"] == 1
 
 
 # ---- the stated rates, by simulation at fixed seeds ----------------------------------------------------------------

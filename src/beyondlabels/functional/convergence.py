@@ -270,6 +270,7 @@ class ConvergenceRule:
         """
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"`value` must be a finite number (the monitored metric), got {value!r}.")
+        paired, evaluation = self._paired(state, step, per_query) if per_query is not None else (None, None)
         state["series"].append([int(step), float(value)])
         values = torch.tensor([v for _, v in state["series"]], dtype=torch.float64)
         w, t = self.window, values.numel()
@@ -284,7 +285,11 @@ class ConvergenceRule:
             state["plateau_looks"] += 1
             out["plateau_p"] = float(last["plateau_p"])
             out["plateau"] = float(out["plateau_p"] <= self.alpha)
-        paired = self._paired(state, step, per_query)
+        if evaluation is not None:
+            state["paired_candidates"] += 1
+            best = state["best"]
+            if math.isfinite(evaluation["mean"]) and (best is None or self.sign * evaluation["mean"] > self.sign * best["mean"]):
+                state["best"] = evaluation
         if (paired is not None or last) and state["looks"] < self.max_looks:
             state["looks"] += 1
             tests = []  # (p at the look's whole level, the best earlier window or evaluation, which test)
@@ -313,30 +318,36 @@ class ConvergenceRule:
         tests = self.series_tests(values.unsqueeze(0))
         return {k: float(v[0, -1]) for k, v in tests.items()}
 
-    def _paired(self, state: dict[str, Any], step: int, per_query: tuple[Any, Any] | None) -> tuple[float, dict[str, Any]] | None:
-        """The paired downturn test of this evaluation against the best earlier one (None without a pair), then the
-        running best updated."""
-        if per_query is None:
-            return None
+    def _paired(self, state: dict[str, Any], step: int, per_query: tuple[Any, Any]) -> tuple[tuple[float, dict[str, Any]] | None, dict[str, Any]]:
+        """The paired downturn test of this evaluation against the best earlier one (None before one) and this
+        evaluation's record for the running best; ``state`` is not changed (a bad ``per_query`` raises first)."""
         ids, values = per_query
         current = vector(values, "per_query values")
         current_ids = None if ids is None else [int(i) for i in torch.as_tensor(ids).reshape(-1).tolist()]
-        mean = float(current[~torch.isnan(current)].mean()) if bool((~torch.isnan(current)).any()) else math.nan
-        result = None
+        if current_ids is not None and (len(current_ids) != current.numel() or len(set(current_ids)) != len(current_ids)):
+            raise ValueError(
+                f"`per_query` must hold one distinct query id per value, got {len(current_ids)} ids "
+                f"({len(set(current_ids))} distinct) for {current.numel()} values."
+            )
+        finite_values = current[~torch.isnan(current)]
+        mean = float(finite_values.mean()) if finite_values.numel() else math.nan
+        record = {"step": int(step), "mean": mean, "ids": current_ids, "values": current.tolist()}
         best = state.get("best")
-        if best is not None:
-            best_ids = best["ids"]
-            if (best_ids is None) != (current_ids is None):
-                best_ids = current_ids = None
-            _, diff, _ = paired_differences(current, torch.tensor(best["values"], dtype=torch.float64), current_ids, best_ids, intersect=True)
-            diff = self.sign * diff - self.min_delta  # u_best - u_latest - min_delta
-            k = state["paired_candidates"]
-            p = min(1.0, k * self.max_looks * sign_flip_bound(diff))
-            result = (p, {"best_mean": float(best["mean"]), "best_step": int(best["step"])})
-        state["paired_candidates"] += 1
-        if math.isfinite(mean) and (best is None or self.sign * mean > self.sign * best["mean"]):
-            state["best"] = {"step": int(step), "mean": mean, "ids": current_ids, "values": current.tolist()}
-        return result
+        if best is None:
+            return None, record
+        best_values = torch.tensor(best["values"], dtype=torch.float64)
+        if best["ids"] is None or current_ids is None:  # matched by position
+            if best_values.numel() != current.numel():
+                raise ValueError(
+                    f"`per_query` without query ids must keep the order and number of queries ({best_values.numel()} at "
+                    f"the best evaluation, {current.numel()} now); give the query ids to pair by id."
+                )
+            diff = best_values - current
+        else:
+            _, diff, _ = paired_differences(current, best_values, current_ids, best["ids"], intersect=True)
+        diff = self.sign * diff - self.min_delta  # u_best - u_latest - min_delta
+        p = min(1.0, state["paired_candidates"] * self.max_looks * sign_flip_bound(diff))
+        return (p, {"best_mean": float(best["mean"]), "best_step": int(best["step"])}), record
 
 
 def _ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
