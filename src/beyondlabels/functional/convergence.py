@@ -11,19 +11,21 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
       change per evaluation (a linear trend of slope ``b`` adds only ``b^2/2``). It is used with the Student t
       reference of ``nu = 2 (t-1)^2 / (3t - 4)`` degrees of freedom (the chi-square with the variance of ``s^2``).
       ``noise=`` gives ``sigma`` instead (then ``nu`` is infinite: the normal reference).
-    - **Look**: an evaluation at which a test is made; the downturn and the plateau each look at every evaluation
-      from ``t = 2w`` on. Each look spends ``alpha / max_looks`` of the level, so a run of up to ``max_looks`` looks
-      spends at most ``alpha`` (Bonferroni over the looks); after ``max_looks`` looks nothing more is flagged.
+    - **Look**: an evaluation at which a test is made: the plateau at every evaluation from ``t = 2w`` on, the
+      downturn from ``t = 2w`` on, or from the second evaluation with per-query values on. Each look spends
+      ``alpha / max_looks`` of the level, so a run of up to ``max_looks`` looks spends at most ``alpha``
+      (Bonferroni over the looks); after ``max_looks`` looks nothing more is flagged.
     - **Downturn (series)**: the last window ``L = m_(t-w)`` against the best earlier window that does not overlap it,
-      ``B = max_(j <= t-2w) m_j`` (the first of equal means is the one reported), over ``k = t - 2w + 1`` candidates: ``T = (B - L - min_delta) / (s sqrt(2/w))``,
-      ``p = min(1, k * max_looks * P(t_nu > T))``; a downturn when ``p <= alpha`` (Bonferroni over the candidates
-      too, so picking the best one is paid for).
+      ``B = max_(j <= t-2w) m_j`` (the first of equal means is the one reported), over ``k = t - 2w + 1``
+      candidates: ``T = (B - L - min_delta) / (s sqrt(2/w))``, ``p = min(1, k * max_looks * P(t_nu > T))``
+      (Bonferroni over the candidates too, so picking the best one is paid for).
     - **Downturn (paired)**, when the evaluation gives per-query values (the same queries every time): the latest
       evaluation against the best earlier one (the largest mean of ``u`` over its queries, among the ``k`` earlier
       evaluations with per-query values), paired by query id: ``d_i = u_best,i - u_latest,i - min_delta`` (pairs
       with a NaN left out), ``S = sum d_i``, ``p = min(1, k * max_looks * exp(-S^2 / (2 sum d_i^2)))`` for ``S > 0``
       (1 otherwise): the sign-flip (Hoeffding) bound, valid for any per-query distribution whose pairs are
-      exchangeable under no change; no window, no normal approximation.
+      exchangeable under no change; no window, no normal approximation. Without query ids the values are paired by
+      position.
     - **Downturn** at a look: the tests the look can make (the series rule from ``t = 2w`` on, the paired test from
       the second evaluation with per-query values on), each at an equal share of the look's level:
       ``p = min(1, n_tests * min_i p_i)``; a downturn when ``p <= alpha``.
@@ -40,8 +42,9 @@ Guarantee and assumptions: when the values are independent noise around a flat m
 any exchangeable per-query pairs for the paired one), a run of up to ``max_looks`` looks flags a downturn with
 probability at most ``alpha`` (the series rule up to the t approximation of ``s``), at any noise level: the statistics
 do not change when the values are shifted or scaled. Positively autocorrelated noise (a slowly wandering curve)
-makes successive differences understate the scatter of window means, and the rate can exceed ``alpha``; give
-``noise=`` (the sd of a window mean times ``sqrt(w)``) when that is known.
+makes successive differences understate the scatter of window means, and the rate exceeds ``alpha`` (measured:
+22% of flat runs of 150 evaluations at lag-1 correlation 0.3); give ``noise=`` (the sd of a window mean times
+``sqrt(w)``) when that is known.
 
 Example:
     >>> rule = ConvergenceRule(window=3, min_delta=0.01)
