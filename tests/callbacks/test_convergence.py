@@ -65,6 +65,15 @@ def test_observe_keeps_working_for_scalar_values():
     assert rising.events == []
 
 
+def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
+    monitor = ConvergenceMonitor("val/score", window=2, rounds=50, max_looks=3)
+    with caplog.at_level(logging.WARNING):
+        states = [monitor.observe(step, 0.5 + 0.01 * (-1) ** step) for step in range(10)]
+    assert caplog.text.count("has spent its false-alarm level 0.05 over max_looks=3") == 1
+    assert [math.isnan(s["downturn_p"]) for s in states] == [True] * 3 + [False] * 3 + [True] * 4
+    assert [s["spent"] for s in states] == pytest.approx([0.0] * 3 + [0.05 / 3, 0.1 / 3, 0.05] + [0.05] * 4)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
