@@ -6,7 +6,8 @@ current rule (``beyondlabels.functional.convergence``), on the same simulated cu
 
 Series (scalar values): independent normal noise of sd 0.01, 0.02, 0.05 around 0.5. False alarms: the share of flat
 runs with a downturn flagged within the first 50, 150, 1000 evaluations. Autocorrelation: flat curves of AR(1) noise
-(marginal sd 0.02, lag-1 correlation 0, 0.3, 0.5), outside the rule's assumptions. Delay: the mean falls by 0.05,
+(marginal sd 0.02, lag-1 correlation 0, 0.3, 0.5), outside the default rule's assumptions; "windows" is the current rule with
+``noise_estimate="windows"``. Delay: the mean falls by 0.05,
 0.1, 0.2 sd per evaluation after evaluation 60 (sd 0.02); the share of runs flagged at evaluations 61..100 ("within
 40") and the median delay of those flagged after 60. The earlier rule is the monitor's rule before the current one,
 written out here at its defaults (window 10, ``min_delta`` 0.01, 95% percentile bootstrap intervals of 2000 resamples
@@ -97,7 +98,7 @@ def _delay(flags: np.ndarray, start: int = 60) -> tuple[float, float, float]:
 
 
 def series_tables(runs: int, lengths: list[int], sds: list[float], slopes: list[float]) -> None:
-    rule = ConvergenceRule()
+    rule, windows_rule = ConvergenceRule(), ConvergenceRule(noise_estimate="windows")
     longest = max(lengths)
     print(f"\nFalse alarms on flat curves ({runs} runs each): share of runs with a downturn within the first t evaluations")
     print(f"{'noise sd':>9} " + " ".join(f"{'earlier t=' + str(t):>15} {'current t=' + str(t):>15}" for t in lengths))
@@ -108,7 +109,7 @@ def series_tables(runs: int, lengths: list[int], sds: list[float], slopes: list[
         print(f"{sd:>9.2f} " + " ".join(cells))
     length, sd = 150, 0.02
     print(f"\nFalse alarms on flat curves of autocorrelated noise (AR(1), sd {sd}, {runs} runs, {length} evaluations)")
-    print(f"{'rho':>9} {'earlier':>15} {'current':>15}")
+    print(f"{'rho':>9} {'earlier':>15} {'current':>15} {'windows scale':>15}")
     for rho in (0.0, 0.3, 0.5):
         shocks = np.random.default_rng(21).normal(0, sd * np.sqrt(1 - rho**2), size=(runs, length))
         noise = np.zeros_like(shocks)
@@ -117,14 +118,16 @@ def series_tables(runs: int, lengths: list[int], sds: list[float], slopes: list[
             noise[:, i] = rho * noise[:, i - 1] + shocks[:, i]
         values = 0.5 + noise  # stationary, marginal sd = sd
         old, new = earlier_rule(values).any(axis=1), current_rule(values, rule).any(axis=1)
-        print(f"{rho:>9.1f} {np.mean(old):>15.3f} {np.mean(new):>15.3f}")
+        windows = current_rule(values, windows_rule).any(axis=1)
+        print(f"{rho:>9.1f} {np.mean(old):>15.3f} {np.mean(new):>15.3f} {np.mean(windows):>15.3f}")
     print(f"\nDelay to flag a decline after evaluation 60 (sd {sd}, {runs} runs, {length} evaluations)")
     print(f"{'slope (sd/eval)':>16} {'rule':>8} {'flagged <= 60':>14} {'within 40':>10} {'median delay':>13}")
     steps = np.arange(length)
     for slope in slopes:
         mean = np.where(steps < 60, 0.5, 0.5 - slope * sd * (steps - 60))
         values = mean + np.random.default_rng(int(slope * 1000)).normal(0, sd, size=(runs, length))
-        for name, flags in (("earlier", earlier_rule(values)), ("current", current_rule(values, rule))):
+        rows = (("earlier", earlier_rule(values)), ("current", current_rule(values, rule)), ("windows", current_rule(values, windows_rule)))
+        for name, flags in rows:
             early, within, median = _delay(flags)
             print(f"{slope:>16.2f} {name:>8} {early:>14.3f} {within:>10.3f} {median:>13.1f}")
 

@@ -62,6 +62,8 @@ class ConvergenceMonitorCore:
         max_looks: Evaluations the level ``alpha`` is spent over; later ones are not tested.
         noise: The noise sd of the monitored values when known; None estimates it from the series.
         paired: Add the paired test when the evaluation callback keeps per-query values of the key.
+        noise_estimate: ``"differences"`` (successive differences) or ``"windows"`` (also successive windows' means:
+            for noise correlated between nearby evaluations, at the cost of a later detection).
 
     Example:
         >>> from beyondlabels.callbacks import ConvergenceMonitor
@@ -88,6 +90,7 @@ class ConvergenceMonitorCore:
         max_looks: int = 1000,
         noise: float | None = None,
         paired: bool = True,
+        noise_estimate: str = "differences",
     ) -> None:
         super().__init__()
         if not isinstance(monitor, str) or not monitor:
@@ -102,7 +105,7 @@ class ConvergenceMonitorCore:
             raise ValueError(f"`paired` must be True (use per-query values when the evaluation keeps them) or False, got {paired!r}.")
         self.rule = ConvergenceRule(
             window=window, mode=mode, min_delta=min_delta, alpha=alpha, max_looks=max_looks, noise=noise,
-            confidence=confidence, rounds=rounds, seed=seed,
+            noise_estimate=noise_estimate, confidence=confidence, rounds=rounds, seed=seed,
         )  # fmt: skip
         self.monitor, self.window, self.mode, self.min_delta = monitor, window, mode, float(min_delta)
         self.stop_on, self.prefix, self.paired = stop_on, prefix, paired

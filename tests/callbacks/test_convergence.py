@@ -89,6 +89,7 @@ def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
         ({"alpha": 2}, r"^`alpha` must be a false-alarm rate strictly between 0 and 1 \(e\.g\. 0\.05\), got 2\.$"),
         ({"max_looks": 0}, r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$"),
         ({"noise": -0.1}, r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got -0\.1\.$"),
+        ({"noise_estimate": "mad"}, r"^`noise_estimate` must be one of \['differences', 'windows'\], got 'mad'\.$"),
         ({"paired": "yes"}, r"^`paired` must be True \(use per-query values when the evaluation keeps them\) or False, got 'yes'\.$"),
     ],
 )

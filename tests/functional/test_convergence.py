@@ -33,7 +33,7 @@ CONSTANT = [0.5] * 12
 def _compare_series(curve, settings):
     rule = ConvergenceRule(**settings)
     got = rule.series_tests(curve)
-    oracle_settings = {k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise")}
+    oracle_settings = {k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise", "noise_estimate")}
     expected = series_run(curve, settings["window"], alpha=settings.get("alpha", 0.05), **oracle_settings)
     assert got["downturn"].shape == (1, len(expected))
     for name in ("downturn_p", "plateau_p", "noise", "best", "best_index", "candidates", "downturn", "plateau"):
@@ -52,9 +52,12 @@ CASES = [
     (FLAT_THEN_FALLING, {"window": 10, "max_looks": 40}),
     (STEPS, {"window": 4, "min_delta": 0.25, "noise": 0.05}),
     (CONSTANT, {"window": 3}),
+    (FLAT_THEN_FALLING, {"window": 10, "noise_estimate": "windows"}),
+    (RISING_THEN_FALLING, {"window": 3, "noise_estimate": "windows", "alpha": 0.2}),
+    ([0.5 + 0.01 * (-1) ** i + 0.001 * NOISE[i] for i in range(30)], {"window": 5, "noise_estimate": "windows"}),
 ]
 IDS = ["rising-flat", "rising-falling", "rising-falling-w3", "rising-falling-min", "flat-falling", "known-noise",
-       "few-looks", "steps", "constant"]  # fmt: skip
+       "few-looks", "steps", "constant", "windows-scale", "windows-scale-w3", "windows-scale-zigzag"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("curve", "settings"), CASES, ids=IDS)
@@ -69,7 +72,7 @@ def test_one_value_at_a_time_matches_every_look(curve, settings):
     state = rule.new_state()
     outs = [rule.observe(state, step, float(v)) for step, v in enumerate(curve)]
     w = settings["window"]
-    oracle_settings = {k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise")}
+    oracle_settings = {k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise", "noise_estimate")}
     expected = series_run(curve, w, alpha=settings.get("alpha", 0.05), **oracle_settings)
     assert all(math.isnan(o["downturn_p"]) and o["downturn"] == 0.0 for o in outs[: 2 * w - 1])
     max_looks = settings.get("max_looks", 1000)
@@ -100,6 +103,10 @@ def test_the_curves_reach_every_branch():
     steps = series_run(STEPS, 4, min_delta=0.25, noise=0.05)
     assert steps[-1]["best_index"] == 8  # the first of the windows at 0.75 (also 24)
     assert any(look["downturn"] for look in steps) and any(look["plateau"] for look in steps)
+    plain, windows = series_run(FLAT_THEN_FALLING, 10), series_run(FLAT_THEN_FALLING, 10, noise_estimate="windows")
+    assert all(b["noise"] > a["noise"] for a, b in zip(plain, windows))  # the windows scale wins here
+    zigzag = [0.5 + 0.01 * (-1) ** i for i in range(30)]  # large successive differences, equal window means
+    assert series_run(zigzag, 10) == series_run(zigzag, 10, noise_estimate="windows")
     constant = series_run(CONSTANT, 3)
     assert constant[0]["noise"] == 0.0 and constant[0]["downturn_p"] == 1.0 and constant[0]["plateau_p"] == 1.0
 
@@ -195,6 +202,7 @@ def test_bad_settings_are_clear_errors():
         ({"alpha": 1.0}, r"^`alpha` must be a false-alarm rate strictly between 0 and 1 \(e\.g\. 0\.05\), got 1\.0\.$"),
         ({"max_looks": 0}, r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$"),
         ({"noise": 0.0}, r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got 0\.0\.$"),
+        ({"noise_estimate": "mad"}, r"^`noise_estimate` must be one of \['differences', 'windows'\], got 'mad'\.$"),
     ]:
         with pytest.raises(ValueError, match=match):
             ConvergenceRule(**kwargs)
@@ -244,6 +252,36 @@ def test_flat_curves_are_flagged_within_the_stated_rate(sd):
     flagged = ConvergenceRule().series_tests(values)["downturn"].amax(dim=1)
     assert int(flagged.sum()) <= BOUND
     assert int(_uncorrected_downturns(values, 10).sum()) > BOUND  # what the corrections are for
+
+
+def _ar1(rho: float, sd: float, seed: int) -> np.ndarray:
+    """Flat curves of stationary AR(1) noise of marginal sd ``sd`` and lag-1 correlation ``rho``."""
+    shocks = np.random.default_rng(seed).normal(0, sd * math.sqrt(1 - rho**2), size=(RUNS, LENGTH))
+    noise = np.zeros_like(shocks)
+    noise[:, 0] = shocks[:, 0] / math.sqrt(1 - rho**2)
+    for i in range(1, LENGTH):
+        noise[:, i] = rho * noise[:, i - 1] + shocks[:, i]
+    return 0.5 + noise
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.5])
+def test_the_windows_scale_keeps_the_rate_on_autocorrelated_noise(rho):
+    """AR(1) noise: the scale from successive differences alone flags too many flat runs, the windows scale does not."""
+    values = _ar1(rho, 0.02, seed=31)
+    windows = ConvergenceRule(noise_estimate="windows").series_tests(values)["downturn"].amax(dim=1)
+    assert int(windows.sum()) <= BOUND
+    differences = ConvergenceRule().series_tests(values)["downturn"].amax(dim=1)
+    assert int(differences.sum()) > BOUND
+
+
+def test_the_windows_scale_still_finds_a_decline():
+    """A fall of 0.2 sd per evaluation after evaluation 60: flagged at 61..100 in at least 80% of runs."""
+    sd, steps = 0.02, np.arange(LENGTH)
+    mean = np.where(steps < 60, 0.5, 0.5 - 0.2 * sd * (steps - 60))
+    values = mean + np.random.default_rng(10).normal(0, sd, size=(RUNS, LENGTH))
+    flags = ConvergenceRule(noise_estimate="windows").series_tests(values)["downturn"].numpy().astype(bool)
+    first = np.where(flags.any(axis=1), flags.argmax(axis=1) + 2 * 10 - 1, LENGTH)
+    assert np.mean((first > 60) & (first <= 100)) >= 0.8
 
 
 def test_a_still_improving_curve_is_called_flat_within_the_stated_rate():

@@ -27,7 +27,7 @@ def _divide(numerator: float, denominator: float) -> float:
     return numerator / denominator
 
 
-def series_look(curve, window, mode="max", min_delta=0.0, max_looks=1000, noise=None):
+def series_look(curve, window, mode="max", min_delta=0.0, max_looks=1000, noise=None, noise_estimate="differences"):
     """The series rule at the last value of ``curve`` (at least ``2 * window`` values): a dict of the downturn and
     plateau p-values, the scale ``s``, the best window's mean (metric units) and start, and ``k``."""
     u = np.asarray(curve, dtype=np.float64) * (1.0 if mode == "max" else -1.0)
@@ -47,6 +47,10 @@ def series_look(curve, window, mode="max", min_delta=0.0, max_looks=1000, noise=
     if noise is None:
         s = math.sqrt(sum((u[i + 1] - u[i]) ** 2 for i in range(t - 1)) / (2 * (t - 1)))
         df = 2 * (t - 1) ** 2 / (3 * t - 4)
+        if noise_estimate == "windows":  # the larger of s and the scale of consecutive windows' means, same df
+            blocks = [sum(u[b * w : (b + 1) * w]) / w for b in range(t // w)]
+            between = sum((blocks[b + 1] - blocks[b]) ** 2 for b in range(len(blocks) - 1))
+            s = max(s, math.sqrt(w * between / (2 * (len(blocks) - 1))))
     else:
         s, df = float(noise), math.inf
     se = s * math.sqrt(2.0 / w)

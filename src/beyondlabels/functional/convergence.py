@@ -11,6 +11,9 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
       change per evaluation (a linear trend of slope ``b`` adds only ``b^2/2``). It is used with the Student t
       reference of ``nu = 2 (t-1)^2 / (3t - 4)`` degrees of freedom (the chi-square with the variance of ``s^2``).
       ``noise=`` gives ``sigma`` instead (then ``nu`` is infinite: the normal reference).
+      ``noise_estimate="windows"`` takes the larger of ``s`` and ``s_w``, ``s_w^2 = w sum_b (M_(b+1) - M_b)^2 /
+      (2 (n_w - 1))`` over the means ``M_b`` of the ``n_w = floor(t / w)`` consecutive windows from the start (the
+      batch-means scale, which also sees noise correlated over fewer than ``w`` evaluations), with the same ``nu``.
     - **Look**: an evaluation at which a test is made: the plateau at every evaluation from ``t = 2w`` on, the
       downturn from ``t = 2w`` on, or from the second evaluation with per-query values on. Each look spends
       ``alpha / max_looks`` of the level, so a run of up to ``max_looks`` looks spends at most ``alpha``
@@ -43,8 +46,8 @@ any exchangeable per-query pairs for the paired one), a run of up to ``max_looks
 probability at most ``alpha`` (the series rule up to the t approximation of ``s``), at any noise level: the statistics
 do not change when the values are shifted or scaled. Positively autocorrelated noise (a slowly wandering curve)
 makes successive differences understate the scatter of window means, and the rate exceeds ``alpha`` (measured:
-22% of flat runs of 150 evaluations at lag-1 correlation 0.3); give ``noise=`` (the sd of a window mean times
-``sqrt(w)``) when that is known.
+22% of flat runs of 150 evaluations at lag-1 correlation 0.3); ``noise_estimate="windows"`` or ``noise=`` (the sd
+of a window mean times ``sqrt(w)``) take it into account.
 
 Example:
     >>> rule = ConvergenceRule(window=3, min_delta=0.01)
@@ -72,6 +75,7 @@ __all__ = ["STATE_VERSION", "ConvergenceRule", "noise_scale", "noise_df", "sign_
 
 STATE_VERSION = 2
 EVENTS = ("plateau", "downturn")
+NOISE_ESTIMATES = ("differences", "windows")
 
 
 def noise_scale(values: Any) -> float:
@@ -142,6 +146,8 @@ class ConvergenceRule:
         alpha: False-alarm rate per run, of each of downturn and plateau.
         max_looks: Looks (evaluations tested) the level ``alpha`` is spent over.
         noise: The sd of the values' noise when known; None (default) estimates it from the series.
+        noise_estimate: ``"differences"`` (default) or ``"windows"`` (also from successive windows' means, for
+            autocorrelated noise).
         confidence: Level of the descriptive window band.
         rounds: Bootstrap resamples of the window band.
         seed: Seed of the window band's bootstrap.
@@ -157,6 +163,7 @@ class ConvergenceRule:
     alpha: float = 0.05
     max_looks: int = 1000
     noise: float | None = None
+    noise_estimate: str = "differences"
     confidence: float = 0.95
     rounds: int = 2000
     seed: int = 11
@@ -176,6 +183,8 @@ class ConvergenceRule:
             isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) or not 0 < self.noise < math.inf
         ):
             raise ValueError(f"`noise` must be None (estimated from the series) or the noise sd, a number > 0, got {self.noise!r}.")
+        if self.noise_estimate not in NOISE_ESTIMATES:
+            raise ValueError(f"`noise_estimate` must be one of {list(NOISE_ESTIMATES)}, got {self.noise_estimate!r}.")
         check_confidence(self.confidence)
         check_rounds(self.rounds)
         check_seed(self.seed)
@@ -227,6 +236,11 @@ class ConvergenceRule:
         if self.noise is None:
             scale = torch.sqrt(squares / (2 * (ends - 1)))
             df = torch.as_tensor([noise_df(int(n)) for n in ends], dtype=torch.float64).expand(runs, looks)
+            if self.noise_estimate == "windows":
+                blocks = u[:, : (t // w) * w].reshape(runs, t // w, w).mean(dim=2)  # consecutive windows from the start
+                block_squares = torch.nn.functional.pad((blocks.diff(dim=1) ** 2).cumsum(1), (1, 0))
+                count = ends // w  # whole windows seen at each look (>= 2)
+                scale = torch.maximum(scale, torch.sqrt(w * block_squares[:, count - 1] / (2 * (count - 1))))
         else:
             scale = torch.full((runs, looks), float(self.noise), dtype=torch.float64)
             df = torch.full((runs, looks), math.inf, dtype=torch.float64)
@@ -279,11 +293,13 @@ class ConvergenceRule:
         w, t = self.window, values.numel()
         band = bootstrap_ci(values[-w:], rounds=self.rounds, confidence=self.confidence, seed=self.seed)
         out = {"window_mean": band.estimate, "window_ci_low": band.low, "window_ci_high": band.high,
-               "noise": self.noise if self.noise is not None else noise_scale(values),
+               "noise": self.noise if self.noise is not None else noise_scale(values),  # the look's scale below
                "plateau": 0.0, "plateau_p": math.nan, "downturn": 0.0, "downturn_p": math.nan, "paired_p": math.nan,
                "paired": 0.0}  # fmt: skip
         best_record: dict[str, Any] | None = None
         last = self._series_last_look(values) if t >= 2 * w else {}
+        if last:
+            out["noise"] = last["noise"]
         if last and state["plateau_looks"] < self.max_looks:
             state["plateau_looks"] += 1
             out["plateau_p"] = float(last["plateau_p"])
