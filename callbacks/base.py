@@ -65,7 +65,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,7 @@ class EvaluationCore:
             with_direction = [k for k in self.schema.scalar_keys() if self.schema.mode(k)]
             raise ValueError(f"`keep_best` must be a key with a direction that this evaluation logs, got {keep_best!r}; choose from {with_direction}.")
         self.history: list[dict[str, Any]] = []
+        self.last_per_query: tuple[int, Any] | None = None  # (step, the per_query dict) of the last evaluation
         self._last_step_evaluated = -1
         self._wandb_defined: set[str] = set()
         self._train_epoch_fallback = False
@@ -407,6 +408,7 @@ class EvaluationCore:
             self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), step, epoch, trainer)
             return None
         record = self._record(results, step, epoch)
+        self.last_per_query = (step, results.get("per_query"))
         # Files and media (rank 0) come before the scalars, so that eval_seconds counts them; the history line is
         # written last, with eval_seconds in it.
         problems: list[BaseException] = []
@@ -514,6 +516,16 @@ class EvaluationCore:
             name = f"{self.prefix}/{key}"
             if name in scalars:
                 trainer.progress_bar_metrics[name] = scalars[name]
+
+    def per_query_values(self, key: str, step: int) -> tuple[Any, torch.Tensor] | None:
+        """``(query_ids or None, values)`` of the per-query vector ``key`` of the evaluation at ``step``, while that
+        evaluation is the last one held in memory (None otherwise, or when it has no such vector)."""
+        if self.last_per_query is None or self.last_per_query[0] != step or not isinstance(self.last_per_query[1], Mapping):
+            return None
+        per_query = self.last_per_query[1]
+        if key not in per_query:
+            return None
+        return per_query.get("query_id"), torch.as_tensor(per_query[key]).detach().cpu()
 
     def _make_loader(self, trainer: Trainer, pl_module: LightningModule) -> DataLoader:
         source = self.dataloader

@@ -2,34 +2,29 @@
 
 It never recomputes a metric: it reads values that were already logged — the history of the
 :class:`~beyondlabels.callbacks.base.EvaluationCore` whose prefix the monitored key carries (``retrieval`` for
-``retrieval/precision@1``), or else ``trainer.callback_metrics[monitor]`` at the end of each validation run (and each
-training epoch, for keys logged there). Its statistics come from :mod:`beyondlabels.functional.bootstrap`.
+``retrieval/precision@1``), with that evaluation's per-query values when it keeps them, or else
+``trainer.callback_metrics[monitor]`` at the end of each validation run (and each training epoch, for keys logged
+there). The decisions are :class:`beyondlabels.functional.convergence.ConvergenceRule` (definitions, assumptions and
+the false-alarm guarantee there): a downturn or plateau is flagged in at most ``alpha`` of the runs where it is not
+real, over up to ``max_looks`` evaluations, at any noise level. For a key with per-query values (the same queries
+at every evaluation) a paired test of the latest evaluation against the best one joins the series rule, each at half
+of a look's level (``paired=False``: the series rule alone); a scalar-only key (``val/loss``) has the series rule.
 
-After every new value (``v`` is the series of values so far, ``w`` the window)
-    - **window mean** = mean of the last ``w`` values, with a percentile bootstrap band (``window_ci_low`` /
-      ``window_ci_high``) over them;
-    - **plateau** (from ``2w`` values on): the last window is not significantly better than the window before it —
-      the bootstrap interval of ``mean(last) - mean(previous)`` does not clear ``min_delta`` in the better direction;
-    - **downturn** (from ``2w`` values on): the last window is significantly worse than the best earlier window that
-      does not overlap it (the best window mean under ``mode``) — e.g. R-precision turning down as the model
-      overfits. The best window is chosen after looking at ``m = (len(v) - w) // w`` candidates, so this interval
-      is taken at the Bonferroni level ``1 - (1 - confidence) / m``: a flat, noisy curve does not read as a decline.
-
-    The values of a training curve are not independent draws and the rule is checked after every evaluation, so treat
-    it as a smoothed, seeded rule of thumb, not a test at an exact level. ``min_delta`` is what keeps noise out: on a
-    flat curve of pure noise (sd 0.01, 40 evaluations, window 5, 30 seeds) a downturn was reported in 24 of 30 runs
-    with ``min_delta=0``, in 2 with ``min_delta=0.01`` (= the noise) and in none with 0.02, while a curve falling by
-    0.02 per evaluation after its peak was flagged 7-9 evaluations after the peak in every run. Everything is logged at the step of the value as ``<prefix>/<monitor>/window_mean``,
-    ``.../window_ci_low``, ``.../window_ci_high``, ``.../plateau`` and ``.../downturn`` (0 or 1) through every logger
-    and into ``trainer.callback_metrics``; the moment a plateau or downturn starts is an *event* (logged as a warning
-    and kept in :attr:`ConvergenceMonitor.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback
-    stops training: the ranks agree through ``trainer.strategy.reduce_boolean_decision`` and then set
-    ``trainer.should_stop``. The series, the events and the last step read are saved in checkpoints and resume with
-    them.
+Everything is logged at the step of the value as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
+``window_ci_low``, ``window_ci_high``, ``noise``, ``plateau`` and ``downturn`` (0 or 1), ``plateau_p`` and
+``downturn_p`` (the look-corrected p-values, from the first look on), ``paired_p`` (the paired test's own),
+``spent`` (the level spent on downturn looks) and ``paired`` (1 when the downturn p-value is the paired test's),
+through every logger and into ``trainer.callback_metrics``;
+the moment a plateau or downturn starts is an *event* (logged as a warning and kept in
+:attr:`ConvergenceMonitorCore.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback stops
+training: the ranks agree through ``trainer.strategy.reduce_boolean_decision`` and then set ``trainer.should_stop``.
+The rule's state (series, looks spent, best per-query evaluation, events) and the step it stopped at are saved in
+checkpoints and resume with them.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Sequence
@@ -39,7 +34,7 @@ import torch
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.packages import check_same_package, lightning_state_key
-from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference_ci
+from beyondlabels.functional.convergence import STATE_VERSION, ConvergenceRule
 
 log = logging.getLogger(__name__)
 
@@ -49,29 +44,35 @@ EVENTS = ("plateau", "downturn")
 
 
 class ConvergenceMonitorCore:
-    """Watch a logged metric for a plateau or a downturn (rules: the module docstring). Package-neutral: a Trainer
-    gets it as ``ConvergenceMonitor`` of :mod:`beyondlabels.callbacks` or :mod:`beyondlabels.callbacks.lightning`.
+    """Watch a logged metric for a plateau or a downturn (what is logged: the module docstring; the rule:
+    :mod:`beyondlabels.functional.convergence`). Package-neutral: a Trainer gets it as ``ConvergenceMonitor`` of
+    :mod:`beyondlabels.callbacks` or :mod:`beyondlabels.callbacks.lightning`.
 
     Args:
         monitor: The logged key, e.g. ``"retrieval/precision@1"`` or ``"val/loss"``.
         window: Values per window (evaluations, not steps).
         mode: ``"max"`` (higher is better) or ``"min"``.
-        min_delta: The smallest change that counts as an improvement or a decline, in the metric's units. The default
-            (0.01, one point of a metric in [0, 1]) keeps evaluation noise of that size from reading as a downturn;
-            set it to the noise of your metric (e.g. a loss).
+        min_delta: The smallest change that matters, in the metric's units (default 0: any real change).
         stop_on: Events that stop training: ``[]`` (default: only report), ``["downturn"]``, ``["plateau"]`` or both.
-        rounds: Bootstrap resamples.
-        confidence: Level of the bootstrap intervals.
-        seed: Seed of the bootstrap (the same on every rank).
+        rounds: Bootstrap resamples of the window band.
+        confidence: Level of the window band.
+        seed: Seed of the window band's bootstrap (the same on every rank).
         prefix: Namespace of the logged keys.
+        alpha: False-alarm rate per run of each of downturn and plateau.
+        max_looks: Evaluations the level ``alpha`` is spent over; later ones are not tested.
+        noise: The noise sd of the monitored values when known; None estimates it from the series.
+        paired: Add the paired test when the evaluation callback keeps per-query values of the key.
+        noise_estimate: ``"differences"`` (successive differences) or ``"windows"`` (also successive windows' means:
+            for noise correlated between nearby evaluations, at the cost of a later detection).
 
     Example:
         >>> from beyondlabels.callbacks import ConvergenceMonitor
-        >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=3, rounds=200)
-        >>> for step, value in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]):
+        >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=3, rounds=200, min_delta=0.01)
+        >>> curve = [0.5 + 0.01 * (-1) ** i for i in range(30)] + [0.45 - 0.05 * i for i in range(6)]
+        >>> for step, value in enumerate(curve):
         ...     state = monitor.observe(step, value)
-        >>> state["downturn"], [e["event"] for e in monitor.events]
-        (1.0, ['plateau', 'downturn'])
+        >>> state["downturn"], [(e["event"], e["step"]) for e in monitor.events]
+        (1.0, [('plateau', 31), ('downturn', 32)])
     """
 
     def __init__(
@@ -79,35 +80,48 @@ class ConvergenceMonitorCore:
         monitor: str = "retrieval/precision@1",
         window: int = 10,
         mode: str = "max",
-        min_delta: float = 0.01,
+        min_delta: float = 0.0,
         stop_on: Sequence[str] = (),
         rounds: int = 2000,
         confidence: float = 0.95,
         seed: int = 11,
         prefix: str = "convergence",
+        alpha: float = 0.05,
+        max_looks: int = 1000,
+        noise: float | None = None,
+        paired: bool = True,
+        noise_estimate: str = "differences",
     ) -> None:
         super().__init__()
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"`monitor` must be a logged metric name such as 'retrieval/precision@1', got {monitor!r}.")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-            raise ValueError(f"`window` must be an int >= 2 (values per window), got {window!r}.")
-        if mode not in ("max", "min"):
-            raise ValueError(f"`mode` must be 'max' (higher is better) or 'min', got {mode!r}.")
-        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
-            raise ValueError(f"`min_delta` must be a number >= 0, got {min_delta!r}.")
         stop_on = [stop_on] if isinstance(stop_on, str) else list(stop_on or [])
         unknown = [e for e in stop_on if e not in EVENTS]
         if unknown:
             raise ValueError(f"`stop_on` may hold {list(EVENTS)}, got {unknown}.")
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"`prefix` must be a non-empty name, got {prefix!r}.")
-        bootstrap_ci([0.0, 1.0], rounds=rounds, confidence=confidence, seed=seed)  # the stats module's own checks
+        if not isinstance(paired, bool):
+            raise ValueError(f"`paired` must be True (use per-query values when the evaluation keeps them) or False, got {paired!r}.")
+        self.rule = ConvergenceRule(
+            window=window, mode=mode, min_delta=min_delta, alpha=alpha, max_looks=max_looks, noise=noise,
+            noise_estimate=noise_estimate, confidence=confidence, rounds=rounds, seed=seed,
+        )  # fmt: skip
         self.monitor, self.window, self.mode, self.min_delta = monitor, window, mode, float(min_delta)
-        self.stop_on, self.rounds, self.confidence, self.seed, self.prefix = stop_on, rounds, confidence, seed, prefix
-        self.series: list[tuple[int, float]] = []
-        self.events: list[dict[str, Any]] = []
+        self.stop_on, self.prefix, self.paired = stop_on, prefix, paired
+        self.run_state: dict[str, Any] = self.rule.new_state()
         self.state: dict[str, float] = {}
         self.stopped_at: int | None = None
+
+    @property
+    def series(self) -> list[tuple[int, float]]:
+        """The values read so far, ``(step, value)``."""
+        return [(int(step), float(value)) for step, value in self.run_state["series"]]
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The plateau and downturn events so far (see :meth:`ConvergenceRule.observe`)."""
+        return self.run_state["events"]
 
     # ---- Lightning plumbing --------------------------------------------------------------------------------------------
     callback_name = "ConvergenceMonitor"
@@ -117,19 +131,44 @@ class ConvergenceMonitorCore:
         return lightning_state_key(self, monitor=self.monitor, window=self.window, mode=self.mode)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"series": [list(p) for p in self.series], "events": list(self.events), "stopped_at": self.stopped_at}
+        return {**copy.deepcopy(self.run_state), "stopped_at": self.stopped_at, "last_state": dict(self.state)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        series = state_dict.get("series", [])
-        try:
-            self.series = [(int(step), float(value)) for step, value in series]
-        except (TypeError, ValueError):
-            log.warning("%s: ignoring a checkpointed series of unexpected form", self.state_key)
-            self.series = []
-        events = state_dict.get("events", [])
-        self.events = [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
         stopped = state_dict.get("stopped_at")
         self.stopped_at = stopped if isinstance(stopped, int) and not isinstance(stopped, bool) else None
+        fresh = self.rule.new_state()
+        try:
+            if state_dict.get("version") == STATE_VERSION:
+                run = {key: state_dict[key] for key in fresh}
+                run["series"] = [[int(step), float(value)] for step, value in run["series"]]
+                if not isinstance(run["looks"], int) or not isinstance(run["events"], list) or not isinstance(run["flags"], dict):
+                    raise TypeError("looks, events or flags of an unexpected type")
+                self.run_state = run
+                last = state_dict.get("last_state", {})
+                self.state = {k: float(v) for k, v in last.items()} if isinstance(last, dict) else {}
+                return
+            self.run_state = self._convert(state_dict, fresh)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("%s: ignoring a checkpointed monitor state of unexpected form (%s); the monitor starts afresh", self.state_key, exc)
+            self.run_state, self.state = fresh, {}
+
+    def _convert(self, state_dict: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint of the earlier monitor (a series and its events, no spent level): the series and events are
+        kept, and the looks the new rule would have made on that series are counted as spent."""
+        series = [[int(step), float(value)] for step, value in state_dict.get("series", [])]
+        events = state_dict.get("events", [])
+        looks = min(self.rule.max_looks, max(0, len(series) - 2 * self.window + 1))
+        flags = {e: 0.0 for e in EVENTS}
+        if looks:
+            tests = self.rule.series_tests([v for _, v in series])
+            flags = {e: float(tests[e][0, -1]) for e in EVENTS}
+        log.warning(
+            "%s: the checkpoint holds monitor state of an earlier rule (without a stated false-alarm rate): its %d "
+            "values and %d events are kept, %d looks are counted as spent, and the paired test starts at the next "
+            "evaluation", self.state_key, len(series), len(events) if isinstance(events, list) else 0, looks,
+        )  # fmt: skip
+        return {**fresh, "series": series, "events": [e for e in events if isinstance(e, dict)] if isinstance(events, list) else [],
+                "looks": looks, "plateau_looks": looks, "flags": flags}  # fmt: skip
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
@@ -162,8 +201,9 @@ class ConvergenceMonitorCore:
         self._collect(trainer, stopping=False)  # the evaluation at fit end
 
     # ---- reading values -------------------------------------------------------------------------------------------------
-    def _new_values(self, trainer: Trainer) -> list[tuple[int, float]]:
-        last = self.series[-1][0] if self.series else -1
+    def _new_values(self, trainer: Trainer) -> list[tuple[int, float, Any]]:
+        """``(step, value, per_query or None)`` of each value logged since the last one read."""
+        last = self.run_state["series"][-1][0] if self.run_state["series"] else -1
         source = self._source(trainer)
         if source is not None:
             key = self.monitor[len(source.prefix) + 1 :]
@@ -172,8 +212,9 @@ class ConvergenceMonitorCore:
                 if int(r["step"]) <= last:
                     break
                 fresh.append(r)
+            with_per_query = self.paired and key in source.schema.per_query
             return [
-                (int(r["step"]), float(r[key]))
+                (int(r["step"]), float(r[key]), source.per_query_values(key, int(r["step"])) if with_per_query else None)
                 for r in reversed(fresh)
                 if "error" not in r and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
             ]
@@ -182,7 +223,7 @@ class ConvergenceMonitorCore:
         if value is None or step <= last:
             return []
         value = float(value.item() if isinstance(value, torch.Tensor) else value)
-        return [(step, value)] if math.isfinite(value) else []
+        return [(step, value, None)] if math.isfinite(value) else []
 
     def _collect(self, trainer: Trainer, stopping: bool = True, decide_on_every_rank: bool = False) -> None:
         """Observe the monitored values that are new since the last call, then decide whether to stop (all ranks).
@@ -194,8 +235,15 @@ class ConvergenceMonitorCore:
         new = self._new_values(trainer)
         if not new and not (decide_on_every_rank and stopping and self.stop_on):
             return
-        for step, value in new:
-            logged = {f"{self.prefix}/{self.monitor}/{name}": v for name, v in self.observe(step, value).items()}
+        for step, value, per_query in new:
+            try:
+                stats = self.observe(step, value, per_query=per_query)
+            except ValueError as exc:
+                if per_query is None:
+                    raise
+                log.error("ConvergenceMonitor: the per-query values of %s at step %d cannot be paired (%s); the series rule decides this evaluation", self.monitor, step, exc)
+                stats = self.observe(step, value)
+            logged = {f"{self.prefix}/{self.monitor}/{name}": v for name, v in stats.items() if math.isfinite(v)}
             for logger in trainer.loggers:
                 logger.log_metrics(logged, step=step)
             device = trainer.strategy.root_device
@@ -207,33 +255,23 @@ class ConvergenceMonitorCore:
                 self.stopped_at = trainer.global_step
                 log.warning("ConvergenceMonitor: stopping training at step %d (%s of %s)", trainer.global_step, "/".join(self.stop_on), self.monitor)
 
-    # ---- the statistics ----------------------------------------------------------------------------------------------------
-    def observe(self, step: int, value: float) -> dict[str, float]:
-        """Add one value of the monitored metric and return the window statistics and event flags (what is logged)."""
-        self.series.append((int(step), float(value)))
-        values = [v for _, v in self.series]
-        w = self.window
-        last = values[-w:]
-        band = bootstrap_ci(last, rounds=self.rounds, confidence=self.confidence, seed=self.seed)
-        state = {"window_mean": band.estimate, "window_ci_low": band.low, "window_ci_high": band.high, "plateau": 0.0, "downturn": 0.0}
-        sign = 1.0 if self.mode == "max" else -1.0
-        if len(values) >= 2 * w:
-            change = bootstrap_difference_ci(values[-2 * w : -w], last, rounds=self.rounds, confidence=self.confidence, seed=self.seed)
-            improved = (change.low > self.min_delta) if sign > 0 else (change.high < -self.min_delta)
-            state["plateau"] = 0.0 if improved else 1.0
-            earlier = values[:-w]
-            means = [sum(earlier[i : i + w]) / w for i in range(len(earlier) - w + 1)]
-            best = max(range(len(means)), key=lambda i: sign * means[i])
-            # the best of m candidate windows is picked after seeing them: a Bonferroni level keeps noise from
-            # reading as a decline (m = the non-overlapping windows among the earlier values)
-            level = 1.0 - (1.0 - self.confidence) / max(1, len(earlier) // w)
-            decline = bootstrap_difference_ci(earlier[best : best + w], last, rounds=self.rounds, confidence=level, seed=self.seed)
-            declined = (decline.high < -self.min_delta) if sign > 0 else (decline.low > self.min_delta)
-            state["downturn"] = 1.0 if declined else 0.0
-            for event in EVENTS:
-                if state[event] == 1.0 and self.state.get(event, 0.0) != 1.0:
-                    record = {"step": int(step), "event": event, "window_mean": band.estimate, "best_window_mean": means[best], "best_window_end_step": self.series[best + w - 1][0]}
-                    self.events.append(record)
-                    log.warning("ConvergenceMonitor: %s of %s at step %d (window mean %.4f, best earlier window %.4f)", event, self.monitor, step, band.estimate, means[best])
+    # ---- the decisions ---------------------------------------------------------------------------------------------------
+    def observe(self, step: int, value: float, per_query: tuple[Any, Any] | None = None) -> dict[str, float]:
+        """Add one value of the monitored metric and return the window statistics, p-values and event flags (what is
+        logged). ``per_query``: ``(query_ids or None, values)`` of the same evaluation, for the paired downturn test."""
+        known = len(self.run_state["events"])
+        looks = self.run_state["looks"]
+        state = self.rule.observe(self.run_state, step, value, per_query=per_query)
+        for record in self.run_state["events"][known:]:
+            log.warning(
+                "ConvergenceMonitor: %s of %s at step %d (window mean %.4f, p = %.3g at alpha %g)", record["event"],
+                self.monitor, record["step"], record["window_mean"], record["p"], self.rule.alpha,
+            )  # fmt: skip
+        if looks < self.rule.max_looks <= self.run_state["looks"]:
+            log.warning(
+                "ConvergenceMonitor: %s has spent its false-alarm level %g over max_looks=%d evaluations; later ones "
+                "are not tested for a downturn or plateau (raise max_looks to test more)", self.monitor, self.rule.alpha,
+                self.rule.max_looks,
+            )  # fmt: skip
         self.state = state
         return dict(state)

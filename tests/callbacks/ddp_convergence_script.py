@@ -2,7 +2,9 @@
 logged curve and dump what each rank saw.
 
 Usage: python ddp_convergence_script.py OUT_JSON DEVICES MODE
-MODE: "synced" (every rank logs ``val/score = FALLING[epoch]`` with ``sync_dist=True``), "rank_local" (no sync: rank 0
+MODE: "paired" (a RetrievalEvalCallback evaluates every 2 steps an encoder that climbs its loss; the monitor reads
+its history and gathered per-query values, the same on every rank, and stops on the downturn of precision@1),
+"synced" (every rank logs ``val/score = FALLING[epoch]`` with ``sync_dist=True``), "rank_local" (no sync: rank 0
 logs FALLING, every other rank RISING, so only rank 0 sees a downturn), "rank_nan" (no sync: FALLING on every rank,
 but from epoch NAN_FROM on rank 1 logs NaN, a value the monitor skips, while rank 0 goes on reading values).
 """
@@ -18,7 +20,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from beyondlabels.callbacks import ConvergenceMonitor
+sys.path.insert(0, str(Path(__file__).parent))
+from toy import LinearEncoder, PointDataModule  # noqa: E402
+
+from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 
 MAX_EPOCHS = 40
 WINDOW, ROUNDS = 5, 500
@@ -27,6 +32,13 @@ _NOISE = np.random.default_rng(0).normal(0, 0.01, size=60)
 # float32 values: what self.log keeps of them, so a single-process reading of the curve sees the same numbers
 FALLING = [float(np.float32(v)) for v in [0.2 + 0.02 * i + _NOISE[i] for i in range(20)] + [0.6 - 0.02 * i + _NOISE[20 + i] for i in range(20)]]
 RISING = [float(np.float32(0.2 + 0.01 * i + _NOISE[i])) for i in range(MAX_EPOCHS)]
+
+
+class AscentEncoder(LinearEncoder):
+    """Climbs its pull-to-class-centre loss: its retrieval gets worse step by step (a real downturn)."""
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5, maximize=True)
 
 
 class CurveModule(pl.LightningModule):
@@ -65,13 +77,20 @@ class CurveModule(pl.LightningModule):
 def main() -> None:
     out, devices, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(1)
-    monitor = ConvergenceMonitor("val/score", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"])
+    if mode == "paired":
+        evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, confidence_intervals=False)
+        # mode="min" on a rising precision@1: the training itself is the "decline"; max_looks=2 lets 64 queries show it
+        monitor = ConvergenceMonitor("retrieval/precision@1", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"], max_looks=10, alpha=0.5)
+        callbacks, module, data = [evaluation, monitor], AscentEncoder(), PointDataModule(n_eval=64)
+    else:
+        monitor = ConvergenceMonitor("val/score", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"])
+        callbacks, module, data = [monitor], CurveModule(mode), None
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=devices,
         strategy="ddp" if devices > 1 else "auto",
         max_epochs=MAX_EPOCHS,
-        callbacks=[monitor],
+        callbacks=callbacks,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -79,11 +98,12 @@ def main() -> None:
         num_sanity_val_steps=0,
         default_root_dir=str(out.parent),
     )
-    trainer.fit(CurveModule(mode))
+    trainer.fit(module, datamodule=data)
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")
     path.write_text(json.dumps({
         "world_size": trainer.world_size, "current_epoch": trainer.current_epoch, "global_step": trainer.global_step,
         "stopped_at": monitor.stopped_at, "series": monitor.series, "events": monitor.events, "state": monitor.state,
+        "run_state": monitor.run_state,
     }))  # fmt: skip
     if torch.distributed.is_initialized():
         # Lightning leaves a gloo group to interpreter shutdown, where gloo's worker threads can abort the process

@@ -1,5 +1,7 @@
 """ConvergenceMonitor under two-process gloo DDP through the Trainer: a downturn seen by every rank stops every rank at
-the same step, a downturn seen by one rank only stops none, and no run is left waiting on a rank."""
+the same step (from a logged value, and from an evaluation's gathered per-query values by the paired test), a
+downturn seen by one rank only stops none (so a run of N ranks keeps the false-alarm rate of one), and no run is
+left waiting on a rank."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_convergence_script as script  # noqa: E402
 from ddp import child_env  # noqa: E402
-from test_convergence import reference_rule  # noqa: E402
+from test_convergence import reference_events  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("ddp_convergence_script.py")
 
@@ -46,14 +48,14 @@ def _launch(tmp_path: Path, mode: str, timeout: float) -> tuple[int | None, str,
 def test_a_downturn_on_every_rank_stops_every_rank_at_the_same_step(tmp_path: Path):
     code, output, ranks = _launch(tmp_path, "synced", timeout=240)
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
-    _, events = reference_rule(script.FALLING, script.WINDOW, rounds=script.ROUNDS)
-    first = next(e["step"] for e in events if e["event"] == "downturn")
+    events = reference_events(script.FALLING, script.WINDOW)
+    first = next(i for event, i in events if event == "downturn")
     stop = first + 1  # one optimiser step per epoch: the value of epoch i is read at global step i + 1
     assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
     for rank in ranks:
         assert rank["stopped_at"] == rank["global_step"] == rank["current_epoch"] == stop
         assert rank["series"] == [[i + 1, v] for i, v in enumerate(script.FALLING[:stop])]
-        assert [(e["event"], e["step"]) for e in rank["events"]] == [(e["event"], e["step"] + 1) for e in events if e["step"] < stop]
+        assert [(e["event"], e["step"]) for e in rank["events"]] == [(event, i + 1) for event, i in events if i < stop]
     assert ranks[0]["events"] == ranks[1]["events"] and ranks[0]["state"] == ranks[1]["state"]
 
 
@@ -62,8 +64,7 @@ def test_a_downturn_on_one_rank_only_stops_no_rank(tmp_path: Path):
     """Without sync_dist each rank reads its own value; a stop needs every rank to want it."""
     code, output, ranks = _launch(tmp_path, "rank_local", timeout=240)
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
-    _, events = reference_rule(script.FALLING, script.WINDOW, rounds=script.ROUNDS)
-    assert "downturn" in [e["event"] for e in events]
+    assert "downturn" in [event for event, _ in reference_events(script.FALLING, script.WINDOW)]
     zero, one = ranks
     assert "downturn" in [e["event"] for e in zero["events"]] and one["events"] == []
     for rank in ranks:
@@ -75,3 +76,16 @@ def test_a_value_skipped_on_one_rank_does_not_hang_the_run(tmp_path: Path):
     code, output, ranks = _launch(tmp_path, "rank_nan", timeout=60)
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
     assert len(ranks) == 2 and ranks[0]["current_epoch"] == ranks[1]["current_epoch"]
+
+
+@pytest.mark.slow
+def test_a_paired_downturn_stops_every_rank_at_the_same_step(tmp_path: Path):
+    """Every rank reads the same gathered per-query values, takes the same paired decisions and stops with the others."""
+    code, output, ranks = _launch(tmp_path, "paired", timeout=240)
+    assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
+    assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
+    zero, one = ranks
+    assert zero["stopped_at"] is not None and zero["stopped_at"] == one["stopped_at"] == zero["global_step"] == one["global_step"]
+    assert zero["run_state"] == one["run_state"] and zero["run_state"]["best"] is not None
+    assert [e["test"] for e in zero["events"] if e["event"] == "downturn"] == ["paired"]
+    assert zero["run_state"]["paired_candidates"] == len(zero["series"])
