@@ -17,7 +17,9 @@ Everything is logged at the step of the value as ``<prefix>/<monitor>/<name>`` f
 through every logger and into ``trainer.callback_metrics``;
 the moment a plateau or downturn starts is an *event* (logged as a warning and kept in
 :attr:`ConvergenceMonitorCore.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback stops
-training: the ranks agree through ``trainer.strategy.reduce_boolean_decision`` and then set ``trainer.should_stop``.
+training: a stop that one rank decides stops every rank at the same step (``trainer.strategy.reduce_boolean_decision``
+with ``all=False``, as Lightning's ``EarlyStopping``), so a monitored value logged without ``sync_dist`` is tested once
+per rank and its false-alarm rate is per rank.
 The rule's state (series, looks spent, best per-query evaluation, events) and the step it stopped at are saved in
 checkpoints and resume with them.
 """
@@ -250,7 +252,7 @@ class ConvergenceMonitorCore:
             trainer.callback_metrics.update({k: torch.tensor(v, device=device) for k, v in logged.items()})
         if stopping and self.stop_on:
             wanted = any(self.state.get(event, 0.0) == 1.0 for event in self.stop_on)
-            if trainer.strategy.reduce_boolean_decision(wanted, all=True):
+            if trainer.strategy.reduce_boolean_decision(wanted, all=False):
                 trainer.should_stop = True
                 self.stopped_at = trainer.global_step
                 log.warning("ConvergenceMonitor: stopping training at step %d (%s of %s)", trainer.global_step, "/".join(self.stop_on), self.monitor)

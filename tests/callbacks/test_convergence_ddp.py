@@ -60,15 +60,18 @@ def test_a_downturn_on_every_rank_stops_every_rank_at_the_same_step(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_downturn_on_one_rank_only_stops_no_rank(tmp_path: Path):
-    """Without sync_dist each rank reads its own value; a stop needs every rank to want it."""
+def test_a_downturn_on_one_rank_only_stops_every_rank_at_the_same_step(tmp_path: Path):
+    """Without sync_dist each rank reads its own value: rank 0 sees the falling curve, rank 1 a rising one; rank 0's
+    stop stops both at the step after rank 0's first downturn."""
     code, output, ranks = _launch(tmp_path, "rank_local", timeout=240)
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
-    assert "downturn" in [event for event, _ in reference_events(script.FALLING, script.WINDOW)]
+    first = next(i for event, i in reference_events(script.FALLING, script.WINDOW) if event == "downturn")
+    stop = first + 1  # one optimiser step per epoch: the value of epoch i is read at global step i + 1
     zero, one = ranks
-    assert "downturn" in [e["event"] for e in zero["events"]] and one["events"] == []
+    assert [e["step"] for e in zero["events"] if e["event"] == "downturn"] == [stop]
+    assert "downturn" not in [e["event"] for e in one["events"]]
     for rank in ranks:
-        assert rank["stopped_at"] is None and rank["current_epoch"] == rank["global_step"] == script.MAX_EPOCHS
+        assert rank["stopped_at"] == rank["global_step"] == rank["current_epoch"] == stop
 
 
 @pytest.mark.slow
