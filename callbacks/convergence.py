@@ -109,6 +109,12 @@ class ConvergenceMonitorCore:
             window=window, mode=mode, min_delta=min_delta, alpha=alpha, max_looks=max_looks, noise=noise,
             noise_estimate=noise_estimate, confidence=confidence, rounds=rounds, seed=seed,
         )  # fmt: skip
+        if "plateau" in stop_on and not min_delta > 0:
+            raise ValueError(
+                "`stop_on` holds 'plateau' with `min_delta` 0: a plateau is a gain per window below `min_delta`, and no "
+                "curve can be shown to gain less than 0. Set min_delta to the smallest gain per window worth training "
+                f"for (metric units, e.g. 0.005), got min_delta={min_delta!r}."
+            )
         self.monitor, self.window, self.mode, self.min_delta = monitor, window, mode, float(min_delta)
         self.stop_on, self.prefix, self.paired = stop_on, prefix, paired
         self.run_state: dict[str, Any] = self.rule.new_state()

@@ -82,6 +82,7 @@ def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
         ({"window": True}, r"^`window` must be an int >= 2 \(values per window\), got True\.$"),
         ({"mode": "up"}, r"^`mode` must be 'max' \(higher is better\) or 'min', got 'up'\.$"),
         ({"stop_on": ["downturn", "overfit"]}, r"^`stop_on` may hold \['plateau', 'downturn'\], got \['overfit'\]\.$"),
+        ({"stop_on": ["plateau"]}, r"^`stop_on` holds 'plateau' with `min_delta` 0: .* got min_delta=0\.0\.$"),
         ({"rounds": 0}, r"^`rounds` must be a positive int \(e\.g\. 2000 bootstrap resamples\), got 0\.$"),
         ({"confidence": 1.0}, r"^`confidence` must be a number strictly between 0 and 1 \(e\.g\. 0\.95\), got 1\.0\.$"),
         ({"min_delta": -1}, r"^`min_delta` must be a number >= 0, got -1\.$"),
