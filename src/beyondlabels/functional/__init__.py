@@ -3,12 +3,15 @@
 ``search`` is the one exact cosine search every family uses; ``labels`` the one rule that codes labels;
 ``relevance`` graded class gains; ``retrieval`` the retrieval metrics computed from them; ``hierarchy``
 hierarchical precision / recall over a class tree and taxonomy-derived gains; ``bootstrap`` intervals of a mean,
-``abtest`` paired A/B tests with their decision protocol, ``agreement`` Cohen's kappa and rank correlations.
+``abtest`` paired A/B tests with their decision protocol, ``agreement`` Cohen's kappa and rank correlations;
+``multiple_testing`` Holm's adjustment and the paired randomization test, ``sweeps`` a sweep's settings across seeds,
+``convergence`` the sequential downturn and plateau rule.
 """
 
 from beyondlabels.functional.abtest import ABResult, ab_test, paired_differences, paired_t_ci, sample_size
 from beyondlabels.functional.agreement import Correlation, cohen_kappa, kendall_tau, spearman
 from beyondlabels.functional.bootstrap import Interval, bootstrap_ci, bootstrap_difference_ci
+from beyondlabels.functional.convergence import ConvergenceRule
 from beyondlabels.functional.crossmodal import (
     aggregate_crossmodal,
     crossmodal_output_schema,
@@ -35,6 +38,7 @@ from beyondlabels.functional.mismatch import (
     mismatch_pair_table,
     percentile_ranks,
 )
+from beyondlabels.functional.multiple_testing import holm_adjust, paired_randomization_test
 from beyondlabels.functional.profiles import feature_similarity, pair_distribution, profile_class_gains
 from beyondlabels.functional.ranking import (
     fuse_term_scores,
@@ -59,6 +63,7 @@ from beyondlabels.functional.retrieval import (
     retrieval_per_query,
 )
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
+from beyondlabels.functional.sweeps import GroupDifference, SeedSummary, paired_group_difference, pooled_query_interval, seed_summary
 from beyondlabels.functional.zeroshot import (
     class_prompts,
     classification_metrics,
@@ -69,6 +74,14 @@ from beyondlabels.functional.zeroshot import (
 )
 
 __all__ = [
+    "ConvergenceRule",
+    "GroupDifference",
+    "SeedSummary",
+    "holm_adjust",
+    "paired_group_difference",
+    "paired_randomization_test",
+    "pooled_query_interval",
+    "seed_summary",
     "CandidateSets",
     "candidate_scores",
     "draw_candidate_sets",
