@@ -116,18 +116,18 @@ def curves_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xname: 
     return fig
 
 
-def _caption(columns: Sequence[str], row: Sequence[Any], image_columns: Sequence[int]) -> str:
+def _caption(columns: Sequence[str], row: Sequence[Any], image_columns: Sequence[int], width: int) -> str:
     parts = []
     for index, (column, value) in enumerate(zip(columns, row)):
         if index in image_columns or value is None:
             continue
         parts.append(f"{column}={value:.4g}" if isinstance(value, float) else f"{column}={value}")
-    return textwrap.fill(", ".join(parts), 110)
+    return textwrap.fill(", ".join(parts), width)
 
 
 def table_images_figure(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> Any:
-    """The pictures of a table: one line per row, its image cells side by side (each under its column's name), the
-    row's other cells as the line's caption. Image cells are ``H×W×C`` uint8 arrays (C = 1, 3 or 4) or None.
+    """The pictures of a table: each row's image cells side by side (each under its column's name) with the row's
+    other cells as their caption; rows follow each other, several per line (six pictures a line). Image cells are ``H×W×C`` uint8 arrays (C = 1, 3 or 4) or None.
 
     Raises:
         ValueError: for a row whose length is not ``len(columns)``, or a table without an image cell.
@@ -140,11 +140,16 @@ def table_images_figure(columns: Sequence[str], rows: Sequence[Sequence[Any]], t
     if not image_columns:
         raise ValueError("the table has no image cell; give H×W×C uint8 arrays in at least one column.")
     width = len(image_columns)
-    fig = _figure(max(2.4 * width, 6.0), 2.6 * len(rows) + (0.4 if title else 0.0))
-    grid = fig.add_gridspec(len(rows), width)
+    per_line = max(1, 6 // width)  # table rows side by side on one line of the figure
+    lines = -(-len(rows) // per_line) if rows else 1
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(1.9 * width * per_line, 2.3 * lines + (0.3 if title else 0.0)), dpi=100, layout="constrained")
+    grid = fig.add_gridspec(lines, width * per_line)
     for i, row in enumerate(rows):
+        line, place = divmod(i, per_line)
         for slot, j in enumerate(image_columns):
-            ax = fig.add_subplot(grid[i, slot])
+            ax = fig.add_subplot(grid[line, place * width + slot])
             ax.set_xticks([])
             ax.set_yticks([])
             cell = row[j]
@@ -153,10 +158,9 @@ def table_images_figure(columns: Sequence[str], rows: Sequence[Sequence[Any]], t
                           interpolation="nearest")  # fmt: skip
             else:
                 ax.text(0.5, 0.5, "no image", ha="center", va="center", fontsize=8, transform=ax.transAxes)
-            ax.set_title(columns[j], fontsize=8)
+            ax.set_title(columns[j], fontsize=7)
             if slot == 0:
-                ax.set_xlabel(_caption(columns, row, image_columns), fontsize=7, loc="left")
+                ax.set_xlabel(_caption(columns, row, image_columns, 30 * width), fontsize=6, loc="left")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
     return fig
