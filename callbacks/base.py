@@ -50,9 +50,15 @@ What the base guarantees:
   record per evaluation, appended), ``schema.json`` (kind and direction of every key), ``per_query/step_<step>.npz``
   (the per-query values: the input of confidence intervals and paired tests; compressed, kept for the latest, the
   best, and every ``keep_every_n``-th evaluation), one PNG per curve key (at most 8 evaluations' curves) and
-  ``confidence_intervals.png`` (the headline keys over the steps with their bootstrap bands; also logged to W&B),
-  both redrawn every ``plot_every_n`` evaluations and at the end of fit. Every write is atomic; a failed one (a full
-  disk) is logged, damages nothing on disk and is retried at the next evaluation; training goes on.
+  ``confidence_intervals.png`` (the headline keys over the steps with their bootstrap bands; also a media figure),
+  both redrawn every ``plot_every_n`` evaluations and at the end of fit; ``media/`` (the last evaluation's
+  figures, tables and curves: ``media.json`` and the PNGs it names, :mod:`beyondlabels.io.media_files`). Every
+  write is atomic; a failed one (a full disk) is logged, damages nothing on disk and is retried at the next
+  evaluation; training goes on.
+- **Media** (rank 0): the curves, ``confidence_intervals`` and what the family's ``describe_media`` adds go to
+  every W&B, TensorBoard and MLflow logger of the trainer at the evaluation's step
+  (:mod:`beyondlabels.callbacks._sinks`); other loggers get the scalars only. A failing logger is logged like a
+  failed file write and does not stop the others.
 - **Resume.** ``state_dict`` holds the history and the last evaluated step; ``load_state_dict`` ignores malformed
   entries with a warning. The first write after a resume makes ``history.jsonl`` hold exactly the restored history
   (evaluations the killed run made after its checkpoint are dropped; they are made again).
@@ -436,7 +442,7 @@ class EvaluationCore:
                 log.error(
                     "%s: %d evaluation file or media write(s) failed at step %d; scalars were logged and nothing on "
                     "disk was damaged; the history, per-query files, schema and plots are written again at the next "
-                    "evaluation (pictures of this evaluation and W&B media are not):\n%s", self.prefix, len(problems), step,
+                    "evaluation (pictures and media of this evaluation are not):\n%s", self.prefix, len(problems), step,
                     "".join(traceback.format_exception(problems[0])),
                 )  # fmt: skip
         return results
@@ -444,7 +450,7 @@ class EvaluationCore:
     def _write_outputs(
         self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any], timings: dict[str, float], final: bool
     ) -> list[BaseException]:
-        """Rank 0: this evaluation's files (:class:`EvaluationFiles`, the family's step files) and W&B media. Each
+        """Rank 0: this evaluation's files (:class:`EvaluationFiles`, the family's step files) and media. Each
         failure is collected, none stops the others."""
         problems: list[BaseException] = []
         mark = time.perf_counter()
@@ -734,7 +740,11 @@ class EvaluationCore:
         band.figure("confidence_intervals", self.files.band_path, caption=self._band_caption())
         last = getattr(self, "_last_media", None)
         if last is not None:
-            last.figures = [f for f in last.figures if f.name != "confidence_intervals"] + [band.figures[0]]
+            names = [f.name for f in last.figures]
+            if "confidence_intervals" in names:
+                last.figures[names.index("confidence_intervals")] = band.figures[0]
+            else:
+                last.figures.insert(0, band.figures[0])
             self._write_media_folder(last, problems)
         return problems + self._send_media(trainer, band, None)
 

@@ -332,3 +332,30 @@ def test_a_failing_logger_does_not_stop_the_run_or_the_others(tmp_path: Path, mo
     assert (tmp_path / "retrieval" / "media" / "media.json").is_file()  # the folder is written all the same
     with pytest.raises(OSError, match="disk full"):
         _fit(tmp_path / "strict", TensorBoardLogger(str(tmp_path / "strict"), name="tb"), callback=_callback(), epochs=1)
+
+
+# ---- optional packages -----------------------------------------------------------------------------------------------
+def test_the_media_need_neither_tensorboard_nor_mlflow(tmp_path: Path):
+    """In a process where importing tensorboard or mlflow fails, the callbacks import, a fit with a CSV logger writes
+    its media folder, and only loggers that need the packages would fail."""
+    import subprocess
+
+    script = f"""
+import sys
+for name in ("tensorboard", "tensorboardX", "mlflow"):
+    sys.modules[name] = None  # import raises ImportError
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import pytorch_lightning as pl
+from pytorch_lightning.loggers import CSVLogger
+from test_media_loggers import PictureData, PictureEncoder, _callback
+callback = _callback()
+trainer = pl.Trainer(default_root_dir={str(tmp_path)!r}, max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback],
+                     logger=CSVLogger({str(tmp_path)!r}), enable_progress_bar=False, enable_model_summary=False,
+                     enable_checkpointing=False)
+trainer.fit(PictureEncoder(), PictureData())
+assert "error" not in callback.history[-1]
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    assert (tmp_path / "retrieval" / "media" / "media.json").is_file()
