@@ -119,7 +119,7 @@ class WandbSink(MediaSink):
             items[table.name] = wandb.Table(columns=list(table.columns), data=data)
             if table.image_columns and table.rows:
                 caption = f"{table.name}: {', '.join(table.image_columns)} of {len(table.rows)} rows (step {media.step})"
-                items[f"{table.name}_images"] = wandb.Image(decode_png(media.table_grid_png(table)), caption=caption)
+                items[f"{table.name}_images"] = wandb.Image(media.table_grid(table), caption=caption)
         if items:
             self.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in items.items()}, step=media.step)
 
@@ -139,7 +139,7 @@ class TensorBoardSink(MediaSink):
         for table in media.tables:
             writer.add_text(f"{prefix}/{table.name}", markdown_table(table), global_step=step)
             if table.image_columns and table.rows:
-                grid = decode_png(media.table_grid_png(table))
+                grid = media.table_grid(table)
                 writer.add_image(f"{prefix}/{table.name}_images", grid, global_step=step, dataformats="HWC")
         writer.flush()
 
@@ -162,7 +162,7 @@ class MLflowSink(MediaSink):
                      for c, v in zip(table.columns, row)] for r, row in enumerate(table.rows)]  # fmt: skip
             client.log_dict(run_id, {"columns": list(table.columns), "data": data}, artifact_file=f"{base}/{table.name}.json")
             if table.image_columns and table.rows:
-                grid = decode_png(media.table_grid_png(table))
+                grid = media.table_grid(table)
                 client.log_image(run_id, grid, artifact_file=f"{base}/{table.name}_images.png")
         if folder is not None and folder.is_dir():
             client.log_artifacts(run_id, str(folder), artifact_path=folder_name(media))

@@ -83,6 +83,16 @@ def to_uint8_image(image: Any) -> np.ndarray:
     return image.permute(1, 2, 0).contiguous().numpy()
 
 
+def _cell(value: Any) -> Any:
+    """A table cell as a Python scalar (0-d tensors and numpy scalars unwrapped), an H×W×C uint8 image (a C×H×W
+    tensor or array), or as given."""
+    if getattr(value, "ndim", None) == 3:
+        return to_uint8_image(value)
+    if isinstance(value, (torch.Tensor, np.generic, np.ndarray)) and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    return value
+
+
 @dataclass
 class MediaFigure:
     """A figure as PNG bytes; ``to_loggers`` False keeps it in the media folder only (already sent this fit)."""
@@ -160,14 +170,18 @@ class EvaluationMedia:
             ValueError: for a bad or repeated name or column, or a list row of another length than ``columns``.
         """
         self._check_new(name, "name")
-        columns = [check_media_name(c, f"column of table {name!r}") for c in columns]
+        columns = list(columns)
+        if not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns):
+            raise ValueError(f"table {name!r}: `columns` must be distinct non-empty strings, got {columns!r}.")
         out = []
         for r, row in enumerate(rows):
             cells = [row.get(c) for c in columns] if isinstance(row, Mapping) else list(row)
             if len(cells) != len(columns):
                 raise ValueError(f"table {name!r}: row {r} has {len(cells)} cells for {len(columns)} columns.")
-            out.append([to_uint8_image(c) if getattr(c, "ndim", None) == 3 else c for c in cells])
+            out.append([_cell(c) for c in cells])
         images = [c for j, c in enumerate(columns) if any(isinstance(row[j], np.ndarray) for row in out)]
+        for column in images:  # an image column names its cells' files
+            check_media_name(column, f"image column of table {name!r}")
         self.tables.append(MediaTable(name, columns, out, images))
 
     def curve(self, name: str, y: Sequence[float], x: Sequence[float] | None = None, xname: str = "k") -> None:
@@ -190,15 +204,12 @@ class EvaluationMedia:
             curves=[(c.name, c.xname, c.x, c.y) for c in self.curves],
         )  # fmt: skip
 
-    def table_grid_png(self, table: MediaTable) -> bytes:
-        """The PNG of the pictures of ``table`` with their rows' other cells as captions
-        (:func:`~beyondlabels.reporting.media_figures.table_images_figure`), drawn once per table."""
+    def table_grid(self, table: MediaTable) -> np.ndarray:
+        """The pictures of ``table`` with their rows' other cells as captions, an H×W×3 uint8 image
+        (:func:`~beyondlabels.reporting.media_figures.table_images_grid`), drawn once per table."""
         cache = self.__dict__.setdefault("_grids", {})
         if table.name not in cache:
-            from beyondlabels.reporting.media_figures import figure_png, table_images_figure
+            from beyondlabels.reporting.media_figures import table_images_grid
 
-            title = f"{self.prefix}: {table.name} (step {self.step})"
-            cache[table.name] = figure_png(table_images_figure(table.columns, table.rows, title=title))
+            cache[table.name] = table_images_grid(table.columns, table.rows, title=f"{self.prefix}: {table.name} (step {self.step})")
         return cache[table.name]
-
-

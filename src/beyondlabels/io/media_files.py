@@ -77,6 +77,8 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 
 def _json_cell(value: Any) -> Any:
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:  # numpy and torch scalars
+        value = value.item()
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
@@ -101,11 +103,13 @@ def write_media_folder(
         prefix, step, epoch: The evaluation's prefix, ``trainer.global_step`` and epoch.
         figures: ``(name, PNG bytes, caption)`` per figure.
         tables: ``(name, columns, rows)`` per table; a cell is a scalar, None, or an ``H×W×C`` uint8 array (an
-            image; anything with ``ndim == 3``). Non-finite floats become null, other objects their ``str``.
+            image; anything with ``ndim == 3``; its column must be a valid name). Numpy and torch scalars become
+            Python numbers, non-finite floats null, other objects their ``str``.
         curves: ``(name, xname, x, y)`` per curve.
 
     Raises:
-        ValueError: for an invalid or repeated name, or a row whose length is not the table's column count.
+        ValueError: for an invalid or repeated name (of a figure, table or image column), or a row whose length is
+            not the table's column count.
         OSError: when a file cannot be written; the previous manifest and the files it names are then untouched.
     """
     folder = Path(folder)
@@ -122,7 +126,7 @@ def write_media_folder(
         written.add(folder / f"{name}.png")
         manifest["figures"].append({"name": name, "file": f"{name}.png", "caption": str(caption)})
     for name, columns, rows in tables:
-        columns = [check_media_name(c, f"column of table {name!r}") for c in columns]
+        columns = [str(c) for c in columns]
         cells_out = []
         for r, row in enumerate(rows):
             if len(row) != len(columns):
@@ -130,6 +134,7 @@ def write_media_folder(
             out = []
             for column, cell in zip(columns, row):
                 if getattr(cell, "ndim", None) == 3:
+                    check_media_name(column, f"image column of table {name!r}")
                     relative = f"tables/{name}/r{r:03d}_{column}.png"
                     _write_bytes(folder / relative, png_bytes(cell))
                     written.add(folder / relative)

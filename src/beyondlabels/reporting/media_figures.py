@@ -1,8 +1,7 @@
-"""Matplotlib figures of an evaluation's media that every logger can show: a confusion matrix, a labelled scatter,
-curves, and the pictures of a table with their row's other cells as captions.
-
-Each function returns a :class:`matplotlib.figure.Figure` made without ``pyplot`` (no global figure state, nothing
-to close); :func:`figure_png` renders one to PNG bytes.
+"""Figures of an evaluation's media that every logger can show: a confusion matrix, a labelled scatter and curves
+(each a :class:`matplotlib.figure.Figure` made without ``pyplot``: no global figure state, nothing to close;
+:func:`figure_png` renders one to PNG bytes), and the pictures of a table with their row's other cells as captions
+(:func:`table_images_grid`, an image drawn with PIL).
 
 Example:
     >>> fig = confusion_matrix_figure([[3, 1], [0, 2]], ["cat", "dog"], title="confusion")
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["confusion_matrix_figure", "curves_figure", "figure_png", "scatter_figure", "table_images_figure"]
+__all__ = ["confusion_matrix_figure", "curves_figure", "figure_png", "scatter_figure", "table_images_grid"]
 
 # Above this many classes a confusion matrix or scatter drops its per-class labels (they would overlap).
 MAX_LABELLED_CLASSES = 30
@@ -125,13 +124,22 @@ def _caption(columns: Sequence[str], row: Sequence[Any], image_columns: Sequence
     return textwrap.fill(", ".join(parts), width)
 
 
-def table_images_figure(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> Any:
-    """The pictures of a table: each row's image cells side by side (each under its column's name) with the row's
-    other cells as their caption; rows follow each other, several per line (six pictures a line). Image cells are ``H×W×C`` uint8 arrays (C = 1, 3 or 4) or None.
+def table_images_grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "", size: int = 96) -> np.ndarray:
+    """The pictures of a table as one ``H×W×3`` uint8 image: each row's image cells side by side (each under its
+    column's name, scaled to fit ``size`` pixels, small ones by pixel repetition) with the row's other cells as their
+    caption; rows follow each other, several per line (six pictures a line). Drawn with PIL: milliseconds for a
+    table of thumbnails. Image cells are ``H×W×C`` uint8 arrays (C = 1, 3 or 4) or None ("no image").
 
     Raises:
         ValueError: for a row whose length is not ``len(columns)``, or a table without an image cell.
+
+    Example:
+        >>> grid = table_images_grid(["query_image", "label"], [[np.zeros((4, 4, 3), np.uint8), "cat"]], size=32)
+        >>> grid.dtype, grid.shape[2], grid.shape[1] >= 32
+        (dtype('uint8'), 3, True)
     """
+    from PIL import Image, ImageDraw, ImageFont
+
     for row in rows:
         if len(row) != len(columns):
             raise ValueError(f"every row must have one cell per column ({len(columns)}), got a row of {len(row)}.")
@@ -139,28 +147,36 @@ def table_images_figure(columns: Sequence[str], rows: Sequence[Sequence[Any]], t
     image_columns = [j for j in range(len(columns)) if any(is_image(row[j]) for row in rows)]
     if not image_columns:
         raise ValueError("the table has no image cell; give H×W×C uint8 arrays in at least one column.")
+    font = ImageFont.load_default()
+    line_height, char_width, pad = 12, 6, 6
     width = len(image_columns)
-    per_line = max(1, 6 // width)  # table rows side by side on one line of the figure
+    block_width = width * (size + pad)
+    captions = [textwrap.wrap(_caption(columns, row, image_columns, 10_000), max(8, block_width // char_width)) or [""] for row in rows]
+    block_height = line_height + size + pad + line_height * max(len(c) for c in captions) + pad
+    per_line = max(1, 6 // width)
     lines = -(-len(rows) // per_line) if rows else 1
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(1.9 * width * per_line, 2.3 * lines + (0.3 if title else 0.0)), dpi=100, layout="constrained")
-    grid = fig.add_gridspec(lines, width * per_line)
+    top = line_height + pad if title else 0
+    canvas = Image.new("RGB", (per_line * block_width + pad, top + lines * block_height + pad), "white")
+    draw = ImageDraw.Draw(canvas)
+    if title:
+        draw.text((pad, 2), title, fill="black", font=font)
     for i, row in enumerate(rows):
         line, place = divmod(i, per_line)
+        x0, y0 = pad + place * block_width, top + line * block_height
         for slot, j in enumerate(image_columns):
-            ax = fig.add_subplot(grid[line, place * width + slot])
-            ax.set_xticks([])
-            ax.set_yticks([])
+            x = x0 + slot * (size + pad)
+            draw.text((x, y0), str(columns[j])[: size // char_width], fill="black", font=font)
             cell = row[j]
+            box = (x, y0 + line_height, x + size - 1, y0 + line_height + size - 1)
             if is_image(cell):
-                ax.imshow(cell[..., 0] if cell.shape[-1] == 1 else cell, cmap="gray" if cell.shape[-1] == 1 else None,
-                          interpolation="nearest")  # fmt: skip
+                picture = Image.fromarray(cell[..., 0] if cell.shape[-1] == 1 else cell).convert("RGB")
+                scale = size / max(picture.size)
+                fitted = (max(1, round(picture.width * scale)), max(1, round(picture.height * scale)))
+                resample = Image.Resampling.NEAREST if scale >= 1 else Image.Resampling.BILINEAR
+                canvas.paste(picture.resize(fitted, resample), box[:2])
             else:
-                ax.text(0.5, 0.5, "no image", ha="center", va="center", fontsize=8, transform=ax.transAxes)
-            ax.set_title(columns[j], fontsize=7)
-            if slot == 0:
-                ax.set_xlabel(_caption(columns, row, image_columns, 30 * width), fontsize=6, loc="left")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    return fig
+                draw.rectangle(box, outline="grey")
+                draw.text((x + 4, y0 + line_height + size // 2), "no image", fill="grey", font=font)
+        for k, text in enumerate(captions[i]):
+            draw.text((x0, y0 + line_height + size + pad // 2 + k * line_height), text, fill="black", font=font)
+    return np.asarray(canvas)
