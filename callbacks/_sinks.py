@@ -6,8 +6,10 @@
 - ``TensorBoardLogger``: figures and table grids as images (``add_image``), curves as figures (``add_figure``),
   tables as Markdown text (``add_text``);
 - ``MLFlowLogger``: figures and table grids as images (``log_image``), curves as figures (``log_figure``), tables as
-  JSON artifacts in the ``{"columns": [...], "data": [...]}`` layout of ``log_table`` (which would need pandas),
-  under ``<prefix>/step_<step>/``, and the files of the callback's ``media/`` folder under ``<prefix>/media/``;
+  JSON artifacts in the ``{"columns": [...], "data": [...]}`` layout of ``log_table`` (which would need pandas;
+  an image cell holds the artifact path of its PNG), under ``<prefix>/step_<step>/``, and the files of the
+  callback's ``media/`` folder under ``<prefix>/media/`` (replaced at every evaluation; files an older evaluation
+  uploaded stay in the store);
 - any other logger (CSV, a custom one): nothing beyond the scalars.
 
 Every item is logged at the evaluation's step (``trainer.global_step``) under ``<prefix>/<name>``.
@@ -23,6 +25,7 @@ import numpy as np
 
 from beyondlabels.callbacks.media import EvaluationMedia, MediaTable
 from beyondlabels.callbacks.packages import is_lightning_instance
+from beyondlabels.io.media_files import table_image_path
 from beyondlabels.schema import OutputSchema
 
 __all__ = ["MLflowSink", "MediaSink", "TensorBoardSink", "WandbSink", "decode_png", "folder_name", "markdown_table", "media_sinks"]
@@ -158,8 +161,10 @@ class MLflowSink(MediaSink):
         for curve in media.curves:
             client.log_figure(run_id, self.curve_figure(media, curve), artifact_file=f"{base}/{curve.name}.png")
         for table in media.tables:
-            data = [[f"{folder_name(media)}/tables/{table.name}/r{r:03d}_{c}.png" if isinstance(v, np.ndarray) else v
-                     for c, v in zip(table.columns, row)] for r, row in enumerate(table.rows)]  # fmt: skip
+            # an image cell names its PNG among the artifacts of the media folder (None without a folder)
+            image = lambda r, c: None if folder is None else f"{folder_name(media)}/{table_image_path(table.name, r, c)}"  # noqa: E731
+            data = [[image(r, c) if isinstance(v, np.ndarray) else v for c, v in zip(table.columns, row)]
+                    for r, row in enumerate(table.rows)]  # fmt: skip
             client.log_dict(run_id, {"columns": list(table.columns), "data": data}, artifact_file=f"{base}/{table.name}.json")
             if table.image_columns and table.rows:
                 grid = media.table_grid(table)

@@ -359,3 +359,25 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
     assert (tmp_path / "retrieval" / "media" / "media.json").is_file()
+
+
+@pytest.mark.parametrize("package", ["pytorch_lightning", "lightning.pytorch"])
+def test_one_sink_per_media_logger_of_either_package(tmp_path: Path, package: str):
+    import importlib
+    from types import SimpleNamespace
+
+    from beyondlabels.callbacks._sinks import MLflowSink, TensorBoardSink, WandbSink, media_sinks
+
+    loggers = importlib.import_module(f"{package}.loggers")
+    made = [loggers.CSVLogger(str(tmp_path)), loggers.WandbLogger(save_dir=str(tmp_path), offline=True)]
+    kinds = [WandbSink]
+    optional = [(lambda: loggers.TensorBoardLogger(str(tmp_path)), TensorBoardSink),
+                (lambda: loggers.MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"), MLflowSink)]  # fmt: skip
+    for make, kind in optional:
+        try:
+            made.append(make())
+        except ModuleNotFoundError:  # the logger's optional package is not installed
+            continue
+        kinds.append(kind)
+    sinks = media_sinks(SimpleNamespace(loggers=made))
+    assert [type(s) for s in sinks] == kinds and [s.logger for s in sinks] == made[1:]

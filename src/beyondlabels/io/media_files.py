@@ -42,7 +42,7 @@ from typing import Any
 
 from beyondlabels.io.atomic import atomic_file, write_json
 
-__all__ = ["MANIFEST_FILE", "MEDIA_FORMAT", "MEDIA_NAME", "check_media_name", "png_bytes", "write_media_folder"]
+__all__ = ["MANIFEST_FILE", "MEDIA_FORMAT", "MEDIA_NAME", "check_media_name", "png_bytes", "table_image_path", "write_media_folder"]
 
 MANIFEST_FILE = "media.json"
 MEDIA_FORMAT = 1
@@ -59,6 +59,16 @@ def check_media_name(name: Any, what: str) -> str:
             f"not 'tables' or {MANIFEST_FILE!r}), got {name!r}."
         )
     return name
+
+
+def table_image_path(table: str, row: int, column: str) -> str:
+    """Where the image cell of ``row`` (0-based) and ``column`` of ``table`` lies, relative to the ``media/`` folder.
+
+    Example:
+        >>> table_image_path("worst_mismatches", 0, "query_image")
+        'tables/worst_mismatches/r000_query_image.png'
+    """
+    return f"tables/{table}/r{row:03d}_{column}.png"
 
 
 def png_bytes(image: Any) -> bytes:
@@ -135,7 +145,7 @@ def write_media_folder(
             for column, cell in zip(columns, row):
                 if getattr(cell, "ndim", None) == 3:
                     check_media_name(column, f"image column of table {name!r}")
-                    relative = f"tables/{name}/r{r:03d}_{column}.png"
+                    relative = table_image_path(name, r, column)
                     _write_bytes(folder / relative, png_bytes(cell))
                     written.add(folder / relative)
                     out.append({"image": relative})
