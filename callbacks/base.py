@@ -9,8 +9,9 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
 - ``feed(pl_module, batch)`` → encode one evaluation batch and call ``self.metric.update(...)`` with the ids from
   :meth:`EvaluationCore.take_ids` (the batch's own ids, or its positions / dataset indices);
 - optionally ``on_evaluation_start`` / ``on_evaluation_end`` (per-evaluation caches), ``describe_media(trainer,
-  results, media)`` (rank 0: the figures and tables of one evaluation, for every logger), ``write_step_files(trainer, results, step, files)`` (rank 0,
-  pictures of one evaluation, kept under the retention policy), ``check_module`` and ``state_key_parts()``.
+  results, media)`` (rank 0: the figures and tables of one evaluation, for every logger), ``write_step_files(trainer,
+  results, step, files)`` (rank 0, pictures of one evaluation, kept under the retention policy), ``check_module`` and
+  ``state_key_parts()``.
 
 What the base gives a family: :meth:`EvaluationCore.unpack` (labelled batches as dicts or tuples, read with the
 family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (Lightning's

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from beyondlabels.callbacks.packages import is_lightning_instance
 from beyondlabels.io.media_files import check_media_name
 
 __all__ = [
@@ -29,15 +28,9 @@ __all__ = [
     "MediaFigure",
     "MediaTable",
     "dataset_item",
-    "find_wandb_logger",
     "thumbnail",
     "to_uint8_image",
 ]
-
-
-def find_wandb_logger(trainer: Any) -> Any | None:
-    """The trainer's first ``WandbLogger`` (of either Lightning package), or None."""
-    return next((lg for lg in trainer.loggers if is_lightning_instance(lg, "WandbLogger")), None)
 
 
 def dataset_item(dataset: Any, sample_id: int, id_key: str) -> Any | None:

@@ -132,6 +132,7 @@ def _check_mismatch_rows(columns: list, rows: list, data: PictureData, picture) 
 def test_media_folder_without_a_logger_is_complete_and_replaced(tmp_path: Path):
     callback, trainer, data = _fit(tmp_path, logger=False)
     folder = tmp_path / "retrieval" / "media"
+    assert callback.media_folder(trainer) == folder
     manifest = json.loads((folder / "media.json").read_text(encoding="utf-8"))
     last = callback.history[-1]
     assert len(callback.history) == 2
