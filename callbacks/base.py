@@ -8,9 +8,10 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
   ``output_schema()`` (the keys it will log, known at construction) and builds the metric in ``setup``;
 - ``feed(pl_module, batch)`` → encode one evaluation batch and call ``self.metric.update(...)`` with the ids from
   :meth:`EvaluationCore.take_ids` (the batch's own ids, or its positions / dataset indices);
-- optionally ``on_evaluation_start`` / ``on_evaluation_end`` (per-evaluation caches), ``log_media(trainer,
-  results, media)`` (rank 0, W&B tables and the like), ``write_step_files(trainer, results, step, files)`` (rank 0,
-  pictures of one evaluation, kept under the retention policy), ``check_module`` and ``state_key_parts()``.
+- optionally ``on_evaluation_start`` / ``on_evaluation_end`` (per-evaluation caches), ``describe_media(trainer,
+  results, media)`` (rank 0: the figures and tables of one evaluation, for every logger), ``write_step_files(trainer,
+  results, step, files)`` (rank 0, pictures of one evaluation, kept under the retention policy), ``check_module`` and
+  ``state_key_parts()``.
 
 What the base gives a family: :meth:`EvaluationCore.unpack` (labelled batches as dicts or tuples, read with the
 family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (Lightning's
@@ -31,7 +32,7 @@ What the base guarantees:
   numbers whatever ``max_epochs`` and the cadence are.
 - **One step everywhere.** Each evaluation is logged at ``trainer.global_step`` through every Lightning logger
   (``logger.log_metrics(..., step=trainer.global_step)``), never throttled by ``log_every_n_steps``; the same step is
-  written to ``history.jsonl``, the per-query file and the W&B media. Scalars also enter ``trainer.callback_metrics``
+  written to ``history.jsonl``, the per-query file and the media. Scalars also enter ``trainer.callback_metrics``
   on every rank (ModelCheckpoint, EarlyStopping and sweepers monitor them) and, for ``prog_bar`` keys, the progress bar.
   ``<prefix>/eval_seconds`` is the evaluation's wall time, files and media included (rank 0's, on every rank);
   :attr:`EvaluationCore.last_timings` splits it into forward, compute, intervals, files and media.
@@ -50,9 +51,15 @@ What the base guarantees:
   record per evaluation, appended), ``schema.json`` (kind and direction of every key), ``per_query/step_<step>.npz``
   (the per-query values: the input of confidence intervals and paired tests; compressed, kept for the latest, the
   best, and every ``keep_every_n``-th evaluation), one PNG per curve key (at most 8 evaluations' curves) and
-  ``confidence_intervals.png`` (the headline keys over the steps with their bootstrap bands; also logged to W&B),
-  both redrawn every ``plot_every_n`` evaluations and at the end of fit. Every write is atomic; a failed one (a full
-  disk) is logged, damages nothing on disk and is retried at the next evaluation; training goes on.
+  ``confidence_intervals.png`` (the headline keys over the steps with their bootstrap bands; also a media figure),
+  both redrawn every ``plot_every_n`` evaluations and at the end of fit; ``media/`` (the last evaluation's
+  figures, tables and curves: ``media.json`` and the PNGs it names, :mod:`beyondlabels.io.media_files`). Every
+  write is atomic; a failed one (a full disk) is logged, damages nothing on disk and is retried at the next
+  evaluation; training goes on.
+- **Media** (rank 0): the curves, ``confidence_intervals`` and what the family's ``describe_media`` adds go to
+  every W&B, TensorBoard and MLflow logger of the trainer at the evaluation's step
+  (:mod:`beyondlabels.callbacks._sinks`); other loggers get the scalars only. A failing logger is logged like a
+  failed file write and does not stop the others.
 - **Resume.** ``state_dict`` holds the history and the last evaluated step; ``load_state_dict`` ignores malformed
   entries with a warning. The first write after a resume makes ``history.jsonl`` hold exactly the restored history
   (evaluations the killed run made after its checkpoint are dropped; they are made again).
@@ -75,7 +82,8 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 from lightning_fabric.utilities.apply_func import move_data_to_device
 
 from beyondlabels.callbacks.files import EvaluationFiles
-from beyondlabels.callbacks.media import WandbMedia, dataset_item, find_wandb_logger, thumbnail
+from beyondlabels.callbacks._sinks import media_sinks
+from beyondlabels.callbacks.media import EvaluationMedia, dataset_item, thumbnail
 from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
 from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.metrics.base import PerSampleMetric
@@ -227,6 +235,7 @@ class EvaluationCore:
         self._device = torch.device("cpu")  # the module's, during an evaluation: where take_ids puts the ids
         self._monitored: str | None = None  # a key of ours that a ModelCheckpoint / EarlyStopping monitors
         self.files: EvaluationFiles | None = None  # the folder's writer, made at the first evaluation of a fit
+        self._last_media: EvaluationMedia | None = None  # the last evaluation's media (the fit-end band joins them)
         self.last_timings: dict[str, float] = {}
 
     # ---- what a family provides ---------------------------------------------------------------------------------
@@ -249,8 +258,10 @@ class EvaluationCore:
         """Encode one evaluation batch and update ``self.metric``."""
         raise NotImplementedError
 
-    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
-        """Family-specific W&B media on rank 0 (tables, ...); curves are logged by the base."""
+    def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
+        """Rank 0: add the family's figures and tables of this evaluation to ``media`` (``media.figure(...)``,
+        ``media.table(...)``); the base adds the curves and ``confidence_intervals``, writes the ``media/`` folder
+        and sends the media to every logger."""
 
     def write_step_files(self, trainer: Trainer, results: dict[str, Any], step: int, files: EvaluationFiles) -> None:
         """Family-specific files of one evaluation on rank 0 (e.g. a picture of its samples), each written to
@@ -289,6 +300,7 @@ class EvaluationCore:
         check_same_package(self, trainer)
         self._wandb_defined = set()  # a new fit may log to a new W&B run
         self.files = None  # a new fit starts its files afresh (the history file is rewritten once, then appended)
+        self._last_media = None
         self.check_module(pl_module)
         self._check_monitors(trainer)
         self._train_epoch_fallback = False
@@ -355,7 +367,7 @@ class EvaluationCore:
             try:
                 problems = self.files.draw_plots(self.history)
                 if not problems:
-                    self._log_band_image(trainer, trainer.global_step)
+                    problems = self._publish_band(trainer)
             except Exception as exc:  # noqa: BLE001 - decided collectively below
                 log.error("%s: drawing the run's plots at fit end failed (%s: %s)", self.prefix, type(exc).__name__, exc)
                 problems.append(exc)
@@ -433,7 +445,7 @@ class EvaluationCore:
                 log.error(
                     "%s: %d evaluation file or media write(s) failed at step %d; scalars were logged and nothing on "
                     "disk was damaged; the history, per-query files, schema and plots are written again at the next "
-                    "evaluation (pictures of this evaluation and W&B media are not):\n%s", self.prefix, len(problems), step,
+                    "evaluation (pictures and media of this evaluation are not):\n%s", self.prefix, len(problems), step,
                     "".join(traceback.format_exception(problems[0])),
                 )  # fmt: skip
         return results
@@ -441,7 +453,7 @@ class EvaluationCore:
     def _write_outputs(
         self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any], timings: dict[str, float], final: bool
     ) -> list[BaseException]:
-        """Rank 0: this evaluation's files (:class:`EvaluationFiles`, the family's step files) and W&B media. Each
+        """Rank 0: this evaluation's files (:class:`EvaluationFiles`, the family's step files) and media. Each
         failure is collected, none stops the others."""
         problems: list[BaseException] = []
         mark = time.perf_counter()
@@ -459,11 +471,7 @@ class EvaluationCore:
             problems.append(exc)
         timings["files"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        try:
-            self._log_wandb(trainer, results, int(record["step"]), band_drawn)
-        except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
-            log.error("%s: logging W&B media failed (%s: %s)", self.prefix, type(exc).__name__, exc)
-            problems.append(exc)
+        problems += self._publish_media(trainer, results, int(record["step"]), int(record["epoch"]), band_drawn)
         timings["media"] = time.perf_counter() - mark
         return problems
 
@@ -680,28 +688,78 @@ class EvaluationCore:
             return None
         return Path(self.save_dir) if self.save_dir else Path(trainer.default_root_dir) / self.prefix
 
-    def _log_wandb(self, trainer: Trainer, results: dict[str, Any], step: int, band_drawn: bool) -> None:
-        logger = find_wandb_logger(trainer)
-        if logger is None:
-            return
-        media = WandbMedia(logger, step=step, prefix=self.prefix)
-        media.define_metrics(self.schema, done=self._wandb_defined)
-        for key in self.schema.curve_keys():
-            curve = None if results.get(key) is None else torch.atleast_1d(torch.as_tensor(results[key]))
-            if curve is not None and curve.numel() > 0:
-                media.curve(key, curve.tolist())
-        if band_drawn:
-            self._log_band_image(trainer, step)
-        self.log_media(trainer, results, media)
+    def _publish_media(self, trainer: Trainer, results: dict[str, Any], step: int, epoch: int, band_drawn: bool) -> list[BaseException]:
+        """Rank 0: describe this evaluation's media (curves, ``confidence_intervals`` when it exists, the family's
+        figures and tables), write the ``media/`` folder, send them to every logger. Failures are collected; what
+        was described before one still goes out."""
+        problems: list[BaseException] = []
+        media = EvaluationMedia(self.prefix, step, epoch)
+        try:
+            for key in self.schema.curve_keys():
+                curve = None if results.get(key) is None else torch.atleast_1d(torch.as_tensor(results[key]))
+                if curve is not None and curve.numel() > 0:
+                    media.curve(key, curve.tolist())
+            if self.files is not None and self.files.band_path.is_file():
+                media.figure("confidence_intervals", self.files.band_path, caption=self._band_caption(), to_loggers=band_drawn)
+            self.describe_media(trainer, results, media)
+        except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
+            log.error("%s: describing the evaluation's media failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+            problems.append(exc)
+        self._last_media = media
+        folder = self._write_media_folder(media, problems)
+        problems += self._send_media(trainer, media, folder)
+        return problems
 
-    def _log_band_image(self, trainer: Trainer, step: int) -> None:
-        """``confidence_intervals.png`` as a W&B image at ``step`` (when it was just drawn)."""
-        logger = find_wandb_logger(trainer)
-        if logger is None or self.files is None or not self.files.band_path.is_file():
-            return
-        import wandb
+    def _band_caption(self) -> str:
+        return f"{self.prefix}: {', '.join(self._band_keys())} over the steps with 95% bootstrap intervals"
 
-        logger.log_metrics({f"{self.prefix}/confidence_intervals": wandb.Image(str(self.files.band_path))}, step=step)
+    def media_folder(self, trainer: Trainer) -> Path | None:
+        """``<output folder>/media`` (the last evaluation's media, :mod:`beyondlabels.io.media_files`), or None
+        without an output folder."""
+        folder = self.output_folder(trainer)
+        return None if folder is None else folder / "media"
+
+    def _write_media_folder(self, media: EvaluationMedia, problems: list[BaseException]) -> Path | None:
+        if self.files is None:
+            return None
+        folder = self.files.folder / "media"
+        try:
+            media.write(folder)
+            return folder
+        except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
+            log.error("%s: writing the media folder %s failed (%s: %s)", self.prefix, folder, type(exc).__name__, exc)
+            problems.append(exc)
+            return None
+
+    def _send_media(self, trainer: Trainer, media: EvaluationMedia, folder: Path | None) -> list[BaseException]:
+        """``media`` to every media-capable logger (:func:`~beyondlabels.callbacks._sinks.media_sinks`); one failing
+        logger does not stop the others."""
+        problems: list[BaseException] = []
+        for sink in media_sinks(trainer, self.schema, self._wandb_defined):
+            try:
+                sink.log(media, folder)
+            except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
+                log.error("%s: logging media to %s failed (%s: %s)", self.prefix, sink.kind, type(exc).__name__, exc)
+                problems.append(exc)
+        return problems
+
+    def _publish_band(self, trainer: Trainer) -> list[BaseException]:
+        """After the fit-end redraw of ``confidence_intervals.png``: the picture to every logger, and into the last
+        evaluation's ``media/`` folder."""
+        problems: list[BaseException] = []
+        if self.files is None or not self.files.band_path.is_file():
+            return problems
+        band = EvaluationMedia(self.prefix, trainer.global_step, trainer.current_epoch)
+        band.figure("confidence_intervals", self.files.band_path, caption=self._band_caption())
+        last = getattr(self, "_last_media", None)
+        if last is not None:
+            names = [f.name for f in last.figures]
+            if "confidence_intervals" in names:
+                last.figures[names.index("confidence_intervals")] = band.figures[0]
+            else:
+                last.figures.insert(0, band.figures[0])
+            self._write_media_folder(last, problems)
+        return problems + self._send_media(trainer, band, None)
 
 
 def shard_loader(loader: DataLoader, world_size: int, rank: int) -> DataLoader:

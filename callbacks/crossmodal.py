@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
-from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.metrics import CrossModalRetrieval
 
 __all__ = ["CrossModalEvalCore"]
@@ -22,7 +22,7 @@ class CrossModalEvalCore(EvaluationCore):
     ``pl_module.<text_method>(captions)`` in eval mode without gradients, and feeds
     :class:`~beyondlabels.metrics.CrossModalRetrieval` (the core's exact search, pair ids as labels). It logs
     ``<prefix>/image_to_text_recall@k``, ``<prefix>/text_to_image_recall@k``, mean and median ranks of the first
-    relevant item in both directions and the counts at the trainer's global step; on rank 0 W&B also gets a table of
+    relevant item in both directions and the counts at the trainer's global step; on rank 0 the media (every logger, ``media/``) also get a table of
     the worst text → image misses (the caption, its image and the image retrieved first). Schedule, loader sharding,
     failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
@@ -165,7 +165,7 @@ class CrossModalEvalCore(EvaluationCore):
             self._captions.update(zip(text_ids.tolist(), texts))
 
     # ---- media ---------------------------------------------------------------------------------------------------
-    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
         if self.num_misses and "neighbors" in results:
             columns = ["caption", "true_image", "retrieved_image", "true_image_rank", "cosine", "text_id", "true_image_id", "retrieved_image_id"]
             media.table("worst_text_to_image_misses", columns, self.miss_rows(results))

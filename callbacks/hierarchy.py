@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
-from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.hierarchy import per_class_means
 from beyondlabels.io.taxonomy_files import load_taxonomy
 from beyondlabels.io.text_encoders import text_encoder
@@ -38,7 +38,7 @@ class HierarchyEvalCore(EvaluationCore):
     Ground truths are the batch's labels: class indices (mapped with ``class_names``) or node names.
     :class:`~beyondlabels.metrics.HierarchicalPrecisionRecall` gathers them on every rank; every scalar is logged as
     ``<prefix>/<name>`` (``hierarchy/hP``, ``hierarchy/hR``, ``hierarchy/hF``, ``hierarchy/micro_hF``, ...) at the
-    trainer's global step. On rank 0, W&B also gets a table of examples (image, answer, mapped node, rule, ground
+    trainer's global step. On rank 0, the media (every logger, ``media/``) also get a table of examples (image, answer, mapped node, rule, ground
     truth, p_n, r_n) and an hP-hR scatter with one point per ground-truth class. Schedule, loader sharding, failures,
     files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
@@ -54,7 +54,7 @@ class HierarchyEvalCore(EvaluationCore):
             callable (``source="text"``).
         top_k, ngram_orders, lca_margin: options of :class:`~beyondlabels.taxonomy.TextToNode`.
         input_key, label_key, id_key: keys of dict batches (tuples are ``(inputs, labels[, ids])``).
-        num_examples: rows of the W&B example table (0 turns it off).
+        num_examples: rows of the example table (0 turns it off).
         kwargs: schedule, loader, files and failure options of :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Example:
@@ -212,7 +212,7 @@ class HierarchyEvalCore(EvaluationCore):
         self._examples = {}
 
     # ---- media (rank 0) ----------------------------------------------------------------------------------------------
-    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
         per_query = results["per_query"]
         if self.num_examples and self._examples:
             position = {int(q): i for i, q in enumerate(per_query["query_id"].tolist())}
@@ -230,19 +230,21 @@ class HierarchyEvalCore(EvaluationCore):
                         "id": sample_id,
                     }
                 )
-            columns = ["input_image", "answer", "mapped_node", "rule", "ground_truth", "p_n", "r_n", "id"]  # *_image: wandb.Image
+            columns = ["input_image", "answer", "mapped_node", "rule", "ground_truth", "p_n", "r_n", "id"]
             media.table("examples", columns, rows)
-        self._log_scatter(results, media)
+        self._describe_scatter(results, media)
 
-    def _log_scatter(self, results: dict[str, Any], media: WandbMedia) -> None:
-        import wandb
+    def _describe_scatter(self, results: dict[str, Any], media: EvaluationMedia) -> None:
+        """The per-class mean hP and hR: a table and its scatter plot."""
+        from beyondlabels.reporting.media_figures import scatter_figure
 
         means = per_class_means(results["per_query"], ("hP", "hR"))
         names = self.taxonomy.nodes
-        data = [
+        rows = [
             [names[int(n)], float(p), float(r), int(c)]
             for n, p, r, c in zip(means["node"].tolist(), means["hP"].tolist(), means["hR"].tolist(), means["count"].tolist())
         ]
-        table = wandb.Table(columns=["class", "hP", "hR", "count"], data=data)
-        plot = wandb.plot.scatter(table, "hR", "hP", title=f"{self.prefix}: hP vs hR per class (step {media.step})")
-        media.logger.log_metrics({f"{self.prefix}/hp_hr_per_class": plot}, step=media.step)
+        media.table("per_class_hp_hr", ["class", "hP", "hR", "count"], rows)
+        title = f"{self.prefix}: hP vs hR per class (step {media.step})"
+        media.figure("hp_hr_per_class", scatter_figure([r[2] for r in rows], [r[1] for r in rows], [r[0] for r in rows], "hR", "hP", title),
+                     caption="mean hierarchical precision and recall of each true class")  # fmt: skip

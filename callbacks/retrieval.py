@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
-from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 
@@ -26,8 +26,8 @@ class RetrievalEvalCore(EvaluationCore):
     Each evaluation walks the evaluation loader (by default the datamodule's ``val_dataloader``), calls
     ``pl_module.<encode_method>(inputs)`` in eval mode without gradients, and feeds
     :class:`~beyondlabels.metrics.EmbeddingRetrieval` on every rank. Every scalar is logged as ``<prefix>/<name>``
-    (e.g. ``retrieval/precision@1``) at the trainer's global step; on rank 0 W&B also gets the precision@k curve and a
-    table of the most confident label mismatches (query and retrieved thumbnails, labels, cosine). Schedule, loader
+    (e.g. ``retrieval/precision@1``) at the trainer's global step; on rank 0 every logger with media (W&B, TensorBoard,
+    MLflow) and the ``media/`` folder also get the precision@k curve and a table of the most confident label mismatches (query and retrieved thumbnails, labels, cosine). Schedule, loader
     sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Batches: dicts (read with ``input_key``, ``label_key`` and ``id_key``; without an ``id_key`` entry the sample
@@ -57,7 +57,7 @@ class RetrievalEvalCore(EvaluationCore):
             similarity, percentile ranks, frequency-aware null, ``mismatch_p_value``; see
             :class:`~beyondlabels.metrics.RetrievalWithMismatch`) with ``mismatch_spearman_rho`` /
             ``mismatch_spearman_p`` between the profile similarity and the mean embedding cosine of each class pair;
-            on rank 0 W&B also gets the similarity heatmap, the observed-vs-null histogram, a table of the most
+            on rank 0 the media also hold the similarity heatmap, the observed-vs-null histogram, a table of the most
             frequent mismatch pairs and the embedding projection (``projection_points``).
         profile_labels: The label each profiled class carries: None (the class names), ``"index"`` (class ``i`` of
             the profiles file is label ``i``) or one label per class.
@@ -65,7 +65,7 @@ class RetrievalEvalCore(EvaluationCore):
         projection_points: With ``profiles``: on rank 0, a 2-D PCA projection of at most this many evaluation
             embeddings (a fixed sample chosen by id, the same ids at every evaluation; the PCA is fitted on the
             sample, so huge galleries stay cheap), coloured by class, with each axis's explained variance in the
-            title (:func:`~beyondlabels.functional.projection.pca_projection`); logged to W&B as
+            title (:func:`~beyondlabels.functional.projection.pca_projection`); logged as the figure
             ``<prefix>/embedding_projection`` and written to ``<save_dir>/embedding_projection/step_<step>.png``.
             0 turns it off; without ``profiles`` it has no effect.
         kwargs: Schedule, loader, files and failure options of
@@ -129,8 +129,9 @@ class RetrievalEvalCore(EvaluationCore):
         self.profile_gains = _profile_gains(profiles, profile_labels)
         self.mismatch_trials, self.mismatch_seed = mismatch_trials, mismatch_seed
         self.projection_points = projection_points
-        self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by write_step_files for log_media
+        self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by write_step_files for describe_media
         self._heatmap_logged = False  # the profile similarity heatmap is the same at every evaluation: once per fit
+        self._heatmap_png: bytes | None = None
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
     def build_metric(self) -> EmbeddingRetrieval:
@@ -160,7 +161,7 @@ class RetrievalEvalCore(EvaluationCore):
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        self._heatmap_logged = False  # a new fit may log to a new W&B run
+        self._heatmap_logged, self._heatmap_png = False, None  # a new fit may log to new logger runs
 
     def check_module(self, pl_module: LightningModule) -> None:
         if not callable(getattr(pl_module, self.encode_method, None)):
@@ -175,46 +176,43 @@ class RetrievalEvalCore(EvaluationCore):
         self.metric.update(embeddings, labels, self.take_ids(embeddings.shape[0], given_ids))
 
     # ---- media ---------------------------------------------------------------------------------------------------
-    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
         if self.num_mismatches and "neighbors" in results:
-            media.mismatch_table(self._mismatch_rows(trainer, results))
+            columns = ["query_image", "query_label", "retrieved_image", "retrieved_label", "cosine", "query_id", "retrieved_id"]
+            media.table("worst_mismatches", columns, self._mismatch_rows(trainer, results))
         if self.profile_gains is not None:
-            self._log_profile_media(results, media, trainer)
+            self._describe_profile_media(results, media, trainer)
 
-    def _log_profile_media(self, results: dict[str, Any], media: WandbMedia, trainer: Trainer | None = None) -> None:
-        """Rank 0: similarity heatmap, observed-vs-null histogram, embedding projection and the most frequent
-        mismatch pairs."""
+    def _describe_profile_media(self, results: dict[str, Any], media: EvaluationMedia, trainer: Trainer | None = None) -> None:
+        """Rank 0: similarity heatmap (drawn once per fit, sent to the loggers once), observed-vs-null histogram,
+        embedding projection and the most frequent mismatch pairs."""
         import tempfile
-
-        import wandb
 
         from beyondlabels.functional.mismatch import mismatch_pair_table
         from beyondlabels.reporting.heatmap import save_null_histogram_png, save_similarity_heatmap_png
 
         gains = self.profile_gains
         names = [str(c) for c in gains.classes]
-        images = {}
         with tempfile.TemporaryDirectory() as tmp:
-            if not self._heatmap_logged:
-                path = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png")
-                images["profile_similarity"] = wandb.Image(str(path))
+            if self._heatmap_png is None:
+                self._heatmap_png = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png").read_bytes()
+            media.figure("profile_similarity", self._heatmap_png, caption="class similarity of the feature profiles",
+                         to_loggers=not self._heatmap_logged)  # fmt: skip
+            self._heatmap_logged = True
             if int(results["mismatch_num_mismatches"]) > 0:
                 path = save_null_histogram_png(results["null_distribution"], float(results["mismatch_mean_similarity"]),
                                                f"{tmp}/null.png", p_value=float(results["mismatch_p_value"]))
-                images["mismatch_null"] = wandb.Image(str(path))
+                media.figure("mismatch_null", path, caption="mean similarity of the mismatches against the null")
             path = self._projection_png(trainer, results, media.step, Path(tmp) / "projection.png")
             if path is not None:
-                images["embedding_projection"] = wandb.Image(str(path))
-            media.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in images.items()}, step=media.step)
-            if "profile_similarity" in images:
-                self._heatmap_logged = True  # only once it reached the logger
+                media.figure("embedding_projection", path, caption=f"PCA of the embeddings at step {media.step}")
         pairs = results["mismatch_pairs"]
         rows = mismatch_pair_table(pairs["query"], pairs["retrieved"], gains.gains, names, top=20)
         media.table("mismatch_pairs", ["query", "retrieved", "count", "share", "similarity"], rows)
 
     # ---- embedding projection (rank 0) --------------------------------------------------------------------------
     def write_step_files(self, trainer: Trainer, results: dict[str, Any], step: int, files: EvaluationFiles) -> None:
-        """``embedding_projection/step_<step>.png`` beside the base's files (with W&B or without)."""
+        """``embedding_projection/step_<step>.png`` beside the base's files (with a logger or without)."""
         self._projection_file = None
         path = self._save_projection_png(trainer, results, step, files.step_path("embedding_projection", step, ".png"))
         self._projection_file = None if path is None else (step, path)

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from beyondlabels.functional._checks import check_positive_int
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
-from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.io.atomic import write_json
 from beyondlabels.metrics.rprecision import TextImageRPrecision
 
@@ -64,7 +64,7 @@ class RPrecisionCore(EvaluationCore):
     ``pl_module.<generate_method>(prompts)`` (images ``[B, 3, H, W]`` in ``[0, 1]``), embeds images and prompts with the
     frozen ``evaluator`` (:class:`~beyondlabels.io.evaluator.ClipEvaluator` or any object with ``encode_images``,
     ``encode_texts`` and an ``identity`` dict) and feeds :class:`~beyondlabels.metrics.TextImageRPrecision` (definitions:
-    :mod:`beyondlabels.functional.rprecision`). Scalars are logged on every rank by the base; on rank 0 a W&B table of
+    :mod:`beyondlabels.functional.rprecision`). Scalars are logged on every rank by the base; on rank 0 a media table (every logger, ``media/``) of
     prompts, their generated images and the rank of their own caption, and the top-r curve. The evaluator identity
     and the protocol are logged as hyperparameters and written to ``<save_dir>/evaluator.json``.
 
@@ -75,7 +75,7 @@ class RPrecisionCore(EvaluationCore):
         prompt_seed: Seed of the prompt choice.
         generate_method: Name of the module method ``(list[str]) -> images in [0, 1]``.
         batch_size: Prompts generated per call.
-        num_table_rows: Rows of the W&B table (0: none).
+        num_table_rows: Rows of the media table (0: none).
         prefix: Namespace of the logged keys.
         kwargs: The protocol options of :class:`~beyondlabels.metrics.TextImageRPrecision` (``num_candidates``,
             ``r``, ``top_r``, ``protocol``, ``repeats``, ``seed``, ``near_duplicate_threshold``,
@@ -216,7 +216,7 @@ class RPrecisionCore(EvaluationCore):
             title=f"{self.prefix}: generated at step {step} (rank of the own caption among {self.metric.num_candidates})",
         )
 
-    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
         rows = self._sample_rows(results)
         if rows:
             media.table("samples", ["prompt", "generated_image", "rank_of_own_caption", "id"], rows)

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
-from beyondlabels.callbacks.media import WandbMedia
+from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.zeroshot import check_class_names, check_templates, class_prompts, prompt_ensemble, zeroshot_scores
 from beyondlabels.metrics import ZeroShotClassification
 from beyondlabels.schema import OutputSchema
@@ -28,7 +28,8 @@ class ZeroShotEvalCore(EvaluationCore):
     scores are its cosines with the class embeddings, fed to :class:`~beyondlabels.metrics.ZeroShotClassification`.
     It logs ``<prefix>/top1``, ``<prefix>/top5``, ``<prefix>/balanced_accuracy`` and counts at the trainer's global
     step, writes each sample's top-1 ``prediction`` to the per-query files (what label-based families read) and, on
-    rank 0, logs the confusion matrix to W&B. Schedule, loader sharding, failures, files and resume:
+    rank 0, sends the confusion matrix (a figure, and a table of its non-zero counts) to every logger with media and the
+    ``media/`` folder. Schedule, loader sharding, failures, files and resume:
     :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Args:
@@ -44,7 +45,7 @@ class ZeroShotEvalCore(EvaluationCore):
         input_key, label_key, id_key: Batch keys of images, labels (class indices, or class names) and ids; tuple
             batches ``(images, labels)`` / ``(images, labels, ids)`` work too.
         ks: The k of every ``top{k}`` key; at most the number of classes.
-        confusion_matrix: Log the confusion matrix to W&B (rank 0).
+        confusion_matrix: Describe the confusion matrix in the media (rank 0).
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
@@ -173,16 +174,16 @@ class ZeroShotEvalCore(EvaluationCore):
         self.metric.update(scores, self._label_indices(labels, scores.device), ids)
 
     # ---- media ---------------------------------------------------------------------------------------------------
-    def log_media(self, trainer: Trainer, results: dict[str, Any], media: WandbMedia) -> None:
+    def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
         if not self.confusion_matrix or "confusion_matrix" not in results:
             return
-        import wandb
+        from beyondlabels.reporting.media_figures import confusion_matrix_figure
 
-        per_query = results["per_query"]
-        plot = wandb.plot.confusion_matrix(
-            y_true=per_query["label"].tolist(),
-            preds=per_query["prediction"].tolist(),
-            class_names=list(self._names),
-            title=f"{self.prefix}: confusion matrix (step {media.step})",
-        )
-        media.logger.log_metrics({f"{self.prefix}/confusion_matrix": plot}, step=media.step)
+        matrix = torch.as_tensor(results["confusion_matrix"]).cpu()
+        names = [str(n) for n in self._names]
+        title = f"{self.prefix}: confusion matrix (step {media.step})"
+        media.figure("confusion_matrix", confusion_matrix_figure(matrix.numpy(), names, title=title),
+                     caption="rows: true class, columns: predicted class")  # fmt: skip
+        cells = matrix.nonzero().tolist()  # the non-zero cells only: K*K rows would not scale to many classes
+        rows = [[names[a], names[p], int(matrix[a, p])] for a, p in cells]
+        media.table("confusion_counts", ["Actual", "Predicted", "nPredictions"], rows)

@@ -1,8 +1,9 @@
 """A new metric family built from the three bases alone (kernel, PerSampleMetric, EvaluationCallback), as
-docs/adding_a_metric_family.md describes: the bases must carry schedule, dedup, logging and files for it."""
+docs/adding_a_metric_family.md describes: the bases must carry schedule, dedup, logging, files and media for it."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -63,6 +64,16 @@ class NearestCentreCallback(EvaluationCallback):
         predictions = pl_module.encode_image(x)[:, :4].argmax(dim=1)  # "class" = the largest of the first 4 outputs
         self.metric.update(predictions, torch.as_tensor(batch["label"]), self.take_ids(len(x), batch.get("id")))
 
+    def describe_media(self, trainer, results, media):
+        from matplotlib.figure import Figure
+
+        per_query = results["per_query"]
+        wrong = [[i] for i, a in zip(per_query["query_id"].tolist(), per_query["accuracy"].tolist()) if a == 0]
+        media.table("wrong_ids", ["id"], wrong[:5])
+        figure = Figure(figsize=(2, 2))
+        figure.add_subplot().bar([0, 1], [len(wrong), len(per_query["accuracy"]) - len(wrong)])
+        media.figure("right_and_wrong", figure, caption="wrong, right")
+
 
 def test_a_family_built_on_the_bases_logs_files_and_history(tmp_path: Path):
     dm = PointDataModule()
@@ -84,6 +95,13 @@ def test_a_family_built_on_the_bases_logs_files_and_history(tmp_path: Path):
     with np.load(tmp_path / "centre" / saved[-1]["per_query_file"]) as per_query:
         assert per_query["query_id"].tolist() == list(range(37))
         assert per_query["accuracy"].tolist() == (predictions == dm.eval_set.labels).astype(float).tolist()
+    # the family's media of the last evaluation, in its media/ folder
+    manifest = json.loads((tmp_path / "centre" / "media" / "media.json").read_text())
+    assert manifest["step"] == 8 and manifest["prefix"] == "centre"
+    (table,) = manifest["tables"]
+    assert table["name"] == "wrong_ids" and table["rows"] == [[int(i)] for i in np.flatnonzero(predictions != dm.eval_set.labels)[:5]]
+    assert [f["name"] for f in manifest["figures"]] == ["confidence_intervals", "right_and_wrong"]
+    assert (tmp_path / "centre" / "media" / "right_and_wrong.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_batch_value_families_keep_torchmetrics_forward():

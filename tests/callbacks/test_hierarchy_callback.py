@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -125,7 +126,7 @@ def _own_precision_recall(pred: str, truth: str) -> tuple[float, float]:
 
 def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
     """What reaches the offline W&B run: the scalars, the example table (the first samples: answer, mapped node, rule,
-    ground truth, per-sample hP / hR) and the per-class hP-hR scatter table, against the model's predictions."""
+    ground truth, per-sample hP / hR) and the per-class hP-hR table (with its scatter figure), against the model's predictions."""
     from pytorch_lightning.loggers import WandbLogger
 
     from beyondlabels.io import read_offline_run
@@ -156,7 +157,9 @@ def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
     assert examples["columns"] == ["input_image", "answer", "mapped_node", "rule", "ground_truth", "p_n", "r_n", "id"]
     expected_rows = [[None, predicted[i], predicted[i], "class", truth[i], *own[i], i] for i in range(5)]
     assert examples["data"] == expected_rows
-    scatter = table("hierarchy/hp_hr_per_class_table")
+    (figure,) = [value for _, value in run.series("hierarchy/hp_hr_per_class")]
+    assert figure["_type"] == "image-file" and (run_dir / "files" / figure["path"]).is_file()
+    scatter = table("hierarchy/per_class_hp_hr")
     assert scatter["columns"] == ["class", "hP", "hR", "count"]
     per_class = []
     for name in CLASSES:
@@ -183,32 +186,26 @@ def test_errors_are_clear(tmp_path: Path):
 
 
 def test_example_table_carries_pictures_as_images():
-    """The table's picture column must end in ``_image`` (WandbMedia turns those cells into wandb.Image)."""
-
-    class Media:
-        step = 3
-        tables: list = []
-        logged: list = []
-
-        def table(self, name, columns, rows):
-            self.tables.append((name, columns, rows))
-
-        class logger:  # noqa: N801 - stands in for the Lightning logger
-            @staticmethod
-            def log_metrics(metrics, step):
-                Media.logged.append((metrics, step))
+    """The example table's picture column holds the thumbnails as images; the per-class hP/hR come as a table and
+    its scatter figure."""
+    from beyondlabels.callbacks.media import EvaluationMedia
 
     callback = HierarchyEvalCallback(TREE, class_names=CLASSES, num_examples=2)
-    callback.eval_dataset = [{"image": torch.rand(3, 8, 8), "id": i} for i in range(2)]
+    pictures = [torch.rand(3, 8, 8) for _ in range(2)]
+    callback.eval_dataset = [{"image": pictures[i], "id": i} for i in range(2)]
     callback._examples = {i: {"answer": "a0", "mapped_node": "a0", "rule": "class", "ground_truth": "a1"} for i in range(2)}
     pred, gt = TREE.indices(["a0", "a0"]), TREE.indices(["a1", "a1"])
     results = hierarchical_precision_recall(pred, gt, TREE)
     results["per_query"]["query_id"] = torch.tensor([0, 1])
-    media = Media()
-    callback.log_media(None, results, media)
-    name, columns, rows = media.tables[0]
-    image_columns = [c for c in columns if c.endswith("_image")]
-    assert name == "examples" and len(image_columns) == 1
-    assert all(isinstance(row[image_columns[0]], torch.Tensor) and row[image_columns[0]].ndim == 3 for row in rows)
-    assert rows[0]["p_n"] == 0.5 and rows[0]["r_n"] == 0.5
-    assert "hierarchy/hp_hr_per_class" in media.logged[0][0] and media.logged[0][1] == 3
+    media = EvaluationMedia("hierarchy", step=3, epoch=0)
+    callback.describe_media(None, results, media)
+    tables = {t.name: t for t in media.tables}
+    examples = tables["examples"]
+    assert examples.image_columns == ["input_image"]
+    column = examples.columns.index("input_image")
+    for row, picture in zip(examples.rows, pictures):  # H x W x C uint8 of the same picture
+        assert np.array_equal(row[column], (picture.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
+    row = dict(zip(examples.columns, examples.rows[0]))
+    assert row["p_n"] == 0.5 and row["r_n"] == 0.5
+    assert tables["per_class_hp_hr"].rows == [["a1", 0.5, 0.5, 2]]  # both samples: true a1, predicted its sibling a0
+    assert [f.name for f in media.figures] == ["hp_hr_per_class"]

@@ -102,39 +102,19 @@ def test_profile_media_reach_the_offline_wandb_run(tmp_path):
     assert {"retrieval/embedding_projection", "retrieval/mismatch_spearman_rho"} <= keys
 
 
-class _Media:
-    """Stands in for WandbMedia: records what the callback logs (images through ``logger.log_metrics``, tables)."""
-
-    def __init__(self, step: int, prefix: str) -> None:
-        self.step, self.prefix, self.logged, self.tables = step, prefix, {}, {}
-        media = self
-
-        class _Logger:
-            @staticmethod
-            def log_metrics(metrics, step):
-                media.logged.update({k: (v, step) for k, v in metrics.items()})
-
-        self.logger = _Logger()
-
-    def table(self, name, columns, rows):
-        self.tables[name] = (columns, rows)
-
-    def mismatch_table(self, rows):
-        self.table("worst_mismatches", [], rows)
-
-
 def _fit_capturing_media(tmp_path: Path, **options):
-    """One fit (one evaluation, at the end of epoch 0) whose rank-0 W&B media go to a recording _Media."""
+    """One fit (one evaluation, at the end of epoch 0) whose rank-0 media description is kept."""
     callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1,), num_mismatches=0, profiles=PROFILES, profile_labels="index",
                                      mismatch_trials=50, strict=True, confidence_intervals=False, **options)  # fmt: skip
     captured = []
+    describe = callback.describe_media
 
-    def log_wandb(trainer_, results, step, band_drawn):  # what the base runs on rank 0 when a WandbLogger is attached
-        captured.append(_Media(step, callback.prefix))
-        captured[-1].results = results  # the evaluation's output, as the media saw it
-        callback.log_media(trainer_, results, captured[-1])
+    def spy(trainer_, results, media):  # the family's own hook, recorded
+        describe(trainer_, results, media)
+        media.results = results  # the evaluation's output, as the media saw it
+        captured.append(media)
 
-    callback._log_wandb = log_wandb
+    callback.describe_media = spy
     dm, model = PointDataModule(), LinearEncoder()
     trainer = _trainer(tmp_path, callback, CSVLogger(tmp_path))
     trainer.fit(model, dm)
@@ -142,8 +122,11 @@ def _fit_capturing_media(tmp_path: Path, **options):
     return callback, trainer, dm, model, captured[0]
 
 
+def _figures(media) -> dict:
+    return {f.name: f for f in media.figures}
+
+
 def test_spearman_and_embedding_projection_are_logged(tmp_path):
-    import wandb
     from sklearn.decomposition import PCA
 
     callback, trainer, dm, model, media = _fit_capturing_media(tmp_path, projection_points=30, save_dir=tmp_path / "eval")
@@ -161,14 +144,14 @@ def test_spearman_and_embedding_projection_are_logged(tmp_path):
     assert last["mismatch_spearman_rho"] == pytest.approx(ref.statistic, abs=1e-6)
     assert last["mismatch_spearman_p"] == pytest.approx(ref.pvalue, rel=1e-4, abs=1e-9)
     assert "retrieval/mismatch_spearman_rho" in (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
-    # the projection: a PNG beside the other evaluation files, and the same picture as a W&B image at the same step
+    # the projection: a PNG beside the other evaluation files, and the same picture as a media figure of that step
     step = last["step"]
     png = tmp_path / "eval" / "embedding_projection" / f"step_{step:09d}.png"
     assert png.is_file() and (tmp_path / "eval" / "history.jsonl").is_file()
-    image, logged_step = media.logged["retrieval/embedding_projection"]
-    assert isinstance(image, wandb.Image) and logged_step == step
-    assert "retrieval/profile_similarity" in media.logged and "mismatch_pairs" in media.tables
-    assert ("retrieval/mismatch_null" in media.logged) == (last["mismatch_num_mismatches"] > 0)
+    figures = _figures(media)
+    assert media.step == step and figures["embedding_projection"].png == png.read_bytes()
+    assert "profile_similarity" in figures and [t.name for t in media.tables] == ["mismatch_pairs"]
+    assert ("mismatch_null" in figures) == (last["mismatch_num_mismatches"] > 0)
     sample = media.results["projection_sample"]["embeddings"].double().numpy()
     assert sample.shape == (30, 6)
     ratio = PCA(n_components=2).fit(sample).explained_variance_ratio_
@@ -177,12 +160,10 @@ def test_spearman_and_embedding_projection_are_logged(tmp_path):
 
 
 def test_projection_without_save_dir_and_turned_off(tmp_path):
-    import wandb
-
     callback, *_, media = _fit_capturing_media(tmp_path / "a", save_dir=False)
-    assert isinstance(media.logged["retrieval/embedding_projection"][0], wandb.Image)  # drawn in a temporary folder
+    assert _figures(media)["embedding_projection"].png.startswith(b"\x89PNG")  # drawn in a temporary folder
     callback, *_, media = _fit_capturing_media(tmp_path / "b", projection_points=0, save_dir=tmp_path / "b" / "eval")
-    assert "retrieval/embedding_projection" not in media.logged and "retrieval/profile_similarity" in media.logged
+    assert "embedding_projection" not in _figures(media) and "profile_similarity" in _figures(media)
     assert not (tmp_path / "b" / "eval" / "embedding_projection").exists() and media.results["projection_sample"] is None
     with pytest.raises(ValueError, match="`projection_points`"):
         RetrievalEvalCallback(profiles=PROFILES, profile_labels="index", projection_points=-1)

@@ -1,6 +1,6 @@
 """RPrecisionCallback in a real Trainer: a generator whose pictures carry their prompt's colour, a colour evaluator
 (analytic: a faithful generator scores 1, a constant one 0 under the strict tie rule), the tiny open_clip evaluator,
-the evaluator identity in the run files, and the W&B table rows."""
+the evaluator identity in the run files, and the media table rows."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def _distractors(query_id: int, pool_ids: list[int], count: int, seed: int = 0, 
 
 
 def test_tiny_open_clip_evaluator_and_table_rows(tmp_path):
-    """The tiny open_clip evaluator: the ranks, the R-precision and the W&B table rows equal a computation here from
+    """The tiny open_clip evaluator: the ranks, the R-precision and the media table rows equal a computation here from
     the evaluator's embeddings of the generated pictures and prompts, with the candidate sets drawn by hand."""
     import numpy as np
 
@@ -120,12 +120,14 @@ def test_tiny_open_clip_evaluator_and_table_rows(tmp_path):
                             num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
     captured = []
 
-    def log_wandb(trainer_, results, step, band_drawn):  # what the base runs on rank 0 when a WandbLogger is attached
-        media = _Media()
-        cb.log_media(trainer_, results, media)
-        captured.append((results, media.tables))
+    describe = cb.describe_media
 
-    cb._log_wandb = log_wandb
+    def spy(trainer_, results, media):  # the family's hook, run by the base on rank 0, into a recording stand-in
+        fake = _Media()
+        describe(trainer_, results, fake)
+        captured.append((results, fake.tables))
+
+    cb.describe_media = spy
     module = Generator(True)
     trainer = _fit(tmp_path, module, cb)
     record = cb.history[-1]
@@ -200,15 +202,14 @@ def test_table_rows_hold_prompt_image_and_rank(tmp_path):
     trainer = _fit(tmp_path, module, cb, steps=1)  # fit end evaluates once
     assert len(cb.history) == 1
     captured = {}
-    original = cb.log_media
+    original = cb.describe_media
 
     def spy(trainer_, results, media):
         fake = _Media()
         original(trainer_, results, fake)
         captured.update(fake.tables)
 
-    cb.log_media = spy
-    cb._log_wandb = lambda trainer_, results, step, band_drawn: cb.log_media(trainer_, results, None)
+    cb.describe_media = spy
     cb.evaluate(trainer, module)
     columns, rows = captured["samples"]
     assert columns == ["prompt", "generated_image", "rank_of_own_caption", "id"]
