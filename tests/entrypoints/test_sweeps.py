@@ -204,7 +204,7 @@ def test_the_report_of_a_multirun_opens_with_its_groups_and_pictures(multirun: P
     output = tmp_path / "report.html"
     tasks.run_task("report", _cfg(
         tmp_path, "task=report", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
-        "guardrails=[retrieval/map@r]", f"output={output}",
+        "guardrails=[retrieval/map@r]", "bootstrap_rounds=500", "ci_seed=3", f"output={output}",
     ))  # fmt: skip
     text = output.read_text(encoding="utf-8")
     start = text.index('<table class="sweep-groups">')
@@ -223,8 +223,11 @@ def test_the_report_of_a_multirun_opens_with_its_groups_and_pictures(multirun: P
     # the tests against the baseline, as task=compare decides them, with the surviving differences marked
     table = tasks.compare.run(_cfg(
         tmp_path, "task=compare", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
-        "guardrails=[retrieval/map@r]",
+        "guardrails=[retrieval/map@r]", "bootstrap_rounds=500", "ci_seed=3",
     ))  # fmt: skip
+    for name, row in rows:  # the pooled interval drawn with the bootstrap settings given
+        pooled = table["groups"][name]["metrics"]["retrieval/precision@1"]["pooled"]
+        assert f'data-pooled-low="{pooled["low"]!r}" data-pooled-high="{pooled["high"]!r}"' in row
     decided = {(c["group"], c["metric"]): c for c in table["baseline"]["comparisons"]}
     shown = re.findall(r'<tr class="(survives|test)" data-group="([^"]+)" data-metric="([^"]+)" data-decision="([^"]+)">(.*?)</tr>', text)
     assert {(g, m) for _, g, m, _, _ in shown} == set(decided) and len(shown) == 2

@@ -573,11 +573,13 @@ def report_html(
     metric: str | None = None,
     guardrails: Sequence[str] = (),
     level: float = 0.05,
+    rounds: int = 2000,
+    seed: int = 11,
 ) -> str:
     """The report of ``runs`` (run folders, multirun folders, or what :mod:`beyondlabels.io.run_folders` read) as
     one HTML document. A multirun's section opens with its jobs grouped by setting across ``seed_keys``, the tests
-    against ``baseline`` on ``metric`` and ``guardrails`` at ``level``, and its pictures (:func:`sweep_section_html`);
-    ``keys`` selects the columns of its tables.
+    against ``baseline`` on ``metric`` and ``guardrails`` at ``level``, and its pictures (:func:`sweep_section_html`;
+    ``rounds`` and ``seed`` of its bootstrap intervals and tests); ``keys`` selects the columns of its tables.
 
     Raises:
         FileNotFoundError: if a path is not a folder.
@@ -591,7 +593,8 @@ def report_html(
             nav.append(f'<li><a href="#{anchor}">{_e(source.path.name)}</a> (sweep of {len(source.jobs)} jobs)</li>')
             parts = [f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2><p class="muted">{_e(source.path)}</p>']
             parts.append(sweep_section_html(
-                source, job_anchors, keys=keys, seed_keys=seed_keys, baseline=baseline, metric=metric, guardrails=guardrails, level=level
+                source, job_anchors, keys=keys, seed_keys=seed_keys, baseline=baseline, metric=metric, guardrails=guardrails, level=level,
+                rounds=rounds, seed=seed,
             ))  # fmt: skip
             if source.config is not None:
                 parts.append(f"<details><summary>multirun.yaml</summary><pre>{_e(source.config)}</pre></details>")

@@ -6,7 +6,8 @@ the report goes to ``output`` (default ``<job folder>/report.html``). A multirun
 (their overrides but ``seed_keys``) as ``task=compare`` does; ``metrics`` selects the columns of its tables (keys as
 logged, e.g. ``[retrieval/precision@1]``; default: the headline keys, the scalars with a direction and per-query
 values); ``baseline`` and ``metric`` (with ``guardrails``, at ``level``) add the Holm-corrected tests of every other
-group against the baseline group.
+group against the baseline group; ``bootstrap_rounds`` and ``ci_seed`` (of ``conf/evaluate.yaml``) set the bootstrap
+of the groups' intervals and of the tests.
 """
 
 from __future__ import annotations
@@ -68,11 +69,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     baseline, metric = cfg.get("baseline"), cfg.get("metric")
     if (baseline is None) != (metric is None):
         raise ValueError("the test against a baseline needs both baseline=GROUP (e.g. \"baseline='model.lr=0.001'\") and metric=KEY (e.g. retrieval/precision@1)")
+    rounds, seed = cfg.get("bootstrap_rounds", 2000), cfg.get("ci_seed", 11)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"bootstrap_rounds must be an int >= 1 (resamples of every interval of a sweep's groups, e.g. 2000), got {rounds!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"ci_seed must be an int (the seed of a sweep's bootstrap intervals and tests), got {seed!r}")
     output = report_path(cfg, "report.html")
     path = write_report(
         roots, output, title=cfg.get("title"), keys=keys, seed_keys=_key_list(cfg, "seed_keys") or ["seed"],
         baseline=None if baseline is None else str(baseline), metric=None if metric is None else str(metric),
-        guardrails=_key_list(cfg, "guardrails") or [], level=float(level),
+        guardrails=_key_list(cfg, "guardrails") or [], level=float(level), rounds=rounds, seed=seed,
     )  # fmt: skip
     log.info("report: %s", path)
     print(f"report: {path}")
