@@ -70,7 +70,30 @@ def test_report_errors_name_the_argument_and_what_to_pass(tmp_path: Path):
     (tmp_path / "photos" / "2024").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"photos is not a run folder .* nor a multirun folder"):
         tasks.run_task("report", _cfg(tmp_path, f"runs=[{tmp_path / 'photos'}]"))
+    run = _run_folder(tmp_path / "run", 0.5)
+    with pytest.raises(ValueError, match=r"needs both baseline=GROUP .* and metric=KEY"):
+        tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "baseline='model.lr=0.001'"))
+    with pytest.raises(ValueError, match=r"level must be a number in \(0, 1\).*got 1.5"):
+        tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "level=1.5"))
+    with pytest.raises(ValueError, match=r"seed_keys must be a list of keys.*got \[3\]"):
+        tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "seed_keys=[3]"))
     assert not (tmp_path / "job" / "report.html").exists()
+
+
+def test_report_groups_a_sweep_by_the_seed_keys_it_is_given(tmp_path: Path):
+    sweep = tmp_path / "multirun"
+    for job, (noise, value) in enumerate([(1, 0.5), (2, 0.75), (1, 0.25), (2, 0.25)]):
+        _run_folder(sweep / str(job), value)
+        (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(f"- model.lr={job // 2}\n- data.noise={noise}\n")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    plain = tasks.run_task("report", _cfg(tmp_path, f"runs=[{sweep}]", f"output={tmp_path / 'a.html'}", "metrics=[retrieval/map@r]"))
+    assert "sweep-groups" not in Path(plain["report"]).read_text(encoding="utf-8")  # no seed override: no groups
+    grouped = tasks.run_task("report", _cfg(
+        tmp_path, f"runs=[{sweep}]", f"output={tmp_path / 'b.html'}", "metrics=[retrieval/map@r]", "seed_keys=[data.noise]",
+    ))  # fmt: skip
+    text = Path(grouped["report"]).read_text(encoding="utf-8")
+    means = re.findall(r'<tr data-group="([^"]+)">.*?data-mean="([^"]+)"', text)
+    assert [(name, float(mean)) for name, mean in means] == [("model.lr=0", 0.625), ("model.lr=1", 0.25)]
 
 
 def test_a_report_that_cannot_be_written_is_a_warning_in_train(tmp_path: Path, caplog: pytest.LogCaptureFixture):

@@ -1,11 +1,14 @@
 """Sweeps end to end: a real train.py multirun of two settings × three seeds compared by evaluate.py task=compare
-against a baseline group (means checked against the jobs' history files, read with json), the W&B group of each
-job, and paired tests of cross-modal keys on the per-query files the crossmodal task writes (both directions in one
+against a baseline group (means checked against the jobs' history files, read with json) and shown by task=report,
+the W&B group of each job, and paired tests of cross-modal keys on the per-query files the crossmodal task writes (both directions in one
 file)."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import REPO_ROOT, run_script  # noqa: E402
@@ -181,3 +185,65 @@ def test_multirun_crossmodal_keys_pair_within_their_direction(multirun: Path, tm
     got = {c["metric"]: c for c in table["baseline"]["comparisons"]}
     assert got["crossmodal/image_to_text_recall@1"]["n_queries"] == images
     assert got["crossmodal/text_to_image_recall@1"]["n_queries"] == texts
+
+
+def _final_values(multirun: Path, keys: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
+    """``{lr: {key: [final value of each job]}}`` read from the jobs' retrieval/history.jsonl with json."""
+    finals: dict[str, dict[str, list[float]]] = {lr: {key: [] for key in keys} for lr in LRS}
+    for job in sorted(p for p in multirun.iterdir() if p.is_dir() and p.name.isdigit()):
+        overrides = (job / ".hydra" / "overrides.yaml").read_text()
+        lr = next(lr for lr in LRS if f"model.lr={lr}\n" in overrides)
+        last = [json.loads(line) for line in (job / "retrieval" / "history.jsonl").read_text().splitlines() if line.strip()][-1]
+        for key in keys:
+            finals[lr][key].append(last[key])
+    return finals
+
+
+@pytest.mark.slow
+def test_the_report_of_a_multirun_opens_with_its_groups_and_pictures(multirun: Path, tmp_path: Path):
+    output = tmp_path / "report.html"
+    tasks.run_task("report", _cfg(
+        tmp_path, "task=report", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
+        "guardrails=[retrieval/map@r]", "bootstrap_rounds=500", "ci_seed=3", f"output={output}",
+    ))  # fmt: skip
+    text = output.read_text(encoding="utf-8")
+    start = text.index('<table class="sweep-groups">')
+    groups = text[start : text.index("</table>", start)]
+    rows = re.findall(r'<tr data-group="([^"]+)">(.*?)</tr>', groups)
+    assert [name for name, _ in rows] == [f"model.lr={lr}" for lr in LRS]  # one row per setting
+    finals = _final_values(multirun, ("precision@1", "map@r"))
+    for (name, row), lr in zip(rows, LRS):
+        cells = {key: dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', attributes)) for key, attributes in re.findall(r'<td class="num" data-key="([^"]+)"([^>]*)>', row)}
+        assert {"retrieval/precision@1", "retrieval/map@r"} <= set(cells)
+        for key, values in finals[lr].items():
+            cell = cells[f"retrieval/{key}"]
+            assert cell["data-n"] == "3" and float(cell["data-mean"]) == pytest.approx(np.mean(values), rel=1e-12, abs=1e-15)
+            assert float(cell["data-low"]) <= float(cell["data-mean"]) <= float(cell["data-high"])
+            assert float(cell["data-pooled-low"]) <= float(cell["data-pooled-high"])  # the per-query interval is there
+    # the tests against the baseline, as task=compare decides them, with the surviving differences marked
+    table = tasks.compare.run(_cfg(
+        tmp_path, "task=compare", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
+        "guardrails=[retrieval/map@r]", "bootstrap_rounds=500", "ci_seed=3",
+    ))  # fmt: skip
+    for name, row in rows:  # the pooled interval drawn with the bootstrap settings given
+        pooled = table["groups"][name]["metrics"]["retrieval/precision@1"]["pooled"]
+        assert f'data-pooled-low="{pooled["low"]!r}" data-pooled-high="{pooled["high"]!r}"' in row
+    decided = {(c["group"], c["metric"]): c for c in table["baseline"]["comparisons"]}
+    shown = re.findall(r'<tr class="(survives|test)" data-group="([^"]+)" data-metric="([^"]+)" data-decision="([^"]+)">(.*?)</tr>', text)
+    assert {(g, m) for _, g, m, _, _ in shown} == set(decided) and len(shown) == 2
+    for css, group, metric, decision, row in shown:
+        assert decision == decided[(group, metric)]["decision"]
+        assert (css == "survives") == (decision in ("better", "worse")) == ("†" in row)
+        assert f"{decided[(group, metric)]['p_adjusted']:.4f}" in row
+    assert "Holm–Bonferroni over 2 comparisons" in text
+    # the sweep's pictures, one per column, inlined and decoding
+    pictures = re.findall(r'<figure class="sweep-picture" data-key="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text)
+    assert sorted(key for key, _ in pictures) == sorted(cells)
+    for _, data in pictures:
+        with Image.open(io.BytesIO(base64.b64decode(data, validate=True))) as image:
+            assert image.format == "PNG" and image.size[0] > 100
+            image.load()
+    # below, the jobs, each linking to its section
+    start = text.index('<table class="sweep">')
+    links = re.findall(r'<a href="#([^"]+)">', text[start : text.index("</table>", start)])
+    assert len(links) == 6 and all(f'id="{link}"' in text for link in links)

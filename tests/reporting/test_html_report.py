@@ -256,14 +256,107 @@ def test_a_multirun_lists_its_jobs_with_links_to_their_sections(tmp_path: Path):
     links = [a["href"] for tag, a in table.tags if tag == "a"]
     assert len(links) == 4 and all(link[1:] in ids for link in links)
     rows = [t for _, t in table.cells]
-    assert [rows[i * 8] for i in range(4)] == ["0", "1", "2", "10"]  # job, overrides, 6 values per row
+    assert [rows[i * 9] for i in range(4)] == ["0", "1", "2", "10"]  # job, setting, overrides, 6 values per row
     for i, n in enumerate((0, 1, 2, 10)):
-        assert rows[i * 8 + 1].startswith(f"model.lr={n}e-3, seed={n}")
-        values = {a["data-key"]: float(a["data-value"]) for a, _ in table.cells[i * 8 + 2 : i * 8 + 8]}
+        assert rows[i * 9 + 1] == f"model.lr={n}e-3"  # the group it belongs to: what differs between the groups
+        assert rows[i * 9 + 2].startswith(f"model.lr={n}e-3, seed={n}")
+        values = {a["data-key"]: float(a["data-value"]) for a, _ in table.cells[i * 9 + 3 : i * 9 + 9]}
         retrieval = [r for r in runs[n]["retrieval"] if "error" not in r][-1]
         hierarchy = runs[n]["hierarchy"][-1]
         expected = {f"retrieval/{k}": retrieval[k] for k in KEYS} | {f"hierarchy/{k}": hierarchy[k] for k in KEYS}
         assert values == expected
+    # above it, the grouped table: a group of one seed per learning rate, its mean the job's value
+
+
+def _sweep(root: Path, lrs=("0.001", "0.003"), seeds=(1, 2, 3), seed_overrides: bool = True) -> dict[str, list[Path]]:
+    """A multirun folder of ``lrs`` x ``seeds`` jobs written by :func:`_run`; the job folders of each learning rate."""
+    root.mkdir(parents=True)
+    (root / "multirun.yaml").write_text("hydra:\n  mode: MULTIRUN\n")
+    jobs: dict[str, list[Path]] = {lr: [] for lr in lrs}
+    for n, (lr, seed) in enumerate((lr, seed) for lr in lrs for seed in seeds):
+        extra = (f"seed={seed}",) if seed_overrides else (f"data.noise={seed}",)
+        _run(root / str(n), seed=10 * n + seed, overrides=(f"model.lr={lr}", *extra))
+        jobs[lr].append(root / str(n))
+    return jobs
+
+
+def _last(job: Path, prefix: str) -> dict:
+    records = [json.loads(line) for line in (job / prefix / "history.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in records if "error" not in r][-1]
+
+
+def _rows(text: str, css_class: str) -> list[list[tuple[dict[str, str], str]]]:
+    """The cells of each body row of the table of ``css_class``."""
+    start = text.index(f'<table class="{css_class}">')
+    body = text[start : text.index("</table>", start)]
+    return [_Page(row).cells for row in body.split("<tr")[2:]]
+
+
+def test_a_multirun_opens_with_its_settings_across_seeds_and_their_pictures(tmp_path: Path):
+    from scipy import stats
+
+    jobs = _sweep(tmp_path / "multirun")
+    text, page = _report(tmp_path, tmp_path / "multirun")
+    assert text.index('<table class="sweep-groups">') < text.index('<table class="sweep">'), "the grouped table comes first"
+    rows = _rows(text, "sweep-groups")
+    assert [r[0][1] for r in rows] == ["model.lr=0.001", "model.lr=0.003"]  # named by what differs
+    keys = [f"{p}/{k}" for p in ("hierarchy", "retrieval") for k in KEYS]
+    for row, (lr, folders) in zip(rows, jobs.items()):
+        assert row[1][1] == "3"
+        cells = {a["data-key"]: (a, t) for a, t in row[2:]}
+        assert sorted(cells) == sorted(keys)
+        for key in keys:
+            prefix, name = key.split("/")
+            values = np.array([_last(job, prefix)[name] for job in folders])
+            half = stats.t.ppf(0.975, df=2) * values.std(ddof=1) / np.sqrt(3)
+            attributes, cell_text = cells[key]
+            assert float(attributes["data-mean"]) == pytest.approx(values.mean(), rel=1e-12)
+            assert float(attributes["data-low"]) == pytest.approx(values.mean() - half, rel=1e-9)
+            assert float(attributes["data-high"]) == pytest.approx(values.mean() + half, rel=1e-9)
+            assert attributes["data-n"] == "3" and cell_text.startswith(f"{values.mean():.4f} [")
+            assert "q —" in cell_text  # no per-query files: no pooled interval
+    pictures = [a["data-key"] for tag, a in page.tags if tag == "figure" and a.get("class") == "sweep-picture"]
+    assert sorted(pictures) == sorted(keys)
+    start = text.index('class="sweep-picture"')
+    for data in _Page(text[start : text.index("</div>", start)]).images():
+        with Image.open(io.BytesIO(data)) as image:
+            assert image.format == "PNG" and image.size[0] > 100
+            image.load()
+    # metrics= selects the columns of both tables
+    chosen = write_report([tmp_path / "multirun"], tmp_path / "chosen.html", keys=["retrieval/map@r"]).read_text(encoding="utf-8")
+    assert [len(r) for r in _rows(chosen, "sweep-groups")] == [3, 3] and [len(r) for r in _rows(chosen, "sweep")] == [4] * 6
+    # against a baseline without per-query files: the test row says why there is no conclusion
+    tested = write_report([tmp_path / "multirun"], tmp_path / "t.html", baseline="model.lr=0.001", metric="retrieval/map@r").read_text(encoding="utf-8")
+    words = " ".join(_Page(tested).text)
+    assert "model.lr=0.001 (baseline)" in words and "no conclusion (no per-query values of retrieval/map@r" in words
+
+
+def test_a_sweep_that_cannot_be_grouped_still_lists_its_jobs_and_says_why(tmp_path: Path):
+    def notes(text: str) -> str:
+        start = text.index('<div class="problems">')
+        return " ".join(_Page(text[start : text.index("</div>", start)]).text)
+
+    _sweep(tmp_path / "unseeded", seeds=(1, 2), seed_overrides=False)
+    text, _ = _report(tmp_path, tmp_path / "unseeded")
+    assert "sweep-groups" not in text and len(_rows(text, "sweep")) == 4
+    assert "no job sets a seed key (seed_keys=['seed'])" in notes(text) and "pass seed_keys=" in notes(text)
+    seeded = write_report([tmp_path / "unseeded"], tmp_path / "seeded.html", seed_keys=["data.noise"]).read_text(encoding="utf-8")
+    assert [r[1][1] for r in _rows(seeded, "sweep-groups")] == ["2", "2"]
+
+    jobs = _sweep(tmp_path / "broken")
+    (jobs["0.003"][0] / "retrieval" / "history.jsonl").write_text('{"step": 1\n{"step": 2, "epoch": 0}\n')  # line 1 broken
+    text, _ = _report(tmp_path, tmp_path / "broken")
+    assert "left out of the grouped table" in notes(text) and "history.jsonl" in notes(text)
+    counts = {r[0][1]: {a["data-key"]: a["data-n"] for a, _ in r[2:]} for r in _rows(text, "sweep-groups")}
+    assert counts["model.lr=0.003"]["retrieval/map@r"] == "2" and counts["model.lr=0.003"]["hierarchy/map@r"] == "3"
+    assert len(_rows(text, "sweep")) == 6
+
+    text = write_report([tmp_path / "broken"], tmp_path / "b.html", baseline="model.lr=9", metric="retrieval/map@r").read_text(encoding="utf-8")
+    assert "the test against baseline='model.lr=9' on metric='retrieval/map@r' failed" in notes(text)
+    assert len(_rows(text, "sweep-groups")) == 2 and "sweep-tests" not in text
+    text = write_report([tmp_path / "broken"], tmp_path / "c.html", keys=["retrieval/nope"]).read_text(encoding="utf-8")
+    assert "grouping the jobs by setting failed: keys ['retrieval/nope'] are in none of the runs" in notes(text)
+    assert "sweep-groups" not in text and len(_rows(text, "sweep")) == 6
 
 
 def _chromium() -> str | None:

@@ -4,7 +4,10 @@ Per run and evaluation family: the values of the last successful evaluation, eac
 ``value [low, high]`` (from ``<key>_ci_low`` / ``<key>_ci_high``); the curves of the interval keys over the trainer
 steps with their bands; the last evaluation's media from ``media/media.json`` (tables with their thumbnails, figures,
 curves); the PNGs of the family folder; what was missing or broken; the run's Hydra config and overrides. A multirun
-folder adds a table of its jobs (overrides and final values) linking to each job's section.
+folder opens with its jobs grouped by setting across seeds (the table of ``task=compare``: a row per setting,
+``mean [low, high]`` across seeds and the pooled per-query interval of each headline key; against a baseline, the
+Holm-corrected tests) and a picture per key, then a list of its jobs (overrides and final values) linking to each
+job's section.
 
 The file needs nothing else: every picture is inlined as ``data:image/png;base64``, the styles are inline, it
 references no URL, and it renders without a script. A small inline script only records, as attributes of ``<html>``,
@@ -31,11 +34,13 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from beyondlabels.io import find_evaluation_runs, read_evaluation_run
 from beyondlabels.io.atomic import write_text
+from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.run_folders import (
     FamilyFolder,
     MediaCurve,
@@ -47,9 +52,11 @@ from beyondlabels.io.run_folders import (
     read_multirun_folder,
     read_run_folder,
 )
+from beyondlabels.io.sweeps import SEED_KEYS
+from beyondlabels.reporting.sweeps import DAGGER, plot_sweep, sweep_comparison, sweep_headline_keys
 from beyondlabels.reporting.tables import ARROWS
 
-__all__ = ["headline_keys", "interval_keys", "report_html", "sweep_table_html", "write_report"]
+__all__ = ["grouped_sweep_html", "headline_keys", "interval_keys", "report_html", "sweep_section_html", "sweep_table_html", "write_report"]
 
 _INTERVAL_SUFFIXES = ("_ci_low", "_ci_high")
 # Keys drawn in one band chart at most (the band plot's own limit).
@@ -327,25 +334,32 @@ def _run_section(run: RunFolder, anchor: str, heading: str = "h2") -> str:
 
 
 def _final_values(run: RunFolder) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """``{prefixed key: last record}`` of a job's interval keys, and those keys in order."""
+    """``{prefixed key: {"value", "low", "high"}}`` of every number of a job's last evaluations (bounds None without
+    an interval), and its interval keys in order."""
     records: dict[str, dict[str, Any]] = {}
     keys: list[str] = []
     for family in run.families:
         last = family.run.last() if family.run is not None else None
         if last is None:
             continue
-        for key in interval_keys(family):
-            records[f"{family.prefix}/{key}"] = {"value": last[key], "low": last[f"{key}_ci_low"], "high": last[f"{key}_ci_high"]}
-            keys.append(f"{family.prefix}/{key}")
+        for key, value in last.items():
+            if _is_number(value) and not key.endswith(_INTERVAL_SUFFIXES):
+                records[f"{family.prefix}/{key}"] = {"value": value, "low": last.get(f"{key}_ci_low"), "high": last.get(f"{key}_ci_high")}
+        keys.extend(f"{family.prefix}/{key}" for key in interval_keys(family))
     return records, keys
 
 
-def sweep_table_html(sweep: MultirunFolder, anchors: Sequence[str], keys: Sequence[str] | None = None) -> str:
-    """The table of a multirun's jobs: one row per job (a link to its section ``anchors[i]``, its overrides) with the
-    final ``value [low, high]`` of each key (prefixed as logged; default: every key with an interval in a job)."""
+def sweep_table_html(
+    sweep: MultirunFolder, anchors: Sequence[str], keys: Sequence[str] | None = None, settings: Mapping[str, str] | None = None
+) -> str:
+    """The list of a multirun's jobs: one row per job (a link to its section ``anchors[i]``, its setting from
+    ``settings`` (``{job folder: group name}``) when given, its overrides) with the final ``value [low, high]`` of
+    each key (prefixed as logged; default: every key with an interval in a job)."""
     finals = [_final_values(job) for job in sweep.jobs]
     columns = list(keys) if keys else list(dict.fromkeys(k for _, job_keys in finals for k in job_keys))
-    head = "<tr><th>job</th><th>overrides</th>" + "".join(f"<th>{_e(k)}</th>" for k in columns) + "</tr>"
+    named = {str(Path(folder).resolve()): name for folder, name in (settings or {}).items()}
+    head = "<tr><th>job</th>" + ("<th>setting</th>" if settings is not None else "") + "<th>overrides</th>"
+    head += "".join(f"<th>{_e(k)}</th>" for k in columns) + "</tr>"
     rows = []
     for job, anchor, (records, _) in zip(sweep.jobs, anchors, finals):
         cells = []
@@ -354,8 +368,193 @@ def sweep_table_html(sweep: MultirunFolder, anchors: Sequence[str], keys: Sequen
             record = {key: entry["value"], f"{key}_ci_low": entry["low"], f"{key}_ci_high": entry["high"]} if entry else {}
             cells.append(_value_cell(record, key, False, key))
         overrides = ", ".join(job.overrides) or "none"
-        rows.append(f'<tr><td><a href="#{_e(anchor)}">{_e(job.name)}</a></td><td><code>{_e(overrides)}</code></td>{"".join(cells)}</tr>')
+        setting = ""
+        if settings is not None:
+            name = named.get(str(job.path.resolve()))
+            setting = f"<td>{_e(name)}</td>" if name is not None else '<td class="muted">(not grouped)</td>'
+        rows.append(f'<tr><td><a href="#{_e(anchor)}">{_e(job.name)}</a></td>{setting}<td><code>{_e(overrides)}</code></td>{"".join(cells)}</tr>')
     return f'<div class="scroll"><table class="sweep">{head}{"".join(rows)}</table></div>'
+
+
+def _sweep_runs(sweep: MultirunFolder, notes: list[str]) -> list[EvaluationRun]:
+    """The evaluations of a multirun's jobs as ``task=compare`` reads them; an unreadable one is left out and noted."""
+    try:
+        files = find_evaluation_runs(sweep.path)
+    except FileNotFoundError as exc:
+        notes.append(f"the jobs could not be grouped: {exc}")
+        return []
+    runs = []
+    for file in files:
+        try:
+            runs.append(read_evaluation_run(file))
+        except (OSError, ValueError) as exc:
+            notes.append(f"left out of the grouped table: {exc}")
+    return runs
+
+
+def _bounds(interval: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    interval = interval or {}
+    low, high = interval.get("low"), interval.get("high")
+    return (low, high) if _is_number(low) and _is_number(high) and not (math.isnan(low) or math.isnan(high)) else (None, None)
+
+
+def _group_cell(key: str, metric: Mapping[str, Any], survives: bool) -> str:
+    """``mean [low, high]`` across seeds (the t interval; the bare mean for one seed), below it the pooled per-query
+    interval ``q [low, high]``; the numbers also as ``data-`` attributes."""
+    seeds = metric["seeds"]
+    mean, n = seeds.get("mean"), seeds.get("n")
+    low, high = _bounds(seeds.get("t"))
+    text = _format(mean) + (f" [{_format(low)}, {_format(high)}]" if low is not None else "")
+    attrs = f' data-key="{_e(key)}" data-n="{_e(n)}"'
+    if _is_number(mean):
+        attrs += f' data-mean="{mean!r}"'
+    if low is not None:
+        attrs += f' data-low="{low!r}" data-high="{high!r}"'
+    if survives:
+        attrs += ' data-survives="1"'
+        text += DAGGER
+    q_low, q_high = _bounds(metric.get("pooled"))
+    pooled = f"q [{_format(q_low)}, {_format(q_high)}]" if q_low is not None else "q —"
+    if q_low is not None:
+        attrs += f' data-pooled-low="{q_low!r}" data-pooled-high="{q_high!r}"'
+    return f'<td class="num"{attrs}>{_e(text)}<br><span class="muted">{_e(pooled)}</span></td>'
+
+
+def _signed(value: Any) -> str:
+    return f"{value:+.4f}" if _is_number(value) and math.isfinite(value) else "—"
+
+
+def _tests_html(table: Mapping[str, Any]) -> str:
+    base = table["baseline"]
+    head = "".join(f"<th>{_e(h)}</th>" for h in ("group", "metric", "Δ seeds [t]", "Δ queries", "p", "p Holm", "d_z", "decision"))
+    rows = []
+    for c in base["comparisons"]:
+        arrow = ARROWS.get(c.get("direction"), "")
+        survives = c.get("decision") in ("better", "worse")
+        if "seed_t" in c:
+            t, q = c["seed_t"], c["per_query"]
+            seeds = f"{_signed(t.get('estimate'))} [{_signed(t.get('low'))}, {_signed(t.get('high'))}] (n={len(c.get('seeds', []))})"
+            queries = f"{_signed(q.get('estimate'))} [{_signed(q.get('low'))}, {_signed(q.get('high'))}] (n={c.get('n_queries')})"
+            p, adjusted, d = _format(c.get("pvalue")), _format(c.get("p_adjusted")), _format(c.get("effect_size"))
+        else:
+            seeds = queries = p = adjusted = d = "—"
+        decision = c.get("decision", "") + (f" {DAGGER}" if survives else "")
+        metric = f"{c['metric']} {arrow}".strip()
+        rows.append(
+            f'<tr class="{"survives" if survives else "test"}" data-group="{_e(c["group"])}" data-metric="{_e(c["metric"])}" '
+            f'data-decision="{_e(c.get("decision", ""))}"><td>{_e(c["group"])}</td><td>{_e(metric)}</td>'
+            f'<td class="num">{_e(seeds)}</td><td class="num">{_e(queries)}</td><td class="num">{_e(p)}</td>'
+            f'<td class="num">{_e(adjusted)}</td><td class="num">{_e(d)}</td><td title="{_e(c.get("reason", ""))}">{_e(decision)}</td></tr>'
+        )
+    caption = (
+        f"Against the baseline {base['group']}: {base['correction']} over {base['family_size']} comparisons, level {base['level']}. "
+        f"p: {base['test']} ({base['permutations']} sign assignments, or all of them when fewer); decisions use the adjusted p; "
+        f"{DAGGER}: the difference survives the correction. {base.get('effect_size', '')}."
+    )
+    reasons = "".join(f"<li>{_e(c['group'])} on {_e(c['metric'])}: no conclusion ({_e(c.get('reason', ''))})</li>" for c in base["comparisons"] if c.get("decision") == "no conclusion")
+    table_html = f'<div class="scroll"><table class="sweep-tests"><tr>{head}</tr>{"".join(rows)}</table></div>'
+    return f'<h4>Against the baseline</h4><p class="muted">{_e(caption)}</p>{table_html}' + (f'<ul class="muted">{reasons}</ul>' if reasons else "")
+
+
+def grouped_sweep_html(table: Mapping[str, Any]) -> str:
+    """The grouped comparison of :func:`beyondlabels.reporting.sweeps.sweep_comparison` as HTML: a row per group
+    (its name, the number of seeds ``n``) and a column per key, ``mean [low, high]`` across seeds above the pooled
+    per-query interval ``q [low, high]``, :data:`~beyondlabels.reporting.sweeps.DAGGER` where the difference to
+    the baseline survives the Holm–Bonferroni correction; then the tests against the baseline and the warnings.
+
+    Example:
+        >>> t = {"confidence": 0.95, "baseline": None, "metrics": {"r/p@1": {"direction": "max"}}, "groups": {
+        ...     "lr=1": {"jobs": [{}, {}], "metrics": {"r/p@1": {"seeds": {"mean": 0.5, "n": 2, "t": {"low": 0.4, "high": 0.6}},
+        ...                                                 "pooled": None}}}}}
+        >>> "0.5000 [0.4000, 0.6000]" in grouped_sweep_html(t)
+        True
+    """
+    keys = list(table["metrics"])
+    base = table.get("baseline")
+    marks = {(c["group"], c["metric"]) for c in base["comparisons"] if c.get("decision") in ("better", "worse")} if base else set()
+    base_name = base["group"] if base else None
+    titles = [f"{k} {ARROWS.get(table['metrics'][k].get('direction'), '')}".strip() for k in keys]
+    head = "<tr><th>setting</th><th>n</th>" + "".join(f"<th>{_e(t)}</th>" for t in titles) + "</tr>"
+    rows = []
+    for name, group in table["groups"].items():
+        label = name + (" (baseline)" if name == base_name else "")
+        cells = "".join(_group_cell(k, group["metrics"][k], (name, k) in marks) for k in keys)
+        rows.append(f'<tr data-group="{_e(name)}"><td>{_e(label)}</td><td class="num">{len(group["jobs"])}</td>{cells}</tr>')
+    confidence = f"{table.get('confidence', 0.95):.0%}"
+    notes = [f"Mean over seeds [{confidence} t interval across seeds]; n = seeds; q: pooled per-query bootstrap interval over the group's jobs."]
+    if table.get("common_overrides"):
+        notes.append("Every group: " + ", ".join(table["common_overrides"]) + ".")
+    out = [f'<div class="scroll"><table class="sweep-groups">{head}{"".join(rows)}</table></div>']
+    out.extend(f'<p class="muted">{_e(n)}</p>' for n in notes)
+    if base:
+        out.append(_tests_html(table))
+    warnings = "".join(f"<li>{_e(w)}</li>" for w in table.get("warnings", []))
+    if warnings:
+        out.append(f'<ul class="muted sweep-warnings">{warnings}</ul>')
+    return "".join(out)
+
+
+def _sweep_pictures(table: Mapping[str, Any], notes: list[str]) -> str:
+    figures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            paths = plot_sweep(table, Path(tmp) / "sweep")
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            notes.append(f"the sweep pictures could not be drawn: {exc}")
+            return ""
+        for key, path in zip(table["metrics"], paths):
+            figures.append(f'<figure class="sweep-picture" data-key="{_e(key)}">{_png(path, key, notes)}<figcaption>{_e(key)}</figcaption></figure>')
+    return f'<div class="figures">{"".join(figures)}</div>' if figures else ""
+
+
+def sweep_section_html(
+    sweep: MultirunFolder,
+    anchors: Sequence[str],
+    *,
+    keys: Sequence[str] | None = None,
+    seed_keys: Sequence[str] = SEED_KEYS,
+    baseline: str | None = None,
+    metric: str | None = None,
+    guardrails: Sequence[str] = (),
+    level: float = 0.05,
+    rounds: int = 2000,
+    seed: int = 11,
+) -> str:
+    """A multirun's jobs grouped by setting across seeds (:func:`beyondlabels.reporting.sweeps.sweep_comparison`
+    over the jobs' evaluations, shown by :func:`grouped_sweep_html`, columns ``keys`` or the headline keys), with
+    ``baseline`` and ``metric`` the Holm-corrected tests against the baseline group, the sweep's pictures
+    (:func:`beyondlabels.reporting.sweeps.plot_sweep`), then the list of its jobs (:func:`sweep_table_html`, the same
+    columns) linking to ``anchors``. What keeps the jobs from being grouped (no seed override, an unreadable job, an
+    unknown key or baseline) is a note; the job list stays."""
+    notes: list[str] = []
+    runs = _sweep_runs(sweep, notes)
+    table = None
+    if runs:
+        attempts = [(baseline, metric)] + ([(None, None)] if baseline is not None or metric is not None else [])
+        for base, key in attempts:
+            try:
+                table = sweep_comparison(
+                    runs, seed_keys=seed_keys, keys=keys, baseline=base, metric=key, guardrails=guardrails if key else (),
+                    level=level, rounds=rounds, seed=seed,
+                )  # fmt: skip
+                break
+            except (ValueError, KeyError, TypeError, OSError) as exc:
+                what = f"the test against baseline={base!r} on metric={key!r}" if base is not None or key is not None else "grouping the jobs by setting"
+                notes.append(f"{what} failed: {exc}")
+    if table is not None and all(not s for g in table["groups"].values() for s in g["seeds"]):
+        notes.append(
+            f"no job sets a seed key (seed_keys={list(seed_keys) if not isinstance(seed_keys, str) else [seed_keys]}): "
+            "every job would be a group of its own, so there is no grouped table; pass seed_keys=[...] naming the seed overrides"
+        )
+        table = None
+    parts = []
+    if table is not None:
+        parts.append(f'<h3>Settings across seeds</h3>{grouped_sweep_html(table)}')
+        parts.append(_sweep_pictures(table, notes))
+    columns = list(keys) if keys else (list(table["metrics"]) if table is not None else sweep_headline_keys(runs))
+    settings = {job["path"]: name for name, group in table["groups"].items() for job in group["jobs"]} if table is not None else None
+    parts.append(f"<h3>Jobs</h3>{sweep_table_html(sweep, anchors, columns or None, settings)}")
+    return _problems(notes) + "".join(parts)
 
 
 def _read(source: str | os.PathLike[str] | RunFolder | MultirunFolder) -> RunFolder | MultirunFolder:
@@ -365,10 +564,22 @@ def _read(source: str | os.PathLike[str] | RunFolder | MultirunFolder) -> RunFol
 
 
 def report_html(
-    runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder], *, title: str | None = None, keys: Sequence[str] | None = None
+    runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder],
+    *,
+    title: str | None = None,
+    keys: Sequence[str] | None = None,
+    seed_keys: Sequence[str] = SEED_KEYS,
+    baseline: str | None = None,
+    metric: str | None = None,
+    guardrails: Sequence[str] = (),
+    level: float = 0.05,
+    rounds: int = 2000,
+    seed: int = 11,
 ) -> str:
     """The report of ``runs`` (run folders, multirun folders, or what :mod:`beyondlabels.io.run_folders` read) as
-    one HTML document; ``keys`` selects the columns of a sweep's job table (:func:`sweep_table_html`).
+    one HTML document. A multirun's section opens with its jobs grouped by setting across ``seed_keys``, the tests
+    against ``baseline`` on ``metric`` and ``guardrails`` at ``level``, and its pictures (:func:`sweep_section_html`;
+    ``rounds`` and ``seed`` of its bootstrap intervals and tests); ``keys`` selects the columns of its tables.
 
     Raises:
         FileNotFoundError: if a path is not a folder.
@@ -381,7 +592,10 @@ def report_html(
             job_anchors = [_anchor(anchor, "job", job.name) for job in source.jobs]
             nav.append(f'<li><a href="#{anchor}">{_e(source.path.name)}</a> (sweep of {len(source.jobs)} jobs)</li>')
             parts = [f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2><p class="muted">{_e(source.path)}</p>']
-            parts.append(sweep_table_html(source, job_anchors, keys))
+            parts.append(sweep_section_html(
+                source, job_anchors, keys=keys, seed_keys=seed_keys, baseline=baseline, metric=metric, guardrails=guardrails, level=level,
+                rounds=rounds, seed=seed,
+            ))  # fmt: skip
             if source.config is not None:
                 parts.append(f"<details><summary>multirun.yaml</summary><pre>{_e(source.config)}</pre></details>")
             parts.extend(_run_section(job, a, "h2") for job, a in zip(source.jobs, job_anchors))
@@ -400,14 +614,9 @@ def report_html(
     )
 
 
-def write_report(
-    runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder],
-    output: str | os.PathLike[str],
-    *,
-    title: str | None = None,
-    keys: Sequence[str] | None = None,
-) -> Path:
-    """Write :func:`report_html` of ``runs`` to ``output`` (atomically; its folder is created) and return its path."""
+def write_report(runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder], output: str | os.PathLike[str], **options: Any) -> Path:
+    """Write :func:`report_html` of ``runs`` (``options``: its keyword arguments) to ``output`` (atomically; its
+    folder is created) and return its path."""
     output = Path(output)
-    write_text(output, report_html(runs, title=title, keys=keys))
+    write_text(output, report_html(runs, **options))
     return output

@@ -57,6 +57,7 @@ __all__ = [
     "plot_sweep",
     "print_sweep",
     "sweep_comparison",
+    "sweep_headline_keys",
     "sweep_latex",
     "sweep_markdown",
     "write_sweep_files",
@@ -89,17 +90,29 @@ def _direction(jobs: Sequence[SweepJob], prefix: str, key: str) -> str | None:
     return None
 
 
-def _default_keys(jobs: Sequence[SweepJob]) -> list[str]:
-    """The headline keys: scalars with a direction that have per-query values, prefixed, in schema order."""
+def sweep_headline_keys(runs: Sequence[EvaluationRun]) -> list[str]:
+    """The keys :func:`sweep_comparison` tabulates by default: the scalars with a direction that have per-query
+    values, prefixed as logged (``retrieval/precision@1``), in the order of ``runs`` and their schemas.
+
+    Example:
+        >>> from beyondlabels.schema import KeySpec, OutputSchema
+        >>> schema = OutputSchema({"map@r": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True)},
+        ...                       per_query={"map@r": KeySpec("per_query", True)})
+        >>> sweep_headline_keys([EvaluationRun(Path("0/retrieval"), "0", "retrieval", [], schema=schema)])
+        ['retrieval/map@r']
+    """
     keys: dict[str, None] = {}
-    for job in jobs:
-        for prefix, run in job.runs.items():
-            if run.schema is None:
-                continue
-            for key in run.schema.scalar_keys():
-                if run.schema.mode(key) is not None and key in run.schema.per_query:
-                    keys[f"{prefix}/{key}"] = None
+    for run in runs:
+        if run.schema is None:
+            continue
+        for key in run.schema.scalar_keys():
+            if run.schema.mode(key) is not None and key in run.schema.per_query:
+                keys[f"{run.prefix}/{key}"] = None
     return list(keys)
+
+
+def _default_keys(jobs: Sequence[SweepJob]) -> list[str]:
+    return sweep_headline_keys([run for job in jobs for run in job.runs.values()])
 
 
 def _per_query(job: SweepJob, prefix: str, key: str, which: str, primary: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:

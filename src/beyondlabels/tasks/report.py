@@ -2,8 +2,12 @@
 (:mod:`beyondlabels.reporting.html_report`).
 
 ``runs`` are run folders (``logs/train/runs/<date>/``) and Hydra multirun folders (``logs/train/multiruns/<date>/``);
-the report goes to ``output`` (default ``<job folder>/report.html``). ``metrics`` selects the columns of a sweep's job
-table (keys as logged, e.g. ``[retrieval/precision@1]``; default: every key with an interval).
+the report goes to ``output`` (default ``<job folder>/report.html``). A multirun's section groups its jobs by setting
+(their overrides but ``seed_keys``) as ``task=compare`` does; ``metrics`` selects the columns of its tables (keys as
+logged, e.g. ``[retrieval/precision@1]``; default: the headline keys, the scalars with a direction and per-query
+values); ``baseline`` and ``metric`` (with ``guardrails``, at ``level``) add the Holm-corrected tests of every other
+group against the baseline group; ``bootstrap_rounds`` and ``ci_seed`` (of ``conf/evaluate.yaml``) set the bootstrap
+of the groups' intervals and of the tests.
 """
 
 from __future__ import annotations
@@ -47,13 +51,35 @@ def check_runs(value: Any) -> list[Path]:
     return roots
 
 
+def _key_list(cfg: DictConfig, name: str) -> list[str] | None:
+    value = plain(cfg.get(name))
+    value = [value] if isinstance(value, str) else (list(value) if value else None)
+    if value is not None and not all(isinstance(k, str) and k for k in value):
+        raise ValueError(f"{name} must be a list of keys, e.g. [retrieval/precision@1] (or [seed] for seed_keys), got {value!r}")
+    return value
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Write the HTML report of ``runs`` and return ``{"report": path, "runs": [paths]}``."""
     roots = check_runs(cfg.get("runs"))
-    keys = plain(cfg.get("metrics"))
-    keys = [keys] if isinstance(keys, str) else (list(keys) if keys else None)
+    keys = _key_list(cfg, "metrics")
+    level = cfg.get("level", 0.05)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), e.g. 0.05 (the family-wise error rate of the tests against baseline=), got {level!r}")
+    baseline, metric = cfg.get("baseline"), cfg.get("metric")
+    if (baseline is None) != (metric is None):
+        raise ValueError("the test against a baseline needs both baseline=GROUP (e.g. \"baseline='model.lr=0.001'\") and metric=KEY (e.g. retrieval/precision@1)")
+    rounds, seed = cfg.get("bootstrap_rounds", 2000), cfg.get("ci_seed", 11)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"bootstrap_rounds must be an int >= 1 (resamples of every interval of a sweep's groups, e.g. 2000), got {rounds!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"ci_seed must be an int (the seed of a sweep's bootstrap intervals and tests), got {seed!r}")
     output = report_path(cfg, "report.html")
-    path = write_report(roots, output, title=cfg.get("title"), keys=keys)
+    path = write_report(
+        roots, output, title=cfg.get("title"), keys=keys, seed_keys=_key_list(cfg, "seed_keys") or ["seed"],
+        baseline=None if baseline is None else str(baseline), metric=None if metric is None else str(metric),
+        guardrails=_key_list(cfg, "guardrails") or [], level=float(level), rounds=rounds, seed=seed,
+    )  # fmt: skip
     log.info("report: %s", path)
     print(f"report: {path}")
     return {"report": str(path), "runs": [str(r) for r in roots]}
