@@ -42,7 +42,7 @@ from typing import Any
 
 from beyondlabels.io.atomic import atomic_file, write_json
 
-__all__ = ["MANIFEST_FILE", "MEDIA_FORMAT", "MEDIA_NAME", "check_media_name", "png_bytes", "table_image_path", "write_media_folder"]
+__all__ = ["MANIFEST_FILE", "MEDIA_FORMAT", "MEDIA_NAME", "check_media_name", "encode_png", "table_image_path", "write_media_folder"]
 
 MANIFEST_FILE = "media.json"
 MEDIA_FORMAT = 1
@@ -71,7 +71,7 @@ def table_image_path(table: str, row: int, column: str) -> str:
     return f"tables/{table}/r{row:03d}_{column}.png"
 
 
-def png_bytes(image: Any) -> bytes:
+def encode_png(image: Any) -> bytes:
     """An ``H×W×C`` uint8 array (C = 1, 3 or 4) as PNG bytes."""
     from PIL import Image
 
@@ -146,7 +146,7 @@ def write_media_folder(
                 if getattr(cell, "ndim", None) == 3:
                     check_media_name(column, f"image column of table {name!r}")
                     relative = table_image_path(name, r, column)
-                    _write_bytes(folder / relative, png_bytes(cell))
+                    _write_bytes(folder / relative, encode_png(cell))
                     written.add(folder / relative)
                     out.append({"image": relative})
                 else:

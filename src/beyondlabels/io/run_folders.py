@@ -53,7 +53,7 @@ __all__ = [
     "RunFolder",
     "is_multirun_folder",
     "is_run_folder",
-    "png_bytes",
+    "read_png",
     "read_media_manifest",
     "read_multirun_folder",
     "read_run_folder",
@@ -355,7 +355,7 @@ def read_media_manifest(media: str | os.PathLike[str], problems: list[str] | Non
     return manifest
 
 
-def png_bytes(path: str | os.PathLike[str]) -> bytes:
+def read_png(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a PNG file, checked to decode (Pillow, when installed; else the PNG signature).
 
     Raises:

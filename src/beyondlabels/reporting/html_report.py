@@ -48,7 +48,7 @@ from beyondlabels.io.run_folders import (
     MultirunFolder,
     RunFolder,
     is_multirun_folder,
-    png_bytes,
+    read_png,
     read_multirun_folder,
     read_run_folder,
 )
@@ -170,7 +170,7 @@ def _problems(problems: Iterable[str]) -> str:
 def _png(path: Path, alt: str, problems: list[str], css_class: str = "") -> str:
     """``path`` as an inline ``<img>``; a file that is not a whole PNG becomes a note and a problem."""
     try:
-        return _img(png_bytes(path), alt, css_class)
+        return _img(read_png(path), alt, css_class)
     except ValueError as exc:
         problems.append(str(exc))
         return f'<span class="muted">({_e(path.name)}: not shown)</span>'
