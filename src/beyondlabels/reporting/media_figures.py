@@ -33,7 +33,7 @@ def _figure(width: float, height: float, dpi: int = 100) -> Any:
 def figure_png(fig: Any, dpi: int | None = None) -> bytes:
     """The PNG bytes of a matplotlib figure."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi or fig.dpi)
+    fig.savefig(buffer, format="png", dpi=dpi or fig.dpi)  # atomic: an in-memory buffer, no file
     return buffer.getvalue()
 
 
