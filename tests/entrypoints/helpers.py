@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ddp import child_env  # noqa: E402
@@ -19,6 +20,21 @@ def script_env() -> dict[str, str]:
     env = child_env(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="2")
     env.pop("WANDB_SERVICE", None)
     return env
+
+
+def evaluate_config(tmp_path: Path, *overrides: str) -> Any:
+    """The composed ``conf/evaluate.yaml`` with ``overrides``, logging under ``tmp_path/logs`` and writing its job
+    files to ``tmp_path/job`` (what ``evaluate.py`` gets from Hydra, without a subprocess)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
+        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "job")
+    return cfg
 
 
 def run_script(script: str, *overrides: str, cwd: Path = REPO_ROOT, timeout: int = 600) -> subprocess.CompletedProcess:

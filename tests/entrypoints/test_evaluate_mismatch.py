@@ -11,13 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script  # noqa: E402
+from helpers import evaluate_config, run_script  # noqa: E402
 
 from beyondlabels.demo import demo_profiles  # noqa: E402
 from beyondlabels.functional import feature_similarity  # noqa: E402
@@ -26,15 +23,6 @@ from beyondlabels.functional.mismatch import mismatch_output_schema  # noqa: E40
 from beyondlabels import tasks  # noqa: E402
 
 PROFILES = Path(str(resources.files("beyondlabels.demo").joinpath("data", "profiles.yaml")))
-
-
-def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
 
 
 def _pairs(n: int = 300, seed: int = 0):
@@ -65,7 +53,7 @@ def test_mismatch_task_report_matches_references(tmp_path):
     q, r, m, classes = _pairs()
     _write_csv(tmp_path / "pairs.csv", q, r)
     out = tmp_path / "mm.json"
-    report = tasks.mismatch.run(_cfg(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.csv'}", f"profiles={PROFILES}",
+    report = tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.csv'}", f"profiles={PROFILES}",
                                              f"output={out}", "trials=2000", "seed=42"))
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert out.with_suffix(".png").stat().st_size > 0
@@ -108,9 +96,9 @@ def test_mismatch_task_with_ranks_counts_and_npz(tmp_path):
     np.savez(tmp_path / "pairs.npz", query_label=q2, retrieved_label=r2, rank=rk2)
     counts = {c: 10 for c in classes}
     (tmp_path / "counts.json").write_text(json.dumps(counts))
-    one = tasks.mismatch.run(_cfg(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.npz'}", f"profiles={PROFILES}",
+    one = tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.npz'}", f"profiles={PROFILES}",
                                           f"output={tmp_path / 'a.json'}", "trials=100"))
-    two = tasks.mismatch.run(_cfg(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.npz'}", f"profiles={PROFILES}",
+    two = tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.npz'}", f"profiles={PROFILES}",
                                           f"output={tmp_path / 'b.json'}", "trials=100", "rank_max=2", f"counts={tmp_path / 'counts.json'}"))
     assert one["num_queries"] == 60 and two["num_queries"] == 120
     assert one["num_mismatches"] == int((q != r).sum())
@@ -120,17 +108,17 @@ def test_mismatch_task_with_ranks_counts_and_npz(tmp_path):
 def test_mismatch_task_errors_name_the_problem(tmp_path):
     _write_csv(tmp_path / "bad.csv", ["square", "zebra"], ["circle", "square"])
     with pytest.raises(ValueError, match=r"labels \['zebra'\] that are not classes of the profiles"):
-        tasks.mismatch.run(_cfg(tmp_path, "task=mismatch", f"pairs={tmp_path / 'bad.csv'}", f"profiles={PROFILES}"))
+        tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'bad.csv'}", f"profiles={PROFILES}"))
     (tmp_path / "cols.csv").write_text("query,retrieved\nsquare,circle\n")
     with pytest.raises(ValueError, match=r"lacks the column\(s\) \['query_label', 'retrieved_label'\]"):
-        tasks.mismatch.run(_cfg(tmp_path, "task=mismatch", f"pairs={tmp_path / 'cols.csv'}", f"profiles={PROFILES}"))
+        tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'cols.csv'}", f"profiles={PROFILES}"))
     with pytest.raises(ValueError, match="task=mismatch needs pairs=PATH"):
-        tasks.mismatch.run(_cfg(tmp_path, "task=mismatch"))
+        tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch"))
 
 
 def test_profiles_task_writes_matrix_distribution_and_heatmap(tmp_path):
     out = tmp_path / "prof.json"
-    report = tasks.profiles.run(_cfg(tmp_path, "task=profiles", f"profiles={PROFILES}", f"output={out}"))
+    report = tasks.profiles.run(evaluate_config(tmp_path, "task=profiles", f"profiles={PROFILES}", f"output={out}"))
     m = np.array(report["matrix"])
     assert report["classes"] == list(demo_profiles().classes)
     np.testing.assert_array_equal(m, feature_similarity(demo_profiles()).numpy())
@@ -147,7 +135,7 @@ def test_retrieval_with_profiles_adds_graded_keys_and_a_mismatch_section(tmp_pat
     x = (rng.normal(size=(c, 8))[labels] + 1.3 * rng.normal(size=(160, 8))).astype(np.float32)
     np.savez(tmp_path / "emb.npz", embeddings=x, labels=labels)  # integer labels: class indices in profiles order
     out = tmp_path / "ret.json"
-    report = tasks.retrieval.run(_cfg(tmp_path, "task=retrieval", f"input={tmp_path / 'emb.npz'}", f"profiles={PROFILES}",
+    report = tasks.retrieval.run(evaluate_config(tmp_path, "task=retrieval", f"input={tmp_path / 'emb.npz'}", f"profiles={PROFILES}",
                                               f"output={out}", "k=[1,5]", "trials=300"))
     m = feature_similarity(p).numpy()
     u = x.astype(np.float64) / np.linalg.norm(x, axis=1, keepdims=True)

@@ -13,12 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytrec_eval
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT  # noqa: E402
+from helpers import evaluate_config  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 from bootstrap import numpy_percentile_bootstrap  # noqa: E402
@@ -28,15 +25,6 @@ from beyondlabels.io import read_evaluation_run  # noqa: E402
 
 NEW = {"map": "map", "recip_rank": "recip_rank", "bpref": "bpref", "recall@5": "recall_5", "recall@10": "recall_10",
        "success@1": "success_1", "success@5": "success_5", "success@10": "success_10"}
-
-
-def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
 
 
 def _files(tmp_path: Path, seed: int = 2):
@@ -60,7 +48,7 @@ def _files(tmp_path: Path, seed: int = 2):
 def test_ranking_task_reports_trec_eval_measures_with_intervals(tmp_path: Path, capsys: pytest.CaptureFixture):
     qrels, run = _files(tmp_path)
     output = tmp_path / "out" / "ranking.json"
-    cfg = _cfg(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}", f"qrels={tmp_path / 'qrels.txt'}", "k=[1,5,10]",
+    cfg = evaluate_config(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}", f"qrels={tmp_path / 'qrels.txt'}", "k=[1,5,10]",
                "bootstrap_rounds=500", f"output={output}")
     tasks.ranking.run(cfg)
     report = json.loads(output.read_text())

@@ -10,27 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import run_script  # noqa: E402
+from helpers import evaluate_config, run_script  # noqa: E402
 
 from beyondlabels.functional.rprecision import draw_candidate_sets  # noqa: E402
 from beyondlabels.io.candidate_sets import save_candidate_sets  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 from beyondlabels import tasks  # noqa: E402
-
-
-def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
 
 
 def _data(n: int = 60, seed: int = 0):
@@ -54,7 +42,7 @@ def test_report_holds_the_keys_settings_and_evaluator(tmp_path: Path):
              captions=np.array([f"caption {i}" for i in range(60)]))  # fmt: skip
     out = tmp_path / "out" / "r.json"
     tasks.rprecision.run(
-        _cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=10", "top_r=[1,5]",
+        evaluate_config(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=10", "top_r=[1,5]",
              "repeats=1", "seed=3", "rprecision.hard_negatives=true")  # fmt: skip
     )
     report = json.loads(out.read_text())
@@ -79,7 +67,7 @@ def test_pinned_sets_and_missing_arrays(tmp_path: Path):
     save_candidate_sets(sets, tmp_path / "sets.npz")
     out = tmp_path / "r.json"
     tasks.rprecision.run(
-        _cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=8", "top_r=[1]",
+        evaluate_config(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=8", "top_r=[1]",
              f"rprecision.candidate_sets={tmp_path / 'sets.npz'}")  # fmt: skip
     )
     hits = _oracle_hits(img.astype(np.float64), txt.astype(np.float64), sets.distractor_ids.numpy())
@@ -87,7 +75,7 @@ def test_pinned_sets_and_missing_arrays(tmp_path: Path):
         np.testing.assert_array_equal(pq["r_precision"], hits)
     np.savez(tmp_path / "bad.npz", image_embeddings=img)
     with pytest.raises(ValueError, match="text_embeddings"):
-        tasks.rprecision.run(_cfg(tmp_path, "task=rprecision", f"input={tmp_path / 'bad.npz'}"))
+        tasks.rprecision.run(evaluate_config(tmp_path, "task=rprecision", f"input={tmp_path / 'bad.npz'}"))
 
 
 @pytest.mark.slow

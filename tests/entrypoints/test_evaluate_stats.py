@@ -11,27 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytrec_eval
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script  # noqa: E402
+from helpers import evaluate_config, run_script  # noqa: E402
 
 from beyondlabels.metrics.intervals import with_confidence_intervals  # noqa: E402
 from beyondlabels.io import read_evaluation_run, save_per_query  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
 
 from beyondlabels import tasks  # noqa: E402
-
-
-def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
 
 
 def _trec_files(tmp_path: Path, seed: int = 0):
@@ -58,7 +46,7 @@ def _trec_files(tmp_path: Path, seed: int = 0):
 def test_ranking_report_matches_trec_eval(tmp_path: Path):
     qrels, run = _trec_files(tmp_path)
     output = tmp_path / "out" / "ranking.json"
-    cfg = _cfg(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}", f"qrels={tmp_path / 'qrels.txt'}", "k=[5,10]", f"output={output}")
+    cfg = evaluate_config(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}", f"qrels={tmp_path / 'qrels.txt'}", "k=[5,10]", f"output={output}")
     tasks.ranking.run(cfg)
     report = json.loads(output.read_text())
     reference = pytrec_eval.RelevanceEvaluator(qrels, {"P.5,10", "ndcg_cut.5,10", "Rprec"}).evaluate(run)
@@ -79,7 +67,7 @@ def test_ranking_report_matches_trec_eval(tmp_path: Path):
 
 def test_ranking_needs_both_files(tmp_path: Path):
     with pytest.raises(ValueError, match="qrels=PATH"):
-        tasks.ranking.run(_cfg(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}"))
+        tasks.ranking.run(evaluate_config(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}"))
 
 
 SCHEMA = with_confidence_intervals(
@@ -118,7 +106,7 @@ def test_compare_against_a_baseline_with_decisions(tmp_path: Path, capsys: pytes
     _job(multirun, 2, ["model.lr=0.003"], {20: (base_p1 + rng.normal(0, 0.2, n), base_map)}, 3)
     _job(multirun, 3, ["model.lr=0.004"], {20: (base_p1 + 0.1, base_map - 0.05)}, 4)
     output = tmp_path / "ab.json"
-    cfg = _cfg(
+    cfg = evaluate_config(
         tmp_path, "task=abtest", f"runs=[{multirun}]", f"baseline={multirun / '0'}", "metric=retrieval/precision@1",
         "guardrails=[retrieval/map@r]", f"output={output}",
     )  # fmt: skip
@@ -134,7 +122,7 @@ def test_compare_against_a_baseline_with_decisions(tmp_path: Path, capsys: pytes
     printed = capsys.readouterr().out
     assert "cannot distinguish" in printed and "guardrail retrieval/map@r worse by 0.0500" in printed
     # which=best reads the best evaluation of each run
-    best = tasks.abtest.run(_cfg(tmp_path, "task=abtest", f"runs=[{multirun}]", f"baseline={multirun / '0'}", "metric=retrieval/precision@1", "which=best"))
+    best = tasks.abtest.run(evaluate_config(tmp_path, "task=abtest", f"runs=[{multirun}]", f"baseline={multirun / '0'}", "metric=retrieval/precision@1", "which=best"))
     assert best["runs"][best["baseline"]]["step"] == 20
 
 
@@ -145,17 +133,17 @@ def test_compare_errors_name_what_is_wrong(tmp_path: Path):
     _job(multirun, 1, ["seed=2"], {5: (rng.uniform(size=19), rng.uniform(size=19))}, 0)
     base = [f"runs=[{multirun}]", f"baseline={multirun / '0'}"]
     with pytest.raises(ValueError, match="intersect=True"):
-        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1"))
-    table = tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1", "intersect=true"))
+        tasks.abtest.run(evaluate_config(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1"))
+    table = tasks.abtest.run(evaluate_config(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1", "intersect=true"))
     assert next(e for e in table["runs"].values() if e["vs_baseline"])["vs_baseline"]["unmatched"] == 1
     with pytest.raises(ValueError, match="no direction"):
-        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/num_queries"))
+        tasks.abtest.run(evaluate_config(tmp_path, "task=abtest", *base, "metric=retrieval/num_queries"))
     with pytest.raises(ValueError, match="per-query keys"):
-        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1_ci_low"))
+        tasks.abtest.run(evaluate_config(tmp_path, "task=abtest", *base, "metric=retrieval/precision@1_ci_low"))
     with pytest.raises(ValueError, match="prefix/key"):
-        tasks.abtest.run(_cfg(tmp_path, "task=abtest", *base, "metric=precision@1"))
+        tasks.abtest.run(evaluate_config(tmp_path, "task=abtest", *base, "metric=precision@1"))
     with pytest.raises(ValueError, match="baseline"):
-        tasks.abtest.run(_cfg(tmp_path, "task=abtest", f"runs=[{multirun}]", "metric=retrieval/precision@1"))
+        tasks.abtest.run(evaluate_config(tmp_path, "task=abtest", f"runs=[{multirun}]", "metric=retrieval/precision@1"))
 
 
 @pytest.mark.slow

@@ -9,16 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_crossmodal import oracle, paired_data  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "entrypoints"))
-from helpers import script_env  # noqa: E402
+from helpers import evaluate_config, script_env  # noqa: E402
 
 from beyondlabels import tasks  # noqa: E402
 
@@ -29,20 +26,11 @@ REQUIRED = [
 ]  # fmt: skip
 
 
-def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
-
-
 def test_report_matches_the_oracle(tmp_path: Path):
     images, texts, owner = paired_data(seed=7)
     np.savez(tmp_path / "pairs.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owner)
     out = tmp_path / "out" / "report.json"
-    tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}"))
+    tasks.crossmodal.run(evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}"))
     report = json.loads(out.read_text())
     ref = oracle(images.astype(np.float64), texts.astype(np.float64), owner)
     assert report["task"] == "crossmodal" and report["ks"] == [1, 5, 10]
@@ -60,7 +48,7 @@ def test_ids_and_k_are_read(tmp_path: Path):
     np.savez(tmp_path / "p.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owner,
              image_ids=np.arange(12) + 500, text_ids=np.arange(len(texts)) * 2)  # fmt: skip
     out = tmp_path / "r.json"
-    report = tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'p.npz'}", f"output={out}", "k=[2,3]"))
+    report = tasks.crossmodal.run(evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'p.npz'}", f"output={out}", "k=[2,3]"))
     assert "text_to_image_recall@2" in report and "text_to_image_recall@1" not in report
     with np.load(tmp_path / report["per_query_file"]) as pq:
         assert pq["query_id"][:12].tolist() == list(range(500, 512))
@@ -78,9 +66,9 @@ def test_ids_and_k_are_read(tmp_path: Path):
 def test_bad_files_are_named(tmp_path: Path, arrays: dict, message: str):
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(ValueError, match=message):
-        tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'bad.npz'}", "k=1"))
+        tasks.crossmodal.run(evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'bad.npz'}", "k=1"))
     with pytest.raises(FileNotFoundError, match="text_image_index"):
-        tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={tmp_path / 'missing.npz'}"))
+        tasks.crossmodal.run(evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'missing.npz'}"))
 
 
 @pytest.mark.slow

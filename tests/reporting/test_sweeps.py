@@ -11,9 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
 from statsmodels.stats.multitest import multipletests
 
 from beyondlabels import tasks
@@ -24,20 +21,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "oracles"))
 from bootstrap import numpy_percentile_bootstrap  # noqa: E402
 
+sys.path.insert(0, str(REPO_ROOT / "tests" / "entrypoints"))
+from helpers import evaluate_config  # noqa: E402
+
 SCHEMA = OutputSchema(
     {"precision@1": KeySpec("scalar", True), "mean_rank": KeySpec("scalar", False), "num_queries": KeySpec("scalar", None, count=True)},
     {"query_id": KeySpec("per_query", None), "precision@1": KeySpec("per_query", True), "mean_rank": KeySpec("per_query", False)},
 )
 N = 40
-
-
-def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
 
 
 def _job(folder: Path, overrides: list[str], p1: np.ndarray, rank: np.ndarray, order_seed: int, shifts=((5, -0.3), (10, 0.0))) -> None:
@@ -77,7 +68,7 @@ def sweep(tmp_path: Path) -> dict:
 
 
 def test_groups_summarise_their_seeds(tmp_path: Path, sweep: dict, capsys: pytest.CaptureFixture):
-    table = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep['root']}]"))  # auto: several seeds per setting
+    table = tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]"))  # auto: several seeds per setting
     assert table["kind"] == "sweep" and list(table["groups"]) == ["model.lr=0.001", "model.lr=0.003", "model.lr=0.01"]
     assert table["common_overrides"] == ["experiment=shapes_smoke"] and table["baseline"] is None
     assert list(table["metrics"]) == ["retrieval/precision@1", "retrieval/mean_rank"]  # headline keys: direction + per query
@@ -111,7 +102,7 @@ def _file_order(sweep: dict, lr: str, seed: int, job: int) -> np.ndarray:
 
 def test_against_the_baseline_with_holm(tmp_path: Path, sweep: dict, capsys: pytest.CaptureFixture):
     output = tmp_path / "out" / "sweep.json"
-    table = tasks.compare.run(_cfg(
+    table = tasks.compare.run(evaluate_config(
         tmp_path, "task=compare", f"runs=[{sweep['root']}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
         "guardrails=[retrieval/mean_rank]", f"output={output}", "permutations=999",
     ))  # fmt: skip
@@ -151,21 +142,21 @@ def test_against_the_baseline_with_holm(tmp_path: Path, sweep: dict, capsys: pyt
 
 
 def test_baseline_named_by_a_job_folder_and_errors(tmp_path: Path, sweep: dict):
-    table = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep['root']}]", f"baseline={sweep['root'] / '4'}", "metric=retrieval/precision@1"))
+    table = tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]", f"baseline={sweep['root'] / '4'}", "metric=retrieval/precision@1"))
     assert table["baseline"]["group"] == "model.lr=0.003" and table["baseline"]["family_size"] == 2
     assert {c["decision"] for c in table["baseline"]["comparisons"]} == {"worse"}
     with pytest.raises(ValueError, match=r"baseline='lr=1' is neither a group.*model.lr=0.001"):
-        tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep['root']}]", "baseline='lr=1'", "metric=retrieval/precision@1"))
+        tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]", "baseline='lr=1'", "metric=retrieval/precision@1"))
     with pytest.raises(ValueError, match="baseline=GROUP .* and metric=KEY"):
-        tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep['root']}]", "metric=retrieval/precision@1"))
+        tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]", "metric=retrieval/precision@1"))
     with pytest.raises(ValueError, match="no direction"):
-        tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep['root']}]", f"baseline={sweep['root'] / '0'}", "metric=retrieval/num_queries"))
+        tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]", f"baseline={sweep['root'] / '0'}", "metric=retrieval/num_queries"))
     with pytest.raises(ValueError, match="drop group=false"):
-        tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep['root']}]", f"baseline={sweep['root'] / '0'}", "metric=retrieval/precision@1", "group=false"))
+        tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]", f"baseline={sweep['root'] / '0'}", "metric=retrieval/precision@1", "group=false"))
 
 
 def test_group_false_keeps_the_table_per_job(tmp_path: Path, sweep: dict):
-    table = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep['root']}]", "group=false", "metrics=[retrieval/precision@1]"))
+    table = tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]", "group=false", "metrics=[retrieval/precision@1]"))
     assert "kind" not in table and len(table["runs"]) == 8
     assert re.match(r"0 \(model.lr=0.001, seed=1\)", next(iter(table["runs"])))
 
@@ -177,7 +168,7 @@ def test_categorical_setting_and_runs_without_seeds(tmp_path: Path):
         _job(root / str(job), [f"model={model}", f"seed={seed}"], rng.uniform(0, 1, N), rng.uniform(1, 3, N), job)
     _job(tmp_path / "single", ["model=c"], rng.uniform(0, 1, N), rng.uniform(1, 3, N), 9)  # no seed: a group of its own
     output = tmp_path / "out.json"
-    table = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{root},{tmp_path / 'single'}]", f"output={output}"))
+    table = tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{root},{tmp_path / 'single'}]", f"output={output}"))
     assert list(table["groups"]) == ["model=a", "model=b", "model=c"]
     assert table["groups"]["model=c"]["seeds"] == [""] and np.isnan(table["groups"]["model=c"]["metrics"]["retrieval/precision@1"]["seeds"]["t"]["low"])
     assert (tmp_path / "out.retrieval_precision@1.png").is_file()
@@ -192,7 +183,7 @@ def test_which_best_reads_every_job_at_its_best_evaluation(tmp_path: Path):
         # the best precision@1 is the first evaluation (step 5); the last one is 0.3 (lr=1) or 0.5 (lr=2) lower
         last = -0.3 if lr == "1" else -0.5
         _job(root / str(job), [f"lr={lr}", f"seed={seed}"], p1[job], rng.uniform(1, 3, N), job, shifts=((5, 0.0), (10, last)))
-    table = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{root}]", "which=best", "baseline='lr=1'", "metric=retrieval/precision@1"))
+    table = tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{root}]", "which=best", "baseline='lr=1'", "metric=retrieval/precision@1"))
     assert table["groups"]["lr=2"]["metrics"]["retrieval/precision@1"]["seeds"]["mean"] == pytest.approx(np.mean([p1[j].mean() for j in (3, 4, 5)]), abs=1e-12)
     (c,) = table["baseline"]["comparisons"]
     d_q = np.mean([p1[j + 3] - p1[j] for j in (0, 1, 2)], axis=0)  # at step 5 on both sides
