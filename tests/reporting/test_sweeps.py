@@ -188,3 +188,28 @@ def test_which_best_reads_every_job_at_its_best_evaluation(tmp_path: Path):
     (c,) = table["baseline"]["comparisons"]
     d_q = np.mean([p1[j + 3] - p1[j] for j in (0, 1, 2)], axis=0)  # at step 5 on both sides
     assert c["difference"] == pytest.approx(d_q.mean(), abs=1e-12) and c["decision"] == "better"
+
+
+def test_the_sweep_picture_ticks_each_swept_value_as_written(tmp_path: Path, sweep: dict, monkeypatch: pytest.MonkeyPatch):
+    """One tick per learning rate, labelled 0.001 / 0.003 / 0.01 (not 0.00100 ... running together), on a log axis
+    since the rates span a factor of 10; the points sit at those values."""
+    import matplotlib.pyplot as plt
+
+    from beyondlabels.reporting.sweeps import plot_sweep
+
+    table = tasks.compare.run(evaluate_config(tmp_path, "task=compare", f"runs=[{sweep['root']}]", "group=true"))
+    axes = []
+    subplots = plt.subplots
+
+    def recording_subplots(*args, **kwargs):
+        fig, ax = subplots(*args, **kwargs)
+        axes.append(ax)
+        return fig, ax
+
+    monkeypatch.setattr(plt, "subplots", recording_subplots)
+    plot_sweep(table, tmp_path / "pictures" / "sweep")
+    assert len(axes) == len(table["metrics"])
+    for ax in axes:
+        assert [label.get_text() for label in ax.get_xticklabels()] == ["0.001", "0.003", "0.01"]
+        assert list(ax.get_xticks()) == [0.001, 0.003, 0.01] and ax.get_xscale() == "log"
+        assert sorted(ax.get_lines()[0].get_xdata()) == [0.001, 0.003, 0.01]

@@ -632,6 +632,9 @@ def plot_sweep(table: Mapping[str, Any], stem: str | Path) -> list[Path]:
                 xs_all = sorted({p[0] for pts in lines.values() for p in pts})
                 if len(xs_all) > 2 and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 10:
                     ax.set_xscale("log")
+                    ax.minorticks_off()
+                # a tick at each swept value, labelled as the override wrote it (0.001, not 0.00100)
+                ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all], rotation=20 if len(xs_all) > 4 else 0)
             else:
                 ax.set_xticks(range(len(categories)), [str(c) for c in categories], rotation=20 if len(categories) > 4 else 0)
             ax.set_xlabel(x_key or "group")
