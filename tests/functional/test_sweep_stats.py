@@ -3,6 +3,8 @@ the definitions (pairing by query id, averaging over seeds, the percentile boots
 
 from __future__ import annotations
 
+import math
+
 import sys
 from pathlib import Path
 
@@ -77,7 +79,38 @@ def test_group_difference_pairs_by_query_within_each_seed():
     assert (r.seed_t.low, r.seed_t.high) == pytest.approx((low, high), rel=1e-9)
     assert (r.per_query.low, r.per_query.high) == pytest.approx(numpy_percentile_bootstrap(d_q, 700, 4), abs=1e-12)
     exact = scipy.stats.permutation_test((d_q,), np.mean, permutation_type="samples", n_resamples=np.inf).pvalue
-    assert r.pvalue == pytest.approx(exact, rel=1e-12)  # 10 queries: all 1,024 sign assignments
+    assert r.query_pvalue == pytest.approx(exact, rel=1e-12)  # 10 queries: all 1,024 sign assignments
+    seed_p = scipy.stats.ttest_1samp(per_seed, 0.0).pvalue
+    assert r.seed_pvalue == pytest.approx(seed_p, rel=1e-9)
+    assert r.pvalue == max(r.query_pvalue, r.seed_pvalue)  # the decision needs both tests to reject
+
+
+def test_group_difference_with_one_shared_seed_tests_over_queries_only():
+    rng = np.random.default_rng(7)
+    base, other = _group(rng, [1], 10, 0.0, 20), _group(rng, [1], 10, 0.1, 20)
+    r = paired_group_difference(base, other, permutations=9999, rounds=200, seed=4)
+    assert math.isnan(r.seed_pvalue) and r.pvalue == r.query_pvalue and "one shared seed" in r.method
+
+
+def test_a_setting_against_itself_is_rarely_called_different_whatever_the_seed_effect():
+    """The same setting twice: 3 seeds, each seed's model a little better or worse on every query (sd 0.01), 1000
+    queries with per-query noise. A query-level test alone rejects in most sweeps (the seeds' models do differ on
+    these queries); the decision, which also needs the seed-level test, rejects at about its level."""
+    rng = np.random.default_rng(5)
+    ids = np.arange(1000)
+    rejected_by_queries = rejected = 0
+    sweeps = 60
+    for _ in range(sweeps):
+        difficulty = rng.uniform(0.2, 0.8, ids.size)
+        groups = [
+            {f"seed={s}": (ids, difficulty + rng.normal(0, 0.01) + rng.normal(0, 0.05, ids.size)) for s in (1, 2, 3)}
+            for _ in range(2)
+        ]
+        r = paired_group_difference(*groups, permutations=999, rounds=50, seed=1)
+        rejected_by_queries += r.query_pvalue < 0.05
+        rejected += r.pvalue < 0.05
+    assert rejected_by_queries / sweeps > 0.5
+    assert rejected <= scipy.stats.binom.ppf(0.999, sweeps, 0.05)
 
 
 def test_group_difference_refuses_groups_without_a_shared_seed_or_query():

@@ -20,8 +20,14 @@ Definitions (stated once)
       (seed, query) differences when every seed holds every query), a percentile bootstrap interval, the two-sided
       paired randomization (sign-flip) p-value with the query as the exchangeable unit
       (:func:`beyondlabels.functional.multiple_testing.paired_randomization_test`) and the effect size
-      ``d_z = mean / sd`` of the per-query differences. The test answers whether the two settings' trained models
-      differ on this query distribution; how far that holds over retraining is what the per-seed interval shows.
+      ``d_z = mean / sd`` of the per-query differences. That test answers whether the two settings' trained models
+      differ on this query distribution, not whether retraining would repeat it: seed-to-seed variation never enters
+      it. The per-seed differences get the paired t test across the shared seeds (``seed_pvalue``).
+    - **The decision's p-value** (``pvalue``) is the larger of the two, ``max(query p, seed p)``: an
+      intersection–union test, which rejects only when both the query-level and the seed-level test reject, so its
+      level is at most that of the seed-level test (the unit of replication of a setting is the training run) while
+      the query-level test keeps it from resting on a few lucky queries. With one shared seed there is no seed-level
+      test and ``pvalue`` is the query-level one (``method`` says so).
 
 Example:
     >>> s = seed_summary([0.70, 0.72, 0.74])
@@ -43,7 +49,9 @@ from beyondlabels.functional.bootstrap import Interval, bootstrap_ci
 from beyondlabels.functional.multiple_testing import paired_randomization_test
 
 __all__ = [
+    "INTERSECTION_UNION",
     "MIN_BOOTSTRAP_SEEDS",
+    "QUERIES_ONLY",
     "GroupDifference",
     "SeedSummary",
     "paired_group_difference",
@@ -52,6 +60,8 @@ __all__ = [
 ]
 
 MIN_BOOTSTRAP_SEEDS = 5
+INTERSECTION_UNION = "max of the paired randomization (sign-flip) p over queries and the paired t p over seeds"
+QUERIES_ONLY = "paired randomization (sign-flip) over queries (one shared seed: no test across seeds)"
 
 
 @dataclass(frozen=True)
@@ -117,7 +127,10 @@ class GroupDifference:
         seed_t: Their t interval across seeds.
         per_query: Bootstrap interval of the mean per-query difference (its estimate is the difference).
         n_queries: Queries with a difference.
-        pvalue: Two-sided paired randomization p-value over the queries (unadjusted).
+        pvalue: The decision's p-value (unadjusted): ``max(query_pvalue, seed_pvalue)``, or ``query_pvalue`` with
+            one shared seed.
+        query_pvalue: Two-sided paired randomization p-value over the queries.
+        seed_pvalue: Two-sided paired t p-value over the per-seed differences (NaN with one shared seed).
         effect_size: ``d_z``: mean / sd of the per-query differences.
         unmatched: Query ids left out because only one side held them (with ``intersect``), summed over seeds.
     """
@@ -129,8 +142,10 @@ class GroupDifference:
     n_queries: int
     pvalue: float
     effect_size: float
+    query_pvalue: float = math.nan
+    seed_pvalue: float = math.nan
     unmatched: int = 0
-    method: str = field(default="paired randomization (sign-flip) over queries")
+    method: str = field(default=INTERSECTION_UNION)
 
     @property
     def difference(self) -> float:
@@ -145,6 +160,8 @@ class GroupDifference:
             "per_query": self.per_query.to_json(),
             "n_queries": self.n_queries,
             "pvalue": self.pvalue,
+            "query_pvalue": self.query_pvalue,
+            "seed_pvalue": self.seed_pvalue,
             "effect_size": self.effect_size,
             "unmatched": self.unmatched,
             "method": self.method,
@@ -178,8 +195,10 @@ def paired_group_difference(
         >>> base = {"seed=1": (ids, np.linspace(0.2, 0.7, 12)), "seed=2": (ids, np.linspace(0.25, 0.75, 12))}
         >>> better = {s: (i, v + 0.1) for s, (i, v) in base.items()}
         >>> r = paired_group_difference(base, better)
-        >>> round(r.difference, 4), r.seeds, r.pvalue == 2 / 4096  # 12 queries: all 4096 assignments enumerated
+        >>> round(r.difference, 4), r.seeds, r.query_pvalue == 2 / 4096  # 12 queries: all 4096 assignments enumerated
         (0.1, ['seed=1', 'seed=2'], True)
+        >>> r.pvalue == max(r.query_pvalue, r.seed_pvalue)  # both tests must reject
+        True
     """
     shared = [s for s in baseline if s in other]
     if not shared:
@@ -202,10 +221,15 @@ def paired_group_difference(
             columns.setdefault(query, []).append(value)
     by_query = np.array([np.nanmean(v) if not np.all(np.isnan(v)) else np.nan for v in columns.values()], dtype=np.float64)
     by_query = by_query[~np.isnan(by_query)]
-    seed_t, _, _ = paired_t_ci(np.asarray(per_seed), confidence=confidence)
+    seed_t, _, seed_pvalue = paired_t_ci(np.asarray(per_seed), confidence=confidence)
     interval = bootstrap_ci(by_query, rounds=rounds, confidence=confidence, seed=seed)
-    pvalue = paired_randomization_test(by_query, rounds=permutations, seed=seed)
+    query_pvalue = float(paired_randomization_test(by_query, rounds=permutations, seed=seed))
+    across_seeds = sum(not math.isnan(d) for d in per_seed) >= 2
+    pvalue = max(query_pvalue, seed_pvalue) if across_seeds else query_pvalue
     sd = float(by_query.std(ddof=1)) if by_query.size > 1 else math.nan
     mean = float(by_query.mean()) if by_query.size else math.nan
     effect = mean / sd if sd and not math.isnan(sd) else (math.nan if mean == 0 or math.isnan(mean) else math.copysign(math.inf, mean))
-    return GroupDifference(list(shared), per_seed, seed_t, interval, int(by_query.size), pvalue, effect, unmatched)
+    return GroupDifference(
+        list(shared), per_seed, seed_t, interval, int(by_query.size), pvalue, effect, query_pvalue, seed_pvalue, unmatched,
+        INTERSECTION_UNION if across_seeds else QUERIES_ONLY,
+    )

@@ -1,8 +1,9 @@
 """The jobs of a sweep grouped by setting: a *setting* is a job's Hydra overrides without its seed overrides.
 
 A Hydra job folder names its command-line overrides in ``.hydra/overrides.yaml`` (:func:`run_overrides`). Two jobs
-belong to one *group* when their overrides, the seed keys (default ``seed``) left out, are the same set; the seed
-overrides tell the group's jobs apart (``"seed=2"``; ``""`` for a job without one). The *group key*
+belong to one *group* when their overrides, the seed keys (default ``seed``) and the keys of where a job runs and
+logs (:data:`RUN_KEYS`: a resumed job's ``ckpt_path``, ``paths.*``, ``logger``, the device count, ...) left out, are
+the same set; the seed overrides tell the group's jobs apart (``"seed=2"``; ``""`` for a job without one). The *group key*
 (:func:`sweep_group`) is the setting as one stable string: its overrides sorted and joined by ``,`` (the same jobs give
 the same key in whatever order the command line named them); train.py gives it to W&B as the run's ``group``.
 
@@ -11,6 +12,8 @@ Example:
     'experiment=shapes_smoke,model.lr=0.003'
     >>> split_overrides(["+seed=2", "model.lr=0.003"])
     (['model.lr=0.003'], ['+seed=2'])
+    >>> sweep_group(["model.lr=0.003", "seed=2", "ckpt_path=/ckpt/last.ckpt", "paths.log_dir=/scratch", "trainer.devices=4"])
+    'model.lr=0.003'
 """
 
 from __future__ import annotations
@@ -21,9 +24,16 @@ from pathlib import Path
 
 from beyondlabels.io.run_files import EvaluationRun, run_overrides
 
-__all__ = ["SEED_KEYS", "SweepJob", "group_jobs", "override_name", "split_overrides", "sweep_group"]
+__all__ = ["RUN_KEYS", "SEED_KEYS", "SweepJob", "group_jobs", "override_name", "split_overrides", "sweep_group"]
 
 SEED_KEYS = ("seed",)
+# Override keys (and key prefixes: ``paths`` covers ``paths.log_dir``) that say where and how a job runs and logs, not
+# what it trains; a job resumed with ``ckpt_path=`` or run on more devices stays in its setting's group.
+RUN_KEYS = ("ckpt_path", "paths", "hydra", "logger", "trainer.devices", "trainer.num_nodes", "trainer.enable_progress_bar")
+
+
+def _is_run_key(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in RUN_KEYS)
 
 
 def override_name(override: str) -> str:
@@ -44,9 +54,10 @@ def _check_seed_keys(seed_keys: Sequence[str]) -> tuple[str, ...]:
 
 
 def split_overrides(overrides: Sequence[str], seed_keys: Sequence[str] = SEED_KEYS) -> tuple[list[str], list[str]]:
-    """``(setting, seeds)``: the overrides of other keys than ``seed_keys``, and those of ``seed_keys``, in order."""
+    """``(setting, seeds)``: the overrides of other keys than ``seed_keys`` and :data:`RUN_KEYS`, and those of
+    ``seed_keys``, in order."""
     keys = _check_seed_keys(seed_keys)
-    setting = [o for o in overrides if override_name(o) not in keys]
+    setting = [o for o in overrides if override_name(o) not in keys and not _is_run_key(override_name(o))]
     seeds = [o for o in overrides if override_name(o) in keys]
     return setting, seeds
 

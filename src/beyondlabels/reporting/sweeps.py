@@ -23,8 +23,8 @@ Groups (:func:`beyondlabels.io.sweeps.group_jobs`) are named by the overrides th
 group shares are ``common_overrides``). A group's value of a key is each job's final (or best) scalar, summarised
 across its seeds (:func:`beyondlabels.functional.sweeps.seed_summary`); ``pooled`` is the bootstrap over the
 per-query values of all its jobs. Against a baseline every other group is compared on ``metric`` and each guardrail
-(:func:`beyondlabels.functional.sweeps.paired_group_difference`); the p-values of all these comparisons (groups ×
-keys) are adjusted together (:func:`beyondlabels.functional.multiple_testing.holm_adjust`) and the decision reads the
+(:func:`beyondlabels.functional.sweeps.paired_group_difference`: the decision's p-value is the larger of the
+query-level and the seed-level test's); the p-values of all these comparisons (groups × keys) are adjusted together (:func:`beyondlabels.functional.multiple_testing.holm_adjust`) and the decision reads the
 adjusted one: below ``level`` → ``better`` or ``worse`` under the key's direction, else ``cannot distinguish`` (never
 "no difference": a test that does not reject shows no equality); ``no conclusion`` when the groups share no seed or
 no query.
@@ -63,7 +63,10 @@ __all__ = [
     "write_sweep_files",
 ]
 
-TEST = "two-sided paired randomization (sign-flip) test over queries, each query's difference averaged over the shared seeds"
+TEST = (
+    "the larger of a two-sided paired randomization (sign-flip) p over queries (each query's difference averaged over "
+    "the shared seeds) and a two-sided paired t p over the per-seed differences (both must reject)"
+)
 EFFECT_SIZE = "d_z: mean / standard deviation of the per-query differences"
 DAGGER = "†"
 _NO_OVERRIDE = "(no override)"
