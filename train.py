@@ -104,6 +104,13 @@ def main(cfg: DictConfig) -> float | None:
         if objects["trainer"].fast_dev_run:
             return None
         return metric_value(metrics, cfg.get("optimized_metric"))
+    except BaseException:
+        # a run that fails mid-fit still gets the report of the evaluations it made (rank 0; never hides the error)
+        if cfg.get("report", True) and getattr(pl.utilities.rank_zero_only, "rank", 0) == 0 and Path(cfg.paths.output_dir).is_dir():
+            report = write_run_report(cfg.paths.output_dir)
+            if report is not None:
+                log.error("training failed; the HTML report of the evaluations so far: %s", report)
+        raise
     finally:
         close_wandb()
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import re
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script  # noqa: E402
+from helpers import REPO_ROOT, run_script, script_env  # noqa: E402
 
 from beyondlabels import tasks  # noqa: E402
 
@@ -122,3 +125,29 @@ def test_train_writes_the_report_and_prints_its_path(tmp_path: Path):
     assert value and float(value.group(1)) == history[-1]["precision@1"]
     off = run_script("train.py", "experiment=shapes_smoke", "report=false", f"paths.log_dir={tmp_path / 'off'}")
     assert not list((tmp_path / "off").rglob("report.html")) and "HTML report" not in off.stdout
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_mid_fit_still_writes_the_report_of_its_evaluations(tmp_path: Path):
+    """A user's callback raises at the end of the first training epoch, after the first evaluation: train.py exits
+    with the error, and report.html holds that evaluation."""
+    (tmp_path / "crash_callback.py").write_text(textwrap.dedent("""
+        import pytorch_lightning as pl
+
+        class CrashAfterFirstEpoch(pl.Callback):
+            def on_train_epoch_end(self, trainer, pl_module):
+                raise RuntimeError("injected failure after the first epoch")
+    """))
+    env = script_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "train.py"), "experiment=shapes_smoke", f"paths.log_dir={tmp_path / 'logs'}",
+         "+callbacks.crash._target_=crash_callback.CrashAfterFirstEpoch"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode != 0 and "injected failure after the first epoch" in result.stdout + result.stderr
+    (report,) = (tmp_path / "logs").rglob("report.html")
+    history = [json.loads(line) for line in (report.parent / "retrieval" / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 1  # the one evaluation before the failure
+    value = re.search(r'data-key="precision@1" data-value="([^"]+)"', report.read_text(encoding="utf-8"))
+    assert value and float(value.group(1)) == history[-1]["precision@1"]
