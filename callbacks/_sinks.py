@@ -7,9 +7,9 @@
   tables as Markdown text (``add_text``);
 - ``MLFlowLogger``: figures and table grids as images (``log_image``), curves as figures (``log_figure``), tables as
   JSON artifacts in the ``{"columns": [...], "data": [...]}`` layout of ``log_table`` (which would need pandas;
-  an image cell holds the artifact path of its PNG), under ``<prefix>/step_<step>/``, and the files of the
-  callback's ``media/`` folder under ``<prefix>/media/`` (replaced at every evaluation; files an older evaluation
-  uploaded stay in the store);
+  an image cell holds the artifact path of its PNG, ``<prefix>/step_<step>/tables/<table>/r<row>_<column>.png``),
+  under ``<prefix>/step_<step>/``; at the end of fit, the files of the callback's ``media/`` folder (the last
+  evaluation's) under ``<prefix>/media/``, once;
 - any other logger (CSV, a custom one): nothing beyond the scalars.
 
 Every item is logged at the evaluation's step (``trainer.global_step``) under ``<prefix>/<name>``.
@@ -18,6 +18,7 @@ Every item is logged at the evaluation's step (``trainer.global_step``) under ``
 from __future__ import annotations
 
 import io
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ import numpy as np
 
 from beyondlabels.callbacks.media import EvaluationMedia, MediaTable
 from beyondlabels.callbacks.packages import is_lightning_instance
-from beyondlabels.io.media_files import table_image_path
+from beyondlabels.io.atomic import atomic_file
+from beyondlabels.io.media_files import encode_png, table_image_path
 from beyondlabels.schema import OutputSchema
 
 __all__ = ["MLflowSink", "MediaSink", "TensorBoardSink", "WandbSink", "decode_png", "folder_name", "markdown_table", "media_sinks"]
@@ -74,6 +76,9 @@ class MediaSink:
     def log(self, media: EvaluationMedia, folder: Path | None) -> None:
         """Log ``media``; ``folder`` is the ``media/`` folder just written for it (None without one)."""
         raise NotImplementedError
+
+    def finish(self, prefix: str, folder: Path) -> None:
+        """At the end of fit: the callback's ``media/`` folder (the last evaluation's media). Nothing by default."""
 
     @staticmethod
     def curve_figure(media: EvaluationMedia, curve: Any) -> Any:
@@ -161,21 +166,38 @@ class MLflowSink(MediaSink):
         for curve in media.curves:
             client.log_figure(run_id, self.curve_figure(media, curve), artifact_file=f"{base}/{curve.name}.png")
         for table in media.tables:
-            # an image cell names its PNG among the artifacts of the media folder (None without a folder)
-            image = lambda r, c: None if folder is None else f"{folder_name(media)}/{table_image_path(table.name, r, c)}"  # noqa: E731
-            data = [[image(r, c) if isinstance(v, np.ndarray) else v for c, v in zip(table.columns, row)]
-                    for r, row in enumerate(table.rows)]  # fmt: skip
+            # an image cell names its PNG among this step's artifacts
+            cells: dict[str, np.ndarray] = {}
+            data = []
+            for r, row in enumerate(table.rows):
+                out = []
+                for column, value in zip(table.columns, row):
+                    if isinstance(value, np.ndarray):
+                        relative = table_image_path(table.name, r, column)
+                        cells[relative] = value
+                        out.append(f"{base}/{relative}")
+                    else:
+                        out.append(value)
+                data.append(out)
+            if cells:
+                with tempfile.TemporaryDirectory() as staging:
+                    for relative, value in cells.items():
+                        with atomic_file(Path(staging) / relative) as handle:
+                            handle.write(encode_png(value))
+                    client.log_artifacts(run_id, staging, artifact_path=base)
             client.log_dict(run_id, {"columns": list(table.columns), "data": data}, artifact_file=f"{base}/{table.name}.json")
             if table.image_columns and table.rows:
                 grid = media.table_grid(table)
                 client.log_image(run_id, grid, artifact_file=f"{base}/{table.name}_images.png")
-        if folder is not None and folder.is_dir():
-            client.log_artifacts(run_id, str(folder), artifact_path=folder_name(media))
+
+    def finish(self, prefix: str, folder: Path) -> None:
+        if folder.is_dir():
+            self.logger.experiment.log_artifacts(self.logger.run_id, str(folder), artifact_path=folder_name(prefix))
 
 
-def folder_name(media: EvaluationMedia) -> str:
+def folder_name(prefix: str) -> str:
     """Where a callback's ``media/`` folder goes in an MLflow run's artifacts: ``<prefix>/media``."""
-    return f"{media.prefix}/media"
+    return f"{prefix}/media"
 
 
 def media_sinks(trainer: Any, schema: OutputSchema | None = None, defined: set[str] | None = None) -> list[MediaSink]:

@@ -58,8 +58,10 @@ What the base guarantees:
   evaluation; training goes on.
 - **Media** (rank 0): the curves, ``confidence_intervals`` and what the family's ``describe_media`` adds go to
   every W&B, TensorBoard and MLflow logger of the trainer at the evaluation's step
-  (:mod:`beyondlabels.callbacks._sinks`); other loggers get the scalars only. A failing logger is logged like a
-  failed file write and does not stop the others.
+  (:mod:`beyondlabels.callbacks._sinks`); other loggers get the scalars only; at the end of fit the ``media/``
+  folder goes once to the loggers that keep files (MLflow). A failing logger stops neither the run nor the others:
+  its first failure in a fit is logged with the traceback, each later one in one line with the count (strict mode
+  raises).
 - **Resume.** ``state_dict`` holds the history and the last evaluated step; ``load_state_dict`` ignores malformed
   entries with a warning. The first write after a resume makes ``history.jsonl`` hold exactly the restored history
   (evaluations the killed run made after its checkpoint are dropped; they are made again).
@@ -229,6 +231,8 @@ class EvaluationCore:
         self.last_per_query: tuple[int, Any] | None = None  # (step, the per_query dict) of the last evaluation
         self._last_step_evaluated = -1
         self._wandb_defined: set[str] = set()
+        self._sink_failures: dict[tuple[str, int], int] = {}  # (logger kind, id) -> media failures in this fit
+        self._sink_errors: list[BaseException] = []  # this evaluation's logger failures (already reported)
         self._train_epoch_fallback = False
         self.eval_dataset: Any = None  # the dataset of the current (or last) evaluation: thumbnails, captions
         self.eval_trainer: Trainer | None = None  # the trainer during an evaluation (feed() gets only the module)
@@ -299,6 +303,7 @@ class EvaluationCore:
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
         self._wandb_defined = set()  # a new fit may log to a new W&B run
+        self._sink_failures = {}
         self.files = None  # a new fit starts its files afresh (the history file is rewritten once, then appended)
         self._last_media = None
         self.check_module(pl_module)
@@ -361,16 +366,19 @@ class EvaluationCore:
         self._finish_plots(trainer)
 
     def _finish_plots(self, trainer: Trainer) -> None:
-        """Draw the run's plots once more if they lack its last evaluations (rank 0; ranks agree on a failure)."""
+        """Draw the run's plots once more if they lack its last evaluations, then hand the media folder to the loggers
+        that keep files (rank 0; ranks agree on a failure)."""
         problems: list[BaseException] = []
-        if trainer.is_global_zero and self.files is not None and self.files.plots_stale():
-            try:
-                problems = self.files.draw_plots(self.history)
-                if not problems:
-                    problems = self._publish_band(trainer)
-            except Exception as exc:  # noqa: BLE001 - decided collectively below
-                log.error("%s: drawing the run's plots at fit end failed (%s: %s)", self.prefix, type(exc).__name__, exc)
-                problems.append(exc)
+        if trainer.is_global_zero and self.files is not None:
+            if self.files.plots_stale():
+                try:
+                    problems = self.files.draw_plots(self.history)
+                    if not problems:
+                        problems = self._publish_band(trainer)
+                except Exception as exc:  # noqa: BLE001 - decided collectively below
+                    log.error("%s: drawing the run's plots at fit end failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+                    problems.append(exc)
+            problems += self._finish_media(trainer)
         if trainer.strategy.broadcast(bool(problems), src=0) and self.strict:
             raise problems[0] if problems else RuntimeError(f"{self.prefix}: drawing the run's plots failed on rank 0")
 
@@ -424,6 +432,7 @@ class EvaluationCore:
         # Files and media (rank 0) come before the scalars, so that eval_seconds counts them; the history line is
         # written last, with eval_seconds in it.
         problems: list[BaseException] = []
+        self._sink_errors = []
         if trainer.is_global_zero:
             problems = self._write_outputs(trainer, results, record, timings, final)
             record[EVAL_SECONDS] = time.perf_counter() - started
@@ -441,12 +450,13 @@ class EvaluationCore:
         if failed:
             if self.strict:
                 raise problems[0] if problems else RuntimeError(f"{self.prefix}: writing evaluation files or media failed on rank 0")
-            if problems:
+            on_disk = [p for p in problems if not any(p is q for q in self._sink_errors)]  # loggers: reported
+            if on_disk:
                 log.error(
                     "%s: %d evaluation file or media write(s) failed at step %d; scalars were logged and nothing on "
                     "disk was damaged; the history, per-query files, schema and plots are written again at the next "
-                    "evaluation (pictures and media of this evaluation are not):\n%s", self.prefix, len(problems), step,
-                    "".join(traceback.format_exception(problems[0])),
+                    "evaluation (pictures and media of this evaluation are not):\n%s", self.prefix, len(on_disk), step,
+                    "".join(traceback.format_exception(on_disk[0])),
                 )  # fmt: skip
         return results
 
@@ -706,7 +716,7 @@ class EvaluationCore:
             log.error("%s: describing the evaluation's media failed (%s: %s)", self.prefix, type(exc).__name__, exc)
             problems.append(exc)
         self._last_media = media
-        folder = self._write_media_folder(media, problems)
+        folder = self._write_media_folder(trainer, media, problems)
         problems += self._send_media(trainer, media, folder)
         return problems
 
@@ -719,10 +729,10 @@ class EvaluationCore:
         folder = self.output_folder(trainer)
         return None if folder is None else folder / "media"
 
-    def _write_media_folder(self, media: EvaluationMedia, problems: list[BaseException]) -> Path | None:
-        if self.files is None:
+    def _write_media_folder(self, trainer: Trainer, media: EvaluationMedia, problems: list[BaseException]) -> Path | None:
+        folder = self.media_folder(trainer)
+        if self.files is None or folder is None:
             return None
-        folder = self.files.folder / "media"
         try:
             media.write(folder)
             return folder
@@ -739,7 +749,40 @@ class EvaluationCore:
             try:
                 sink.log(media, folder)
             except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
-                log.error("%s: logging media to %s failed (%s: %s)", self.prefix, sink.kind, type(exc).__name__, exc)
+                names = [item.name for item in (*media.figures, *media.tables, *media.curves)]
+                self._sink_failed(sink, f"the media of step {media.step} ({', '.join(names) or 'none'})", exc)
+                problems.append(exc)
+        return problems
+
+    def _sink_failed(self, sink: Any, what: str, exc: BaseException) -> None:
+        """Log that ``sink`` could not take ``what``: with the traceback at its first failure in this fit, then one
+        line with the count."""
+        key = (sink.kind, id(sink.logger))
+        count = self._sink_failures[key] = self._sink_failures.get(key, 0) + 1
+        self._sink_errors.append(exc)
+        logger = f"{sink.kind} ({type(sink.logger).__name__})"
+        if count == 1:
+            log.error(
+                "%s: logging %s to the %s logger failed (%s: %s); training goes on and the media folder on disk is "
+                "not affected; later failures of this logger in this fit are logged in one line each:\n%s", self.prefix,
+                what, logger, type(exc).__name__, exc, "".join(traceback.format_exception(exc)),
+            )  # fmt: skip
+        else:
+            log.error("%s: logging %s to the %s logger failed again (%s: %s); %d failures of this logger in this fit",
+                      self.prefix, what, logger, type(exc).__name__, exc, count)  # fmt: skip
+
+    def _finish_media(self, trainer: Trainer) -> list[BaseException]:
+        """At the end of fit: the last evaluation's ``media/`` folder to every logger that keeps files (once per fit,
+        not at every evaluation)."""
+        problems: list[BaseException] = []
+        folder = self.media_folder(trainer)
+        if folder is None or not folder.is_dir():
+            return problems
+        for sink in media_sinks(trainer, self.schema, self._wandb_defined):
+            try:
+                sink.finish(self.prefix, folder)
+            except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
+                self._sink_failed(sink, "the media folder", exc)
                 problems.append(exc)
         return problems
 
@@ -758,7 +801,7 @@ class EvaluationCore:
                 last.figures[names.index("confidence_intervals")] = band.figures[0]
             else:
                 last.figures.insert(0, band.figures[0])
-            self._write_media_folder(last, problems)
+            self._write_media_folder(trainer, last, problems)
         return problems + self._send_media(trainer, band, None)
 
 

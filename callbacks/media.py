@@ -119,8 +119,8 @@ class MediaCurve:
 class EvaluationMedia:
     """What one evaluation shows besides its scalars: figures, tables and curves, under ``prefix`` at ``step``.
 
-    Names (figures and tables share one namespace; curves have their own) become file names and logger keys
-    ``<prefix>/<name>``: letters, digits and ``_ . @ -``.
+    Names (figures, tables and curves share one namespace) become file names and logger keys ``<prefix>/<name>``:
+    letters, digits and ``_ . @ -``.
     """
 
     def __init__(self, prefix: str, step: int, epoch: int) -> None:
@@ -131,8 +131,8 @@ class EvaluationMedia:
 
     def _check_new(self, name: str, what: str) -> None:
         check_media_name(name, what)
-        if any(item.name == name for item in (*self.figures, *self.tables)):
-            raise ValueError(f"`{what}` {name!r} is already a figure or table of this evaluation; give each its own name.")
+        if any(item.name == name for item in (*self.figures, *self.tables, *self.curves)):
+            raise ValueError(f"`{what}` {name!r} is already a figure, table or curve of this evaluation; give each its own name.")
 
     def figure(self, name: str, source: Any, caption: str = "", to_loggers: bool = True) -> None:
         """Add a figure: a PNG file (path), PNG bytes, or a matplotlib figure (rendered now).
@@ -179,7 +179,7 @@ class EvaluationMedia:
 
     def curve(self, name: str, y: Sequence[float], x: Sequence[float] | None = None, xname: str = "k") -> None:
         """Add a curve: ``y`` over ``x`` (default 1, 2, ..., as for a curve over k)."""
-        check_media_name(name, "curve name")
+        self._check_new(name, "curve name")
         y = [float(v) for v in y]
         x = list(range(1, len(y) + 1)) if x is None else list(x)
         if len(x) != len(y):

@@ -169,6 +169,19 @@ def test_media_folder_without_a_logger_is_complete_and_replaced(tmp_path: Path):
 
 
 # ---- (a) TensorBoard -------------------------------------------------------------------------------------------------
+def test_the_media_folder_is_written_where_media_folder_says(tmp_path: Path):
+    class Elsewhere(RetrievalEvalCallback):
+        def media_folder(self, trainer):
+            return tmp_path / "elsewhere" / "media"
+
+    settings = dict(every_n_epochs=1, ks=(1, 3), num_mismatches=2, profiles=PROFILES, profile_labels="index", mismatch_trials=10,
+                    projection_points=20, bootstrap_rounds=20, plot_every_n=1, strict=True)  # fmt: skip
+    callback, trainer, _ = _fit(tmp_path, logger=False, callback=Elsewhere(**settings), epochs=1)
+    manifest = json.loads((tmp_path / "elsewhere" / "media" / "media.json").read_text(encoding="utf-8"))
+    assert manifest["step"] == callback.history[-1]["step"]
+    assert not (tmp_path / "retrieval" / "media").exists()
+
+
 def _tensorboard(log_dir: str):
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator", reason="needs the `tensorboard` extra")
     accumulator = event_accumulator.EventAccumulator(log_dir, size_guidance={"images": 0, "tensors": 0})
@@ -219,14 +232,23 @@ def _artifacts(client, run_id: str, path: str | None = None) -> list[str]:
     return out
 
 
-def test_mlflow_store_holds_figures_tables_and_the_media_folder(tmp_path: Path):
+def test_mlflow_store_holds_figures_tables_and_the_media_folder(tmp_path: Path, monkeypatch):
     pytest.importorskip("mlflow", reason="needs the `mlflow` extra: pip install 'beyondlabels[mlflow]'")
     from mlflow.tracking import MlflowClient
     from pytorch_lightning.loggers import MLFlowLogger
 
+    uploads = []  # the artifact folders uploaded, in order
+    real = MlflowClient.log_artifacts
+
+    def log_artifacts(self, run_id, local_dir, artifact_path=None):
+        uploads.append(artifact_path)
+        return real(self, run_id, local_dir, artifact_path)
+
+    monkeypatch.setattr(MlflowClient, "log_artifacts", log_artifacts)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     logger = MLFlowLogger(experiment_name="media-test", tracking_uri=uri, artifact_location=(tmp_path / "artifacts").as_uri())
-    callback, trainer, data = _fit(tmp_path, logger)
+    callback, trainer, data = _fit(tmp_path, logger, epochs=3)
+    assert uploads.count("retrieval/media") == 1 and uploads[-1] == "retrieval/media"  # once, at the end of fit
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("media-test").experiment_id])
     # Lightning's MLFlowLogger drops the characters MLflow refuses in metric names ("@")
@@ -246,9 +268,17 @@ def test_mlflow_store_holds_figures_tables_and_the_media_folder(tmp_path: Path):
     table = json.loads((last / "worst_mismatches.json").read_text())
     manifest = json.loads((local / "media" / "media.json").read_text())
     assert manifest["step"] == callback.history[-1]["step"]
-    # the image cells name the PNGs of the media folder in the artifacts; they hold the dataset's pictures
-    _check_mismatch_rows(table["columns"], table["data"], data,
-                         lambda cell: _decode((local.parent / cell).read_bytes()))  # fmt: skip
+    # every step's image cells name PNGs of that step in the artifacts; they hold the dataset's pictures of its rows
+    for h in callback.history:
+        base = f"retrieval/step_{h['step']:09d}"
+        table = json.loads((local.parent / base / "worst_mismatches.json").read_text())
+        cells = [c for row in table["data"] for c in row if isinstance(c, str) and c.endswith(".png")]
+        assert cells and all(c.startswith(f"{base}/tables/worst_mismatches/") for c in cells)
+        _check_mismatch_rows(table["columns"], table["data"], data,
+                             lambda cell: _decode((local.parent / cell).read_bytes()))  # fmt: skip
+    rows = [json.loads((local.parent / f"retrieval/step_{h['step']:09d}/worst_mismatches.json").read_text())["data"]
+            for h in callback.history]  # fmt: skip
+    assert any(a != b for a, b in zip(rows, rows[1:])), "the evaluations should differ for this check to mean something"
 
 
 # ---- (c) W&B offline -------------------------------------------------------------------------------------------------
@@ -310,7 +340,8 @@ def test_every_logger_gets_the_same_figures_and_tables(tmp_path: Path):
     assert {t.split("/", 1)[1] for t in events.Tags()["images"] if t.startswith("retrieval/")} == figures
     assert {t.split("/")[1] for t in events.Tags()["tensors"] if t.startswith("retrieval/")} == tables
     client = MlflowClient(tracking_uri=uri)
-    stored = {Path(p).stem: Path(p).suffix for p in _artifacts(client, loggers[2].run_id, f"retrieval/step_{step:09d}")}
+    base = f"retrieval/step_{step:09d}"
+    stored = {Path(p).stem: Path(p).suffix for p in _artifacts(client, loggers[2].run_id, base) if not p.startswith(f"{base}/tables/")}
     assert stored == {**{n: ".png" for n in figures}, **{n: ".json" for n in tables}}
 
 
@@ -329,10 +360,31 @@ def test_a_failing_logger_does_not_stop_the_run_or_the_others(tmp_path: Path, mo
     with caplog.at_level(logging.ERROR):
         callback, *_ = _fit(tmp_path, TensorBoardLogger(str(tmp_path), name="tb"), callback=callback, epochs=1)
     assert len(callback.history) == 1 and "error" not in callback.history[0]
-    assert "logging media to TensorBoard failed (OSError: disk full)" in caplog.text
+    assert "to the TensorBoard (TensorBoardLogger) logger failed (OSError: disk full)" in caplog.text
     assert (tmp_path / "retrieval" / "media" / "media.json").is_file()  # the folder is written all the same
     with pytest.raises(OSError, match="disk full"):
         _fit(tmp_path / "strict", TensorBoardLogger(str(tmp_path / "strict"), name="tb"), callback=_callback(), epochs=1)
+
+
+def test_a_logger_failing_at_every_evaluation_logs_its_traceback_once(tmp_path: Path, monkeypatch, caplog):
+    pytest.importorskip("tensorboard", reason="needs the `tensorboard` extra")
+    from pytorch_lightning.loggers import TensorBoardLogger
+
+    from beyondlabels.callbacks import _sinks
+
+    def broken(self, media, folder):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_sinks.TensorBoardSink, "log", broken)
+    with caplog.at_level(logging.ERROR):
+        callback, *_ = _fit(tmp_path, TensorBoardLogger(str(tmp_path), name="tb"), callback=_callback(strict=False), epochs=3)
+    steps = [h["step"] for h in callback.history]
+    lines = [r.getMessage() for r in caplog.records if "TensorBoard (TensorBoardLogger)" in r.getMessage()]
+    assert len(steps) == 3 and len(lines) >= 3
+    assert lines[0].startswith(f"retrieval: logging the media of step {steps[0]} (") and "worst_mismatches" in lines[0]
+    assert "Traceback" in lines[0] and not any("Traceback" in line for line in lines[1:])
+    assert lines[2].endswith("failed again (OSError: disk full); 3 failures of this logger in this fit")
+    assert "nothing on disk was damaged" not in caplog.text  # a logger is not the disk
 
 
 # ---- optional packages -----------------------------------------------------------------------------------------------

@@ -13,9 +13,11 @@ Layout, under ``<callback folder>/media/``:
 
 - the PNG files it names: figures at ``<name>.png``, table images at ``tables/<table>/r<row, 3 digits>_<column>.png``.
 
-Every ``file`` / ``image`` path is relative to the ``media/`` folder, and the file exists when the manifest names it
-(the PNGs are written before the manifest). A table cell is a JSON scalar, null, or ``{"image": path}``. Files of
-earlier evaluations that the new manifest does not name are removed after it is written.
+Every ``file`` / ``image`` path is relative to the ``media/`` folder, and the file exists when the manifest names it.
+A table cell is a JSON scalar, null, or ``{"image": path}``. The folder holds the manifest and its files only: each
+evaluation's folder is written whole beside the previous one and then takes its place (:func:`write_media_folder`),
+so files of earlier evaluations that the new manifest does not name are gone, and a failed write leaves the previous
+folder as it was.
 
 Example:
     >>> import json, tempfile
@@ -36,6 +38,7 @@ import io
 import math
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -81,11 +84,6 @@ def encode_png(image: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    with atomic_file(path) as handle:
-        handle.write(data)
-
-
 def _json_cell(value: Any) -> Any:
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:  # numpy and torch scalars
         value = value.item()
@@ -108,32 +106,68 @@ def write_media_folder(
 ) -> dict[str, Any]:
     """Write one evaluation's media into ``folder`` (the layout: the module docstring) and return the manifest.
 
+    Everything is checked and encoded in memory first, then written into a fresh staging folder beside ``folder``
+    (``.<name>.staging``), which then takes the place of ``folder`` (two renames; for the moment between them the
+    previous folder lies at ``.<name>.previous``, and a write that finds it there without ``folder`` puts it back
+    first). A reader therefore finds a complete previous folder, a complete new one, or (between the renames) none.
+
     Args:
         folder: The ``media/`` folder (created when missing).
         prefix, step, epoch: The evaluation's prefix, ``trainer.global_step`` and epoch.
         figures: ``(name, PNG bytes, caption)`` per figure.
         tables: ``(name, columns, rows)`` per table; a cell is a scalar, None, or an ``H×W×C`` uint8 array (an
-            image; anything with ``ndim == 3``; its column must be a valid name). Numpy and torch scalars become
-            Python numbers, non-finite floats null, other objects their ``str``.
+            image; anything with ``ndim == 3``, C = 1, 3 or 4; its column must be a valid name). Numpy and torch
+            scalars become Python numbers, non-finite floats null, other objects their ``str``.
         curves: ``(name, xname, x, y)`` per curve.
 
     Raises:
-        ValueError: for an invalid or repeated name (of a figure, table or image column), or a row whose length is
-            not the table's column count.
-        OSError: when a file cannot be written; the previous manifest and the files it names are then untouched.
+        ValueError: for an invalid or repeated name (figures, tables and curves share one namespace; image columns),
+            a row whose length is not the table's column count, or an image cell that is not ``H×W×C`` uint8.
+        OSError: when a file cannot be written or the folders cannot be swapped.
+
+        On either error the previous manifest and the files it names are untouched.
     """
     folder = Path(folder)
+    staging, previous = _sibling(folder, "staging"), _sibling(folder, "previous")
+    if previous.is_dir() and not folder.exists():  # a write killed between its two renames
+        os.replace(previous, folder)
+    manifest, files = _encode(prefix, step, epoch, figures, tables, curves)
+    _discard(staging)
+    _discard(previous)
+    try:
+        for relative, data in files.items():
+            with atomic_file(staging / relative) as handle:
+                handle.write(data)
+        write_json(staging / MANIFEST_FILE, manifest, ensure_ascii=False)
+    except BaseException:
+        _discard(staging)
+        raise
+    _swap(staging, folder, previous)
+    return manifest
+
+
+def _encode(
+    prefix: str,
+    step: int,
+    epoch: int,
+    figures: Sequence[tuple[str, bytes, str]],
+    tables: Sequence[tuple[str, Sequence[str], Sequence[Sequence[Any]]]],
+    curves: Sequence[tuple[str, str, Sequence[float], Sequence[float]]],
+) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and the files it names (path relative to the media folder -> bytes); every check is here."""
     names: set[str] = set()
-    for name in [f[0] for f in figures] + [t[0] for t in tables]:
-        if check_media_name(name, "name") in names:
-            raise ValueError(f"the media name {name!r} is used twice; give every figure and table its own name.")
+    for name, what in [(f[0], "figure") for f in figures] + [(t[0], "table") for t in tables] + [(c[0], "curve") for c in curves]:
+        if check_media_name(name, f"{what} name") in names:
+            raise ValueError(
+                f"the media name {name!r} is used twice; give every figure, table and curve its own name "
+                "(they share the file names and logger keys <prefix>/<name>)."
+            )
         names.add(name)
-    written: set[Path] = set()
+    files: dict[str, bytes] = {}
     manifest: dict[str, Any] = {"format": MEDIA_FORMAT, "prefix": prefix, "step": int(step), "epoch": int(epoch),
                                 "figures": [], "tables": [], "curves": []}  # fmt: skip
     for name, data, caption in figures:
-        _write_bytes(folder / f"{name}.png", data)
-        written.add(folder / f"{name}.png")
+        files[f"{name}.png"] = bytes(data)
         manifest["figures"].append({"name": name, "file": f"{name}.png", "caption": str(caption)})
     for name, columns, rows in tables:
         columns = [str(c) for c in columns]
@@ -145,27 +179,46 @@ def write_media_folder(
             for column, cell in zip(columns, row):
                 if getattr(cell, "ndim", None) == 3:
                     check_media_name(column, f"image column of table {name!r}")
+                    shape, dtype = tuple(getattr(cell, "shape", ())), str(getattr(cell, "dtype", type(cell).__name__))
+                    if shape[-1] not in (1, 3, 4) or dtype != "uint8":
+                        raise ValueError(
+                            f"table {name!r}, row {r}, column {column!r}: an image cell must be an H×W×C uint8 array "
+                            f"with C in (1, 3, 4), got shape {shape} of {dtype}; convert it with "
+                            "beyondlabels.callbacks.media.to_uint8_image."
+                        )
                     relative = table_image_path(name, r, column)
-                    _write_bytes(folder / relative, encode_png(cell))
-                    written.add(folder / relative)
+                    files[relative] = encode_png(cell)
                     out.append({"image": relative})
                 else:
                     out.append(_json_cell(cell))
             cells_out.append(out)
         manifest["tables"].append({"name": name, "columns": columns, "rows": cells_out})
     for name, xname, x, y in curves:
-        manifest["curves"].append({"name": check_media_name(name, "curve name"), "xname": str(xname),
+        manifest["curves"].append({"name": name, "xname": str(xname),
                                    "x": [_json_cell(float(v)) if not isinstance(v, int) else v for v in x],
                                    "y": [_json_cell(float(v)) for v in y]})  # fmt: skip
-    write_json(folder / MANIFEST_FILE, manifest, ensure_ascii=False)
-    _remove_unnamed(folder, written | {folder / MANIFEST_FILE})
-    return manifest
+    return manifest, files
 
 
-def _remove_unnamed(folder: Path, keep: set[Path]) -> None:
-    """Remove the files under ``folder`` that are not in ``keep``, then the folders left empty."""
-    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path.is_file() and path not in keep and not path.name.startswith("."):
-            path.unlink(missing_ok=True)
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+def _sibling(folder: Path, role: str) -> Path:
+    return folder.with_name(f".{folder.name}.{role}")
+
+
+def _discard(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+
+
+def _swap(staging: Path, folder: Path, previous: Path) -> None:
+    """``staging`` in the place of ``folder``; the old ``folder`` is removed, or put back when the second rename fails."""
+    had_folder = folder.exists()
+    if had_folder:
+        os.replace(folder, previous)
+    try:
+        os.replace(staging, folder)
+    except BaseException:
+        if had_folder:
+            os.replace(previous, folder)
+        _discard(staging)
+        raise
+    _discard(previous)
