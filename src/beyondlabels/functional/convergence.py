@@ -91,7 +91,7 @@ def noise_scale(values: Any) -> float:
     return math.sqrt(float((v.diff() ** 2).sum()) / (2 * (v.numel() - 1)))
 
 
-def noise_df(n: int) -> float:
+def noise_df(n: Any) -> Any:
     """Degrees of freedom of :func:`noise_scale` over ``n`` values: ``2 (n-1)^2 / (3n - 4)``.
 
     Example:
@@ -215,27 +215,31 @@ class ConvergenceRule:
             v = v.unsqueeze(0)
         if v.dim() != 2 or not bool(torch.isfinite(v).all()):
             raise ValueError(f"`values` must be finite numbers [runs, evaluations], got shape {tuple(v.shape)}.")
+        return self._series(v, torch.arange(2 * self.window, v.shape[1] + 1))
+
+    def _series(self, v: Tensor, ends: Tensor) -> dict[str, Tensor]:
+        """The series rule of ``v`` ``[runs, t]`` at the looks that have seen ``ends`` values (each ``2w .. t``)."""
         w, runs, t = self.window, v.shape[0], v.shape[1]
-        looks = t - 2 * w + 1
-        if looks <= 0:
+        looks = ends.numel()
+        if looks == 0:
             empty = torch.zeros(runs, 0, dtype=torch.float64)
             return {k: empty for k in ("downturn_p", "plateau_p", "downturn", "plateau", "noise", "best", "best_index", "candidates")}
         u = v * self.sign
         sums = torch.nn.functional.pad(u.cumsum(1), (1, 0))
         means = (sums[:, w:] - sums[:, :-w]) / w  # m_j, j = 0 .. t-w
-        ends = torch.arange(2 * w, t + 1)  # values seen at each look
         last = means[:, ends - w]
         previous = means[:, ends - 2 * w]
         candidate_means = means[:, : t - 2 * w + 1]
-        best = torch.cummax(candidate_means, dim=1).values  # best over j <= t' - 2w
+        running = torch.cummax(candidate_means, dim=1).values  # best over j <= t' - 2w
         # the first window of the best mean: the last position where the running best rose strictly
-        rose = torch.ones_like(best, dtype=torch.bool)
-        rose[:, 1:] = candidate_means[:, 1:] > best[:, :-1]
-        best_index = torch.where(rose, torch.arange(best.shape[1]), 0).cummax(dim=1).values
+        rose = torch.ones_like(running, dtype=torch.bool)
+        rose[:, 1:] = candidate_means[:, 1:] > running[:, :-1]
+        best_index = torch.where(rose, torch.arange(running.shape[1]), 0).cummax(dim=1).values[:, ends - 2 * w]
+        best = running[:, ends - 2 * w]
         squares = torch.nn.functional.pad((u.diff(dim=1) ** 2).cumsum(1), (1, 0))[:, ends - 1]
         if self.noise is None:
             scale = torch.sqrt(squares / (2 * (ends - 1)))
-            df = torch.as_tensor([noise_df(int(n)) for n in ends], dtype=torch.float64).expand(runs, looks)
+            df = noise_df(ends.to(torch.float64)).expand(runs, looks)
             if self.noise_estimate == "windows":
                 blocks = u[:, : (t // w) * w].reshape(runs, t // w, w).mean(dim=2)  # consecutive windows from the start
                 block_squares = torch.nn.functional.pad((blocks.diff(dim=1) ** 2).cumsum(1), (1, 0))
@@ -250,7 +254,7 @@ class ConvergenceRule:
         plateau_t = _ratio(self.min_delta - (last - previous), se)
         downturn_p = (candidates * self.max_looks * _t_sf(down_t, df)).clamp(max=1.0)
         plateau_p = (self.max_looks * _t_sf(plateau_t, df)).clamp(max=1.0)
-        within = (torch.arange(1, looks + 1) <= self.max_looks).expand(runs, looks)
+        within = (ends - 2 * w + 1 <= self.max_looks).expand(runs, looks)
         return {
             "downturn_p": downturn_p,
             "plateau_p": plateau_p,
@@ -333,8 +337,8 @@ class ConvergenceRule:
         return out
 
     def _series_last_look(self, values: Tensor) -> dict[str, float]:
-        """The series rule at the last look only (the last ``2w`` windows' worth of work, not every look)."""
-        tests = self.series_tests(values.unsqueeze(0))
+        """The series rule at the last look only."""
+        tests = self._series(values.unsqueeze(0), torch.tensor([values.numel()]))
         return {k: float(v[0, -1]) for k, v in tests.items()}
 
     def _paired(self, state: dict[str, Any], step: int, per_query: tuple[Any, Any]) -> tuple[tuple[float, dict[str, Any]] | None, dict[str, Any]]:
