@@ -93,6 +93,12 @@ def test_one_value_at_a_time_matches_every_look(curve, settings):
             assert event["best_step"] == look["best_index"] + w - 1 and event["test"] == "series"
 
 
+def test_no_look_before_two_windows():
+    for t in range(0, 2 * 3):
+        out = ConvergenceRule(window=3).series_tests(0.5 + 0.01 * np.arange(t, dtype=float))
+        assert all(v.shape == (1, 0) for v in out.values())
+
+
 def test_the_curves_reach_every_branch():
     """The comparisons above mean something only if the curves show each flag both ways, ties and zero scales."""
     falling = series_run(FLAT_THEN_FALLING, 10)

@@ -215,7 +215,7 @@ class ConvergenceRule:
             v = v.unsqueeze(0)
         if v.dim() != 2 or not bool(torch.isfinite(v).all()):
             raise ValueError(f"`values` must be finite numbers [runs, evaluations], got shape {tuple(v.shape)}.")
-        return self._series(v, torch.arange(2 * self.window, v.shape[1] + 1))
+        return self._series(v, torch.arange(2 * self.window, max(2 * self.window, v.shape[1] + 1)))
 
     def _series(self, v: Tensor, ends: Tensor) -> dict[str, Tensor]:
         """The series rule of ``v`` ``[runs, t]`` at the looks that have seen ``ends`` values (each ``2w .. t``)."""
