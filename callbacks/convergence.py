@@ -7,19 +7,21 @@ It never recomputes a metric: it reads values that were already logged — the h
 there). The decisions are :class:`beyondlabels.functional.convergence.ConvergenceRule` (definitions, assumptions and
 the false-alarm guarantee there): a downturn or plateau is flagged in at most ``alpha`` of the runs where it is not
 real, over up to ``max_looks`` evaluations, at any noise level. For a key with per-query values (the same queries
-at every evaluation) a paired test of the latest evaluation against the best one joins the series rule, each at half
-of a look's level (``paired=False``: the series rule alone); a scalar-only key (``val/loss``) has the series rule.
+at every evaluation) a paired confirmation of the latest evaluation against the best one must agree with the series
+rule before a downturn is flagged; it can only remove flags, so the rate stays the series rule's whatever the
+per-query structure (``paired=False``: the series rule alone); a scalar-only key (``val/loss``) has the series rule.
 
 Everything is logged at the step of the value as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
 ``window_ci_low``, ``window_ci_high``, ``noise``, ``plateau`` and ``downturn`` (0 or 1), ``plateau_p`` and
-``downturn_p`` (the look-corrected p-values, from the first look on), ``paired_p`` (the paired test's own),
-``spent`` (the level spent on downturn looks) and ``paired`` (1 when the downturn p-value is the paired test's),
+``downturn_p`` (the look-corrected p-values, from the first look on), ``paired_p`` (the paired confirmation's),
+``spent`` (the level spent on downturn looks) and ``paired`` (1 when the downturn p-value is the paired one's),
 through every logger and into ``trainer.callback_metrics``;
 the moment a plateau or downturn starts is an *event* (logged as a warning and kept in
 :attr:`ConvergenceMonitorCore.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback stops
 training: a stop that one rank decides stops every rank at the same step (``trainer.strategy.reduce_boolean_decision``
 with ``all=False``, as Lightning's ``EarlyStopping``), so a monitored value logged without ``sync_dist`` is tested once
-per rank and its false-alarm rate is per rank.
+per rank and a run of ``world_size`` ranks stops falsely with probability up to ``world_size * alpha``; the
+evaluation callbacks' keys are the same gathered values on every rank and keep ``alpha``.
 The rule's state (series, looks spent, best per-query evaluation, events) and the step it stopped at are saved in
 checkpoints and resume with them.
 """
@@ -63,7 +65,7 @@ class ConvergenceMonitorCore:
         alpha: False-alarm rate per run of each of downturn and plateau.
         max_looks: Evaluations the level ``alpha`` is spent over; later ones are not tested.
         noise: The noise sd of the monitored values when known; None estimates it from the series.
-        paired: Add the paired test when the evaluation callback keeps per-query values of the key.
+        paired: Require the paired confirmation when the evaluation callback keeps per-query values of the key.
         noise_estimate: ``"differences"`` (successive differences) or ``"windows"`` (also successive windows' means:
             for noise correlated between nearby evaluations, at the cost of a later detection).
 

@@ -212,27 +212,32 @@ class RecordingMonitor(ConvergenceMonitor):
         return self.seen[-1]
 
 
-def test_per_query_values_decide_the_downturn_by_the_paired_test(tmp_path: Path):
+def test_per_query_values_confirm_the_downturn_by_the_paired_test(tmp_path: Path):
     """Each evaluation's per-query values (in memory, no file read) pair with the best earlier evaluation's: the
-    p-value is the paired rule's on the per-query files the evaluation wrote. One look (``max_looks=1``) keeps the
-    p-value below 1 on this small problem; the running best is kept for every evaluation."""
+    paired p-value is the sign-flip bound on the per-query files the evaluation wrote, and the look's p-value the
+    larger of it and the series rule's. One look (``max_looks=1``, at the fourth evaluation for ``window=2``); the
+    running best is kept for every evaluation."""
     evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, save_per_query="all", confidence_intervals=False)
     monitor = RecordingMonitor("retrieval/precision@1", window=2, rounds=200, max_looks=1)
     trainer = _trainer(tmp_path, [evaluation, monitor], max_epochs=2, enable_checkpointing=False)
     trainer.fit(LinearEncoder(), PointDataModule(n_eval=400))
     history = read_history(tmp_path / "retrieval" / "history.jsonl")
-    assert [s for s, _ in monitor.series] == [h["step"] for h in history] and len(history) >= 4
+    assert [s for s, _ in monitor.series] == [h["step"] for h in history] and len(history) >= 5
     files = []
     for record in history:
         with np.load(tmp_path / "retrieval" / record["per_query_file"]) as per_query:
             files.append((per_query["query_id"].copy(), per_query["precision@1"].astype(np.float64)))
-    assert monitor.run_state["paired_candidates"] == len(history) and monitor.run_state["looks"] == 1
-    first_look = monitor.seen[1]
-    want = paired_p(*files[0], *files[1], candidates=1, max_looks=1)
-    assert first_look["paired"] == 1.0 and first_look["downturn_p"] == pytest.approx(want, rel=1e-9, abs=1e-15)
-    assert 0.0 < want < 1.0  # a comparison that can tell a wrong pairing
-    assert all(math.isnan(s["downturn_p"]) for s in monitor.seen[2:])  # the one look is spent
     means = [np.nanmean(values) for _, values in files]
+    assert monitor.run_state["looks"] == 1
+    for i in range(1, len(files)):
+        best = int(np.argmax(means[:i]))
+        want = paired_p(*files[best], *files[i])
+        assert monitor.seen[i]["paired_p"] == pytest.approx(want, rel=1e-9, abs=1e-15)
+    assert any(0.0 < s["paired_p"] < 1.0 for s in monitor.seen[1:])  # a comparison that can tell a wrong pairing
+    assert all(math.isnan(s["downturn_p"]) for s in monitor.seen[:3] + monitor.seen[4:])  # the one look: the fourth
+    series = series_run([float(h["precision@1"]) for h in history[:4]], 2, max_looks=1)[-1]["downturn_p"]
+    look = monitor.seen[3]
+    assert look["downturn_p"] == pytest.approx(max(series, look["paired_p"]), rel=1e-9, abs=1e-15)
     kept, best = monitor.run_state["best"], int(np.argmax(means))
     assert kept["step"] == history[best]["step"]
     assert kept["ids"] == files[best][0].tolist() and kept["values"] == pytest.approx(files[best][1].tolist())
