@@ -5,6 +5,8 @@ tests/functional/test_convergence.py; here its numpy reading (tests/oracles/conv
 
 from __future__ import annotations
 
+import copy
+
 import json
 import logging
 import math
@@ -176,6 +178,43 @@ def test_resumes_from_a_checkpoint_with_the_same_decisions(tmp_path: Path):
     assert again.current_epoch == whole.current_epoch
     assert resumed.series == full.series and resumed.events == full.events
     assert resumed.run_state == full.run_state and resumed.state == full.state
+
+
+def test_a_resume_under_other_rule_settings_warns_and_carries_the_spent_level(tmp_path: Path, caplog):
+    """Checkpoint under window 5, mode max, max_looks 1000 (6 looks spent: 0.0003); resume under window 4, mode min,
+    max_looks 500 (0.0001 a look): the change is named, the rule restarts with ceil(0.0003 / 0.0001) = 3 looks spent
+    and every later evaluation is a look of the new rule."""
+    first = ConvergenceMonitor("val/score", window=5, rounds=200)
+    ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    _trainer(tmp_path / "a", [first, ckpt], max_epochs=15).fit(CurveModule(FALLING))
+    assert first.run_state["looks"] == 6
+    resumed = ConvergenceMonitor("val/score", window=4, mode="min", max_looks=500, rounds=200)
+    with caplog.at_level(logging.WARNING):
+        _trainer(tmp_path / "b", [resumed], max_epochs=40, enable_checkpointing=False).fit(
+            CurveModule(FALLING), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt")
+        )
+    assert "other rule settings (window 5 -> 4, mode 'max' -> 'min', max_looks 1000 -> 500)" in caplog.text
+    assert "counting the level already spent (0.0003) as 3 of its 500 looks" in caplog.text
+    assert resumed.series[:15] == first.series and len(resumed.series) == 40
+    assert resumed.run_state["looks"] == 3 + 25 and resumed.events[: len(first.events)] == first.events
+
+
+def test_a_state_under_other_settings_restarts_the_rule():
+    """Same key (only alpha and min_delta differ): load_state_dict itself restarts; unchanged settings resume as saved."""
+    saved = ConvergenceMonitor("val/score", window=5, rounds=200, max_looks=100)
+    for step, value in enumerate(FALLING[:30]):
+        saved.observe(step, value)
+    state = saved.state_dict()
+    same = ConvergenceMonitor("val/score", window=5, rounds=200, max_looks=100)
+    same.load_state_dict(copy.deepcopy(state))
+    assert same.run_state == saved.run_state and same.state == saved.state
+    other = ConvergenceMonitor("val/score", window=5, rounds=200, max_looks=100, alpha=0.01, min_delta=0.01)
+    other.load_state_dict(copy.deepcopy(state))
+    looks = saved.run_state["looks"]  # 21 looks at 0.0005: 0.0105, at 0.0001 a look 105 > 100
+    assert looks == 21 and other.run_state["looks"] == 100 and other.run_state["best"] is None
+    assert other.run_state["flags"] == {"plateau": 0.0, "downturn": 0.0} and other.series == saved.series
+    assert other.observe(30, 0.0)["downturn"] == 0.0  # the level is spent: nothing more is flagged
+    assert other.run_state["events"] == saved.run_state["events"]
 
 
 def test_reads_an_evaluation_callbacks_history_and_intervals_are_logged(tmp_path: Path):
