@@ -15,9 +15,8 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
       (2 (n_w - 1))`` over the means ``M_b`` of the ``n_w = floor(t / w)`` consecutive windows from the start (the
       batch-means scale, which also sees noise correlated over fewer than ``w`` evaluations), with the same ``nu``.
     - **Look**: an evaluation at which a test is made: the plateau and the downturn at every evaluation from
-      ``t = 2w`` on. Each look spends
-      ``alpha / max_looks`` of the level, so a run of up to ``max_looks`` looks spends at most ``alpha``
-      (Bonferroni over the looks); after ``max_looks`` looks nothing more is flagged.
+      ``t = 2w`` on. Each look spends ``alpha / max_looks`` of the level, so a run of up to ``max_looks`` looks
+      spends at most ``alpha`` (Bonferroni over the looks); after ``max_looks`` looks nothing more is flagged.
     - **Downturn (series)**: the last window ``L = m_(t-w)`` against the best earlier window that does not overlap it,
       ``B = max_(j <= t-2w) m_j`` (the first of equal means is the one reported), over ``k = t - 2w + 1``
       candidates: ``T = (B - L - min_delta) / (s sqrt(2/w))``, ``p = min(1, k * max_looks * P(t_nu > T))``
@@ -30,7 +29,7 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
       distribution whose pairs are exchangeable (with ``min_delta > 0``: a test of a mean decline above
       ``min_delta``, not exact). It asks whether the latest model is worse than the best one on these queries, not
       whether the expected curve fell: model-level noise (a checkpoint a bit better or worse on every query) is a
-      real difference on a fixed query set, so it never flags on its own. Without query ids the values are
+      real difference on a fixed query set. It therefore only confirms the series rule, never flags on its own. Without query ids the values are
       paired by position.
     - **Downturn** at a look: the series rule, and with per-query values the paired confirmation too, must reject
       (an intersection-union rule): ``p = max(p_series, p_paired)``, a downturn when ``p <= alpha``.
