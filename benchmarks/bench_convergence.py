@@ -17,9 +17,16 @@ current rule runs at its defaults (window 10, ``min_delta`` 0, ``alpha`` 0.05, `
 
 Paired (per-query values): ``--queries`` queries of varied difficulty (hit probability ~ Beta(2, 2)) answered
 afresh at every evaluation (Bernoulli hits), so P@1 is flat; then the population P@1 falls by 0.1 / 0.2 sd (the sd
-of P@1 on that many queries) per evaluation after evaluation 60. The current rule's paired test (latest against best,
-per query) alone, its series rule alone on the same P@1 values, both (each at half of a look's level: what the
-monitor does for a key with per-query values), and the earlier rule.
+of P@1 on that many queries) per evaluation after evaluation 60. The current rule with per-query values (series rule
+and paired confirmation must both reject: what the monitor does for a key with per-query values), its series rule
+alone on the same P@1 values, the paired test alone as a test of its own (``p_paired`` times the ``k`` earlier
+evaluations and ``max_looks``), the union of that and the series rule (each at half of a look's level; the rule
+before the confirmation) and the earlier rule.
+
+Model-level noise (per-query values): the same 2000 queries at every evaluation (values ``clip(mu_i + e_t + 0.05
+z_ti, 0, 1)``, ``mu_i ~ U(0.2, 0.8)``), each checkpoint a bit better or worse on every query at once (``e_t`` of sd
+0.01), the expected curve flat; window 5, ``max_looks`` 100, 60 evaluations. A paired test sees the best earlier
+checkpoint's lead as real on these queries; the share of flat runs flagged by the same rules.
 """
 
 from __future__ import annotations
@@ -132,14 +139,29 @@ def series_tables(runs: int, lengths: list[int], sds: list[float], slopes: list[
             print(f"{slope:>16.2f} {name:>8} {early:>14.3f} {within:>10.3f} {median:>13.1f}")
 
 
+def _per_query_flags(rule: ConvergenceRule, scalars: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+    """Downturn flags ``[t]`` of one run with per-query values ``values`` ``[t, queries]``: the current rule, the
+    paired test alone (look- and candidate-corrected) and the union of that and the series rule."""
+    length = len(scalars)
+    flags = {name: np.zeros(length, dtype=bool) for name in ("current", "paired alone", "union")}
+    state = rule.new_state()
+    for step in range(length):
+        out = rule.observe(state, step, float(scalars[step]), per_query=(None, values[step]))
+        flags["current"][step] = out["downturn"] == 1.0
+        alone = min(1.0, step * rule.max_looks * out["paired_p"]) if step else 1.0
+        flags["paired alone"][step] = alone <= rule.alpha
+        series = rule.series_tests(scalars[: step + 1])["downturn_p"][0, -1:].tolist()  # empty before the first look
+        flags["union"][step] = min(1.0, (1 + len(series)) * min([alone, *series])) <= rule.alpha if step else False
+    return flags
+
+
 def paired_table(runs: int, queries: list[int], slopes: list[float], length: int = 150) -> None:
     print(f"\nPaired (per-query hits, Beta(2,2) difficulty; {runs} runs, {length} evaluations): flat P@1, then a fall after 60")
     print(f"{'queries':>8} {'slope':>6} {'rule':>16} {'flagged <= 60':>14} {'within 40':>10} {'median delay':>13}")
     for n in queries:
         for slope in [0.0, *slopes]:
             rng = np.random.default_rng(1000 * n + int(slope * 100))
-            paired_flags = np.zeros((runs, length), dtype=bool)
-            both_flags = np.zeros((runs, length), dtype=bool)
+            flags = {name: np.zeros((runs, length), dtype=bool) for name in ("current", "paired alone", "union")}
             scalars = np.zeros((runs, length))
             for r in range(runs):
                 ability = rng.beta(2, 2, size=n)
@@ -147,20 +169,34 @@ def paired_table(runs: int, queries: list[int], slopes: list[float], length: int
                 fall = np.where(np.arange(length) < 60, 0.0, slope * sd * (np.arange(length) - 60))
                 hits = (rng.random((length, n)) < np.clip(ability[None, :] - fall[:, None], 0, 1)).astype(np.float64)
                 scalars[r] = hits.mean(axis=1)
-                rule = ConvergenceRule(rounds=10)
-                state = rule.new_state()
-                for step in range(length):
-                    out = rule.observe(state, step, float(scalars[r, step]), per_query=(None, hits[step]))
-                    both_flags[r, step] = out["downturn"] == 1.0
-                    paired_flags[r, step] = out["paired_p"] <= rule.alpha  # the paired test alone, at the whole level
-            rows = [("current (both)", both_flags), ("paired alone", paired_flags),
-                    ("series alone", current_rule(scalars, ConvergenceRule())), ("earlier", earlier_rule(scalars))]  # fmt: skip
-            for name, flags in rows:
-                early, within, median = _delay(flags)
+                for name, row in _per_query_flags(ConvergenceRule(rounds=10), scalars[r], hits).items():
+                    flags[name][r] = row
+            rows = [("current (both)", flags["current"]), ("series alone", current_rule(scalars, ConvergenceRule())),
+                    ("paired alone", flags["paired alone"]), ("union", flags["union"]), ("earlier", earlier_rule(scalars))]  # fmt: skip
+            for name, rule_flags in rows:
+                early, within, median = _delay(rule_flags)
                 if slope == 0.0:
-                    print(f"{n:>8} {'flat':>6} {name:>16} {float(np.mean(flags.any(axis=1))):>14.3f} {'':>10} {'':>13}")
+                    print(f"{n:>8} {'flat':>6} {name:>16} {float(np.mean(rule_flags.any(axis=1))):>14.3f} {'':>10} {'':>13}")
                 else:
                     print(f"{n:>8} {slope:>6.2f} {name:>16} {early:>14.3f} {within:>10.3f} {median:>13.1f}")
+
+
+def model_noise_table(runs: int, queries: int = 2000, length: int = 60) -> None:
+    print(f"\nModel-level noise on a fixed query set ({queries} queries, sd 0.01 per checkpoint + 0.05 per query; {runs} runs, {length} evaluations, window 5, max_looks 100): flat runs flagged")
+    rng = np.random.default_rng(0)
+    rule = ConvergenceRule(window=5, max_looks=100, rounds=10)
+    counts = {"current (both)": 0, "series alone": 0, "paired alone": 0, "union": 0}
+    for _ in range(runs):
+        ability = rng.uniform(0.2, 0.8, size=queries)
+        values = np.clip(ability[None, :] + 0.01 * rng.standard_normal((length, 1)) + 0.05 * rng.standard_normal((length, queries)), 0, 1)
+        scalars = values.mean(axis=1)
+        flags = _per_query_flags(rule, scalars, values)
+        counts["current (both)"] += bool(flags["current"].any())
+        counts["series alone"] += bool(current_rule(scalars[None, :], rule).any())
+        counts["paired alone"] += bool(flags["paired alone"].any())
+        counts["union"] += bool(flags["union"].any())
+    print(" ".join(f"{name:>16}" for name in counts))
+    print(" ".join(f"{count / runs:>16.3f}" for count in counts.values()))
 
 
 def main() -> None:
@@ -176,6 +212,7 @@ def main() -> None:
     started = time.perf_counter()
     series_tables(runs, lengths, [0.01, 0.02, 0.05], [0.05, 0.1, 0.2])
     paired_table(min(runs, 40 if args.quick else 100), args.queries or ([100] if args.quick else [100, 600]), [0.1, 0.2])
+    model_noise_table(runs)
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 

@@ -7,21 +7,26 @@ It never recomputes a metric: it reads values that were already logged — the h
 there). The decisions are :class:`beyondlabels.functional.convergence.ConvergenceRule` (definitions, assumptions and
 the false-alarm guarantee there): a downturn or plateau is flagged in at most ``alpha`` of the runs where it is not
 real, over up to ``max_looks`` evaluations, at any noise level. For a key with per-query values (the same queries
-at every evaluation) a paired test of the latest evaluation against the best one joins the series rule, each at half
-of a look's level (``paired=False``: the series rule alone); a scalar-only key (``val/loss``) has the series rule.
+at every evaluation) a paired confirmation of the latest evaluation against the best one must agree with the series
+rule before a downturn is flagged; it can only remove flags, so the rate stays the series rule's whatever the
+per-query structure (``paired=False``: the series rule alone); a scalar-only key (``val/loss``) has the series rule.
 
 Everything is logged at the step of the value as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
 ``window_ci_low``, ``window_ci_high``, ``noise``, ``plateau`` and ``downturn`` (0 or 1), ``plateau_p`` and
-``downturn_p`` (the look-corrected p-values, from the first look on), ``paired_p`` (the paired test's own),
-``spent`` (the level spent on downturn looks) and ``paired`` (1 when the downturn p-value is the paired test's),
+``downturn_p`` (the look-corrected p-values, from the first look on), ``paired_p`` (the paired confirmation's),
+``spent`` (the level spent on downturn looks) and ``paired`` (1 when the downturn p-value is the paired one's),
 through every logger and into ``trainer.callback_metrics``;
 the moment a plateau or downturn starts is an *event* (logged as a warning and kept in
 :attr:`ConvergenceMonitorCore.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback stops
 training: a stop that one rank decides stops every rank at the same step (``trainer.strategy.reduce_boolean_decision``
 with ``all=False``, as Lightning's ``EarlyStopping``), so a monitored value logged without ``sync_dist`` is tested once
-per rank and its false-alarm rate is per rank.
-The rule's state (series, looks spent, best per-query evaluation, events) and the step it stopped at are saved in
-checkpoints and resume with them.
+per rank and a run of ``world_size`` ranks stops falsely with probability up to ``world_size * alpha``; the
+evaluation callbacks' keys are the same gathered values on every rank and keep ``alpha``.
+The rule's state (series, looks spent, best per-query evaluation, events), its settings and the step it stopped at
+are saved in checkpoints and resume with them. A run resumed under other settings (``window``, ``mode``,
+``min_delta``, ``alpha``, ``max_looks``, ``noise``, ``noise_estimate``) warns, naming each change, and restarts the
+rule with the level already spent counted as spent (the guarantee then holds at the new ``alpha`` over the looks
+before and after the resume); raising instead would end a resumed run over a setting the user changed on purpose.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ConvergenceMonitorCore"]
 
 EVENTS = ("plateau", "downturn")
+RULE_SETTINGS = ("window", "mode", "min_delta", "alpha", "max_looks", "noise", "noise_estimate")
 
 
 class ConvergenceMonitorCore:
@@ -63,7 +69,7 @@ class ConvergenceMonitorCore:
         alpha: False-alarm rate per run of each of downturn and plateau.
         max_looks: Evaluations the level ``alpha`` is spent over; later ones are not tested.
         noise: The noise sd of the monitored values when known; None estimates it from the series.
-        paired: Add the paired test when the evaluation callback keeps per-query values of the key.
+        paired: Require the paired confirmation when the evaluation callback keeps per-query values of the key.
         noise_estimate: ``"differences"`` (successive differences) or ``"windows"`` (also successive windows' means:
             for noise correlated between nearby evaluations, at the cost of a later detection).
 
@@ -139,7 +145,25 @@ class ConvergenceMonitorCore:
         return lightning_state_key(self, monitor=self.monitor, window=self.window, mode=self.mode)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**copy.deepcopy(self.run_state), "stopped_at": self.stopped_at, "last_state": dict(self.state)}
+        return {**copy.deepcopy(self.run_state), "stopped_at": self.stopped_at, "last_state": dict(self.state), "rule": self._settings()}
+
+    def _settings(self) -> dict[str, Any]:
+        """The rule's settings that the decisions and the false-alarm level depend on."""
+        return {name: getattr(self.rule, name) for name in RULE_SETTINGS}
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint of this monitor under another ``window`` or ``mode`` holds its state under another key (the
+        key names them): load it here, so that :meth:`load_state_dict` sees the change and carries the level over."""
+        states = checkpoint.get("callbacks") or {}
+        if self.state_key in states:
+            return
+        prefix = lightning_state_key(self, monitor=self.monitor)[:-1] + ", "
+        claimed = {getattr(c, "state_key", None) for c in getattr(trainer, "callbacks", [])}
+        found = [k for k in states if isinstance(k, str) and k.startswith(prefix) and k not in claimed]
+        if len(found) == 1:
+            self.load_state_dict(copy.deepcopy(states[found[0]]))
+        elif found:
+            log.warning("%s: the checkpoint holds %d states of monitors of %s under other settings (%s); none is resumed", self.state_key, len(found), self.monitor, ", ".join(found))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         stopped = state_dict.get("stopped_at")
@@ -151,6 +175,10 @@ class ConvergenceMonitorCore:
                 run["series"] = [[int(step), float(value)] for step, value in run["series"]]
                 if not isinstance(run["looks"], int) or not isinstance(run["events"], list) or not isinstance(run["flags"], dict):
                     raise TypeError("looks, events or flags of an unexpected type")
+                saved = state_dict.get("rule")
+                if isinstance(saved, dict) and {k: saved.get(k) for k in RULE_SETTINGS} != self._settings():
+                    self.run_state, self.state = self._restart(run, saved, fresh), {}
+                    return
                 self.run_state = run
                 last = state_dict.get("last_state", {})
                 self.state = {k: float(v) for k, v in last.items()} if isinstance(last, dict) else {}
@@ -159,6 +187,25 @@ class ConvergenceMonitorCore:
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("%s: ignoring a checkpointed monitor state of unexpected form (%s); the monitor starts afresh", self.state_key, exc)
             self.run_state, self.state = fresh, {}
+
+    def _restart(self, run: dict[str, Any], saved: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint of this monitor under other rule settings: its looks were tested against another rule, so the
+        rule restarts (the per-query best and the flags are dropped; the series and events are kept) and the level
+        those looks spent is counted as spent now: ``ceil(spent / (alpha / max_looks))`` looks of the new rule, so
+        the run's looks, old and new, spend at most the new ``alpha`` together."""
+        changes = ", ".join(f"{k} {saved.get(k)!r} -> {v!r}" for k, v in self._settings().items() if saved.get(k) != v)
+        old_level = float(saved.get("alpha", self.rule.alpha)) / int(saved.get("max_looks", self.rule.max_looks))
+        looks = {}
+        for name in ("looks", "plateau_looks"):
+            spent = int(run[name]) * old_level
+            looks[name] = min(self.rule.max_looks, math.ceil(spent / self.rule.per_look_level() - 1e-9))
+        log.warning(
+            "%s: the checkpoint's monitor had other rule settings (%s): the rule restarts with the new settings, keeping "
+            "the %d values and %d events, dropping the best per-query evaluation and the flags, and counting the level "
+            "already spent (%.3g) as %d of its %d looks", self.state_key, changes, len(run["series"]), len(run["events"]),
+            int(run["looks"]) * old_level, looks["looks"], self.rule.max_looks,
+        )  # fmt: skip
+        return {**fresh, "series": run["series"], "events": run["events"], **looks}
 
     def _convert(self, state_dict: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
         """A checkpoint of the earlier monitor (a series and its events, no spent level): the series and events are

@@ -5,6 +5,8 @@ tests/functional/test_convergence.py; here its numpy reading (tests/oracles/conv
 
 from __future__ import annotations
 
+import copy
+
 import json
 import logging
 import math
@@ -178,6 +180,43 @@ def test_resumes_from_a_checkpoint_with_the_same_decisions(tmp_path: Path):
     assert resumed.run_state == full.run_state and resumed.state == full.state
 
 
+def test_a_resume_under_other_rule_settings_warns_and_carries_the_spent_level(tmp_path: Path, caplog):
+    """Checkpoint under window 5, mode max, max_looks 1000 (6 looks spent: 0.0003); resume under window 4, mode min,
+    max_looks 500 (0.0001 a look): the change is named, the rule restarts with ceil(0.0003 / 0.0001) = 3 looks spent
+    and every later evaluation is a look of the new rule."""
+    first = ConvergenceMonitor("val/score", window=5, rounds=200)
+    ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    _trainer(tmp_path / "a", [first, ckpt], max_epochs=15).fit(CurveModule(FALLING))
+    assert first.run_state["looks"] == 6
+    resumed = ConvergenceMonitor("val/score", window=4, mode="min", max_looks=500, rounds=200)
+    with caplog.at_level(logging.WARNING):
+        _trainer(tmp_path / "b", [resumed], max_epochs=40, enable_checkpointing=False).fit(
+            CurveModule(FALLING), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt")
+        )
+    assert "other rule settings (window 5 -> 4, mode 'max' -> 'min', max_looks 1000 -> 500)" in caplog.text
+    assert "counting the level already spent (0.0003) as 3 of its 500 looks" in caplog.text
+    assert resumed.series[:15] == first.series and len(resumed.series) == 40
+    assert resumed.run_state["looks"] == 3 + 25 and resumed.events[: len(first.events)] == first.events
+
+
+def test_a_state_under_other_settings_restarts_the_rule():
+    """Same key (only alpha and min_delta differ): load_state_dict itself restarts; unchanged settings resume as saved."""
+    saved = ConvergenceMonitor("val/score", window=5, rounds=200, max_looks=100)
+    for step, value in enumerate(FALLING[:30]):
+        saved.observe(step, value)
+    state = saved.state_dict()
+    same = ConvergenceMonitor("val/score", window=5, rounds=200, max_looks=100)
+    same.load_state_dict(copy.deepcopy(state))
+    assert same.run_state == saved.run_state and same.state == saved.state
+    other = ConvergenceMonitor("val/score", window=5, rounds=200, max_looks=100, alpha=0.01, min_delta=0.01)
+    other.load_state_dict(copy.deepcopy(state))
+    looks = saved.run_state["looks"]  # 21 looks at 0.0005: 0.0105, at 0.0001 a look 105 > 100
+    assert looks == 21 and other.run_state["looks"] == 100 and other.run_state["best"] is None
+    assert other.run_state["flags"] == {"plateau": 0.0, "downturn": 0.0} and other.series == saved.series
+    assert other.observe(30, 0.0)["downturn"] == 0.0  # the level is spent: nothing more is flagged
+    assert other.run_state["events"] == saved.run_state["events"]
+
+
 def test_reads_an_evaluation_callbacks_history_and_intervals_are_logged(tmp_path: Path):
     evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, bootstrap_rounds=500)
     monitor = ConvergenceMonitor("retrieval/r_precision", window=2, rounds=200, paired=False)
@@ -212,27 +251,32 @@ class RecordingMonitor(ConvergenceMonitor):
         return self.seen[-1]
 
 
-def test_per_query_values_decide_the_downturn_by_the_paired_test(tmp_path: Path):
+def test_per_query_values_confirm_the_downturn_by_the_paired_test(tmp_path: Path):
     """Each evaluation's per-query values (in memory, no file read) pair with the best earlier evaluation's: the
-    p-value is the paired rule's on the per-query files the evaluation wrote. One look (``max_looks=1``) keeps the
-    p-value below 1 on this small problem; the running best is kept for every evaluation."""
+    paired p-value is the sign-flip bound on the per-query files the evaluation wrote, and the look's p-value the
+    larger of it and the series rule's. One look (``max_looks=1``, at the fourth evaluation for ``window=2``); the
+    running best is kept for every evaluation."""
     evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, save_per_query="all", confidence_intervals=False)
     monitor = RecordingMonitor("retrieval/precision@1", window=2, rounds=200, max_looks=1)
     trainer = _trainer(tmp_path, [evaluation, monitor], max_epochs=2, enable_checkpointing=False)
     trainer.fit(LinearEncoder(), PointDataModule(n_eval=400))
     history = read_history(tmp_path / "retrieval" / "history.jsonl")
-    assert [s for s, _ in monitor.series] == [h["step"] for h in history] and len(history) >= 4
+    assert [s for s, _ in monitor.series] == [h["step"] for h in history] and len(history) >= 5
     files = []
     for record in history:
         with np.load(tmp_path / "retrieval" / record["per_query_file"]) as per_query:
             files.append((per_query["query_id"].copy(), per_query["precision@1"].astype(np.float64)))
-    assert monitor.run_state["paired_candidates"] == len(history) and monitor.run_state["looks"] == 1
-    first_look = monitor.seen[1]
-    want = paired_p(*files[0], *files[1], candidates=1, max_looks=1)
-    assert first_look["paired"] == 1.0 and first_look["downturn_p"] == pytest.approx(want, rel=1e-9, abs=1e-15)
-    assert 0.0 < want < 1.0  # a comparison that can tell a wrong pairing
-    assert all(math.isnan(s["downturn_p"]) for s in monitor.seen[2:])  # the one look is spent
     means = [np.nanmean(values) for _, values in files]
+    assert monitor.run_state["looks"] == 1
+    for i in range(1, len(files)):
+        best = int(np.argmax(means[:i]))
+        want = paired_p(*files[best], *files[i])
+        assert monitor.seen[i]["paired_p"] == pytest.approx(want, rel=1e-9, abs=1e-15)
+    assert any(0.0 < s["paired_p"] < 1.0 for s in monitor.seen[1:])  # a comparison that can tell a wrong pairing
+    assert all(math.isnan(s["downturn_p"]) for s in monitor.seen[:3] + monitor.seen[4:])  # the one look: the fourth
+    series = series_run([float(h["precision@1"]) for h in history[:4]], 2, max_looks=1)[-1]["downturn_p"]
+    look = monitor.seen[3]
+    assert look["downturn_p"] == pytest.approx(max(series, look["paired_p"]), rel=1e-9, abs=1e-15)
     kept, best = monitor.run_state["best"], int(np.argmax(means))
     assert kept["step"] == history[best]["step"]
     assert kept["ids"] == files[best][0].tolist() and kept["values"] == pytest.approx(files[best][1].tolist())

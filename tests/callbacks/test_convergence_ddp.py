@@ -1,7 +1,7 @@
 """ConvergenceMonitor under two-process gloo DDP through the Trainer: a downturn seen by every rank stops every rank at
-the same step (from a logged value, and from an evaluation's gathered per-query values by the paired test), a
-downturn seen by one rank only stops none (so a run of N ranks keeps the false-alarm rate of one), and no run is
-left waiting on a rank."""
+the same step (from a logged value, and from an evaluation's gathered per-query values), a downturn seen by one rank
+only stops every rank too (as Lightning's EarlyStopping: an unsynced key's false-alarm rate is up to N alpha on N
+ranks), and no run is left waiting on a rank."""
 
 from __future__ import annotations
 
@@ -83,12 +83,13 @@ def test_a_value_skipped_on_one_rank_does_not_hang_the_run(tmp_path: Path):
 
 @pytest.mark.slow
 def test_a_paired_downturn_stops_every_rank_at_the_same_step(tmp_path: Path):
-    """Every rank reads the same gathered per-query values, takes the same paired decisions and stops with the others."""
+    """Every rank reads the same gathered per-query values, takes the same decisions (series rule and paired
+    confirmation) and stops with the others."""
     code, output, ranks = _launch(tmp_path, "paired", timeout=240)
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
     assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
     zero, one = ranks
     assert zero["stopped_at"] is not None and zero["stopped_at"] == one["stopped_at"] == zero["global_step"] == one["global_step"]
     assert zero["run_state"] == one["run_state"] and zero["run_state"]["best"] is not None
-    assert [e["test"] for e in zero["events"] if e["event"] == "downturn"] == ["paired"]
-    assert zero["run_state"]["paired_candidates"] == len(zero["series"])
+    assert [e["event"] for e in zero["events"]].count("downturn") == 1
+    assert zero["state"]["downturn"] == 1.0 and zero["state"]["paired_p"] <= 0.5  # alpha of the script: both rejected

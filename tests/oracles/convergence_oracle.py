@@ -81,9 +81,9 @@ def series_run(curve, window, alpha=0.05, **kwargs):
     return out
 
 
-def paired_p(best_ids, best_values, ids, values, candidates, mode="max", min_delta=0.0, max_looks=1000):
-    """Paired downturn p-value of an evaluation (``ids``, ``values``) against the best earlier one: pairs by id,
-    pairs with a NaN dropped, ``d = u_best - u_latest - min_delta``, sign-flip bound times ``k * max_looks``."""
+def paired_p(best_ids, best_values, ids, values, mode="max", min_delta=0.0):
+    """Paired confirmation p-value of an evaluation (``ids``, ``values``) against the best earlier one: pairs by id,
+    pairs with a NaN dropped, ``d = u_best - u_latest - min_delta``, the sign-flip bound."""
     sign = 1.0 if mode == "max" else -1.0
     best = dict(zip([int(i) for i in best_ids], [float(v) for v in best_values]))
     d = []
@@ -93,4 +93,4 @@ def paired_p(best_ids, best_values, ids, values, candidates, mode="max", min_del
     total = sum(d)
     squares = sum(x * x for x in d)
     bound = 1.0 if total <= 0 or squares == 0 else math.exp(-total * total / (2 * squares))
-    return min(1.0, candidates * max_looks * bound)
+    return bound
