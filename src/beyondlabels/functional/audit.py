@@ -39,19 +39,80 @@ Stability
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from beyondlabels.functional._search import Neighbors
 
-__all__ = ["LabelAudit", "audit_neighbors", "join_neighbors", "suspect_overlap"]
+__all__ = ["AuditSettings", "LabelAudit", "audit_neighbors", "join_neighbors", "suspect_overlap"]
 
 QUALITY_THRESHOLD = 0.5
 OUTLIER_THRESHOLD = 3.5
 DUPLICATE_THRESHOLD = 0.995
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The settings of an audit (meanings: :func:`audit_neighbors`).
+
+    Args:
+        k: Neighbours per item.
+        quality_threshold, outlier_threshold, duplicate_threshold: As in :func:`audit_neighbors`.
+        top: Length of the ranked lists reported (suspects, outliers) and of the top list whose overlap
+            (:func:`suspect_overlap`) measures stability.
+        exclude_suspects: Also compute the retrieval metrics without the items of cross-label duplicate pairs.
+
+    Example:
+        >>> AuditSettings.of({"k": 5}).k, AuditSettings.of(None)
+        (5, None)
+    """
+
+    k: int = 10
+    quality_threshold: float = QUALITY_THRESHOLD
+    outlier_threshold: float = OUTLIER_THRESHOLD
+    duplicate_threshold: float = DUPLICATE_THRESHOLD
+    top: int = 20
+    exclude_suspects: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("k", "top"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"audit `{name}` must be a positive int, got {value!r}.")
+        _check_thresholds(self.quality_threshold, self.outlier_threshold, self.duplicate_threshold)
+        if not isinstance(self.exclude_suspects, bool):
+            raise ValueError(f"audit `exclude_suspects` must be True or False, got {self.exclude_suspects!r}.")
+
+    @classmethod
+    def of(cls, value: AuditSettings | Mapping[str, Any] | bool | None) -> AuditSettings | None:
+        """Settings from themselves, a mapping of their fields (a config), True (the defaults) or None/False (off).
+
+        Raises:
+            ValueError: On unknown fields or other types.
+        """
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {f.name for f in fields(cls)}
+            if unknown:
+                raise ValueError(f"`audit` has unknown settings {sorted(unknown)}; known: {[f.name for f in fields(cls)]}.")
+            return cls(**dict(value))
+        raise ValueError(f"`audit` must be AuditSettings, a mapping of its fields, True or None, got {type(value).__name__}.")
+
+
+def _check_thresholds(quality: object, outlier: object, duplicate: object) -> None:
+    for name, value in (("quality_threshold", quality), ("outlier_threshold", outlier), ("duplicate_threshold", duplicate)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -200,13 +261,7 @@ def audit_neighbors(
         (0.0, 0.75)
     """
     idx, s, y, k = _check_inputs(neighbors, labels, k)
-    for name, value in (
-        ("quality_threshold", quality_threshold),
-        ("outlier_threshold", outlier_threshold),
-        ("duplicate_threshold", duplicate_threshold),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not torch.isfinite(torch.tensor(float(value))):
-            raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
+    _check_thresholds(quality_threshold, outlier_threshold, duplicate_threshold)
     n = y.shape[0]
     device = y.device
     classes, y_code = torch.unique(y, return_inverse=True)
