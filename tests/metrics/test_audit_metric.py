@@ -156,3 +156,20 @@ def test_two_process_gloo_equals_single_process(tmp_path: Path) -> None:
         got = torch.load(f"{out_path}.{rank}")
         assert int(got["num_duplicates"]) == 8
         assert_same_outputs(got, ref, ignore=("num_duplicates", "label_names"))
+
+
+def test_suspect_overlap_with_the_previous_compute() -> None:
+    emb, labels, ids = _data()
+    m = EmbeddingRetrieval(ks=KS, audit={"k": 6, "top": 4})
+    m.update(emb, labels, ids)
+    first = m.compute()
+    assert np.isnan(float(first["audit_suspect_overlap"]))
+    top = first["audit"]["suspects"]["ids"][:4]
+    assert m.previous_suspects.tolist() == top.tolist()
+    m.reset()
+    m.update(emb, labels, ids)
+    assert float(m.compute()["audit_suspect_overlap"]) == 1.0
+    m.reset()
+    m.previous_suspects = torch.tensor([top[0].item(), -5, -6, -7])  # one of four in common
+    m.update(emb, labels, ids)
+    assert float(m.compute()["audit_suspect_overlap"]) == 0.25

@@ -15,7 +15,7 @@ from beyondlabels.functional._checks import (
     check_positive_int,
     check_precision,
 )
-from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors
+from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
@@ -71,7 +71,10 @@ class EmbeddingRetrieval(PerSampleMetric):
             :mod:`beyondlabels.functional.audit`); see :meth:`audit_schema` for the keys. ``k`` is capped at
             ``N - 1``. Needs every sample as a query (not with ``max_queries``). With ``exclude_suspects`` the scalar
             retrieval metrics are computed again without the items of cross-label duplicate pairs (a second search
-            of the remaining items), as ``clean/<key>``. None (default): off, and nothing else changes.
+            of the remaining items), as ``clean/<key>``. None (default): off, and nothing else changes. The ids of
+            the top ``audit.top`` suspects of the last :meth:`compute` are kept in ``previous_suspects`` (also
+            through :meth:`reset`); the next compute reports their overlap with its own
+            (``audit_suspect_overlap``, :func:`~beyondlabels.functional.audit.suspect_overlap`; NaN the first time).
         kwargs: Passed to :class:`torchmetrics.Metric` (e.g. ``sync_on_compute``, ``process_group``).
 
     Inputs of :meth:`update`:
@@ -118,6 +121,7 @@ class EmbeddingRetrieval(PerSampleMetric):
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
         self.audit = AuditSettings.of(audit)
+        self.previous_suspects: Tensor | None = None  # ids of the last compute's top suspects (kept through reset)
         if self.audit is not None and max_queries is not None:
             raise ValueError("`audit` needs every sample as a query; drop `max_queries` or the audit.")
         self.ks = check_ks(ks)
@@ -166,7 +170,7 @@ class EmbeddingRetrieval(PerSampleMetric):
 
     def audit_schema(self) -> OutputSchema:
         """The keys the audit adds: counts ``audit_num_suspects``, ``audit_num_outliers``,
-        ``audit_num_cross_label_duplicates``, ``audit_num_same_label_duplicates``, ``audit_k``; per-query
+        ``audit_num_cross_label_duplicates``, ``audit_num_same_label_duplicates``, ``audit_k``, ``audit_suspect_overlap``; per-query
         ``audit_label_quality``, ``audit_own_share``, ``audit_suggested_label``, ``audit_suggested_share``,
         ``audit_outlier_score``, ``audit_is_suspect``, ``audit_is_outlier``; with ``exclude_suspects``
         ``audit_num_excluded`` and ``clean/<key>`` for every scalar retrieval key. The non-scalar ``audit`` entry of
@@ -181,6 +185,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             "audit_num_cross_label_duplicates": fewer,
             "audit_num_same_label_duplicates": KeySpec("scalar", None, count=True),
             "audit_k": KeySpec("scalar", None, count=True),
+            "audit_suspect_overlap": KeySpec("scalar", None),
         }
         per_query = {
             "audit_label_quality": KeySpec("per_query", True),
@@ -303,6 +308,10 @@ class EmbeddingRetrieval(PerSampleMetric):
         out["audit_num_cross_label_duplicates"] = count(a.cross_label.sum())
         out["audit_num_same_label_duplicates"] = count((~a.cross_label).sum())
         out["audit_k"] = count(k)
+        top = ids[a.suspects][: settings.top].cpu()
+        overlap = float("nan") if self.previous_suspects is None else suspect_overlap(self.previous_suspects, top, settings.top)
+        out["audit_suspect_overlap"] = torch.tensor(overlap, dtype=torch.float64, device=device)
+        self.previous_suspects = top
         out["per_query"].update(_audit_per_query(a))
         top_outliers = torch.argsort(-a.outlier_score, stable=True)[: settings.top]
         pairs = a.duplicate_pairs
