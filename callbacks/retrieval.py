@@ -217,7 +217,7 @@ class RetrievalEvalCore(EvaluationCore):
 
     def _suspect_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
         """The top suspects of the audit, with thumbnails looked up by id."""
-        found = results["audit"]["suspects"]
+        found = {key: torch.atleast_1d(v) for key, v in results["audit"]["suspects"].items()}  # one-element lists come 0-d
         rows = []
         for i in range(min(self.audit.top, found["ids"].numel())):
             sid = int(found["ids"][i])
@@ -235,7 +235,8 @@ class RetrievalEvalCore(EvaluationCore):
 
     def _duplicate_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
         """The cross-label near-duplicate pairs (at most ``top``), most similar first."""
-        pairs = results["audit"]["duplicates"]
+        pairs = {key: torch.atleast_1d(v) for key, v in results["audit"]["duplicates"].items()}  # one pair comes 0-d
+        pairs["ids"], pairs["labels"] = pairs["ids"].reshape(-1, 2), pairs["labels"].reshape(-1, 2)
         cross = torch.nonzero(pairs["cross_label"]).flatten()
         cross = cross[pairs["scores"][cross].argsort(descending=True, stable=True)][: self.audit.top]
         rows = []
