@@ -2,6 +2,7 @@
 
     python evaluate.py task=retrieval input=embeddings.npz output=report.json k=[1,5,10]
     python evaluate.py task=retrieval input=embeddings.npz wandb=true     # also log an offline W&B run
+    python evaluate.py task=audit input=embeddings.npz output=audit.json   # suspected label errors, duplicates, outliers
     python evaluate.py task=crossmodal input=pairs.npz output=report.json    # image<->text recall@k and ranks
     python evaluate.py task=hierarchy taxonomy=tree.yaml predictions=preds.jsonl output=report.json   # hP / hR / hF
     python evaluate.py task=ranking run=run.txt qrels=qrels.txt k=[5,10] output=report.json   # graded qrels, unjudged

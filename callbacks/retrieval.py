@@ -7,11 +7,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia
+from beyondlabels.functional.audit import AuditSettings
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 
@@ -68,6 +70,15 @@ class RetrievalEvalCore(EvaluationCore):
             title (:func:`~beyondlabels.functional.projection.pca_projection`); logged as the figure
             ``<prefix>/embedding_projection`` and written to ``<save_dir>/embedding_projection/step_<step>.png``.
             0 turns it off; without ``profiles`` it has no effect.
+        audit: Audit the evaluation set's labels from the same search (None: off):
+            :class:`~beyondlabels.functional.audit.AuditSettings` or a mapping of its fields (``k``, thresholds,
+            ``top``, ``exclude_suspects``). Logs ``audit_num_suspects``, ``audit_num_cross_label_duplicates``,
+            ``audit_num_same_label_duplicates``, ``audit_num_outliers`` and ``audit_suspect_overlap`` (the share of
+            the top ``top`` suspects shared with the previous evaluation; kept in the checkpoint for resume); the
+            per-item values go to the per-query files; on rank 0 the media hold the table ``audit_suspects``
+            (thumbnail, id, given and suggested label, the suggested label's share, the label quality) and
+            ``audit_duplicates`` (cross-label pairs). ``exclude_suspects`` also logs ``clean/<key>``: the retrieval
+            metrics without the items of cross-label duplicate pairs. Needs ``max_queries=None``.
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
@@ -104,6 +115,7 @@ class RetrievalEvalCore(EvaluationCore):
         mismatch_seed: int = 0,
         projection_points: int = 5000,
         deep_metrics: bool = True,
+        audit: Any = None,
         *,
         every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
@@ -124,6 +136,7 @@ class RetrievalEvalCore(EvaluationCore):
         self.graded = tuple(graded)
         self.max_queries, self.query_seed = max_queries, query_seed
         self.deep_metrics = deep_metrics
+        self.audit = AuditSettings.of(audit)
         self.num_mismatches = num_mismatches
         self.class_names = list(class_names) if class_names is not None else None
         self.profile_gains = _profile_gains(profiles, profile_labels)
@@ -141,7 +154,7 @@ class RetrievalEvalCore(EvaluationCore):
                 projection_points=self.projection_points,
                 chunk_size=self.chunk_size, precision=self.precision, curve_max_k=self.curve_max_k, graded=self.graded,
                 max_queries=self.max_queries, query_seed=self.query_seed, distributed_search=self.distributed_search,
-                deep_metrics=self.deep_metrics,
+                deep_metrics=self.deep_metrics, audit=self.audit,
             )
         return EmbeddingRetrieval(
             ks=self.ks,
@@ -154,7 +167,21 @@ class RetrievalEvalCore(EvaluationCore):
             return_neighbors=1 if self.num_mismatches else 0,
             distributed_search=self.distributed_search,
             deep_metrics=self.deep_metrics,
+            audit=self.audit,
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        previous = getattr(self.metric, "previous_suspects", None)
+        if self.audit is not None:
+            state["audit_previous_suspects"] = None if previous is None else [int(i) for i in previous]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        previous = state_dict.get("audit_previous_suspects")
+        if self.audit is not None and isinstance(previous, list) and all(isinstance(i, int) for i in previous):
+            self.metric.previous_suspects = torch.tensor(previous, dtype=torch.long)
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"encode_method": self.encode_method}
@@ -182,6 +209,48 @@ class RetrievalEvalCore(EvaluationCore):
             media.table("worst_mismatches", columns, self._mismatch_rows(trainer, results))
         if self.profile_gains is not None:
             self._describe_profile_media(results, media, trainer)
+        if self.audit is not None and "audit" in results:
+            columns = ["image", "id", "given_label", "suggested_label", "share", "label_quality"]
+            media.table("audit_suspects", columns, self._suspect_rows(trainer, results))
+            columns = ["image_a", "image_b", "id_a", "id_b", "label_a", "label_b", "cosine"]
+            media.table("audit_duplicates", columns, self._duplicate_rows(trainer, results))
+
+    def _suspect_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
+        """The top suspects of the audit, with thumbnails looked up by id."""
+        found = {key: torch.atleast_1d(v) for key, v in results["audit"]["suspects"].items()}  # one-element lists come 0-d
+        rows = []
+        for i in range(min(self.audit.top, found["ids"].numel())):
+            sid = int(found["ids"][i])
+            rows.append(
+                {
+                    "image": self.thumbnail(sid),
+                    "id": sid,
+                    "given_label": self._label_name(trainer, results, int(found["labels"][i])),
+                    "suggested_label": self._label_name(trainer, results, int(found["suggested_labels"][i])),
+                    "share": float(found["suggested_shares"][i]),
+                    "label_quality": float(found["label_quality"][i]),
+                }
+            )
+        return rows
+
+    def _duplicate_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
+        """The cross-label near-duplicate pairs (at most ``top``), most similar first."""
+        pairs = {key: torch.atleast_1d(v) for key, v in results["audit"]["duplicates"].items()}  # one pair comes 0-d
+        pairs["ids"], pairs["labels"] = pairs["ids"].reshape(-1, 2), pairs["labels"].reshape(-1, 2)
+        cross = torch.nonzero(pairs["cross_label"]).flatten()
+        cross = cross[pairs["scores"][cross].argsort(descending=True, stable=True)][: self.audit.top]
+        rows = []
+        for p in cross.tolist():
+            a, b = (int(v) for v in pairs["ids"][p])
+            la, lb = (int(v) for v in pairs["labels"][p])
+            rows.append(
+                {
+                    "image_a": self.thumbnail(a), "image_b": self.thumbnail(b), "id_a": a, "id_b": b,
+                    "label_a": self._label_name(trainer, results, la), "label_b": self._label_name(trainer, results, lb),
+                    "cosine": float(pairs["scores"][p]),
+                }
+            )  # fmt: skip
+        return rows
 
     def _describe_profile_media(self, results: dict[str, Any], media: EvaluationMedia, trainer: Trainer | None = None) -> None:
         """Rank 0: similarity heatmap (drawn once per fit, sent to the loggers once), observed-vs-null histogram,

@@ -15,6 +15,7 @@ from beyondlabels.functional._checks import (
     check_positive_int,
     check_precision,
 )
+from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
@@ -23,8 +24,9 @@ from beyondlabels.functional.retrieval import (
     retrieval_per_query,
     sample_queries,
 )
+from beyondlabels.functional.search import Neighbors
 from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
-from beyondlabels.schema import OutputSchema
+from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = ["EmbeddingRetrieval"]
 
@@ -64,6 +66,15 @@ class EmbeddingRetrieval(PerSampleMetric):
         deep_metrics: Also compute ``r_precision``, ``map@r`` and ``first_relevant_rank`` (and their means), which
             need a search past ``max(ks)``; False is the shallow mode of
             :func:`~beyondlabels.functional.retrieval.embedding_retrieval_metrics` (those keys are absent).
+        audit: :class:`~beyondlabels.functional.audit.AuditSettings` (or a mapping of its fields, or True for the
+            defaults): also audit the labels from the neighbours of the same search (no second search; definitions in
+            :mod:`beyondlabels.functional.audit`); see :meth:`audit_schema` for the keys. ``k`` is capped at
+            ``N - 1``. Needs every sample as a query (not with ``max_queries``). With ``exclude_suspects`` the scalar
+            retrieval metrics are computed again without the items of cross-label duplicate pairs (a second search
+            of the remaining items), as ``clean/<key>``. None (default): off, and nothing else changes. The ids of
+            the top ``audit.top`` suspects of the last :meth:`compute` are kept in ``previous_suspects`` (also
+            through :meth:`reset`); the next compute reports their overlap with its own
+            (``audit_suspect_overlap``, :func:`~beyondlabels.functional.audit.suspect_overlap`; NaN the first time).
         kwargs: Passed to :class:`torchmetrics.Metric` (e.g. ``sync_on_compute``, ``process_group``).
 
     Inputs of :meth:`update`:
@@ -105,9 +116,14 @@ class EmbeddingRetrieval(PerSampleMetric):
         distributed_search: bool = True,
         validate_args: bool = True,
         deep_metrics: bool = True,
+        audit: AuditSettings | Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
+        self.audit = AuditSettings.of(audit)
+        self.previous_suspects: Tensor | None = None  # ids of the last compute's top suspects (kept through reset)
+        if self.audit is not None and max_queries is not None:
+            raise ValueError("`audit` needs every sample as a query; drop `max_queries` or the audit.")
         self.ks = check_ks(ks)
         # The kernel's own argument checks, run here so that a bad config fails at construction, not at compute().
         check_positive_int(chunk_size, "chunk_size")
@@ -147,7 +163,45 @@ class EmbeddingRetrieval(PerSampleMetric):
             mistake_stats={g.name: list(g.mistake_stats) for g in self.graded if g.mistake_stats},
             deep_metrics=self.deep_metrics,
         )
-        return schema.merged(OutputSchema({"num_duplicates": self.count_spec()}))
+        schema = schema.merged(OutputSchema({"num_duplicates": self.count_spec()}))
+        if self.audit is not None:
+            schema = schema.merged(self.audit_schema())
+        return schema
+
+    def audit_schema(self) -> OutputSchema:
+        """The keys the audit adds: counts ``audit_num_suspects``, ``audit_num_outliers``,
+        ``audit_num_cross_label_duplicates``, ``audit_num_same_label_duplicates``, ``audit_k``, ``audit_suspect_overlap``; per-query
+        ``audit_label_quality``, ``audit_own_share``, ``audit_suggested_label``, ``audit_suggested_share``,
+        ``audit_outlier_score``, ``audit_is_suspect``, ``audit_is_outlier``; with ``exclude_suspects``
+        ``audit_num_excluded`` and ``clean/<key>`` for every scalar retrieval key. The non-scalar ``audit`` entry of
+        the output holds ``suspects`` (ranked; ``ids``, ``labels``, ``suggested_labels``, ``suggested_shares``,
+        ``label_quality``), ``outliers`` (the ``top`` highest outlier scores: ``ids``, ``labels``, ``scores``),
+        ``duplicates`` (``ids`` and ``labels`` ``[P, 2]``, ``scores``, ``cross_label``) and ``per_class``
+        (``label``, ``items``, ``suspects``, ``outliers``)."""
+        fewer = KeySpec("scalar", False, count=True)
+        keys = {
+            "audit_num_suspects": fewer,
+            "audit_num_outliers": fewer,
+            "audit_num_cross_label_duplicates": fewer,
+            "audit_num_same_label_duplicates": KeySpec("scalar", None, count=True),
+            "audit_k": KeySpec("scalar", None, count=True),
+            "audit_suspect_overlap": KeySpec("scalar", None),
+        }
+        per_query = {
+            "audit_label_quality": KeySpec("per_query", True),
+            "audit_own_share": KeySpec("per_query", True),
+            "audit_suggested_label": KeySpec("per_query", None),
+            "audit_suggested_share": KeySpec("per_query", None),
+            "audit_outlier_score": KeySpec("per_query", False),
+            "audit_is_suspect": KeySpec("per_query", False),
+            "audit_is_outlier": KeySpec("per_query", False),
+        }
+        if self.audit is not None and self.audit.exclude_suspects:
+            keys["audit_num_excluded"] = KeySpec("scalar", None, count=True)
+            plain = retrieval_output_schema(self.ks, [g.name for g in self.graded], deep_metrics=self.deep_metrics)
+            for key in plain.scalar_keys():
+                keys[f"clean/{key}"] = plain[key]
+        return OutputSchema(keys, per_query)
 
     def update(self, embeddings: Tensor, labels: Any, ids: Any = None) -> None:
         """Add a batch of samples (see the class docstring for the inputs)."""
@@ -187,6 +241,22 @@ class EmbeddingRetrieval(PerSampleMetric):
         emb, labels, ids = samples.values["embeddings"], samples.values["labels"], samples.ids
         share = self.work_share() if self.distributed_search else None
         query_rows = None if self.max_queries is None else sample_queries(ids, self.max_queries, self.query_seed)
+        audit_k = 0 if self.audit is None else min(self.audit.k, ids.numel() - 1)
+        if self.audit is not None and audit_k < 1:
+            raise ValueError(f"the audit needs at least 2 samples, got {ids.numel()}; feed more samples or turn `audit` off.")
+        out = self._retrieval(emb, labels, ids, share, query_rows, max(self.return_neighbors, audit_k))
+        out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
+        if self.audit is not None:
+            self._add_audit(out, emb, labels, ids, share, audit_k)
+        if "neighbors" in out:
+            idx = out["neighbors"]["indices"]
+            out["neighbors"] = {"ids": ids[idx], "labels": labels[idx], "scores": out["neighbors"]["scores"]}
+        out["label_names"] = self.gathered_label_names()
+        return out
+
+    def _retrieval(
+        self, emb: Tensor, labels: Tensor, ids: Tensor, share: Any, query_rows: Tensor | None, return_neighbors: int
+    ) -> dict[str, Any]:
         rows = retrieval_per_query(
             emb,
             labels,
@@ -196,7 +266,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             precision=self.precision,
             curve_max_k=self.curve_max_k,
             graded=self.graded,
-            return_neighbors=self.return_neighbors,
+            return_neighbors=return_neighbors,
             share=share,
             query_rows=query_rows,
             deep_metrics=self.deep_metrics,
@@ -212,12 +282,60 @@ class EmbeddingRetrieval(PerSampleMetric):
             query_pool=None if self.max_queries is None else ids.numel(),
             deep_metrics=self.deep_metrics,
         )
-        out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
-        if "neighbors" in out:
-            idx = out["neighbors"]["indices"]
-            out["neighbors"] = {"ids": ids[idx], "labels": labels[idx], "scores": out["neighbors"]["scores"]}
-        out["label_names"] = self.gathered_label_names()
         return out
+
+    def _add_audit(self, out: dict[str, Any], emb: Tensor, labels: Tensor, ids: Tensor, share: Any, k: int) -> None:
+        """The audit from the searched neighbours in ``out`` (trimmed back to ``return_neighbors`` afterwards)."""
+        settings = self.audit
+        found = out["neighbors"]
+        n = ids.numel()
+        nb = Neighbors(torch.arange(n, device=ids.device), found["scores"][:, :k], found["indices"][:, :k])
+        a = audit_neighbors(
+            nb, labels, k=k, quality_threshold=settings.quality_threshold, outlier_threshold=settings.outlier_threshold,
+            duplicate_threshold=settings.duplicate_threshold,
+        )  # fmt: skip
+        if self.return_neighbors:
+            out["neighbors"] = {key: value[:, : self.return_neighbors] for key, value in found.items()}
+        else:
+            del out["neighbors"]
+        device = emb.device
+
+        def count(value: int) -> Tensor:
+            return torch.tensor(int(value), dtype=torch.long, device=device)
+
+        out["audit_num_suspects"] = count(a.suspects.numel())
+        out["audit_num_outliers"] = count(a.is_outlier.sum())
+        out["audit_num_cross_label_duplicates"] = count(a.cross_label.sum())
+        out["audit_num_same_label_duplicates"] = count((~a.cross_label).sum())
+        out["audit_k"] = count(k)
+        top = ids[a.suspects][: settings.top].cpu()
+        overlap = float("nan") if self.previous_suspects is None else suspect_overlap(self.previous_suspects, top, settings.top)
+        out["audit_suspect_overlap"] = torch.tensor(overlap, dtype=torch.float64, device=device)
+        self.previous_suspects = top
+        out["per_query"].update(_audit_per_query(a))
+        top_outliers = torch.argsort(-a.outlier_score, stable=True)[: settings.top]
+        pairs = a.duplicate_pairs
+        out["audit"] = {
+            "suspects": {
+                "ids": ids[a.suspects],
+                "labels": labels[a.suspects],
+                "suggested_labels": a.suggested_label[a.suspects],
+                "suggested_shares": a.suggested_share[a.suspects],
+                "label_quality": a.label_quality[a.suspects],
+            },
+            "outliers": {"ids": ids[top_outliers], "labels": labels[top_outliers], "scores": a.outlier_score[top_outliers]},
+            "duplicates": {"ids": ids[pairs], "labels": labels[pairs], "scores": a.duplicate_scores, "cross_label": a.cross_label},
+            "per_class": {"label": a.classes, "items": a.class_items, "suspects": a.class_suspects, "outliers": a.class_outliers},
+        }
+        if settings.exclude_suspects:
+            drop = torch.zeros(n, dtype=torch.bool, device=ids.device)
+            drop[pairs[a.cross_label].flatten()] = True
+            keep = torch.nonzero(~drop).flatten()
+            out["audit_num_excluded"] = count(n - keep.numel())
+            clean = self._retrieval(emb[keep], labels[keep], ids[keep], share, None, 0)
+            schema = retrieval_output_schema(self.ks, [g.name for g in self.graded], deep_metrics=self.deep_metrics)
+            for key in schema.scalar_keys():
+                out[f"clean/{key}"] = clean[key]
 
     def gathered_label_names(self) -> dict[int, str]:
         """``{code: label}`` of the string labels every process has seen (gathered when the states were)."""
@@ -232,3 +350,16 @@ class EmbeddingRetrieval(PerSampleMetric):
     def reset(self) -> None:
         super().reset()
         self._label_names = {}
+
+
+def _audit_per_query(a: LabelAudit) -> dict[str, Tensor]:
+    """The audit's per-item values under their per-query keys (items in query order)."""
+    return {
+        "audit_label_quality": a.label_quality,
+        "audit_own_share": a.own_share,
+        "audit_suggested_label": a.suggested_label,
+        "audit_suggested_share": a.suggested_share,
+        "audit_outlier_score": a.outlier_score,
+        "audit_is_suspect": a.is_suspect.long(),
+        "audit_is_outlier": a.is_outlier.long(),
+    }

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from beyondlabels.tasks import abtest, compare, crossmodal, hierarchy, mismatch, profiles, ranking, report, retrieval, rprecision
+from beyondlabels.tasks import abtest, audit, compare, crossmodal, hierarchy, mismatch, profiles, ranking, report, retrieval, rprecision
 
 __all__ = ["TASKS", "run_task"]
 
@@ -28,6 +28,7 @@ TASKS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
     "compare": compare.run,
     "abtest": abtest.run,
     "report": report.run,
+    "audit": audit.run,
 }
 
 
