@@ -30,6 +30,16 @@ def _figure(width: float, height: float, dpi: int = 100) -> Any:
     return Figure(figsize=(width, height), dpi=dpi)
 
 
+def _finish(fig: Any, ax: Any, xname: str, yname: str, title: str) -> Any:
+    """Axis names, title and grid of a one-axes figure, laid out."""
+    ax.set_xlabel(xname)
+    ax.set_ylabel(yname)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def figure_png(fig: Any, dpi: int | None = None) -> bytes:
     """The PNG bytes of a matplotlib figure."""
     buffer = io.BytesIO()
@@ -85,12 +95,7 @@ def scatter_figure(x: Sequence[float], y: Sequence[float], labels: Sequence[str]
             ax.annotate(str(label), (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xlim(-0.02, 1.05)
     ax.set_ylim(-0.02, 1.05)
-    ax.set_xlabel(xname)
-    ax.set_ylabel(yname)
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, xname, yname, title)
 
 
 def curves_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xname: str, yname: str = "", title: str = "") -> Any:
@@ -107,12 +112,7 @@ def curves_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xname: 
         ax.plot(list(x), list(values), marker="." if len(x) <= 50 else None, label=name)
     if len(ys) > 1:
         ax.legend(fontsize=7)
-    ax.set_xlabel(xname)
-    ax.set_ylabel(yname)
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, xname, yname, title)
 
 
 def _caption(columns: Sequence[str], row: Sequence[Any], image_columns: Sequence[int], width: int) -> str:
