@@ -237,26 +237,11 @@ def _band_charts(family: FamilyFolder, problems: list[str]) -> str:
     return "<h4>Over the evaluations (band: interval)</h4>" + f'<div class="figures">{"".join(figures)}</div>' if figures else ""
 
 
-def _curve_png(curve: MediaCurve, path: Path, title: str) -> Path:
-    import matplotlib
+def _curve_png(curve: MediaCurve, title: str) -> bytes:
+    """A manifest curve drawn as the loggers draw it (:func:`beyondlabels.reporting.media_figures.curves_figure`)."""
+    from beyondlabels.reporting.media_figures import curves_figure, figure_png
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    from beyondlabels.io.atomic import save_figure
-
-    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
-    try:
-        ax.plot(curve.x, curve.y, marker="o", markersize=3)
-        ax.set_xlabel(curve.xname)
-        ax.set_ylabel(curve.name)
-        ax.set_title(title, fontsize=10)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
-    return path
+    return figure_png(curves_figure(curve.x, {curve.name: curve.y}, curve.xname, curve.name, title))
 
 
 def _cell(cell: Any, problems: list[str]) -> str:
@@ -287,14 +272,13 @@ def _media(family: FamilyFolder, problems: list[str]) -> str:
             continue
         caption = figure.name + (f": {figure.caption}" if figure.caption else "")
         figures.append(f"<figure>{_png(figure.image.path, figure.name, problems)}<figcaption>{_e(caption)}</figcaption></figure>")
-    with tempfile.TemporaryDirectory() as tmp:
-        for index, curve in enumerate(manifest.curves):
-            try:
-                path = _curve_png(curve, Path(tmp) / f"curve_{index}.png", f"{family.prefix}: {curve.name}")
-            except (ValueError, TypeError, OSError) as exc:
-                problems.append(f"{family.prefix}: curve {curve.name!r} could not be drawn: {exc}")
-                continue
-            figures.append(f"<figure>{_png(path, curve.name, problems)}<figcaption>{_e(curve.name)}</figcaption></figure>")
+    for curve in manifest.curves:
+        try:
+            png = _curve_png(curve, f"{family.prefix}: {curve.name}")
+        except (ValueError, TypeError, OSError) as exc:
+            problems.append(f"{family.prefix}: curve {curve.name!r} could not be drawn: {exc}")
+            continue
+        figures.append(f"<figure>{_img(png, curve.name)}<figcaption>{_e(curve.name)}</figcaption></figure>")
     if figures:
         out.append(f'<div class="figures">{"".join(figures)}</div>')
     return "".join(out)
