@@ -1,0 +1,169 @@
+"""Text, JSON and YAML from files that came from elsewhere, parsed so that a reader returns a value or raises a
+``ValueError`` naming the file (internal: shared by the readers of :mod:`beyondlabels.io`, not part of the public
+API).
+
+Rules (every reader of the package follows them through these functions):
+
+- Text is UTF-8; one byte-order mark at its start is dropped (editors on Windows write one). Bytes that are not UTF-8
+  are an error, never replaced silently.
+- JSON is strict about keys: a key repeated within one object is an error (Python's parser keeps the last value).
+- Nesting is bounded: lists and mappings nested more than :data:`MAX_DEPTH` deep are an error, found without
+  recursion, so ``[[[[...]]]]`` a hundred thousand deep is a ``ValueError``, not a ``RecursionError``.
+- Size is bounded: YAML aliases may share one value in many places; a document that counts more than
+  :data:`MAX_VALUES` values once its aliases are expanded (a "billion laughs"), or that contains itself, is an
+  error, found in time linear in the file.
+
+Example:
+    >>> parse_json('\\ufeff{"a": [1, 2]}', "x.json")
+    {'a': [1, 2]}
+    >>> parse_json('{"a": 1, "a": 2}', "x.json")
+    Traceback (most recent call last):
+    ...
+    ValueError: x.json: not valid JSON (the key 'a' appears twice in one object)
+    >>> parse_json("[" * 100 + "]" * 100, "x.json")
+    Traceback (most recent call last):
+    ...
+    ValueError: x.json: nested more than 64 deep (lists or objects inside each other)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "MAX_VALUES", "check_structure", "decode_text", "parse_json", "parse_yaml", "read_text"]
+
+MAX_DEPTH = 64  # the project's own files nest at most 4 deep (a manifest's table cell)
+MAX_VALUES = 10_000_000  # values of one document with its YAML aliases expanded
+_BOM = "\ufeff"
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text without a leading byte-order mark; ``ValueError`` naming ``where`` otherwise."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: not UTF-8 text ({exc})") from None
+    return text[1:] if text.startswith(_BOM) else text
+
+
+def read_text(path: str | os.PathLike[str], where: str | None = None) -> str:
+    """The text of a file (:func:`decode_text`). ``OSError`` (a missing file among them) propagates."""
+    return decode_text(Path(path).read_bytes(), where or str(path))
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {repeated!r} appears twice in one object")
+    return out
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """Parse JSON text under the module's rules.
+
+    Raises:
+        ValueError: naming ``where``: not UTF-8, not valid JSON, a repeated key, or nested too deep.
+    """
+    if isinstance(text, bytes):
+        text = decode_text(text, where)
+    elif text.startswith(_BOM):
+        text = text[1:]
+    try:
+        data = json.loads(text, object_pairs_hook=_pairs)
+    except RecursionError:
+        raise ValueError(_too_deep(where, MAX_DEPTH)) from None
+    except ValueError as exc:  # json.JSONDecodeError, a repeated key, an integer of more than 4300 digits
+        raise ValueError(f"{where}: not valid JSON ({exc})") from None
+    check_structure(data, where)
+    return data
+
+
+def parse_yaml(text: str, where: str, loader: Any = None) -> Any:
+    """Parse YAML text with ``loader`` (a ``yaml.SafeLoader`` subclass; default ``SafeLoader``) under the module's
+    rules.
+
+    Raises:
+        ValueError: naming ``where``: not valid YAML, nested too deep, too many values once aliases are expanded,
+            or a document that contains itself.
+    """
+    import yaml
+
+    if text.startswith(_BOM):
+        text = text[1:]
+    try:
+        data = yaml.load(text, Loader=loader or yaml.SafeLoader)  # noqa: S506 - SafeLoader or a subclass
+    except RecursionError:
+        raise ValueError(_too_deep(where, MAX_DEPTH)) from None
+    except (yaml.YAMLError, ValueError, TypeError) as exc:  # TypeError: an unhashable key (a list as a mapping key)
+        raise ValueError(f"{where}: not valid YAML ({exc})") from None
+    check_structure(data, where)
+    return data
+
+
+def check_structure(data: Any, where: str, max_depth: int = MAX_DEPTH, max_values: int = MAX_VALUES) -> None:
+    """Raise a ``ValueError`` naming ``where`` when lists, tuples and dicts in ``data`` nest more than ``max_depth``
+    deep, count more than ``max_values`` values with shared ones counted at each place, or contain themselves.
+
+    Iterative, and linear in the number of distinct containers: a container met again (a YAML alias) adds its
+    known count instead of being walked again.
+
+    Example:
+        >>> shared = [1, 2, 3]
+        >>> check_structure([shared] * 2, "x.yaml", max_values=12)  # 1 + 2 * (1 + 3) values
+        >>> check_structure([shared] * 3, "x.yaml", max_values=12)
+        Traceback (most recent call last):
+        ...
+        ValueError: x.yaml: more than 12 values once its aliases are expanded
+    """
+    if not isinstance(data, (list, tuple, dict)):
+        return
+    counts: dict[int, int] = {}  # id -> values below it (itself included), for containers walked whole
+    open_ids: set[int] = set()
+    stack: list[tuple[Any, Any, int]] = [(data, iter(_children(data)), 1)]
+    open_ids.add(id(data))
+    totals = [1]  # values so far below each open container
+    total = 1  # sum(totals): every value counted so far
+    while stack:
+        container, children, depth = stack[-1]
+        child = next(children, _END)
+        if child is _END:
+            stack.pop()
+            open_ids.discard(id(container))
+            count = totals.pop()
+            counts[id(container)] = count
+            if totals:
+                totals[-1] += count
+            continue
+        if not isinstance(child, (list, tuple, dict)):
+            totals[-1] += 1
+            total += 1
+        elif id(child) in counts:
+            totals[-1] += counts[id(child)]
+            total += counts[id(child)]
+        elif id(child) in open_ids:
+            raise ValueError(f"{where}: a list or mapping contains itself (a recursive YAML alias)")
+        elif depth + 1 > max_depth:
+            raise ValueError(_too_deep(where, max_depth))
+        else:
+            stack.append((child, iter(_children(child)), depth + 1))
+            open_ids.add(id(child))
+            totals.append(1)
+            total += 1
+        if total > max_values:
+            raise ValueError(f"{where}: more than {max_values} values once its aliases are expanded")
+
+
+_END = object()
+
+
+def _too_deep(where: str, depth: int) -> str:
+    return f"{where}: nested more than {depth} deep (lists or objects inside each other)"
+
+
+def _children(container: Any) -> Any:
+    return container.values() if isinstance(container, dict) else container
