@@ -33,10 +33,31 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_VALUES", "check_structure", "decode_text", "parse_json", "parse_yaml", "read_text"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NPZ_BYTES",
+    "MAX_VALUES",
+    "JSONSyntaxError",
+    "check_structure",
+    "decode_text",
+    "load_npz",
+    "parse_json",
+    "parse_yaml",
+    "read_text",
+]
 
 MAX_DEPTH = 64  # the project's own files nest at most 4 deep (a manifest's table cell)
 MAX_VALUES = 10_000_000  # values of one document with its YAML aliases expanded
+MAX_NPZ_BYTES = 1 << 32  # 4 GiB: the arrays of one .npz archive, uncompressed, as its directory declares them
+
+
+class JSONSyntaxError(ValueError):
+    """Text that is not JSON at all (e.g. a line cut short by an interrupted write), as opposed to JSON that breaks
+    one of the module's rules; ``detail`` is the parser's own message."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 _BOM = "\ufeff"
 
 
@@ -77,7 +98,9 @@ def parse_json(text: str | bytes, where: str) -> Any:
         data = json.loads(text, object_pairs_hook=_pairs)
     except RecursionError:
         raise ValueError(_too_deep(where, MAX_DEPTH)) from None
-    except ValueError as exc:  # json.JSONDecodeError, a repeated key, an integer of more than 4300 digits
+    except json.JSONDecodeError as exc:
+        raise JSONSyntaxError(f"{where}: not valid JSON ({exc})", str(exc)) from None
+    except ValueError as exc:  # a repeated key, an integer of more than 4300 digits
         raise ValueError(f"{where}: not valid JSON ({exc})") from None
     check_structure(data, where)
     return data
@@ -167,3 +190,33 @@ def _too_deep(where: str, depth: int) -> str:
 
 def _children(container: Any) -> Any:
     return container.values() if isinstance(container, dict) else container
+
+
+def load_npz(path: str | os.PathLike[str], where: str, max_bytes: int = MAX_NPZ_BYTES) -> dict[str, Any]:
+    """Every array of an ``.npz`` archive (no pickles), read whole; any broken archive is a ``ValueError`` naming
+    ``where``. Archives whose arrays declare more than ``max_bytes`` uncompressed are refused before reading (a
+    small archive may unpack to terabytes). ``OSError`` for a missing file propagates.
+    """
+    import zipfile
+
+    import numpy as np
+
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(info.file_size for info in archive.infolist())
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"{where}: not a readable .npz archive ({type(exc).__name__}: {exc})") from None
+    if declared > max_bytes:
+        raise ValueError(f"{where}: its arrays unpack to {declared} bytes, more than the {max_bytes} read from one archive")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except Exception as exc:  # noqa: BLE001 - zipfile, zlib and numpy raise many types for a broken archive
+        raise ValueError(f"{where}: not a readable .npz archive ({type(exc).__name__}: {exc})") from None
+    odd = sorted(name for name, value in arrays.items() if not isinstance(value, np.ndarray))
+    if odd:
+        raise ValueError(f"{where}: the archive holds members that are not .npy arrays: {odd[:5]}")
+    return arrays
