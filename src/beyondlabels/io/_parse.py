@@ -19,7 +19,7 @@ Example:
     >>> parse_json('{"a": 1, "a": 2}', "x.json")
     Traceback (most recent call last):
     ...
-    ValueError: x.json: not valid JSON (the key 'a' appears twice in one object)
+    ValueError: x.json: not valid JSON (duplicate key 'a': a key appears twice in one object)
     >>> parse_json("[" * 100 + "]" * 100, "x.json")
     Traceback (most recent call last):
     ...
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "parse_json",
     "parse_yaml",
     "read_text",
+    "text_lines",
 ]
 
 MAX_DEPTH = 64  # the project's own files nest at most 4 deep (a manifest's table cell)
@@ -59,6 +61,7 @@ class JSONSyntaxError(ValueError):
         super().__init__(message)
         self.detail = detail
 _BOM = "\ufeff"
+_NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
 def decode_text(data: bytes, where: str) -> str:
@@ -68,6 +71,17 @@ def decode_text(data: bytes, where: str) -> str:
     except UnicodeDecodeError as exc:
         raise ValueError(f"{where}: not UTF-8 text ({exc})") from None
     return text[1:] if text.startswith(_BOM) else text
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of ``text`` as a file opened in text mode gives them: ``\\n``, ``\\r\\n`` or ``\\r`` ends a line (not the
+    other separators of ``str.splitlines``, which may sit inside a name); no line ends are kept.
+
+    Example:
+        >>> text_lines("a\\tb\\r\\nc\\u2028d\\n")
+        ['a\\tb', 'c\\u2028d', '']
+    """
+    return _NEWLINE.split(text)
 
 
 def read_text(path: str | os.PathLike[str], where: str | None = None) -> str:
@@ -80,7 +94,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(out) != len(pairs):
         seen: set[str] = set()
         repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise ValueError(f"the key {repeated!r} appears twice in one object")
+        raise ValueError(f"duplicate key {repeated!r}: a key appears twice in one object")
     return out
 
 
@@ -118,6 +132,8 @@ def parse_yaml(text: str, where: str, loader: Any = None) -> Any:
 
     if text.startswith(_BOM):
         text = text[1:]
+    if _bracket_depth(text) > MAX_DEPTH:  # PyYAML's scanner costs O(depth) per token inside [ ] and { }
+        raise ValueError(_too_deep(where, MAX_DEPTH))
     try:
         data = yaml.load(text, Loader=loader or yaml.SafeLoader)  # noqa: S506 - SafeLoader or a subclass
     except RecursionError:
@@ -182,6 +198,22 @@ def check_structure(data: Any, where: str, max_depth: int = MAX_DEPTH, max_value
 
 
 _END = object()
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` against ``]``/``}`` anywhere in ``text`` (quotes not taken apart, so
+    brackets inside strings count too: an upper bound of YAML's flow nesting), in one vectorised pass."""
+    import numpy as np
+
+    data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    if data.size == 0:
+        return 0
+    step = np.zeros(data.size, dtype=np.int64)
+    step[(data == ord("[")) | (data == ord("{"))] = 1
+    step[(data == ord("]")) | (data == ord("}"))] = -1
+    level = np.cumsum(step)
+    lowest = np.minimum.accumulate(np.concatenate(([0], level[:-1])))
+    return int((level - np.minimum(lowest, 0)).max())
 
 
 def _too_deep(where: str, depth: int) -> str:

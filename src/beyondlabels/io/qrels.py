@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from beyondlabels.io._parse import decode_text, parse_json
+from beyondlabels.io._parse import decode_text, parse_json, text_lines
 
 __all__ = ["QrelsChange", "QrelsUpdate", "load_qrels", "load_run", "update_qrels"]
 
@@ -58,7 +58,6 @@ Run = dict[str, "dict[str, float] | list[str]"]
 # decimal number. ASCII only (re.ASCII): str.isdigit and float() also take "1_0", "١" and surrounding spaces.
 _GRADE = re.compile(r"[+-]?[0-9]+(?:\.0*)?", re.ASCII)
 _SCORE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_NEWLINE = re.compile(r"\r\n|\r|\n")
 _MAX_GRADE = 1 << 53  # every int up to here is exact as a float64 (the kernel's type)
 
 
@@ -67,8 +66,7 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def _lines(file: Path) -> list[str]:
-    """The lines of a text file as text mode reads them (``\\n``, ``\\r\\n`` or ``\\r`` ends a line)."""
-    return _NEWLINE.split(decode_text(file.read_bytes(), str(file)))
+    return text_lines(decode_text(file.read_bytes(), str(file)))
 
 
 def _grade(value: Any, where: str) -> int | None:
