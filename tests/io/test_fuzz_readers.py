@@ -1,6 +1,6 @@
 """Every reader of files that come from elsewhere, fuzzed with Hypothesis: run folders (history, schema, media
 manifest, overrides, per-query files), qrels and runs (TREC and JSON), taxonomies (YAML, JSON, TSV), profiles,
-predictions, candidate sets and demo evaluator files.
+predictions, candidate sets, demo evaluator files, saved embeddings and mismatch pairs (CSV and npz).
 
 Property: a reader returns a value or raises a ``ValueError`` that names the file (``FileNotFoundError`` only for a
 file that is not there), never another exception, never a hang (each example has a deadline); and the report of a
@@ -29,7 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beyondlabels.demo.evaluator import _evaluator_arguments, _read_record
+from beyondlabels.io.arrays import load_embeddings_npz
 from beyondlabels.io.candidate_sets import load_candidate_sets
+from beyondlabels.io.pairs import load_mismatch_pairs
 from beyondlabels.io.predictions import read_hierarchy_predictions
 from beyondlabels.io.profiles_files import read_profiles
 from beyondlabels.io.qrels import load_qrels, load_run
@@ -151,6 +153,29 @@ ARRAYS = st.dictionaries(
 NPZ = st.one_of(ARRAYS.map(_npz), st.builds(_corrupt, ARRAYS.map(_npz), st.integers(0, 7), st.integers(0, 400)), st.binary(max_size=300))
 
 
+def _npz_of(names: list[str]) -> st.SearchStrategy[bytes]:
+    column = st.one_of(
+        st.lists(st.integers(-3, 3), max_size=5).map(lambda v: np.array(v, dtype=np.int64)),
+        st.lists(st.floats(allow_nan=True, width=32), max_size=6).map(lambda v: np.array(v, dtype=np.float32)),
+        st.lists(st.tuples(*[st.floats(width=32, allow_nan=False, allow_infinity=False)] * 2), min_size=1, max_size=4).map(
+            lambda v: np.array(v, dtype=np.float32)),
+        st.lists(st.text(max_size=3), max_size=4).map(lambda v: np.array(v, dtype=str)),
+        st.lists(st.booleans(), max_size=3).map(np.array),
+    )
+    arrays = st.dictionaries(st.sampled_from(names), column, max_size=len(names))
+    return st.one_of(arrays.map(_npz), st.builds(_corrupt, arrays.map(_npz), st.integers(0, 7), st.integers(0, 400)))
+
+
+EMBEDDINGS = _npz_of(["embeddings", "labels", "ids"])
+PAIRS_NPZ = _npz_of(["query_label", "retrieved_label", "rank"])
+CSV_FIELD = st.one_of(st.sampled_from(["cat", "dog", "1", "2", "1_0", " 3", "0", "-1", "3.0", '"', ""]), st.text(max_size=4))
+PAIRS_CSV = st.builds(
+    lambda header, rows: "\n".join([",".join(header)] + [",".join(r) for r in rows]).encode(),
+    st.lists(st.sampled_from(["query_label", "retrieved_label", "rank", "x"]), min_size=1, max_size=4),
+    st.lists(st.lists(CSV_FIELD, min_size=1, max_size=4), max_size=5),
+)
+
+
 # ---- the property -------------------------------------------------------------------------------------------------
 
 
@@ -193,6 +218,9 @@ READERS: dict[str, tuple[str, st.SearchStrategy[bytes], Callable[[Path], Any]]] 
     "predictions.jsonl": ("predictions.jsonl", PREDICTIONS, lambda p: read_hierarchy_predictions(p, TAX)),
     "candidates.npz": ("candidates.npz", NPZ, load_candidate_sets),
     "evaluator.json": ("clip.json", EVALUATOR, lambda p: _evaluator_arguments(_read_record(p), p)),
+    "embeddings.npz": ("embeddings.npz", EMBEDDINGS, load_embeddings_npz),
+    "pairs.csv": ("pairs.csv", PAIRS_CSV, load_mismatch_pairs),
+    "pairs.npz": ("pairs.npz", PAIRS_NPZ, load_mismatch_pairs),
 }
 
 
@@ -201,7 +229,7 @@ def test_a_reader_returns_or_raises_a_value_error_naming_the_file(reader):
     relative, well_formed, read = READERS[reader]
 
     @FUZZ
-    @given(data=documents(well_formed) if not reader.endswith(".npz") else well_formed)
+    @given(data=well_formed if reader.endswith(".npz") else documents(well_formed))
     def check(data: bytes) -> None:
         _in_tmp(lambda tmp: _holds(read, tmp / relative, data))
 
