@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import numpy as np
 import torch
 
 from beyondlabels.functional.labels import encode_labels, label_code
-from beyondlabels.io._parse import load_npz
+from beyondlabels.io._parse import load_npz, parse_json
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def load_rprecision_npz(path: str | Path) -> dict[str, Any]:
     if "evaluator" in arrays:
         text = str(arrays["evaluator"].item()) if arrays["evaluator"].ndim == 0 else str(arrays["evaluator"].tolist())
         try:
-            out["evaluator"] = json.loads(text)
-        except json.JSONDecodeError:
+            out["evaluator"] = parse_json(text, f"'evaluator' in {path}")
+        except ValueError:  # not JSON (or beyond the parser's bounds): kept as the text it is
             out["evaluator"] = text
     return out
