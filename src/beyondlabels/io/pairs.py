@@ -54,6 +54,8 @@ def load_mismatch_pairs(path: str | Path, rank_max: int = 1) -> tuple[list[str],
     if "rank" not in cols:
         return q, r, q
     ranks = [_rank(v) for v in cols["rank"]]
+    if len(ranks) != len(q):
+        raise ValueError(f"pairs file {path}: the `rank` column holds {len(ranks)} values for {len(q)} rows")
     if None in ranks:
         bad = next(v for v, k in zip(cols["rank"], ranks) if k is None)
         raise ValueError(f"pairs file {path}: the `rank` column must hold integers >= 1, got {str(bad)[:40]!r}")
