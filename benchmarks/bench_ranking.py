@@ -58,15 +58,24 @@ def best_of(fn, repeats: int) -> float:
 
 
 def time_table(sizes: list[int], repeats: int, quadratic_up_to: int) -> None:
-    print(f"{'queries':>8}  {'judge_run s':>11}  {'x per doubling':>14}  {'metrics s':>9}  {'x per doubling':>14}  {'old alignment s':>15}")
+    print(
+        f"{'queries':>8}  {'judge_run s':>11}  {'x per doubling':>14}  {'metrics s':>9}  {'x per doubling':>14}  "
+        f"{'old alignment s':>15}"
+    )
     previous = None
     for size in sizes:
         run, qrels = make_run(size)
         judge = best_of(lambda: judge_run(run, qrels), repeats)
         judged = judge_run(run, qrels)
         metrics = best_of(lambda: judged.metrics(ks=KS), repeats)
-        old = f"{best_of(lambda: quadratic_alignment(run, qrels), 1):15.2f}" if size <= quadratic_up_to else f"{'-':>15}"
-        ratio = (f"{judge / previous[0]:14.2f}", f"{metrics / previous[1]:14.2f}") if previous else (f"{'':>14}", f"{'':>14}")
+        old = (
+            f"{best_of(lambda: quadratic_alignment(run, qrels), 1):15.2f}" if size <= quadratic_up_to else f"{'-':>15}"
+        )
+        ratio = (
+            (f"{judge / previous[0]:14.2f}", f"{metrics / previous[1]:14.2f}")
+            if previous
+            else (f"{'':>14}", f"{'':>14}")
+        )
         print(f"{size:8d}  {judge:11.3f}  {ratio[0]}  {metrics:9.3f}  {ratio[1]}  {old}")
         previous = (judge, metrics)
 
@@ -85,7 +94,9 @@ def memory_child(method: str, queries: int, long: int) -> None:
 
 
 def memory_table(queries: int, longs: list[int], dense_max_cells: int) -> None:
-    print(f"\n{'queries':>8}  {'longest':>8}  {'documents':>9}  {'method':<22}  {'peak MB':>8}  {'before MB':>9}  values")
+    print(
+        f"\n{'queries':>8}  {'longest':>8}  {'documents':>9}  {'method':<22}  {'peak MB':>8}  {'before MB':>9}  values"
+    )
     for long in longs:
         results = {}
         methods = ("dense", "grouped") if queries * long <= dense_max_cells else ("grouped",)
@@ -97,14 +108,19 @@ def memory_table(queries: int, longs: list[int], dense_max_cells: int) -> None:
         same = results.get("dense", results["grouped"])["values"] == results["grouped"]["values"]
         documents = (queries - 1) * 20 + long
         if "dense" not in results:
-            print(f"{queries:8d}  {long:8d}  {documents:9d}  {'ranking_metrics (dense)':<22}  not run: a {queries} x {long} table "
-                  f"(over --dense-max-cells {dense_max_cells})")
+            print(
+                f"{queries:8d}  {long:8d}  {documents:9d}  {'ranking_metrics (dense)':<22}  "
+                f"not run: a {queries} x {long} table "
+                f"(over --dense-max-cells {dense_max_cells})"
+            )
         for method, label in (("dense", "ranking_metrics (dense)"), ("grouped", "JudgedRun.metrics")):
             if method not in results:
                 continue
             r = results[method]
-            print(f"{queries:8d}  {long:8d}  {documents:9d}  {label:<22}  {r['peak_mb']:8.0f}  {r['before_mb']:9.0f}  "
-                  f"{'equal' if same else 'DIFFER'} ndcg@10={r['values']['ndcg@10']:.6f} map={r['values']['map']:.6f}")
+            print(
+                f"{queries:8d}  {long:8d}  {documents:9d}  {label:<22}  {r['peak_mb']:8.0f}  {r['before_mb']:9.0f}  "
+                f"{'equal' if same else 'DIFFER'} ndcg@10={r['values']['ndcg@10']:.6f} map={r['values']['map']:.6f}"
+            )
 
 
 def main() -> None:
@@ -113,8 +129,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--long", type=int, default=0)
     parser.add_argument("--child", choices=("dense", "grouped"))
-    parser.add_argument("--dense-max-cells", type=int, default=20_000_000,
-                        help="run the dense table only up to this many cells (500 x 100,000 takes about 5 GB)")
+    parser.add_argument(
+        "--dense-max-cells",
+        type=int,
+        default=20_000_000,
+        help="run the dense table only up to this many cells (500 x 100,000 takes about 5 GB)",
+    )
     args = parser.parse_args()
     if args.child:
         memory_child(args.child, args.queries, args.long)

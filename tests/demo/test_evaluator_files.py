@@ -12,7 +12,9 @@ import torch
 
 from beyondlabels.demo import TinyCLIP, demo_evaluator, export_demo_evaluator
 
-TINY_CLIP = dict(embed_dim=8, vision_width=16, vision_layers=1, vision_head_width=8, text_width=16, text_heads=2, text_layers=1)
+TINY_CLIP = dict(
+    embed_dim=8, vision_width=16, vision_layers=1, vision_head_width=8, text_width=16, text_heads=2, text_layers=1
+)
 
 
 @pytest.fixture()
@@ -58,7 +60,9 @@ def test_architecture_arguments_are_checked_by_name_and_type(exported: Path):
     _edit(exported, lambda r: r["evaluator"]["model_cfg"].update(wings=2))
     with pytest.raises(ValueError, match=r"clip\.json.*'wings'"):
         demo_evaluator(exported)
-    _edit(exported, lambda r: r["evaluator"]["model_cfg"].update(wings=None) or r["evaluator"]["model_cfg"].pop("wings"))
+    _edit(
+        exported, lambda r: r["evaluator"]["model_cfg"].update(wings=None) or r["evaluator"]["model_cfg"].pop("wings")
+    )
     _edit(exported, lambda r: r["evaluator"]["model_cfg"].update(text_width="16"))
     with pytest.raises(ValueError, match=r"clip\.json.*'text_width'"):
         demo_evaluator(exported)
@@ -75,7 +79,9 @@ def test_an_architecture_that_does_not_match_the_weights_is_refused_before_it_is
     assert not built
 
 
-@pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000, "\ufeff{", '{"format": 1, "format": 2}', "[]", '{"evaluator": 3}'])
+@pytest.mark.parametrize(
+    "text", ["[" * 100000 + "]" * 100000, "\ufeff{", '{"format": 1, "format": 2}', "[]", '{"evaluator": 3}']
+)
 def test_a_malformed_evaluator_json_names_the_file(exported: Path, text):
     exported.with_suffix(".json").write_text(text, encoding="utf-8")
     with pytest.raises(ValueError, match=r"clip\.json"):

@@ -30,7 +30,9 @@ def test_one_class_written_two_ways_warns_and_keeps_the_rule(labels, pair):
     assert len(set(codes.tolist())) == len(names)
 
 
-@pytest.mark.parametrize("labels", [[1, 2, 1], ["cat", "dog", "cat"], ["Cat", "cat"], torch.tensor([1, 1, 2]), np.array(["a", "b"])])
+@pytest.mark.parametrize(
+    "labels", [[1, 2, 1], ["cat", "dog", "cat"], ["Cat", "cat"], torch.tensor([1, 1, 2]), np.array(["a", "b"])]
+)
 def test_a_list_of_one_kind_is_silent(labels):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

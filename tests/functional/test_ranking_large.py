@@ -41,7 +41,11 @@ def test_exponential_ndcg_at_grades_that_overflow_two_to_the_g_is_exact(ranked, 
     qrels = {"q": {f"p{i}": g for i, g in enumerate(pool)}}
     docs = []
     for g in ranked:
-        match = next((d for d, grade in qrels["q"].items() if grade == g and d not in docs), None) if g is not None else None
+        match = (
+            next((d for d, grade in qrels["q"].items() if grade == g and d not in docs), None)
+            if g is not None
+            else None
+        )
         docs.append(match or f"unjudged{len(docs)}")
     judged = judge_run({"q": docs}, qrels)
     out = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=(3,))

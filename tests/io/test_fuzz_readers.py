@@ -52,13 +52,22 @@ FUZZ = settings(
 
 # ---- strategies ---------------------------------------------------------------------------------------------------
 
-NAMES = st.sampled_from(["a", "b", "root", "1", "map@r", "precision@1", "step", "epoch", "é", " a", "", "a/b", "..", "\x00"])
+NAMES = st.sampled_from(
+    ["a", "b", "root", "1", "map@r", "precision@1", "step", "epoch", "é", " a", "", "a/b", "..", "\x00"]
+)
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12), NAMES,
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    NAMES,
 )
 JSON_VALUES = st.recursive(
-    SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(st.one_of(NAMES, st.text(max_size=6)), inner, max_size=5)),
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5), st.dictionaries(st.one_of(NAMES, st.text(max_size=6)), inner, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -92,46 +101,148 @@ def _json_bytes(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
 
 RECORDS = st.fixed_dictionaries(
     {"step": st.one_of(st.integers(0, 10**6), SCALARS), "epoch": st.integers(0, 9)},
-    optional={"map@r": st.floats(0, 1), "precision_curve": st.lists(st.floats(0, 1), max_size=4), "error": st.text(max_size=8),
-              "per_query_file": st.one_of(st.just("per_query/step_000000004.npz"), st.text(max_size=20), st.just("/etc/hostname"),
-                                          st.just("../../x.npz"))},
+    optional={
+        "map@r": st.floats(0, 1),
+        "precision_curve": st.lists(st.floats(0, 1), max_size=4),
+        "error": st.text(max_size=8),
+        "per_query_file": st.one_of(
+            st.just("per_query/step_000000004.npz"),
+            st.text(max_size=20),
+            st.just("/etc/hostname"),
+            st.just("../../x.npz"),
+        ),
+    },
 )
 HISTORY = st.lists(RECORDS, max_size=4).map(lambda rs: "".join(json.dumps(r) + "\n" for r in rs).encode())
-SCHEMA = _json_bytes(st.fixed_dictionaries({"keys": st.dictionaries(NAMES, st.fixed_dictionaries(
-    {"kind": st.sampled_from(["scalar", "curve", "per_query", "other"]), "higher_is_better": st.sampled_from([True, False, None, 3])}), max_size=3)}))
-CELL = st.one_of(SCALARS, st.fixed_dictionaries({"image": st.one_of(st.just("x.png"), st.just("../x.png"), st.text(max_size=10), SCALARS)}))
-MANIFEST = _json_bytes(st.fixed_dictionaries(
-    {"format": st.sampled_from([1, 1, 2, "1"]), "prefix": SCALARS, "step": SCALARS},
-    optional={"figures": st.lists(st.fixed_dictionaries({"name": SCALARS, "file": st.one_of(st.just("x.png"), SCALARS)}), max_size=3),
-              "tables": st.lists(st.fixed_dictionaries({"name": NAMES, "columns": st.lists(NAMES, max_size=3),
-                                                        "rows": st.lists(st.lists(CELL, max_size=3), max_size=3)}), max_size=2),
-              "curves": st.lists(st.fixed_dictionaries({"name": NAMES, "x": st.lists(SCALARS, max_size=3), "y": st.lists(SCALARS, max_size=3)}), max_size=2)},
-))
-OVERRIDES = st.lists(st.one_of(st.text(max_size=10), SCALARS), max_size=4).map(lambda v: "\n".join(f"- {json.dumps(o)}" for o in v).encode())
-TOKEN = st.one_of(st.sampled_from(["301", "q1", "d1", "d2", "0", "1", "2", "-1", "1.0", "1_0", "0x1", "1e3", "nan", "inf", "#", "Q0"]),
-                  st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=5))
-TREC_QRELS = st.lists(st.lists(TOKEN, min_size=3, max_size=5), max_size=6).map(lambda ls: "\n".join(" ".join(l) for l in ls).encode())
-TREC_RUN = st.lists(st.lists(TOKEN, min_size=5, max_size=7), max_size=6).map(lambda ls: "\n".join(" ".join(l) for l in ls).encode())
-JSON_QRELS = _json_bytes(st.dictionaries(NAMES, st.dictionaries(NAMES, st.one_of(st.integers(-3, 3), SCALARS), max_size=4), max_size=4))
-JSON_RUN = _json_bytes(st.dictionaries(NAMES, st.one_of(st.dictionaries(NAMES, SCALARS, max_size=4), st.lists(SCALARS, max_size=4)), max_size=4))
-TAXONOMY = _json_bytes(st.fixed_dictionaries({"root": NAMES, "parent": st.dictionaries(NAMES, st.one_of(NAMES, st.lists(NAMES, max_size=3), SCALARS), max_size=6)}))
-TSV = st.lists(st.lists(NAMES, min_size=1, max_size=3), max_size=6).map(lambda ls: "\n".join("\t".join(l) for l in ls).encode())
-PROFILES = _json_bytes(st.fixed_dictionaries(
-    {"features": st.fixed_dictionaries({}, optional={"ordinal": st.dictionaries(NAMES, st.one_of(st.text(max_size=10), SCALARS), max_size=2),
-                                                     "sets": st.dictionaries(NAMES, st.lists(NAMES, max_size=3), max_size=2)}),
-     "classes": st.dictionaries(NAMES, st.dictionaries(NAMES, SCALARS, max_size=3), max_size=3)},
-    optional={"ordinal_max": SCALARS},
-))
-PREDICTIONS = st.lists(st.fixed_dictionaries({"gt": st.sampled_from(["a", "b", "c", "x"])},
-                                              optional={"pred": st.one_of(NAMES, SCALARS), "pred_text": st.one_of(st.text(max_size=8), SCALARS),
-                                                        "id": SCALARS}), max_size=4).map(lambda rs: "\n".join(json.dumps(r) for r in rs).encode())
-EVALUATOR = _json_bytes(st.fixed_dictionaries(
-    {"format": st.text(max_size=5), "training": st.one_of(st.dictionaries(NAMES, SCALARS, max_size=2), SCALARS),
-     "evaluator": st.one_of(st.fixed_dictionaries({}, optional={
-         "model_factory": st.sampled_from(["beyondlabels.demo.model.tiny_clip_model", "os.system", ""]),
-         "model_cfg": st.dictionaries(st.sampled_from(["embed_dim", "vision", "text_width", "wings"]), SCALARS, max_size=3),
-         "mean": st.lists(SCALARS, max_size=4), "std": st.lists(SCALARS, max_size=4), "model_name": SCALARS}), SCALARS)},
-))
+SCHEMA = _json_bytes(
+    st.fixed_dictionaries(
+        {
+            "keys": st.dictionaries(
+                NAMES,
+                st.fixed_dictionaries(
+                    {
+                        "kind": st.sampled_from(["scalar", "curve", "per_query", "other"]),
+                        "higher_is_better": st.sampled_from([True, False, None, 3]),
+                    }
+                ),
+                max_size=3,
+            )
+        }
+    )
+)
+CELL = st.one_of(
+    SCALARS,
+    st.fixed_dictionaries({"image": st.one_of(st.just("x.png"), st.just("../x.png"), st.text(max_size=10), SCALARS)}),
+)
+MANIFEST = _json_bytes(
+    st.fixed_dictionaries(
+        {"format": st.sampled_from([1, 1, 2, "1"]), "prefix": SCALARS, "step": SCALARS},
+        optional={
+            "figures": st.lists(
+                st.fixed_dictionaries({"name": SCALARS, "file": st.one_of(st.just("x.png"), SCALARS)}), max_size=3
+            ),
+            "tables": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "name": NAMES,
+                        "columns": st.lists(NAMES, max_size=3),
+                        "rows": st.lists(st.lists(CELL, max_size=3), max_size=3),
+                    }
+                ),
+                max_size=2,
+            ),
+            "curves": st.lists(
+                st.fixed_dictionaries(
+                    {"name": NAMES, "x": st.lists(SCALARS, max_size=3), "y": st.lists(SCALARS, max_size=3)}
+                ),
+                max_size=2,
+            ),
+        },
+    )
+)
+OVERRIDES = st.lists(st.one_of(st.text(max_size=10), SCALARS), max_size=4).map(
+    lambda v: "\n".join(f"- {json.dumps(o)}" for o in v).encode()
+)
+TOKEN = st.one_of(
+    st.sampled_from(
+        ["301", "q1", "d1", "d2", "0", "1", "2", "-1", "1.0", "1_0", "0x1", "1e3", "nan", "inf", "#", "Q0"]
+    ),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=5),
+)
+TREC_QRELS = st.lists(st.lists(TOKEN, min_size=3, max_size=5), max_size=6).map(
+    lambda ls: "\n".join(" ".join(line) for line in ls).encode()
+)
+TREC_RUN = st.lists(st.lists(TOKEN, min_size=5, max_size=7), max_size=6).map(
+    lambda ls: "\n".join(" ".join(line) for line in ls).encode()
+)
+JSON_QRELS = _json_bytes(
+    st.dictionaries(NAMES, st.dictionaries(NAMES, st.one_of(st.integers(-3, 3), SCALARS), max_size=4), max_size=4)
+)
+JSON_RUN = _json_bytes(
+    st.dictionaries(
+        NAMES, st.one_of(st.dictionaries(NAMES, SCALARS, max_size=4), st.lists(SCALARS, max_size=4)), max_size=4
+    )
+)
+TAXONOMY = _json_bytes(
+    st.fixed_dictionaries(
+        {
+            "root": NAMES,
+            "parent": st.dictionaries(NAMES, st.one_of(NAMES, st.lists(NAMES, max_size=3), SCALARS), max_size=6),
+        }
+    )
+)
+TSV = st.lists(st.lists(NAMES, min_size=1, max_size=3), max_size=6).map(
+    lambda ls: "\n".join("\t".join(line) for line in ls).encode()
+)
+PROFILES = _json_bytes(
+    st.fixed_dictionaries(
+        {
+            "features": st.fixed_dictionaries(
+                {},
+                optional={
+                    "ordinal": st.dictionaries(NAMES, st.one_of(st.text(max_size=10), SCALARS), max_size=2),
+                    "sets": st.dictionaries(NAMES, st.lists(NAMES, max_size=3), max_size=2),
+                },
+            ),
+            "classes": st.dictionaries(NAMES, st.dictionaries(NAMES, SCALARS, max_size=3), max_size=3),
+        },
+        optional={"ordinal_max": SCALARS},
+    )
+)
+PREDICTIONS = st.lists(
+    st.fixed_dictionaries(
+        {"gt": st.sampled_from(["a", "b", "c", "x"])},
+        optional={
+            "pred": st.one_of(NAMES, SCALARS),
+            "pred_text": st.one_of(st.text(max_size=8), SCALARS),
+            "id": SCALARS,
+        },
+    ),
+    max_size=4,
+).map(lambda rs: "\n".join(json.dumps(r) for r in rs).encode())
+EVALUATOR = _json_bytes(
+    st.fixed_dictionaries(
+        {
+            "format": st.text(max_size=5),
+            "training": st.one_of(st.dictionaries(NAMES, SCALARS, max_size=2), SCALARS),
+            "evaluator": st.one_of(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "model_factory": st.sampled_from(["beyondlabels.demo.model.tiny_clip_model", "os.system", ""]),
+                        "model_cfg": st.dictionaries(
+                            st.sampled_from(["embed_dim", "vision", "text_width", "wings"]), SCALARS, max_size=3
+                        ),
+                        "mean": st.lists(SCALARS, max_size=4),
+                        "std": st.lists(SCALARS, max_size=4),
+                        "model_name": SCALARS,
+                    },
+                ),
+                SCALARS,
+            ),
+        },
+    )
+)
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:
@@ -144,21 +255,28 @@ ARRAYS = st.dictionaries(
     st.sampled_from(["query_ids", "distractor_ids", "query_id", "score", "x"]),
     st.one_of(
         st.lists(st.integers(-5, 5), max_size=6).map(lambda v: np.array(v, dtype=np.int64)),
-        st.lists(st.lists(st.integers(-5, 5), min_size=2, max_size=2), max_size=4).map(lambda v: np.array(v, dtype=np.int64).reshape(-1, 2)),
+        st.lists(st.lists(st.integers(-5, 5), min_size=2, max_size=2), max_size=4).map(
+            lambda v: np.array(v, dtype=np.int64).reshape(-1, 2)
+        ),
         st.lists(st.floats(allow_nan=True), max_size=4).map(np.array),
         st.lists(st.text(max_size=3), max_size=3).map(lambda v: np.array(v, dtype=str)),
     ),
     max_size=3,
 )
-NPZ = st.one_of(ARRAYS.map(_npz), st.builds(_corrupt, ARRAYS.map(_npz), st.integers(0, 7), st.integers(0, 400)), st.binary(max_size=300))
+NPZ = st.one_of(
+    ARRAYS.map(_npz),
+    st.builds(_corrupt, ARRAYS.map(_npz), st.integers(0, 7), st.integers(0, 400)),
+    st.binary(max_size=300),
+)
 
 
 def _npz_of(names: list[str]) -> st.SearchStrategy[bytes]:
     column = st.one_of(
         st.lists(st.integers(-3, 3), max_size=5).map(lambda v: np.array(v, dtype=np.int64)),
         st.lists(st.floats(allow_nan=True, width=32), max_size=6).map(lambda v: np.array(v, dtype=np.float32)),
-        st.lists(st.tuples(*[st.floats(width=32, allow_nan=False, allow_infinity=False)] * 2), min_size=1, max_size=4).map(
-            lambda v: np.array(v, dtype=np.float32)),
+        st.lists(
+            st.tuples(*[st.floats(width=32, allow_nan=False, allow_infinity=False)] * 2), min_size=1, max_size=4
+        ).map(lambda v: np.array(v, dtype=np.float32)),
         st.lists(st.text(max_size=3), max_size=4).map(lambda v: np.array(v, dtype=str)),
         st.lists(st.booleans(), max_size=3).map(np.array),
     )
@@ -168,7 +286,9 @@ def _npz_of(names: list[str]) -> st.SearchStrategy[bytes]:
 
 EMBEDDINGS = _npz_of(["embeddings", "labels", "ids"])
 PAIRS_NPZ = _npz_of(["query_label", "retrieved_label", "rank"])
-CSV_FIELD = st.one_of(st.sampled_from(["cat", "dog", "1", "2", "1_0", " 3", "0", "-1", "3.0", '"', ""]), st.text(max_size=4))
+CSV_FIELD = st.one_of(
+    st.sampled_from(["cat", "dog", "1", "2", "1_0", " 3", "0", "-1", "3.0", '"', ""]), st.text(max_size=4)
+)
 PAIRS_CSV = st.builds(
     lambda header, rows: "\n".join([",".join(header)] + [",".join(r) for r in rows]).encode(),
     st.lists(st.sampled_from(["query_label", "retrieved_label", "rank", "x"]), min_size=1, max_size=4),
@@ -201,9 +321,14 @@ def _with_history(schema: Path, read: Callable[[Path], Any]) -> Any:
     (schema.parent / "history.jsonl").write_text(json.dumps({"step": 1, "map@r": 0.5}) + "\n")
     return read(schema.parent)
 
+
 READERS: dict[str, tuple[str, st.SearchStrategy[bytes], Callable[[Path], Any]]] = {
     "history.jsonl": ("run/retrieval/history.jsonl", HISTORY, read_history),
-    "history.json": ("run/retrieval/history.json", HISTORY.map(lambda b: b"[" + b",".join(b.splitlines()) + b"]"), read_evaluation_run),
+    "history.json": (
+        "run/retrieval/history.json",
+        HISTORY.map(lambda b: b"[" + b",".join(b.splitlines()) + b"]"),
+        read_evaluation_run,
+    ),
     "schema.json": ("run/retrieval/schema.json", SCHEMA, lambda p: _with_history(p, read_evaluation_run)),
     "media.json": ("run/retrieval/media/media.json", MANIFEST, lambda p: read_media_manifest(p.parent)),
     "qrels.txt": ("qrels.txt", TREC_QRELS, load_qrels),
@@ -272,8 +397,12 @@ def test_per_query_files_are_read_or_refused_with_a_value_error(npz, history):
 FAMILY_FILES = st.fixed_dictionaries(
     {},
     optional={
-        "history.jsonl": documents(HISTORY), "schema.json": documents(SCHEMA), "media/media.json": documents(MANIFEST),
-        "figure.png": st.binary(max_size=64), "media/x.png": st.binary(max_size=64), "series/step_000000001.png": st.binary(max_size=32),
+        "history.jsonl": documents(HISTORY),
+        "schema.json": documents(SCHEMA),
+        "media/media.json": documents(MANIFEST),
+        "figure.png": st.binary(max_size=64),
+        "media/x.png": st.binary(max_size=64),
+        "series/step_000000001.png": st.binary(max_size=32),
     },
 )
 

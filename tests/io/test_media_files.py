@@ -16,7 +16,9 @@ PIXEL = np.zeros((1, 1, 3), dtype=np.uint8)
 
 
 def _write(folder: Path, step: int = 1) -> dict:
-    return write_media_folder(folder, prefix="demo", step=step, epoch=0, figures=[], tables=[("t", ["img"], [[PIXEL]])], curves=[])
+    return write_media_folder(
+        folder, prefix="demo", step=step, epoch=0, figures=[], tables=[("t", ["img"], [[PIXEL]])], curves=[]
+    )
 
 
 def test_a_media_folder_the_writer_made_is_replaced_whole(tmp_path: Path):

@@ -13,18 +13,25 @@ from beyondlabels.io.taxonomy_files import read_taxonomy
 from beyondlabels.taxonomy import Taxonomy
 
 DEEP = "[" * 100_000 + "]" * 100_000
-BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 12)])
+BOMB = "\n".join(
+    ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 12)]
+)
 
 
-@pytest.mark.parametrize("name, text", [
-    ("t.json", '{"root": "a", "parent": {"b": ' + DEEP + "}}"),
-    ("t.yaml", "root: a\nparent:\n  b: " + DEEP + "\n"),
-    ("t.yaml", "root: a\nparent: {b: a}\n" + BOMB + "\n"),
-    ("t.yaml", "root: a\nparent: &p {b: *p}\n"),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("t.json", '{"root": "a", "parent": {"b": ' + DEEP + "}}"),
+        ("t.yaml", "root: a\nparent:\n  b: " + DEEP + "\n"),
+        ("t.yaml", "root: a\nparent: {b: a}\n" + BOMB + "\n"),
+        ("t.yaml", "root: a\nparent: &p {b: *p}\n"),
+    ],
+)
 def test_a_taxonomy_nested_too_deep_or_too_large_names_the_file(tmp_path: Path, name, text):
     (tmp_path / name).write_text(text)
-    with pytest.raises(ValueError, match=rf"{name}.*(nested more than|aliases are expanded|contains itself|could not be parsed)"):
+    with pytest.raises(
+        ValueError, match=rf"{name}.*(nested more than|aliases are expanded|contains itself|could not be parsed)"
+    ):
         read_taxonomy(tmp_path / name)
 
 

@@ -226,14 +226,16 @@ def demo_evaluator(
     arguments = _evaluator_arguments(_read_record(json_path), json_path)
     _check_fits_checkpoint(arguments["model_cfg"], path, json_path)
     return ClipEvaluator(
-        **arguments, model_factory=tiny_clip_model, checkpoint=path, cache_dir=cache_dir, batch_size=batch_size, device=device
-    )
+        **arguments, model_factory=tiny_clip_model, checkpoint=path, cache_dir=cache_dir, batch_size=batch_size,
+        device=device,
+    )  # fmt: skip
 
 
 def _read_record(json_path: Path) -> dict[str, Any]:
     """The evaluator JSON: an object with an ``evaluator`` object and a ``training`` object (errors name the file)."""
     record = parse_json(read_text(json_path), f"demo evaluator file {json_path}")
-    if not isinstance(record, dict) or not isinstance(record.get("evaluator"), dict) or not isinstance(record.get("training", {}), dict):
+    parts = (record.get("evaluator"), record.get("training", {})) if isinstance(record, dict) else (None, None)
+    if not all(isinstance(part, dict) for part in parts):
         raise ValueError(
             f"demo evaluator file {json_path}: expected an object with an 'evaluator' and a 'training' object (as "
             "export_demo_evaluator writes it); delete the file and its checkpoint to train a new evaluator there."
@@ -250,21 +252,27 @@ def _evaluator_arguments(record: Mapping[str, Any], json_path: Path) -> dict[str
     given = record["evaluator"]
     unknown = sorted(set(given) - {"model_factory", "model_cfg", "mean", "std"})
     if unknown:
-        raise ValueError(f"{where}: unknown evaluator argument(s) {unknown}; a demo evaluator file holds only model_cfg, mean and std.")
+        raise ValueError(
+            f"{where}: unknown evaluator argument(s) {unknown}; a demo evaluator file holds only model_cfg, mean "
+            "and std."
+        )
     if given.get("model_factory", _TINY_FACTORY) != _TINY_FACTORY:
         raise ValueError(
-            f"{where}: 'model_factory' names {given['model_factory']!r}; a data file never names code to run, and a demo "
-            f"evaluator is always the TinyCLIP of {_TINY_FACTORY}. For another architecture build "
+            f"{where}: 'model_factory' names {given['model_factory']!r}; a data file never names code to run, and a "
+            f"demo evaluator is always the TinyCLIP of {_TINY_FACTORY}. For another architecture build "
             "beyondlabels.io.evaluator.ClipEvaluator(model_factory=...) in your own config (its _target_)."
         )
     cfg = given.get("model_cfg")
     if not isinstance(cfg, dict) or sorted(set(cfg) - set(ARCHITECTURE_KEYS)):
         extra = sorted(set(cfg) - set(ARCHITECTURE_KEYS)) if isinstance(cfg, dict) else type(cfg).__name__
-        raise ValueError(f"{where}: 'model_cfg' must map TinyCLIP architecture arguments {ARCHITECTURE_KEYS}; got {extra!r}.")
+        raise ValueError(
+            f"{where}: 'model_cfg' must map TinyCLIP architecture arguments {ARCHITECTURE_KEYS}; got {extra!r}."
+        )
     for key, value in cfg.items():
         wanted = str if key == "vision" else int
         if isinstance(value, bool) or not isinstance(value, wanted) or (wanted is int and not 0 < value < 1 << 31):
-            raise ValueError(f"{where}: model_cfg {key!r} must be {'a name' if wanted is str else 'a positive int'}, got {value!r}.")
+            kind = "a name" if wanted is str else "a positive int"
+            raise ValueError(f"{where}: model_cfg {key!r} must be {kind}, got {value!r}.")
     out: dict[str, Any] = {"model_cfg": dict(cfg)}
     for key in ("mean", "std"):
         value = given.get(key, [0.25, 0.25, 0.25])
@@ -296,9 +304,10 @@ def _check_fits_checkpoint(model_cfg: Mapping[str, Any], path: Path, json_path: 
     given = {k: tuple(v.shape) for k, v in state.items()} if isinstance(state, Mapping) else {}
     if given != shapes:
         differ = sorted(k for k in set(shapes) | set(given) if shapes.get(k) != given.get(k))
+        shown = differ[:3]
         raise ValueError(
-            f"{where}: the parameters its model_cfg describes do not match the weights in {path} ({len(differ)} differ, "
-            f"e.g. {differ[:3]}: {[shapes.get(k) for k in differ[:3]]} against {[given.get(k) for k in differ[:3]]})."
+            f"{where}: the parameters its model_cfg describes do not match the weights in {path} ({len(differ)} "
+            f"differ, e.g. {shown}: {[shapes.get(k) for k in shown]} against {[given.get(k) for k in shown]})."
         )
 
 

@@ -124,7 +124,8 @@ def _warn_two_ways(firsts: dict[int, Any], name: str) -> None:
         else:
             by_text[text] = value
     if pairs:
-        shown = ", ".join(f"{a!r} and {b!r}" for a, b in pairs[:3]) + (f" ({len(pairs)} pairs)" if len(pairs) > 3 else "")
+        shown = ", ".join(f"{a!r} and {b!r}" for a, b in pairs[:3])
+        shown += f" ({len(pairs)} pairs)" if len(pairs) > 3 else ""
         warnings.warn(
             f"`{name}`: {shown} are one label written two ways, and they are coded as different classes (an int "
             "keeps its value, a string is hashed with its spaces: beyondlabels.functional.labels); convert the labels "

@@ -395,10 +395,13 @@ class JudgedRun:
             while stop < len(sizes) and (stop + 1 - start) * sizes[stop] <= max_cells:
                 stop += 1
             rows = order[start:stop]
-            yield rows, _dense(self.grades, self.num_retrieved, rows), self.num_retrieved[rows], _dense(self.pool_grades, self.pool_sizes, rows)
+            ranked = _dense(self.grades, self.num_retrieved, rows)
+            yield rows, ranked, self.num_retrieved[rows], _dense(self.pool_grades, self.pool_sizes, rows)
             start = stop
 
-    def metrics(self, *, ks: Sequence[int] = (5, 10), relevance_level: int = 1, max_cells: int = 1 << 20) -> dict[str, Any]:
+    def metrics(
+        self, *, ks: Sequence[int] = (5, 10), relevance_level: int = 1, max_cells: int = 1 << 20
+    ) -> dict[str, Any]:
         """:func:`ranking_metrics` of the run, its queries evaluated in the groups of :meth:`groups` (peak memory
         bounded by ``max_cells``); the per-query values and the means are those of one dense table."""
         if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
@@ -452,7 +455,8 @@ def _judged_grades(query: str, judgements: Any) -> dict[str, float]:
     for doc, grade in judgements.items():
         if grade is None:
             continue
-        if isinstance(grade, bool) or not isinstance(grade, (int, float)) or not math.isfinite(grade) or float(grade) != int(grade):
+        number = isinstance(grade, (int, float)) and not isinstance(grade, bool)
+        if not number or not math.isfinite(grade) or float(grade) != int(grade):
             raise ValueError(
                 f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints (negative: pooled but "
                 "not judged, as in trec_eval) or None (unjudged)."
@@ -512,7 +516,8 @@ def judge_run(
     ids = torch.tensor([query_code(q) for q in queries], dtype=torch.long)
     return JudgedRun(
         queries, ids, torch.tensor(ranked, dtype=torch.float64), torch.tensor(lengths, dtype=torch.long),
-        torch.tensor(pooled, dtype=torch.float64), torch.tensor(pool_sizes, dtype=torch.long), without_qrels, without_run,
+        torch.tensor(pooled, dtype=torch.float64), torch.tensor(pool_sizes, dtype=torch.long), without_qrels,
+        without_run,
     )  # fmt: skip
 
 

@@ -60,6 +60,8 @@ class JSONSyntaxError(ValueError):
     def __init__(self, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.detail = detail
+
+
 _BOM = "\ufeff"
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
@@ -74,8 +76,8 @@ def decode_text(data: bytes, where: str) -> str:
 
 
 def text_lines(text: str) -> list[str]:
-    """The lines of ``text`` as a file opened in text mode gives them: ``\\n``, ``\\r\\n`` or ``\\r`` ends a line (not the
-    other separators of ``str.splitlines``, which may sit inside a name); no line ends are kept.
+    """The lines of ``text`` as a file opened in text mode gives them: ``\\n``, ``\\r\\n`` or ``\\r`` ends a line
+    (not the other separators of ``str.splitlines``, which may sit inside a name); no line ends are kept.
 
     Example:
         >>> text_lines("a\\tb\\r\\nc\\u2028d\\n")
@@ -242,7 +244,9 @@ def load_npz(path: str | os.PathLike[str], where: str, max_bytes: int = MAX_NPZ_
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise ValueError(f"{where}: not a readable .npz archive ({type(exc).__name__}: {exc})") from None
     if declared > max_bytes:
-        raise ValueError(f"{where}: its arrays unpack to {declared} bytes, more than the {max_bytes} read from one archive")
+        raise ValueError(
+            f"{where}: its arrays unpack to {declared} bytes, more than the {max_bytes} read from one archive"
+        )
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}

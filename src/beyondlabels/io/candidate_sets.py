@@ -48,7 +48,8 @@ def load_candidate_sets(path: str | Path) -> CandidateSets:
             raise ValueError(f"`path` {path}: `{name}` must hold integer ids, got {data[name].dtype}.")
         if data[name].dtype == np.uint64 and data[name].size and data[name].max() > np.iinfo(np.int64).max:
             raise ValueError(f"`path` {path}: `{name}` holds ids beyond int64.")
-    q, d = torch.from_numpy(data["query_ids"].astype(np.int64)), torch.from_numpy(data["distractor_ids"].astype(np.int64))
+    q = torch.from_numpy(data["query_ids"].astype(np.int64))
+    d = torch.from_numpy(data["distractor_ids"].astype(np.int64))
     if q.dim() != 1 or d.dim() != 2 or d.shape[0] != q.shape[0]:
         raise ValueError(f"`path` {path}: `query_ids` {tuple(q.shape)} and `distractor_ids` {tuple(d.shape)} must be [N] and [N, R-1].")
     return CandidateSets(q, d)

@@ -65,7 +65,8 @@ def _factory(factory: str | Callable[..., Any]) -> tuple[Callable[..., Any], str
     """The factory and its dotted name: a callable given by the caller, or one named by a dotted path in the caller's
     configuration (imported, never read from a data file)."""
     if callable(factory):
-        return factory, f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', type(factory).__name__)}"
+        name = getattr(factory, "__qualname__", type(factory).__name__)
+        return factory, f"{getattr(factory, '__module__', '?')}.{name}"
     return _import_function(factory), factory
 
 
@@ -197,7 +198,10 @@ class ClipEvaluator:
             raise ValueError("pass `pretrained` (an open_clip tag) or `checkpoint` (a local file), not both.")
         dotted = isinstance(model_factory, str) and "." in model_factory
         if model_factory is not None and (model_cfg is None or not (dotted or callable(model_factory))):
-            raise ValueError(f"`model_factory` must be a callable or a dotted function path used with `model_cfg`, got {model_factory!r}.")
+            raise ValueError(
+                "`model_factory` must be a callable or a dotted function path used with `model_cfg`, got "
+                f"{model_factory!r}."
+            )
         if pretrained is not None and model_cfg is not None:
             raise ValueError("`pretrained` tags need `model_name`; with `model_cfg` load weights from `checkpoint`.")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:

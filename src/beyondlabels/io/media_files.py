@@ -133,7 +133,7 @@ def write_media_folder(
     """
     folder = Path(folder)
     staging, previous = _sibling(folder, "staging"), _sibling(folder, "previous")
-    if previous.is_dir() and not previous.is_symlink() and not folder.exists():  # a write killed between its two renames
+    if previous.is_dir() and not previous.is_symlink() and not folder.exists():  # killed between the two renames
         os.replace(previous, folder)
     _check_replaceable(folder)
     manifest, files = _encode(prefix, step, epoch, figures, tables, curves)

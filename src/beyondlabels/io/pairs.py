@@ -42,11 +42,17 @@ def load_mismatch_pairs(path: str | Path, rank_max: int = 1) -> tuple[list[str],
             raise ValueError(f"pairs file {path} is not a readable CSV: {err}") from None
         for number, row in enumerate(rows, start=2):
             if None in row or None in row.values():
-                raise ValueError(f"pairs file {path}, line {number}: the row's fields do not match the header's {len(rows[0])} columns")
+                raise ValueError(
+                    f"pairs file {path}, line {number}: the row's fields do not match the header's "
+                    f"{len(rows[0])} columns"
+                )
         cols = {k: [row[k] for row in rows] for k in (rows[0].keys() if rows else [])}
     missing = [c for c in ("query_label", "retrieved_label") if c not in cols]
     if missing:
-        raise ValueError(f"pairs file {path} lacks the column(s) {missing}; it has {sorted(map(str, cols))}. Give query_label and retrieved_label (optional rank).")
+        raise ValueError(
+            f"pairs file {path} lacks the column(s) {missing}; it has {sorted(map(str, cols))}. Give query_label and "
+            "retrieved_label (optional rank)."
+        )
     q = [str(v) for v in cols["query_label"]]
     r = [str(v) for v in cols["retrieved_label"]]
     if not q or len(q) != len(r):

@@ -58,8 +58,8 @@ def check_name(name: Any, what: str) -> str:
         problem = f"{name!r} names a folder itself"
     elif any(c in name for c in "/\\\x00"):
         problem = "it holds a path separator ('/' or '\\\\') or NUL"
-    elif len(name.encode("utf-8", "surrogatepass")) > NAME_MAX:
-        problem = f"it has {len(name.encode('utf-8', 'surrogatepass'))} bytes in UTF-8, more than the {NAME_MAX} of a file name"
+    elif (size := len(name.encode("utf-8", "surrogatepass"))) > NAME_MAX:
+        problem = f"it has {size} bytes in UTF-8, more than the {NAME_MAX} of a file name"
     if problem is None:
         return name
     shown = name if not isinstance(name, str) or len(name) <= 80 else name[:77] + "..."
@@ -83,7 +83,9 @@ def inside(folder: str | os.PathLike[str], relative: Any, what: str = "path") ->
     """
     folder = Path(folder)
     text = os.fspath(relative) if isinstance(relative, (str, os.PathLike)) else None
-    shown = repr(text if text is None or len(text) <= 120 else text[:117] + "...") if text is not None else repr(relative)
+    shown = (
+        repr(text if text is None or len(text) <= 120 else text[:117] + "...") if text is not None else repr(relative)
+    )
 
     def refuse(reason: str) -> UnsafePathError:
         return UnsafePathError(f"{what} {shown} leaves its folder {folder}: {reason}")

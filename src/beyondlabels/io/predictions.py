@@ -82,7 +82,9 @@ def read_hierarchy_predictions(path: str | os.PathLike[str], taxonomy: Taxonomy)
         except JSONSyntaxError as err:
             raise ValueError(f"{where}: not valid JSON ({err.detail}); each line must be one JSON object") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{where}: expected a JSON object like {{\"gt\": ..., \"pred\": ...}}, got {type(row).__name__}")
+            raise ValueError(
+                f"{where}: expected a JSON object like {{\"gt\": ..., \"pred\": ...}}, got {type(row).__name__}"
+            )
         if not isinstance(row.get("gt"), str) or not row["gt"]:
             raise ValueError(f"{where}: 'gt' must be a node name (a non-empty string), got {row.get('gt')!r}")
         has_pred, has_text = "pred" in row, "pred_text" in row

@@ -91,7 +91,8 @@ def _grade(value: Any, where: str) -> int | None:
             "judged, as in trec_eval), or null in JSON for a listed but unjudged document."
         )
     if abs(value) > _MAX_GRADE:
-        raise ValueError(f"{where}: grade of {len(str(abs(value)))} digits is larger than 2**53, the largest an exact float holds.")
+        digits = len(str(abs(value)))
+        raise ValueError(f"{where}: grade of {digits} digits is larger than 2**53, the largest an exact float holds.")
     return value
 
 
@@ -142,12 +143,17 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
             continue
         where = f"{file}:{number}"
         if len(parts) != 4:
-            raise ValueError(f"{where}: a TREC qrels line has 4 columns 'query iteration document grade', got {len(parts)}: {line.strip()[:200]!r}")
+            raise ValueError(
+                f"{where}: a TREC qrels line has 4 columns 'query iteration document grade', got {len(parts)}: "
+                f"{line.strip()[:200]!r}"
+            )
         query, _, doc, grade = parts
         value = _grade(grade, where)
         judgements = qrels.setdefault(query, {})
         if doc in judgements and judgements[doc] != value:
-            raise ValueError(f"{where}: document {doc!r} of query {query!r} is judged twice ({judgements[doc]} and {value})")
+            raise ValueError(
+                f"{where}: document {doc!r} of query {query!r} is judged twice ({judgements[doc]} and {value})"
+            )
         judgements[doc] = value
     if not qrels:
         raise ValueError(f"{file}: no judgements (expected lines 'query iteration document grade')")
@@ -175,7 +181,8 @@ def load_run(path: str | os.PathLike[str]) -> Run:
                 for doc, score in docs.items():
                     finite = isinstance(score, float) and math.isfinite(score)
                     if isinstance(score, bool) or not (finite or (isinstance(score, int) and abs(score) <= 1 << 1000)):
-                        raise ValueError(f"{where}: document {doc!r} has score {str(score)[:40]!r}; scores are finite numbers")
+                        shown = str(score)[:40]
+                        raise ValueError(f"{where}: document {doc!r} has score {shown!r}; scores are finite numbers")
                     scores[str(doc)] = float(score)
                 run[str(query)] = scores
             elif isinstance(docs, list):
@@ -192,7 +199,10 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             continue
         where = f"{file}:{number}"
         if len(parts) != 6:
-            raise ValueError(f"{where}: a TREC run line has 6 columns 'query Q0 document rank score tag', got {len(parts)}: {line.strip()[:200]!r}")
+            raise ValueError(
+                f"{where}: a TREC run line has 6 columns 'query Q0 document rank score tag', got {len(parts)}: "
+                f"{line.strip()[:200]!r}"
+            )
         query, _, doc, _, score, _ = parts
         value = _score(score, where)
         scores = run.setdefault(query, {})

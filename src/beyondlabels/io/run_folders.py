@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -228,7 +227,9 @@ def read_run_folder(path: str | os.PathLike[str]) -> RunFolder:
     run = RunFolder(path=folder, name=folder.name or str(folder), overrides=run_overrides(folder))
     run.config = _read_text(folder, ".hydra/config.yaml")
     if run.config is None:
-        run.problems.append(".hydra/config.yaml is missing, unreadable or outside the folder: the run's config is not shown")
+        run.problems.append(
+            ".hydra/config.yaml is missing, unreadable or outside the folder: the run's config is not shown"
+        )
     run.families = [read_family_folder(p) for p in sorted(folder.iterdir()) if p.is_dir() and _is_family_folder(p)]
     if not run.families:
         run.problems.append("no evaluation folder (a folder with history.jsonl, schema.json or media/): nothing was evaluated")
@@ -244,7 +245,8 @@ def read_multirun_folder(path: str | os.PathLike[str]) -> MultirunFolder:
     folder = Path(path)
     if not is_multirun_folder(folder):
         raise FileNotFoundError(f"{folder} is not a Hydra multirun folder (multirun.yaml and numbered job folders 0/, 1/, ...)")
-    return MultirunFolder(path=folder, config=_read_text(folder, "multirun.yaml"), jobs=[read_run_folder(p) for p in _job_folders(folder)])
+    jobs = [read_run_folder(p) for p in _job_folders(folder)]
+    return MultirunFolder(path=folder, config=_read_text(folder, "multirun.yaml"), jobs=jobs)
 
 
 def read_family_folder(path: str | os.PathLike[str]) -> FamilyFolder:

@@ -23,7 +23,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError("task=ranking needs run=PATH (TREC run or JSON) and qrels=PATH (TREC qrels or JSON)")
     ks = parse_ks(cfg.k)
     judged = judge_run(load_run(cfg.run), load_qrels(cfg.qrels), depth=cfg.get("depth"))
-    metrics = judged.metrics(ks=ks, relevance_level=int(cfg.get("relevance_level", 1)))  # no table wider than its queries
+    # evaluated in groups of queries: no table wider than the rankings it holds
+    metrics = judged.metrics(ks=ks, relevance_level=int(cfg.get("relevance_level", 1)))
     schema = with_intervals(cfg, metrics, ranking_output_schema(ks))
     files = ReportFiles(cfg)
     per_query_file = files.save_per_query(metrics["per_query"], schema)
