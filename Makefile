@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: train test test-fast install install-test bench clean wordnet chromium
+.PHONY: train test test-fast fuzz install install-test bench clean wordnet chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ chromium:
 # Everything but the slow end-to-end runs (train.py subprocesses, multi-process DDP).
 test-fast: $(VENV)/.installed-test
 	WANDB_MODE=offline OMP_NUM_THREADS=2 $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Every reader of files from elsewhere fuzzed with many random examples (tests/io/test_fuzz_readers.py; `make test`
+# runs a few seeded ones each time). FUZZ_EXAMPLES sets the examples per reader (2000: about 15 minutes on 2 cores).
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(VENV)/.installed-test
+	WANDB_MODE=offline OMP_NUM_THREADS=2 BEYONDLABELS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) BEYONDLABELS_FUZZ_RANDOM=1 \
+		$(PY) -m pytest -p no:cacheprovider tests/io/test_fuzz_readers.py $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_retrieval.py

@@ -87,6 +87,7 @@ from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks._sinks import media_sinks
 from beyondlabels.callbacks.media import EvaluationMedia, dataset_item, thumbnail
 from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
+from beyondlabels.io.paths import check_name
 from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import KeySpec, OutputSchema
@@ -134,7 +135,8 @@ class EvaluationCore:
             validation epoch is evaluated.
         dataloader: Name of a datamodule (or LightningModule) method returning the evaluation loader, a ``DataLoader``,
             or a zero-argument callable returning one.
-        prefix: Namespace of the logged keys (``<prefix>/<key>``) and the default file folder.
+        prefix: Namespace of the logged keys (``<prefix>/<key>``) and the default file folder: one file name
+            (:func:`beyondlabels.io.paths.check_name`: not ``.`` or ``..``, no ``/``, at most 255 bytes).
         limit_batches: Evaluate on at most this many batches (None: all).
         prog_bar: Keys (un-prefixed, e.g. ``["precision@1"]``) also shown in the progress bar.
         save_dir: Folder of the evaluation files; None means ``<trainer.default_root_dir>/<prefix>``, False writes none.
@@ -193,8 +195,7 @@ class EvaluationCore:
         _check_optional_positive(every_n_epochs, "every_n_epochs")
         _check_optional_positive(every_n_steps, "every_n_steps")
         _check_optional_positive(limit_batches, "limit_batches")
-        if not isinstance(prefix, str) or not prefix or "/" in prefix:
-            raise ValueError(f"`prefix` must be a non-empty name without '/', got {prefix!r}.")
+        check_name(prefix, "prefix")  # it names the default file folder <default_root_dir>/<prefix>
         if isinstance(prog_bar, str) or not all(isinstance(k, str) for k in prog_bar):
             raise ValueError(f"`prog_bar` must be a list of metric names, got {prog_bar!r}.")
         if save_dir is True:
@@ -776,8 +777,12 @@ class EvaluationCore:
         not at every evaluation)."""
         problems: list[BaseException] = []
         folder = self.media_folder(trainer)
-        if folder is None or not folder.is_dir():
-            return problems
+        try:
+            if folder is None or not folder.is_dir():
+                return problems
+        except OSError as exc:  # e.g. ENAMETOOLONG: the folder was never written; logged, fatal in strict mode only
+            log.error("%s: the media folder %s cannot be opened (%s: %s)", self.prefix, folder, type(exc).__name__, exc)
+            return [exc]
         for sink in media_sinks(trainer, self.schema, self._wandb_defined):
             try:
                 sink.finish(self.prefix, folder)

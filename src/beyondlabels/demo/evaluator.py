@@ -12,6 +12,14 @@ Files
     JSON exists. The evaluator's identity records the checkpoint's SHA-256, so runs that share the file report one
     identity and their numbers compare.
 
+Files from elsewhere
+    The two files may be shared or downloaded, so they are data, never code: the weights are read with
+    ``torch.load(weights_only=True)``; the JSON may hold only the TinyCLIP architecture arguments (ints, and the
+    tower's name), ``mean`` and ``std``. Its ``model_factory`` entry, when present, must be the one factory a demo
+    evaluator is built with (:func:`~beyondlabels.demo.model.tiny_clip_model`); any other is refused, never imported.
+    The model the JSON describes is first built on PyTorch's meta device (no memory) and its parameter shapes must
+    equal the checkpoint's, so a file cannot ask for more memory than the weights it ships.
+
 Reuse
     When both files exist they are loaded, nothing is trained. An evaluator trained here must have been trained as asked
     (same epochs, seed, model and data settings); otherwise a ``ValueError`` says so instead of silently mixing
@@ -45,8 +53,8 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -55,7 +63,9 @@ from typing import IO, Any
 
 import torch
 
+from beyondlabels.demo.model import tiny_clip_model
 from beyondlabels.io._convert import plain
+from beyondlabels.io._parse import parse_json, read_text
 from beyondlabels.io.atomic import atomic_file, save_torch, write_json
 from beyondlabels.io.evaluator import ClipEvaluator
 
@@ -66,6 +76,8 @@ __all__ = ["demo_evaluator", "export_demo_evaluator", "save_tiny_clip_evaluator"
 # Bumped whenever the demo's defaults (TinyCLIP architecture, data, captions) change what training produces: an
 # evaluator trained under other defaults is then refused instead of silently reused.
 _FORMAT = "beyondlabels demo evaluator 2"
+# The one factory a demo evaluator file may name (a file never names code: this is what it is built with).
+_TINY_FACTORY = "beyondlabels.demo.model.tiny_clip_model"
 
 
 def _json_path(path: Path) -> Path:
@@ -155,7 +167,8 @@ def demo_evaluator(
 
     Raises:
         ValueError: if ``epochs`` is not a positive int, ``seed`` not an int, ``path`` holds an evaluator made
-            differently or a checkpoint without its JSON, or ``source_checkpoint`` does not exist.
+            differently or a checkpoint without its JSON, the JSON is malformed, names a factory or an argument other
+            than the TinyCLIP's, or does not match the checkpoint's shapes, or ``source_checkpoint`` does not exist.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"`epochs` must be a positive int, got {epochs!r}.")
@@ -182,7 +195,7 @@ def demo_evaluator(
 
     json_path = _json_path(path)
     if json_path.is_file() and path.is_file():
-        record = json.loads(json_path.read_text(encoding="utf-8"))
+        record = _read_record(json_path)
         made = record.get("training", {})
         # An evaluator trained here must match the training asked for; one the user exported is taken as it is,
         # unless the request names a source checkpoint it was not made from.
@@ -210,8 +223,92 @@ def demo_evaluator(
     else:
         log.info("demo evaluator: training TinyCLIP for %d epoch(s) (seed %d) -> %s; later runs reuse it", epochs, seed, path)
         export_demo_evaluator(_train(epochs, seed, model or {}, data or {}, device), path, training)
-    record = json.loads(json_path.read_text(encoding="utf-8"))
-    return ClipEvaluator(**record["evaluator"], checkpoint=path, cache_dir=cache_dir, batch_size=batch_size, device=device)
+    arguments = _evaluator_arguments(_read_record(json_path), json_path)
+    _check_fits_checkpoint(arguments["model_cfg"], path, json_path)
+    return ClipEvaluator(
+        **arguments, model_factory=tiny_clip_model, checkpoint=path, cache_dir=cache_dir, batch_size=batch_size,
+        device=device,
+    )  # fmt: skip
+
+
+def _read_record(json_path: Path) -> dict[str, Any]:
+    """The evaluator JSON: an object with an ``evaluator`` object and a ``training`` object (errors name the file)."""
+    record = parse_json(read_text(json_path), f"demo evaluator file {json_path}")
+    parts = (record.get("evaluator"), record.get("training", {})) if isinstance(record, dict) else (None, None)
+    if not all(isinstance(part, dict) for part in parts):
+        raise ValueError(
+            f"demo evaluator file {json_path}: expected an object with an 'evaluator' and a 'training' object (as "
+            "export_demo_evaluator writes it); delete the file and its checkpoint to train a new evaluator there."
+        )
+    return record
+
+
+def _evaluator_arguments(record: Mapping[str, Any], json_path: Path) -> dict[str, Any]:
+    """``model_cfg``, ``mean`` and ``std`` of the TinyCLIP the file describes, checked. The file is data: it names no
+    code (the factory is always :func:`~beyondlabels.demo.model.tiny_clip_model`) and no other evaluator argument."""
+    from beyondlabels.demo.model import ARCHITECTURE_KEYS
+
+    where = f"demo evaluator file {json_path}"
+    given = record["evaluator"]
+    unknown = sorted(set(given) - {"model_factory", "model_cfg", "mean", "std"})
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown evaluator argument(s) {unknown}; a demo evaluator file holds only model_cfg, mean "
+            "and std."
+        )
+    if given.get("model_factory", _TINY_FACTORY) != _TINY_FACTORY:
+        raise ValueError(
+            f"{where}: 'model_factory' names {given['model_factory']!r}; a data file never names code to run, and a "
+            f"demo evaluator is always the TinyCLIP of {_TINY_FACTORY}. For another architecture build "
+            "beyondlabels.io.evaluator.ClipEvaluator(model_factory=...) in your own config (its _target_)."
+        )
+    cfg = given.get("model_cfg")
+    if not isinstance(cfg, dict) or sorted(set(cfg) - set(ARCHITECTURE_KEYS)):
+        extra = sorted(set(cfg) - set(ARCHITECTURE_KEYS)) if isinstance(cfg, dict) else type(cfg).__name__
+        raise ValueError(
+            f"{where}: 'model_cfg' must map TinyCLIP architecture arguments {ARCHITECTURE_KEYS}; got {extra!r}."
+        )
+    for key, value in cfg.items():
+        wanted = str if key == "vision" else int
+        if isinstance(value, bool) or not isinstance(value, wanted) or (wanted is int and not 0 < value < 1 << 31):
+            kind = "a name" if wanted is str else "a positive int"
+            raise ValueError(f"{where}: model_cfg {key!r} must be {kind}, got {value!r}.")
+    out: dict[str, Any] = {"model_cfg": dict(cfg)}
+    for key in ("mean", "std"):
+        value = given.get(key, [0.25, 0.25, 0.25])
+        if not isinstance(value, list) or len(value) != 3 or not all(_is_finite_number(v) for v in value):
+            raise ValueError(f"{where}: {key!r} must be a list of 3 finite numbers, got {value!r}.")
+        out[key] = [float(v) for v in value]
+    return out
+
+
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_fits_checkpoint(model_cfg: Mapping[str, Any], path: Path, json_path: Path) -> None:
+    """Build the described model on the meta device (no memory) and compare its parameter shapes with the
+    checkpoint's, so that a file cannot ask for a model larger than the weights it ships."""
+    from beyondlabels.demo.model import tiny_clip_model
+
+    where = f"demo evaluator file {json_path}"
+    try:
+        with torch.device("meta"):
+            shapes = {k: tuple(v.shape) for k, v in tiny_clip_model(**model_cfg).state_dict().items()}
+    except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+        raise ValueError(f"{where}: model_cfg does not describe a TinyCLIP: {exc}") from exc
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # noqa: BLE001 - the unpickler raises many types for a broken file
+        raise ValueError(f"`checkpoint` {path} is not a readable state-dict file: {type(exc).__name__}: {exc}") from exc
+    given = {k: tuple(v.shape) for k, v in state.items()} if isinstance(state, Mapping) else {}
+    if given != shapes:
+        differ = sorted(k for k in set(shapes) | set(given) if shapes.get(k) != given.get(k))
+        shown = differ[:3]
+        raise ValueError(
+            f"{where}: the parameters its model_cfg describes do not match the weights in {path} ({len(differ)} "
+            f"differ, e.g. {shown}: {[shapes.get(k) for k in shown]} against {[given.get(k) for k in shown]})."
+        )
 
 
 def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str] | IO[bytes]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Rule
     The code of a label therefore depends on the label alone — not on batch order, batch size, rank or what else
     was seen — so samples encoded in different batches, processes or files agree, and a gathered gallery needs
     no shared dictionary. Names are kept beside the codes for reports. Two distinct strings share a code with
-    probability about ``2**-63`` per pair.
+    probability about ``2**-63`` per pair. So ``1`` and ``"1"`` (or ``"1"`` and ``" 1"``) are two classes; a list
+    that mixes such spellings of one label gets a warning (:func:`encode_labels`).
 
 Example:
     >>> codes, names = encode_labels(["gothic", "baroque", "gothic"])
@@ -22,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -67,6 +69,10 @@ def encode_labels(labels: Any, name: str = "labels") -> tuple[Tensor, dict[int, 
 
     Raises:
         ValueError: for floats, booleans, or an array that is not 1-D (the message names ``name``).
+
+    Warns:
+        UserWarning: when two labels of different codes read the same once surrounding spaces are stripped (``1``
+            and ``"1"``, ``"cat"`` and ``" cat"``): one class written two ways becomes two classes by the rule.
     """
     if isinstance(labels, Tensor):
         if labels.dim() != 1:
@@ -90,6 +96,7 @@ def encode_labels(labels: Any, name: str = "labels") -> tuple[Tensor, dict[int, 
         raise ValueError(f"`{name}` must be a 1-D sequence of labels, got {type(labels).__name__}.")
     values = list(labels)
     names: dict[int, str] = {}
+    firsts: dict[int, Any] = {}
     codes = []
     for value in values:
         if isinstance(value, Tensor) and value.numel() == 1:
@@ -99,5 +106,30 @@ def encode_labels(labels: Any, name: str = "labels") -> tuple[Tensor, dict[int, 
         except ValueError as exc:
             raise ValueError(f"`{name}`: {exc}") from None
         codes.append(code)
-        names.setdefault(code, str(value))
+        if code not in names:
+            names[code], firsts[code] = str(value), value
+    _warn_two_ways(firsts, name)
     return torch.tensor(codes, dtype=torch.long), names
+
+
+def _warn_two_ways(firsts: dict[int, Any], name: str) -> None:
+    """Warn when labels of different codes read the same once spaces are stripped (``1`` and ``"1"``, ``"cat"`` and
+    ``" cat"``): the rule makes them two classes, which is rarely what a mixed list means."""
+    by_text: dict[str, Any] = {}
+    pairs = []
+    for value in firsts.values():
+        text = str(value).strip()
+        if text in by_text:
+            pairs.append((by_text[text], value))
+        else:
+            by_text[text] = value
+    if pairs:
+        shown = ", ".join(f"{a!r} and {b!r}" for a, b in pairs[:3])
+        shown += f" ({len(pairs)} pairs)" if len(pairs) > 3 else ""
+        warnings.warn(
+            f"`{name}`: {shown} are one label written two ways, and they are coded as different classes (an int "
+            "keeps its value, a string is hashed with its spaces: beyondlabels.functional.labels); convert the labels "
+            "to one type, without surrounding spaces, if they name one class.",
+            UserWarning,
+            stacklevel=3,
+        )

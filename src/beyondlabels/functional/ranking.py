@@ -36,7 +36,9 @@ Metrics (per query over its ranking, cut at ``depth``; then the mean over querie
       take the top k (trec_eval ``-J`` ``P_k``).
     - ``ndcg@k`` with gain ``2^g - 1`` and ``ndcg_linear@k`` with gain ``g`` (trec_eval ``ndcg_cut_k``): DCG@k =
       sum over ranks i <= k of gain / log2(i + 1) (unjudged and negative grades gain 0, as in trec_eval), divided by
-      the DCG@k of all the query's judged grades sorted from the highest.
+      the DCG@k of all the query's judged grades sorted from the highest. The exponential gains of a query are
+      scaled by ``2^-m`` (``m`` its largest grade) before they are summed, which changes no value (a power of two
+      scales floats exactly) but keeps grades of 1024 and more, whose ``2^g`` overflows a float, finite.
     - ``r_precision`` = relevant in the top R / R (trec_eval ``Rprec``).
     - nDCG's gains are the grades whatever ``relevance_level`` (as in trec_eval); every other metric reads only
       relevant / non-relevant.
@@ -47,7 +49,9 @@ Metrics (per query over its ranking, cut at ``depth``; then the mean over querie
       out, or reports 0 with ``-c``).
     - ``num_unjudged``: unjudged documents among the top ``max(ks)`` of all queries.
 
-    Every mean is a float64 sum in query order; an empty mean is NaN.
+    Every sum over a ranking is a float64 sum from the top rank down, so a query's values do not depend on the
+    other queries evaluated with it (nor on the width of the table that holds it); every mean is a float64 sum in
+    query order; an empty mean is NaN.
 
 Term satisfaction (multi-term queries)
     Per-term scores ``s_t`` in [0, 1] (e.g. a detector's or a CLIP judge's score for each term of "complex cold
@@ -78,7 +82,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,10 +169,33 @@ def _check_grades(ranked: Any, num_retrieved: Any, pool: Any) -> tuple[Tensor, T
     return ranked, num_retrieved.to(device=ranked.device, dtype=torch.long), pool.to(ranked.device)
 
 
+def _row_sum(values: Tensor) -> Tensor:
+    """Each row's sum, added left to right: zero padding on the right changes no bit, so a query's value does not
+    depend on how wide the table around it is (which other queries it is evaluated with)."""
+    if values.shape[1] == 0:
+        return torch.zeros(values.shape[0], dtype=values.dtype, device=values.device)
+    return torch.cumsum(values, dim=1)[:, -1]
+
+
 def _dcg(gains: Tensor, k: int) -> Tensor:
     width = min(k, gains.shape[1])
     discount = 1.0 / torch.log2(torch.arange(2, width + 2, device=gains.device, dtype=torch.float64))
-    return (gains[:, :width] * discount).sum(dim=1)
+    return _row_sum(gains[:, :width] * discount)
+
+
+def _exponential_gains(grade: Tensor, ideal: Tensor) -> tuple[Tensor, Tensor]:
+    """The gains ``2^g - 1`` of the ranked and of the ideal grades, each query's scaled by ``2^-m`` (``m``: its
+    largest grade, at least 0). nDCG is a ratio, so the scale cancels; a power of two scales binary floats exactly,
+    so wherever ``2^g`` is finite (``m < 1024``, and the products stay normal) the ratio is bit for bit that of the
+    unscaled gains, and where ``2^g`` overflows (``m >= 1024``: the query used to become NaN) it stays finite."""
+    top = torch.zeros(grade.shape[0], dtype=grade.dtype, device=grade.device)
+    if grade.shape[1]:
+        top = torch.maximum(top, grade.amax(dim=1))
+    if ideal.shape[1]:
+        top = torch.maximum(top, ideal[:, 0])  # sorted descending
+    top = top.unsqueeze(1)
+    floor = torch.exp2(-top)
+    return torch.exp2(grade - top) - floor, torch.exp2(ideal - top) - floor
 
 
 def ranking_per_query(
@@ -212,6 +239,7 @@ def ranking_per_query(
     cum_judged = torch.cumsum(judged.to(torch.float64), dim=1)
     cum_condensed = torch.cumsum(condensed_relevant.to(torch.float64), dim=1)
     ideal = torch.sort(torch.where(pool_judged, pool, 0.0), dim=1, descending=True).values
+    exp_gain, exp_ideal = _exponential_gains(grade, ideal)
     out: dict[str, Tensor] = {}
 
     def at(cum: Tensor, k: int) -> Tensor:
@@ -229,8 +257,8 @@ def ranking_per_query(
         out[f"condensed_precision@{k}"] = torch.where(ok, at(cum_condensed, k) / k, nan)
         out[f"judged@{k}"] = judged_k
         out[f"coverage@{k}"] = torch.where(shown > 0, judged_k / shown.clamp(min=1), nan)
-        for name, gain in (("ndcg", torch.exp2(grade) - 1.0), ("ndcg_linear", grade)):
-            ideal_gain = torch.exp2(ideal) - 1.0 if name == "ndcg" else ideal
+        for name, gain in (("ndcg", exp_gain), ("ndcg_linear", grade)):
+            ideal_gain = exp_ideal if name == "ndcg" else ideal
             idcg = _dcg(ideal_gain, k)
             out[f"{name}@{k}"] = torch.where(ok & (idcg > 0), _dcg(gain, k) / idcg.clamp(min=1e-300), nan)
     if width:
@@ -241,14 +269,14 @@ def ranking_per_query(
     out["r_precision"] = torch.where(ok, in_r / r_f.clamp(min=1), nan)
     rank = torch.arange(1, width + 1, device=device, dtype=torch.float64).unsqueeze(0)
     precision_at_rank = torch.where(relevant, cum_rel / rank, 0.0)
-    out["map"] = torch.where(ok, precision_at_rank.sum(dim=1) / r_f.clamp(min=1), nan)
+    out["map"] = torch.where(ok, _row_sum(precision_at_rank) / r_f.clamp(min=1), nan)
     first = torch.where(relevant, rank, math.inf).amin(dim=1) if width else torch.full((q,), math.inf, dtype=torch.float64, device=device)
     out["recip_rank"] = torch.where(ok, 1.0 / first, nan)  # 1 / inf = 0: nothing relevant retrieved
     # bpref: judged non-relevant documents above each relevant one (none sits at a relevant rank), capped at R
     above = torch.cumsum(non_relevant.to(torch.float64), dim=1)
     denominator = torch.minimum(r_f, n_non_relevant).clamp(min=1).unsqueeze(1)
     penalty = torch.where(n_non_relevant.unsqueeze(1) > 0, torch.minimum(above, r_f.unsqueeze(1)) / denominator, 0.0)
-    out["bpref"] = torch.where(ok, torch.where(relevant, 1.0 - penalty, 0.0).sum(dim=1) / r_f.clamp(min=1), nan)
+    out["bpref"] = torch.where(ok, _row_sum(torch.where(relevant, 1.0 - penalty, 0.0)) / r_f.clamp(min=1), nan)
     out["num_relevant"] = r_f
     out["num_retrieved"] = num_retrieved.to(torch.float64)
     # exposed for aggregate_ranking: unjudged documents within the top max(k)
@@ -315,23 +343,91 @@ def ranking_metrics(
 
 @dataclass(frozen=True)
 class JudgedRun:
-    """A run aligned with its qrels, ready for :func:`ranking_metrics`.
+    """A run aligned with its qrels, ready for :func:`ranking_metrics`, held as the documents actually ranked.
+
+    Every ranked document's grade is stored once, query after query (``grades``), and so is every judged grade
+    (``pool_grades``): memory grows with the documents ranked and judged, not with the number of queries times the
+    longest ranking. :meth:`metrics` evaluates the queries in groups of similar length, none larger than
+    ``max_cells`` table cells (or one query's own row), and gives the numbers of one dense table.
 
     Attributes:
         queries: The evaluated query ids (run order): those both in the run and in the qrels.
         query_ids: int64 ``[Q]``: :func:`query_code` of each.
-        ranked, num_retrieved, pool: The kernel's inputs.
+        grades: float64 ``[sum(num_retrieved)]``: the grade of each ranked document (NaN = unjudged), query by
+            query in rank order.
+        num_retrieved: int64 ``[Q]``: how many documents each query's ranking holds.
+        pool_grades: float64: every judged grade of each query's qrels, query by query.
+        pool_sizes: int64 ``[Q]``: how many of ``pool_grades`` belong to each query.
         queries_without_qrels: Run queries with no qrels entry (left out, as trec_eval does).
         queries_without_run: Qrels queries the run did not retrieve for (left out, as trec_eval does without ``-c``).
     """
 
     queries: list[str]
     query_ids: Tensor
-    ranked: Tensor
+    grades: Tensor
     num_retrieved: Tensor
-    pool: Tensor
+    pool_grades: Tensor
+    pool_sizes: Tensor
     queries_without_qrels: list[str]
     queries_without_run: list[str]
+
+    @property
+    def ranked(self) -> Tensor:
+        """The dense ``[Q, longest ranking]`` table of :func:`ranking_metrics` (NaN padding); its memory is Q times
+        the longest ranking: :meth:`metrics` evaluates without it."""
+        return _dense(self.grades, self.num_retrieved, torch.arange(len(self.queries)))
+
+    @property
+    def pool(self) -> Tensor:
+        """The dense ``[Q, most judged]`` table of every judged grade per query (NaN padding)."""
+        return _dense(self.pool_grades, self.pool_sizes, torch.arange(len(self.queries)))
+
+    def groups(self, max_cells: int = 1 << 20) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
+        """``(rows, ranked, num_retrieved, pool)`` for groups of queries (``rows``: their positions) ordered by row
+        width (ranking plus judged grades), each group's two tables together at most ``max_cells`` cells unless one
+        query alone is wider."""
+        widths = self.num_retrieved + self.pool_sizes
+        order = torch.argsort(widths, stable=True)
+        start = 0
+        sizes = widths[order].tolist()
+        while start < len(sizes):
+            stop = start + 1
+            while stop < len(sizes) and (stop + 1 - start) * sizes[stop] <= max_cells:
+                stop += 1
+            rows = order[start:stop]
+            ranked = _dense(self.grades, self.num_retrieved, rows)
+            yield rows, ranked, self.num_retrieved[rows], _dense(self.pool_grades, self.pool_sizes, rows)
+            start = stop
+
+    def metrics(
+        self, *, ks: Sequence[int] = (5, 10), relevance_level: int = 1, max_cells: int = 1 << 20
+    ) -> dict[str, Any]:
+        """:func:`ranking_metrics` of the run, its queries evaluated in the groups of :meth:`groups` (peak memory
+        bounded by ``max_cells``); the per-query values and the means are those of one dense table."""
+        if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
+            raise ValueError(f"`max_cells` must be a positive int, got {max_cells!r}.")
+        per_query: dict[str, Tensor] = {}
+        for rows, ranked, num_retrieved, pool in self.groups(max_cells):
+            values = ranking_per_query(ranked, num_retrieved, pool, ks=ks, relevance_level=relevance_level)
+            for key, value in values.items():
+                if key not in per_query:
+                    per_query[key] = torch.full((len(self.queries),), math.nan, dtype=value.dtype)
+                per_query[key][rows] = value
+        return aggregate_ranking(per_query, ks, self.query_ids)
+
+
+def _dense(values: Tensor, lengths: Tensor, rows: Tensor) -> Tensor:
+    """The rows ``rows`` of the ragged rows ``values`` (row i: ``lengths[i]`` values, rows one after the other) as a
+    dense table padded with NaN, as wide as its longest row."""
+    offsets = torch.cumsum(lengths, 0) - lengths
+    picked = lengths[rows]
+    width = int(picked.max()) if picked.numel() else 0
+    column = torch.arange(width)
+    inside = column.unsqueeze(0) < picked.unsqueeze(1)
+    index = (offsets[rows].unsqueeze(1) + column).clamp(max=max(values.numel() - 1, 0))
+    if values.numel() == 0:
+        return torch.full((rows.numel(), width), math.nan, dtype=torch.float64)
+    return torch.where(inside, values[index], math.nan)
 
 
 def _ranked_docs(query: str, docs: Any) -> list[str]:
@@ -352,13 +448,30 @@ def _ranked_docs(query: str, docs: Any) -> list[str]:
     raise ValueError(f"run: query {query!r} must map to {{doc: score}} or a list of docs in rank order, got {type(docs).__name__}.")
 
 
+def _judged_grades(query: str, judgements: Any) -> dict[str, float]:
+    if not isinstance(judgements, Mapping):
+        raise ValueError(f"qrels: query {query!r} must map to {{doc: grade or None}}, got {type(judgements).__name__}.")
+    grades: dict[str, float] = {}
+    for doc, grade in judgements.items():
+        if grade is None:
+            continue
+        number = isinstance(grade, (int, float)) and not isinstance(grade, bool)
+        if not number or not math.isfinite(grade) or float(grade) != int(grade):
+            raise ValueError(
+                f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints (negative: pooled but "
+                "not judged, as in trec_eval) or None (unjudged)."
+            )
+        grades[str(doc)] = float(grade)
+    return grades
+
+
 def judge_run(
     run: Mapping[str, Mapping[str, float] | Sequence[str]],
     qrels: Mapping[str, Mapping[str, int | None]],
     *,
     depth: int | None = None,
 ) -> JudgedRun:
-    """Align a run with its qrels (ordering rule: the module docstring).
+    """Align a run with its qrels (ordering rule: the module docstring), in time linear in the run and the qrels.
 
     Args:
         run: ``{query: {doc: score}}`` or ``{query: [doc, ...]}`` in rank order.
@@ -378,48 +491,34 @@ def judge_run(
         raise ValueError("`run` and `qrels` must be dicts keyed by query id (see beyondlabels.io.qrels for loaders).")
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
         raise ValueError(f"`depth` must be a positive int or None, got {depth!r}.")
-    queries = [str(q) for q in run if str(q) in {str(k) for k in qrels}]
     qrels_s = {str(q): judgements for q, judgements in qrels.items()}
-    without_qrels = [str(q) for q in run if str(q) not in qrels_s]
-    run_keys = {str(q) for q in run}
-    without_run = [q for q in qrels_s if q not in run_keys]
+    run_s = {str(q): docs for q, docs in run.items()}
+    queries = [q for q in run_s if q in qrels_s]
+    without_qrels = [q for q in run_s if q not in qrels_s]
+    without_run = [q for q in qrels_s if q not in run_s]
     if not queries:
         raise ValueError(
             f"no query is in both the run ({len(run)} queries, e.g. {list(run)[:3]}) and the qrels ({len(qrels)}, e.g. "
             f"{list(qrels)[:3]}); check that both files use the same query ids."
         )
-    run_s = {str(q): docs for q, docs in run.items()}
-    rankings = []
-    pools = []
+    ranked: list[float] = []
+    pooled: list[float] = []
+    lengths, pool_sizes = [], []
     for query in queries:
-        judgements = qrels_s[query]
-        if not isinstance(judgements, Mapping):
-            raise ValueError(f"qrels: query {query!r} must map to {{doc: grade or None}}, got {type(judgements).__name__}.")
-        grades: dict[str, float] = {}
-        for doc, grade in judgements.items():
-            if grade is None:
-                continue
-            if isinstance(grade, bool) or not isinstance(grade, (int, float)) or not math.isfinite(grade) or float(grade) != int(grade):
-                raise ValueError(
-                    f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints (negative: pooled but "
-                    "not judged, as in trec_eval) or None (unjudged)."
-                )
-            grades[str(doc)] = float(grade)
+        grades = _judged_grades(query, qrels_s[query])
         docs = _ranked_docs(query, run_s[query])
         if depth is not None:
             docs = docs[:depth]
-        rankings.append([grades.get(d, math.nan) for d in docs])
-        pools.append(list(grades.values()))
-    width = max((len(x) for x in rankings), default=0)
-    pool_width = max((len(x) for x in pools), default=0)
-    ranked = torch.full((len(queries), width), math.nan, dtype=torch.float64)
-    pool = torch.full((len(queries), pool_width), math.nan, dtype=torch.float64)
-    for i, (row, prow) in enumerate(zip(rankings, pools)):
-        ranked[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
-        pool[i, : len(prow)] = torch.tensor(prow, dtype=torch.float64)
-    lengths = torch.tensor([len(x) for x in rankings], dtype=torch.long)
+        ranked.extend(grades.get(d, math.nan) for d in docs)
+        pooled.extend(grades.values())
+        lengths.append(len(docs))
+        pool_sizes.append(len(grades))
     ids = torch.tensor([query_code(q) for q in queries], dtype=torch.long)
-    return JudgedRun(queries, ids, ranked, lengths, pool, without_qrels, without_run)
+    return JudgedRun(
+        queries, ids, torch.tensor(ranked, dtype=torch.float64), torch.tensor(lengths, dtype=torch.long),
+        torch.tensor(pooled, dtype=torch.float64), torch.tensor(pool_sizes, dtype=torch.long), without_qrels,
+        without_run,
+    )  # fmt: skip
 
 
 # ---- multi-term queries -------------------------------------------------------------------------------------------------

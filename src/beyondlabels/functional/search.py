@@ -7,8 +7,9 @@ Definitions (stated once here; every function of the package refers to them):
 
 Score
     The cosine similarity of two rows: the fp32 matrix product of the rows after each was L2-normalised once in fp32
-    (:func:`normalize_rows`). Rows must be finite and non-zero. Products are never thinner than 16 rows or columns,
-    so a pair gets the same fp32 score whatever the chunk size or candidate set.
+    (:func:`normalize_rows`, which is scale free: a row of 1e20 or 1e-30 keeps its direction). Rows must be finite
+    and non-zero. Products are never thinner than 16 rows or columns, so a pair gets the same fp32 score whatever
+    the chunk size or candidate set.
 
 Exclusion
     ``exclude[q]`` is a gallery index that query ``q`` never retrieves (``-1``: none). :func:`exclusion_index` builds it
@@ -58,8 +59,19 @@ from beyondlabels.functional._search import Neighbors, available, search_normali
 __all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
 
 
+# Below this fp32 norm the squares of a row's entries may fall into fp32's subnormal range (they lose bits, or become
+# 0): such rows, and rows whose fp32 norm overflows, are normalised from a rescaled copy instead.
+_TINY_NORM = 2.0**-40
+
+
 def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
-    """L2-normalise the rows of ``x`` in fp32, validating them first.
+    """L2-normalise the rows of ``x`` in fp32, validating them first; scale free, as cosine similarity is.
+
+    A row is divided by its fp32 L2 norm, ``x / ||x||``. Where that norm cannot be formed in fp32, i.e. it overflows
+    (entries of about 1e19 and more) or lies below ``2^-40`` (its squares underflow), or where ``x`` does not fit fp32
+    at all (a float64 row of 1e300), the row is first divided by its largest magnitude in float64, then normalised
+    there and rounded to fp32: every non-zero finite row gets its direction. Rows whose norm is in range are
+    normalised exactly as ``x / ||x||`` in fp32, bit for bit.
 
     Args:
         x: Float tensor of shape ``[N, D]``.
@@ -69,28 +81,37 @@ def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
         A new fp32 tensor of shape ``[N, D]`` whose rows have unit L2 norm.
 
     Raises:
-        ValueError: If ``x`` is not 2-D, is empty, contains non-finite values, or has an all-zero row.
+        ValueError: If ``x`` is not 2-D, is empty, contains non-finite values, or has a row that is exactly zero.
 
     Example:
-        >>> normalize_rows(torch.tensor([[3.0, 4.0]]))
-        tensor([[0.6000, 0.8000]])
+        >>> normalize_rows(torch.tensor([[3.0, 4.0], [3e30, 4e30], [3e-30, 4e-30]]))
+        tensor([[0.6000, 0.8000],
+                [0.6000, 0.8000],
+                [0.6000, 0.8000]])
     """
     x = check_embeddings(x, name)
-    x = x.to(torch.float32)
     finite = torch.isfinite(x).all(dim=1)
     if not bool(finite.all()):
         bad = torch.nonzero(~finite).flatten()[:5].tolist()
         raise ValueError(f"`{name}` contains NaN or Inf values (rows {bad}...); remove or fix those rows.")
-    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    zero = norms.squeeze(1) == 0
-    if bool(zero.any()):
-        bad = torch.nonzero(zero).flatten()[:5].tolist()
-        raise ValueError(
-            f"`{name}` has all-zero rows (rows {bad}...), which have no direction and cannot be normalised; "
-            "drop them before evaluation."
-        )
-    return x / norms
-
+    x32 = x.to(torch.float32)
+    norms = torch.linalg.vector_norm(x32, dim=1, keepdim=True)
+    out = x32 / norms
+    risky = (~torch.isfinite(norms) | (norms < _TINY_NORM)).squeeze(1)
+    if bool(risky.any()):
+        rows = torch.nonzero(risky).squeeze(1)
+        wide = x[rows].to(torch.float64)
+        peak = wide.abs().amax(dim=1, keepdim=True)
+        zero = peak.squeeze(1) == 0
+        if bool(zero.any()):
+            bad = rows[zero][:5].tolist()
+            raise ValueError(
+                f"`{name}` has all-zero rows (rows {bad}...), which have no direction and cannot be normalised; "
+                "drop them before evaluation."
+            )
+        wide = wide / peak
+        out[rows] = (wide / torch.linalg.vector_norm(wide, dim=1, keepdim=True)).to(torch.float32)
+    return out
 
 
 def exclusion_index(

@@ -2,17 +2,20 @@
 
 Shared by :mod:`beyondlabels.io.taxonomy_files` and :mod:`beyondlabels.io.profiles_files`. Strict means: the suffix decides the parser
 (``.yaml``/``.yml`` or ``.json``), the top level must be a mapping, and a key repeated inside one mapping is an error
-(plain YAML and JSON loaders silently keep the last one, which would hide a duplicated class or node).
+(plain YAML and JSON loaders silently keep the last one, which would hide a duplicated class or node). Text, nesting
+and YAML aliases follow the rules of :mod:`beyondlabels.io._parse` (UTF-8 with a byte-order mark dropped, nesting
+and expanded size bounded, errors naming the file).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from beyondlabels.io._parse import parse_json, parse_yaml, read_text
 
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)
@@ -37,15 +40,6 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
-
-
-def _refuse_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"found duplicate key {key!r}")
-        out[key] = value
-    return out
 
 
 def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
@@ -77,14 +71,12 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
             f"{what} file '{path}': unsupported suffix {path.suffix!r}; "
             f"use one of {', '.join(YAML_SUFFIXES + JSON_SUFFIXES)} (the suffix selects the parser)"
         )
-    text = path.read_text(encoding="utf-8")
-    try:
-        if suffix in JSON_SUFFIXES:
-            data = json.loads(text, object_pairs_hook=_refuse_duplicate_pairs)
-        else:
-            data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except (yaml.YAMLError, ValueError) as err:
-        raise ValueError(f"{what} file '{path}' could not be parsed: {err}") from err
+    where = f"{what} file '{path}' could not be parsed"
+    text = read_text(path, where)
+    if suffix in JSON_SUFFIXES:
+        data = parse_json(text, where)
+    else:
+        data = parse_yaml(text, where, _StrictLoader)
     if not isinstance(data, dict):
         raise ValueError(
             f"{what} file '{path}': the top level must be a mapping, got {type(data).__name__}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import numpy as np
 import torch
 
 from beyondlabels.functional.labels import encode_labels, label_code
+from beyondlabels.io._parse import load_npz, parse_json
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
 
 
 def read_npz(path: str | Path, required: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` (no pickles), after checking that the file and the ``required`` arrays exist.
+    """Every array of an ``.npz`` (no pickles; a broken archive is a ``ValueError``:
+    :func:`beyondlabels.io._parse.load_npz`), after checking that the file and the ``required`` arrays exist.
 
     Raises:
         FileNotFoundError: if ``path`` does not exist (the message names the arrays expected).
@@ -80,11 +81,11 @@ def read_npz(path: str | Path, required: tuple[str, ...], what: str) -> dict[str
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays {', '.join(required)}")
-    with np.load(path, allow_pickle=False) as data:
-        missing = [name for name in required if name not in data.files]
-        if missing:
-            raise ValueError(f"{path} lacks the array(s) {missing}; it holds {data.files}. {what}")
-        return {name: np.asarray(data[name]) for name in data.files}
+    arrays = load_npz(path, f"input file {path}")
+    missing = [name for name in required if name not in arrays]
+    if missing:
+        raise ValueError(f"{path} lacks the array(s) {missing}; it holds {list(arrays)}. {what}")
+    return arrays
 
 
 def float_matrix(arrays: dict[str, np.ndarray], name: str, path: Path) -> torch.Tensor:
@@ -155,7 +156,7 @@ def load_rprecision_npz(path: str | Path) -> dict[str, Any]:
     if "evaluator" in arrays:
         text = str(arrays["evaluator"].item()) if arrays["evaluator"].ndim == 0 else str(arrays["evaluator"].tolist())
         try:
-            out["evaluator"] = json.loads(text)
-        except json.JSONDecodeError:
+            out["evaluator"] = parse_json(text, f"'evaluator' in {path}")
+        except ValueError:  # not JSON (or beyond the parser's bounds): kept as the text it is
             out["evaluator"] = text
     return out

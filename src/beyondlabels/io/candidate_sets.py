@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from beyondlabels.functional.rprecision import CandidateSets
+from beyondlabels.io._parse import load_npz
 from beyondlabels.io.atomic import save_npz
 
 __all__ = ["load_candidate_sets", "save_candidate_sets"]
@@ -32,15 +33,23 @@ def save_candidate_sets(sets: CandidateSets, path: str | Path) -> None:
 
 
 def load_candidate_sets(path: str | Path) -> CandidateSets:
-    """Read candidate sets written by :func:`save_candidate_sets`.
+    """Read candidate sets written by :func:`save_candidate_sets` (no pickles; a broken archive is a ``ValueError``).
 
     Raises:
-        ValueError: if the file lacks ``query_ids`` / ``distractor_ids`` or their shapes do not fit.
+        FileNotFoundError: if the file does not exist.
+        ValueError: if the file is not an ``.npz`` archive, lacks ``query_ids`` / ``distractor_ids``, holds ids that
+            are not integers (a float id is never rounded), or their shapes do not fit.
     """
-    with np.load(path) as data:
-        if "query_ids" not in data or "distractor_ids" not in data:
-            raise ValueError(f"`path` {path} holds {sorted(data.files)}; candidate sets need `query_ids` and `distractor_ids`.")
-        q, d = torch.from_numpy(data["query_ids"]).long(), torch.from_numpy(data["distractor_ids"]).long()
+    data = load_npz(path, f"candidate sets file {path}")
+    if "query_ids" not in data or "distractor_ids" not in data:
+        raise ValueError(f"`path` {path} holds {sorted(data)}; candidate sets need `query_ids` and `distractor_ids`.")
+    for name in ("query_ids", "distractor_ids"):
+        if not np.issubdtype(data[name].dtype, np.integer):
+            raise ValueError(f"`path` {path}: `{name}` must hold integer ids, got {data[name].dtype}.")
+        if data[name].dtype == np.uint64 and data[name].size and data[name].max() > np.iinfo(np.int64).max:
+            raise ValueError(f"`path` {path}: `{name}` holds ids beyond int64.")
+    q = torch.from_numpy(data["query_ids"].astype(np.int64))
+    d = torch.from_numpy(data["distractor_ids"].astype(np.int64))
     if q.dim() != 1 or d.dim() != 2 or d.shape[0] != q.shape[0]:
         raise ValueError(f"`path` {path}: `query_ids` {tuple(q.shape)} and `distractor_ids` {tuple(d.shape)} must be [N] and [N, R-1].")
     return CandidateSets(q, d)

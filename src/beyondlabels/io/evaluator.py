@@ -34,7 +34,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,15 @@ TINY_CONFIG: dict[str, Any] = {
 
 def _canonical(value: Any) -> str:
     return json.dumps(plain(value), sort_keys=True, separators=(",", ":"))
+
+
+def _factory(factory: str | Callable[..., Any]) -> tuple[Callable[..., Any], str]:
+    """The factory and its dotted name: a callable given by the caller, or one named by a dotted path in the caller's
+    configuration (imported, never read from a data file)."""
+    if callable(factory):
+        name = getattr(factory, "__qualname__", type(factory).__name__)
+        return factory, f"{getattr(factory, '__module__', '?')}.{name}"
+    return _import_function(factory), factory
 
 
 def _import_function(path: str) -> Any:
@@ -147,10 +156,12 @@ class ClipEvaluator:
         checkpoint: A local state-dict file (``torch.save(model.state_dict())``), loaded with ``weights_only=True``.
         model_cfg: A CLIP config dict (``embed_dim``, ``vision_cfg``, ``text_cfg``) instead of ``model_name``, or the
             keyword arguments of ``model_factory``.
-        model_factory: Dotted path of a function that builds the model from ``model_cfg`` (a CLIP-like module with
+        model_factory: A function that builds the model from ``model_cfg`` (a CLIP-like module with
             ``encode_image`` / ``encode_text(normalize=True)`` and ``visual.image_size``), for architectures
-            open_clip's config does not describe, e.g. ``"beyondlabels.demo.model.tiny_clip_model"``. It is imported,
-            never unpickled; ``model_cfg["context_length"]`` sets the tokenizer. Recorded in the identity.
+            open_clip's config does not describe: a callable, or its dotted path in the caller's own configuration,
+            e.g. ``"beyondlabels.demo.model.tiny_clip_model"`` (imported, never unpickled). It is code, so it comes
+            from the caller, never from a data file (:func:`beyondlabels.demo.evaluator.demo_evaluator` passes its
+            own); ``model_cfg["context_length"]`` sets the tokenizer. Its dotted name is recorded in the identity.
         init_seed: Seed of the random initialisation when no weights are given.
         mean, std: Image normalisation (default OpenAI CLIP's).
         cache_dir: Folder of the text-feature cache (None: no cache).
@@ -169,7 +180,7 @@ class ClipEvaluator:
         *,
         checkpoint: str | os.PathLike[str] | None = None,
         model_cfg: Mapping[str, Any] | None = None,
-        model_factory: str | None = None,
+        model_factory: str | Callable[..., Any] | None = None,
         init_seed: int = 0,
         mean: Sequence[float] = _OPENAI_MEAN,
         std: Sequence[float] = _OPENAI_STD,
@@ -185,8 +196,12 @@ class ClipEvaluator:
             raise ValueError("pass exactly one of `model_name` (an open_clip model name) and `model_cfg` (a CLIP config dict).")
         if pretrained is not None and checkpoint is not None:
             raise ValueError("pass `pretrained` (an open_clip tag) or `checkpoint` (a local file), not both.")
-        if model_factory is not None and (model_cfg is None or not isinstance(model_factory, str) or "." not in model_factory):
-            raise ValueError(f"`model_factory` must be a dotted function path used with `model_cfg`, got {model_factory!r}.")
+        dotted = isinstance(model_factory, str) and "." in model_factory
+        if model_factory is not None and (model_cfg is None or not (dotted or callable(model_factory))):
+            raise ValueError(
+                "`model_factory` must be a callable or a dotted function path used with `model_cfg`, got "
+                f"{model_factory!r}."
+            )
         if pretrained is not None and model_cfg is not None:
             raise ValueError("`pretrained` tags need `model_name`; with `model_cfg` load weights from `checkpoint`.")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -200,7 +215,8 @@ class ClipEvaluator:
             try:
                 if model_factory is not None:
                     cfg = plain(model_cfg)
-                    self.model = _import_function(model_factory)(**cfg)
+                    factory, model_factory = _factory(model_factory)
+                    self.model = factory(**cfg)
                     self.tokenizer = SimpleTokenizer(context_length=int(cfg.get("context_length", 77)))
                 elif model_cfg is not None:
                     cfg = plain(model_cfg)

@@ -17,7 +17,8 @@ Every ``file`` / ``image`` path is relative to the ``media/`` folder, and the fi
 A table cell is a JSON scalar, null, or ``{"image": path}``. The folder holds the manifest and its files only: each
 evaluation's folder is written whole beside the previous one and then takes its place (:func:`write_media_folder`),
 so files of earlier evaluations that the new manifest does not name are gone, and a failed write leaves the previous
-folder as it was.
+folder as it was. Only a folder that holds ``media.json`` (or an empty one) is ever replaced: a ``media/`` of the
+user's own, or a symbolic link in its place, is refused and left untouched.
 
 Example:
     >>> import json, tempfile
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from beyondlabels.io.atomic import atomic_file, write_json
+from beyondlabels.io.paths import UnsafePathError, inside
 
 __all__ = ["MANIFEST_FILE", "MEDIA_FORMAT", "MEDIA_NAME", "check_media_name", "encode_png", "table_image_path", "write_media_folder"]
 
@@ -122,21 +124,24 @@ def write_media_folder(
 
     Raises:
         ValueError: for an invalid or repeated name (figures, tables and curves share one namespace; image columns),
-            a row whose length is not the table's column count, or an image cell that is not ``H×W×C`` uint8.
+            a row whose length is not the table's column count, or an image cell that is not ``H×W×C`` uint8; when
+            ``folder`` is a symbolic link, a file, or a non-empty folder without ``media.json`` (a folder this
+            project did not write is never replaced).
         OSError: when a file cannot be written or the folders cannot be swapped.
 
         On either error the previous manifest and the files it names are untouched.
     """
     folder = Path(folder)
     staging, previous = _sibling(folder, "staging"), _sibling(folder, "previous")
-    if previous.is_dir() and not folder.exists():  # a write killed between its two renames
+    if previous.is_dir() and not previous.is_symlink() and not folder.exists():  # killed between the two renames
         os.replace(previous, folder)
+    _check_replaceable(folder)
     manifest, files = _encode(prefix, step, epoch, figures, tables, curves)
     _discard(staging)
     _discard(previous)
     try:
         for relative, data in files.items():
-            with atomic_file(staging / relative) as handle:
+            with atomic_file(inside(staging, relative, "a media file")) as handle:
                 handle.write(data)
         write_json(staging / MANIFEST_FILE, manifest, ensure_ascii=False)
     except BaseException:
@@ -200,12 +205,36 @@ def _encode(
     return manifest, files
 
 
+def _check_replaceable(folder: Path) -> None:
+    """Refuse to put a new media folder in the place of anything but a media folder this project wrote (one holding
+    ``media.json``) or an empty folder: a user's own ``media/`` (``save_dir`` pointed at a folder of theirs) is never
+    removed, and a symbolic link is never followed or replaced."""
+    if folder.is_symlink():
+        raise UnsafePathError(
+            f"the media folder {folder} is a symbolic link; the media of an evaluation are written into a folder of "
+            "their own, never through a link. Remove the link or choose another save_dir."
+        )
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a media folder; move it away or choose another save_dir or prefix.")
+    manifest = folder / MANIFEST_FILE
+    if (manifest.is_file() and not manifest.is_symlink()) or next(folder.iterdir(), None) is None:
+        return
+    raise ValueError(
+        f"{folder} is not a media folder this project wrote (it holds no {MANIFEST_FILE}) and would be replaced by the "
+        "evaluation's media; it is left as it is. Move it away or choose another save_dir or prefix."
+    )
+
+
 def _sibling(folder: Path, role: str) -> Path:
     return folder.with_name(f".{folder.name}.{role}")
 
 
 def _discard(path: Path) -> None:
-    if path.is_dir():
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_dir():
         shutil.rmtree(path)
 
 

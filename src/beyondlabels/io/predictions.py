@@ -5,8 +5,10 @@ Format
     (a free-text answer, mapped to a node by :class:`~beyondlabels.taxonomy.text.TextToNode`), with an optional integer
     ``"id"`` (default: the row's position among the rows, from 0). Other keys are ignored. Ids must be unique.
 
-Errors name the file and line: invalid JSON, a missing or non-string ``gt``, neither or both of ``pred`` and
-``pred_text``, a bad or repeated id, and unknown node names (the first few, with their line numbers).
+Lines are UTF-8 (a byte-order mark at the start is dropped) and parsed by the rules of :mod:`beyondlabels.io._parse`
+(a key repeated in one object and nesting deeper than 64 are errors). Errors name the file and line: invalid JSON, a
+missing or non-string ``gt``, neither or both of ``pred`` and ``pred_text``, a bad, repeated or out-of-int64 id, and
+unknown node names (the first few, with their line numbers).
 
 Example:
     >>> import tempfile, pathlib
@@ -22,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from beyondlabels.io._parse import JSONSyntaxError, parse_json, read_text, text_lines
 from beyondlabels.taxonomy import Taxonomy
 
 __all__ = ["HierarchyPredictions", "read_hierarchy_predictions"]
@@ -71,34 +73,35 @@ def read_hierarchy_predictions(path: str | os.PathLike[str], taxonomy: Taxonomy)
     texts: list[str | None] = []
     ids: list[int] = []
     lines: list[int] = []
-    with open(path, encoding="utf-8") as fp:
-        for number, line in enumerate(fp, start=1):
-            if not line.strip():
-                continue
-            where = f"predictions file '{path}', line {number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg}); each line must be one JSON object") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object like {{\"gt\": ..., \"pred\": ...}}, got {type(row).__name__}")
-            if not isinstance(row.get("gt"), str) or not row["gt"]:
-                raise ValueError(f"{where}: 'gt' must be a node name (a non-empty string), got {row.get('gt')!r}")
-            has_pred, has_text = "pred" in row, "pred_text" in row
-            if has_pred == has_text:
-                raise ValueError(f"{where}: give exactly one of 'pred' (a node name) and 'pred_text' (a free-text answer)")
-            value = row["pred"] if has_pred else row["pred_text"]
-            if not isinstance(value, str) or (has_pred and not value):
-                key = "pred" if has_pred else "pred_text"
-                raise ValueError(f"{where}: '{key}' must be a string, got {value!r}")
-            sample_id = row.get("id", len(ids))
-            if isinstance(sample_id, bool) or not isinstance(sample_id, int):
-                raise ValueError(f"{where}: 'id' must be an integer, got {sample_id!r}")
-            gt_names.append(row["gt"])
-            pred_names.append(value if has_pred else None)
-            texts.append(None if has_pred else value)
-            ids.append(sample_id)
-            lines.append(number)
+    for number, line in enumerate(text_lines(read_text(path, f"predictions file '{path}'")), start=1):
+        if not line.strip():
+            continue
+        where = f"predictions file '{path}', line {number}"
+        try:
+            row = parse_json(line, where)
+        except JSONSyntaxError as err:
+            raise ValueError(f"{where}: not valid JSON ({err.detail}); each line must be one JSON object") from None
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"{where}: expected a JSON object like {{\"gt\": ..., \"pred\": ...}}, got {type(row).__name__}"
+            )
+        if not isinstance(row.get("gt"), str) or not row["gt"]:
+            raise ValueError(f"{where}: 'gt' must be a node name (a non-empty string), got {row.get('gt')!r}")
+        has_pred, has_text = "pred" in row, "pred_text" in row
+        if has_pred == has_text:
+            raise ValueError(f"{where}: give exactly one of 'pred' (a node name) and 'pred_text' (a free-text answer)")
+        value = row["pred"] if has_pred else row["pred_text"]
+        if not isinstance(value, str) or (has_pred and not value):
+            key = "pred" if has_pred else "pred_text"
+            raise ValueError(f"{where}: '{key}' must be a string, got {value!r}")
+        sample_id = row.get("id", len(ids))
+        if isinstance(sample_id, bool) or not isinstance(sample_id, int) or not -(1 << 63) <= sample_id < 1 << 63:
+            raise ValueError(f"{where}: 'id' must be an integer of int64, got {str(sample_id)[:40]}")
+        gt_names.append(row["gt"])
+        pred_names.append(value if has_pred else None)
+        texts.append(None if has_pred else value)
+        ids.append(sample_id)
+        lines.append(number)
     if not gt_names:
         raise ValueError(f"predictions file '{path}' holds no rows; expected one JSON object per line")
     unknown = [

@@ -13,6 +13,12 @@ Formats
     A file whose name ends in ``.json`` is read as JSON, anything else as TREC text. Query and document ids are
     strings. Lines that are empty or start with ``#`` are skipped in TREC files.
 
+    Files come from elsewhere, so nothing is read loosely: text is UTF-8 (a byte-order mark at the start is dropped,
+    so it never becomes part of the first query's id); a grade is a decimal integer (``2``, ``-1``, ``+3``, ``1.0``)
+    of at most 2**53 in size, a score a decimal number (``0.5``, ``-1e-3``), never ``1_0`` (which Python reads as
+    10), ``0x1`` or non-ASCII digits; a JSON key given twice in one object, and JSON nested deeper than 64, are
+    errors (:mod:`beyondlabels.io._parse`). Every error names the file (and the line).
+
 Append-only qrels
     Judgements are only ever added: :func:`update_qrels` merges a newer version into an older one and *reports* every
     existing judgement the newer version changes or removes (a grade that changes, a judged document that becomes
@@ -29,14 +35,16 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from beyondlabels.io._parse import decode_text, parse_json, text_lines
 
 __all__ = ["QrelsChange", "QrelsUpdate", "load_qrels", "load_run", "update_qrels"]
 
@@ -46,27 +54,61 @@ Qrels = dict[str, dict[str, "int | None"]]
 Run = dict[str, "dict[str, float] | list[str]"]
 
 
+# A grade as text: a decimal integer, optionally with a zero fraction ("1.0", as trec_eval reads it); a score: a
+# decimal number. ASCII only (re.ASCII): str.isdigit and float() also take "1_0", "١" and surrounding spaces.
+_GRADE = re.compile(r"[+-]?[0-9]+(?:\.0*)?", re.ASCII)
+_SCORE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_MAX_GRADE = 1 << 53  # every int up to here is exact as a float64 (the kernel's type)
+
+
 def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: malformed {what} JSON ({exc})") from exc
+    return parse_json(path.read_bytes(), f"{path}: malformed {what} JSON")
+
+
+def _lines(file: Path) -> list[str]:
+    return text_lines(decode_text(file.read_bytes(), str(file)))
 
 
 def _grade(value: Any, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{where}: grade {value!r} is not a number; grades are ints (or null in JSON for unjudged).") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
+        text = value[:40]
+        if len(value) <= 40 and _GRADE.fullmatch(value):
+            value = int(value.split(".")[0])
+        elif len(value) <= 40 and _SCORE.fullmatch(value) and not float(value).is_integer():
+            value = float(value)  # a fraction: the error below
+        else:
+            raise ValueError(
+                f"{where}: grade {text!r} is not a number written as a decimal integer; grades are ints such as 2, -1 "
+                "or 1.0 (or null in JSON for unjudged), never 1_0, 1e1 or 0x1."
+            )
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(
             f"{where}: grade {value!r} is not an int; grades are ints (0 and up judged, negative pooled but not "
             "judged, as in trec_eval), or null in JSON for a listed but unjudged document."
         )
-    return int(value)
+    if abs(value) > _MAX_GRADE:
+        digits = len(str(abs(value)))
+        raise ValueError(f"{where}: grade of {digits} digits is larger than 2**53, the largest an exact float holds.")
+    return value
+
+
+def _score(text: str, where: str) -> float:
+    if len(text) > 400 or not _SCORE.fullmatch(text):
+        raise ValueError(f"{where}: score {text[:40]!r} is not a number written as a decimal (such as 0.5 or -1e-3)")
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: score {text[:40]!r} is not finite")
+    return value
+
+
+def _document(doc: Any, where: str) -> str:
+    if isinstance(doc, bool) or not isinstance(doc, (str, int)):
+        raise ValueError(f"{where}: document {str(doc)[:40]!r} is not an id (a string or an integer)")
+    return str(doc)
 
 
 def _check_path(path: str | os.PathLike[str], what: str) -> Path:
@@ -95,20 +137,24 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
                 raise ValueError(f"{file}: query {query!r} must map to {{document: grade or null}}, got {type(judgements).__name__}")
             qrels[str(query)] = {str(doc): _grade(g, f"{file}: query {query!r}, document {doc!r}") for doc, g in judgements.items()}
         return qrels
-    with open(file, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            parts = line.split()
-            if not parts or parts[0].startswith("#"):
-                continue
-            where = f"{file}:{number}"
-            if len(parts) != 4:
-                raise ValueError(f"{where}: a TREC qrels line has 4 columns 'query iteration document grade', got {len(parts)}: {line.strip()!r}")
-            query, _, doc, grade = parts
-            value = _grade(grade, where)
-            judgements = qrels.setdefault(query, {})
-            if doc in judgements and judgements[doc] != value:
-                raise ValueError(f"{where}: document {doc!r} of query {query!r} is judged twice ({judgements[doc]} and {value})")
-            judgements[doc] = value
+    for number, line in enumerate(_lines(file), start=1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        where = f"{file}:{number}"
+        if len(parts) != 4:
+            raise ValueError(
+                f"{where}: a TREC qrels line has 4 columns 'query iteration document grade', got {len(parts)}: "
+                f"{line.strip()[:200]!r}"
+            )
+        query, _, doc, grade = parts
+        value = _grade(grade, where)
+        judgements = qrels.setdefault(query, {})
+        if doc in judgements and judgements[doc] != value:
+            raise ValueError(
+                f"{where}: document {doc!r} of query {query!r} is judged twice ({judgements[doc]} and {value})"
+            )
+        judgements[doc] = value
     if not qrels:
         raise ValueError(f"{file}: no judgements (expected lines 'query iteration document grade')")
     return qrels
@@ -133,37 +179,36 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             if isinstance(docs, dict):
                 scores = {}
                 for doc, score in docs.items():
-                    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-                        raise ValueError(f"{where}: document {doc!r} has score {score!r}; scores are finite numbers")
+                    finite = isinstance(score, float) and math.isfinite(score)
+                    if isinstance(score, bool) or not (finite or (isinstance(score, int) and abs(score) <= 1 << 1000)):
+                        shown = str(score)[:40]
+                        raise ValueError(f"{where}: document {doc!r} has score {shown!r}; scores are finite numbers")
                     scores[str(doc)] = float(score)
                 run[str(query)] = scores
             elif isinstance(docs, list):
-                ranked = [str(d) for d in docs]
+                ranked = [_document(d, where) for d in docs]
                 if len(set(ranked)) != len(ranked):
                     raise ValueError(f"{where}: a document is listed twice; a ranking holds each document once")
                 run[str(query)] = ranked
             else:
                 raise ValueError(f"{where}: must map to {{document: score}} or a list of documents, got {type(docs).__name__}")
         return run
-    with open(file, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            parts = line.split()
-            if not parts or parts[0].startswith("#"):
-                continue
-            where = f"{file}:{number}"
-            if len(parts) != 6:
-                raise ValueError(f"{where}: a TREC run line has 6 columns 'query Q0 document rank score tag', got {len(parts)}: {line.strip()!r}")
-            query, _, doc, _, score, _ = parts
-            try:
-                value = float(score)
-            except ValueError:
-                raise ValueError(f"{where}: score {score!r} is not a number") from None
-            if not math.isfinite(value):
-                raise ValueError(f"{where}: score {score!r} is not finite")
-            scores = run.setdefault(query, {})
-            if doc in scores:
-                raise ValueError(f"{where}: document {doc!r} is listed twice for query {query!r}")
-            scores[doc] = value
+    for number, line in enumerate(_lines(file), start=1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        where = f"{file}:{number}"
+        if len(parts) != 6:
+            raise ValueError(
+                f"{where}: a TREC run line has 6 columns 'query Q0 document rank score tag', got {len(parts)}: "
+                f"{line.strip()[:200]!r}"
+            )
+        query, _, doc, _, score, _ = parts
+        value = _score(score, where)
+        scores = run.setdefault(query, {})
+        if doc in scores:
+            raise ValueError(f"{where}: document {doc!r} is listed twice for query {query!r}")
+        scores[doc] = value
     if not run:
         raise ValueError(f"{file}: no ranked documents (expected lines 'query Q0 document rank score tag')")
     return run

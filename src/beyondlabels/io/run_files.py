@@ -40,7 +40,6 @@ import logging
 import math
 import os
 import re
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from beyondlabels.io._parse import JSONSyntaxError, load_npz, parse_json, parse_yaml, read_text
 from beyondlabels.io.atomic import atomic_file, save_npz
+from beyondlabels.io.paths import inside, is_inside
 from beyondlabels.schema import OutputSchema
 
 __all__ = [
@@ -95,9 +96,12 @@ def _natural_key(path: Path) -> tuple[tuple[Any, ...], ...]:
 
 
 def _is_report(file: Path) -> bool:
-    """Whether ``file`` is an evaluate.py report (a JSON object with a ``schema`` entry); False when unreadable."""
+    """Whether ``file`` is an evaluate.py report (a JSON object with a ``schema`` entry), not a link out of its
+    folder; False when unreadable."""
+    if not is_inside(file.parent, file.name):
+        return False
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = parse_json(read_text(file), str(file))
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and "schema" in data
@@ -148,14 +152,18 @@ def run_overrides(run_folder: str | os.PathLike[str]) -> list[str]:
     overrides_file = Path(run_folder) / ".hydra" / "overrides.yaml"
     if not overrides_file.is_file():
         return []
-    import yaml
-
     try:
-        loaded = yaml.safe_load(overrides_file.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        inside(run_folder, ".hydra/overrides.yaml", "the Hydra overrides")
+        loaded = parse_yaml(read_text(overrides_file), str(overrides_file))
+    except (OSError, ValueError) as exc:
         log.warning("ignoring unreadable Hydra overrides %s: %s", overrides_file, exc)
         return []
-    return [str(o) for o in loaded] if isinstance(loaded, list) else []
+    if not isinstance(loaded, list):
+        return []
+    kept = [str(o) for o in loaded if isinstance(o, (str, int, float, bool)) or o is None]
+    if len(kept) != len(loaded):
+        log.warning("%s: ignoring %d override(s) that are not strings", overrides_file, len(loaded) - len(kept))
+    return kept
 
 
 def run_label(run_folder: str | os.PathLike[str]) -> str:
@@ -272,7 +280,8 @@ class EvaluationRun:
         Raises:
             KeyError: if no successful evaluation happened at ``step``.
             FileNotFoundError: if the record names no per-query file or the file is missing.
-            ValueError: if the file is not a readable npz archive.
+            ValueError: if the file is not a readable npz archive, or ``per_query_file`` leads out of the folder
+                (an absolute path, ``..``, a symbolic link: :func:`beyondlabels.io.paths.inside`).
         """
         records = self.records
         if not records:
@@ -289,7 +298,7 @@ class EvaluationRun:
         rel = record.get("per_query_file")
         if not rel:
             raise FileNotFoundError(f"{self.file}: the evaluation at step {at} names no per_query_file")
-        file = self.path / rel
+        file = inside(self.path, rel, f"{self.file}: the per_query_file of step {at}")
         if not file.is_file():
             raise FileNotFoundError(
                 f"per-query file {file} of the evaluation at step {at} (named in {self.file}) is missing: the callback's "
@@ -297,16 +306,20 @@ class EvaluationRun:
                 f"(steps with files: {self.steps_with_per_query()}); save_per_query='all' keeps every one"
             )
         try:
-            with np.load(file, allow_pickle=False) as data:
-                arrays = {name: data[name] for name in data.files}
-        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            arrays = load_npz(file, f"per-query file {file}")
+        except OSError as exc:
             raise ValueError(f"per-query file {file} is not a readable .npz archive: {exc}") from exc
         self._per_query_cache[at] = arrays
         return dict(arrays)
 
     def steps_with_per_query(self) -> list[int]:
         """Steps of the successful evaluations whose per-query file is on disk."""
-        return [int(r["step"]) for r in self.records if r.get("per_query_file") and (self.path / r["per_query_file"]).is_file()]
+        return [int(r["step"]) for r in self.records if self._per_query_on_disk(r.get("per_query_file"))]
+
+    def _per_query_on_disk(self, name: Any) -> bool:
+        if not name or not is_inside(self.path, name):
+            return False
+        return (self.path / name).is_file()
 
     def _value(self, key: str, value: Any) -> float | int:
         spec = self.schema.get(key) if self.schema is not None else None
@@ -317,19 +330,18 @@ class EvaluationRun:
 
 def _read_json(file: Path, what: str) -> Any:
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{file}: malformed {what} (not UTF-8 text: {exc})") from exc
-    except ValueError as exc:
-        raise ValueError(f"{file}: malformed {what} (not valid JSON: {exc})") from exc
+        return parse_json(file.read_bytes(), f"{file}: malformed {what}")
+    except OSError as exc:
+        raise ValueError(f"{file}: unreadable {what}: {exc}") from exc
 
 
 def _read_schema(file: Path) -> OutputSchema | None:
-    if not file.is_file():
+    if not file.is_file() and not file.is_symlink():
         return None
+    inside(file.parent, file.name, "the output schema")
     try:
         return OutputSchema.from_json(_read_json(file, "output schema"))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ValueError(f"{file}: malformed output schema: {exc}") from exc
 
 
@@ -360,7 +372,7 @@ def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if file.suffix != ".jsonl":
         return _check_history(file, _read_json(file, "history"))
     try:
-        lines = file.read_bytes().split(b"\n")
+        lines = file.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")
     except OSError as exc:
         raise ValueError(f"{file}: unreadable history: {exc}") from exc
     while lines and not lines[-1].strip():
@@ -370,12 +382,12 @@ def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except ValueError as exc:
+            record = parse_json(line, f"{file}: malformed history: line {number}")
+        except JSONSyntaxError as exc:
             if number == len(lines):
                 log.warning("%s: ignoring its last line, cut short by an interrupted write (%d bytes)", file, len(line))
                 break
-            raise ValueError(f"{file}: malformed history: line {number} is not valid JSON ({exc})") from exc
+            raise ValueError(f"{file}: malformed history: line {number} is not valid JSON ({exc.detail})") from None
         step = record.get("step") if isinstance(record, dict) else None
         if isinstance(step, bool) or not isinstance(step, int):
             raise ValueError(f"{file}: malformed history: line {number} is not an evaluation record with an integer 'step'")
@@ -536,7 +548,7 @@ def read_evaluation_run(folder: str | os.PathLike[str]) -> EvaluationRun:
     if path.is_dir():
         own = next((path / n for n in (HISTORY_FILE, LEGACY_HISTORY_FILE) if (path / n).is_file()), None)
         if own is not None:
-            file = own
+            file = inside(path, own.name, "the evaluation history")
         else:
             found = find_evaluation_runs(path)
             if len(found) != 1:

@@ -18,6 +18,11 @@ folder* holds Hydra's ``multirun.yaml`` and numbered job folders ``0/``, ``1/``,
 Reading never fails on a broken family: what is missing or malformed is listed in ``problems`` (the history
 unreadable, no schema, a manifest entry naming a missing file, ...) and the rest is read.
 
+Nothing outside the folder given is read (:func:`beyondlabels.io.paths.inside`): a file, a family's ``media/`` or a
+job folder that is a symbolic link out of it, a manifest entry with ``..`` or an absolute path, is a problem and is
+not read. A PNG is read only up to :data:`MAX_PNG_BYTES` and :data:`MAX_PNG_PIXELS`, a config text up to
+:data:`MAX_TEXT_BYTES` (longer ones are cut, and say so).
+
 Example:
     >>> import json, tempfile
     >>> run = Path(tempfile.mkdtemp())
@@ -30,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -38,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from beyondlabels.io._parse import parse_json
+from beyondlabels.io.paths import inside, is_inside
 from beyondlabels.io.run_files import HISTORY_FILE, LEGACY_HISTORY_FILE, SCHEMA_FILE, EvaluationRun, read_evaluation_run, run_overrides
 
 __all__ = [
@@ -65,6 +71,9 @@ MEDIA_FOLDER = "media"
 MANIFEST_FILE = "media.json"
 MANIFEST_FORMAT = 1
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_PNG_BYTES = 32 << 20  # a PNG is embedded up to 32 MiB of file (the project's own are below 1 MiB)
+MAX_PNG_PIXELS = 40_000_000  # and 40 megapixels (160 MB decoded as RGBA)
+MAX_TEXT_BYTES = 1 << 20  # a config text is shown up to 1 MiB
 # Folders of a run folder that are not evaluation families.
 _NOT_FAMILIES = frozenset({"csv", "checkpoints", "wandb", "tensorboard", "mlruns", "per_query"})
 _STEP_FILE = re.compile(r"step_(\d+)\.png$")
@@ -176,7 +185,8 @@ def _is_family_folder(folder: Path) -> bool:
 
 
 def _job_folders(folder: Path) -> list[Path]:
-    return sorted((p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    jobs = (p for p in folder.iterdir() if p.name.isdigit() and p.is_dir() and is_inside(folder, p.name))
+    return sorted(jobs, key=lambda p: int(p.name))
 
 
 def is_multirun_folder(path: str | os.PathLike[str]) -> bool:
@@ -193,11 +203,16 @@ def is_run_folder(path: str | os.PathLike[str]) -> bool:
     return (folder / ".hydra").is_dir() or any(_is_family_folder(p) for p in folder.iterdir() if p.is_dir())
 
 
-def _read_text(file: Path) -> str | None:
+def _read_text(folder: Path, relative: str) -> str | None:
+    """The text of ``folder / relative`` (undecodable bytes replaced, cut at :data:`MAX_TEXT_BYTES`); None when it
+    is missing, unreadable or leads out of ``folder``."""
     try:
-        return file.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        with open(inside(folder, relative), "rb") as handle:
+            data = handle.read(MAX_TEXT_BYTES + 1)
+    except (OSError, ValueError):
         return None
+    text = data[:MAX_TEXT_BYTES].decode("utf-8", errors="replace").removeprefix("\ufeff")
+    return text + (f"\n... (cut at {MAX_TEXT_BYTES} bytes)" if len(data) > MAX_TEXT_BYTES else "")
 
 
 def read_run_folder(path: str | os.PathLike[str]) -> RunFolder:
@@ -210,10 +225,11 @@ def read_run_folder(path: str | os.PathLike[str]) -> RunFolder:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder; expected a run folder (logs/train/runs/<date>/)")
     run = RunFolder(path=folder, name=folder.name or str(folder), overrides=run_overrides(folder))
-    config_file = folder / ".hydra" / "config.yaml"
-    run.config = _read_text(config_file) if config_file.is_file() else None
+    run.config = _read_text(folder, ".hydra/config.yaml")
     if run.config is None:
-        run.problems.append(f"{config_file.relative_to(folder)} is missing or unreadable: the run's config is not shown")
+        run.problems.append(
+            ".hydra/config.yaml is missing, unreadable or outside the folder: the run's config is not shown"
+        )
     run.families = [read_family_folder(p) for p in sorted(folder.iterdir()) if p.is_dir() and _is_family_folder(p)]
     if not run.families:
         run.problems.append("no evaluation folder (a folder with history.jsonl, schema.json or media/): nothing was evaluated")
@@ -229,7 +245,8 @@ def read_multirun_folder(path: str | os.PathLike[str]) -> MultirunFolder:
     folder = Path(path)
     if not is_multirun_folder(folder):
         raise FileNotFoundError(f"{folder} is not a Hydra multirun folder (multirun.yaml and numbered job folders 0/, 1/, ...)")
-    return MultirunFolder(path=folder, config=_read_text(folder / "multirun.yaml"), jobs=[read_run_folder(p) for p in _job_folders(folder)])
+    jobs = [read_run_folder(p) for p in _job_folders(folder)]
+    return MultirunFolder(path=folder, config=_read_text(folder, "multirun.yaml"), jobs=jobs)
 
 
 def read_family_folder(path: str | os.PathLike[str]) -> FamilyFolder:
@@ -249,34 +266,45 @@ def read_family_folder(path: str | os.PathLike[str]) -> FamilyFolder:
                 family.problems.append(f"{folder.name}/{SCHEMA_FILE} is missing: the directions of the values are unknown")
             if not family.run.records:
                 family.problems.append(f"{folder.name}: no successful evaluation in the history")
-    family.images = _family_images(folder)
-    if (folder / MEDIA_FOLDER / MANIFEST_FILE).exists():
+    family.images = _family_images(folder, family.problems)
+    if (folder / MEDIA_FOLDER / MANIFEST_FILE).exists() or (folder / MEDIA_FOLDER).is_symlink():
         try:
+            inside(folder, f"{MEDIA_FOLDER}/{MANIFEST_FILE}", f"{folder.name}/{MEDIA_FOLDER}/{MANIFEST_FILE}")
             family.manifest = read_media_manifest(folder / MEDIA_FOLDER, family.problems)
         except ValueError as exc:
-            family.problems.append(str(exc))
+            family.problems.append(f"{exc}; not read")
     return family
 
 
-def _family_images(folder: Path) -> list[tuple[str, Path]]:
+def _family_images(folder: Path, problems: list[str]) -> list[tuple[str, Path]]:
+    """The folder's PNGs and the last PNG of each ``<name>/step_*.png`` series; one that leads out of the folder (a
+    symbolic link) is a problem, not an image."""
     images: list[tuple[str, Path]] = []
+
+    def keep(relative: str, label: str) -> None:
+        try:
+            images.append((label, inside(folder, relative, f"{folder.name}/{relative}")))
+        except ValueError as exc:
+            problems.append(f"{exc}; not shown")
+
     for entry in sorted(folder.iterdir()):
-        if entry.is_file() and entry.suffix.lower() == ".png":
-            images.append((entry.stem, entry))
+        if entry.suffix.lower() == ".png" and entry.is_file():
+            keep(entry.name, entry.stem)
         elif entry.is_dir() and entry.name not in (MEDIA_FOLDER, "per_query") and not entry.is_symlink():
             series = sorted((int(m.group(1)), p) for p in entry.glob("step_*.png") if (m := _STEP_FILE.search(p.name)))
             if series:
                 step, last = series[-1]
-                images.append((f"{entry.name} (step {step})", last))
+                keep(f"{entry.name}/{last.name}", f"{entry.name} (step {step})")
     return images
 
 
 def _media_image(media: Path, name: Any, where: str, problems: list[str]) -> MediaImage:
     """The file a manifest names, kept inside ``media``; a missing file is a problem, not an error."""
-    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
-        problems.append(f"{where}: {name!r} is not a path inside {media.name}/")
-        return MediaImage(None, str(name))
-    file = media / name
+    try:
+        file = inside(media, name, f"{where}: the file")
+    except ValueError as exc:
+        problems.append(f"{exc}; not shown")
+        return MediaImage(None, str(name)[:200])
     if not file.is_file():
         problems.append(f"{where}: {media.name}/{name} is missing")
         return MediaImage(None, name)
@@ -308,8 +336,8 @@ def read_media_manifest(media: str | os.PathLike[str], problems: list[str] | Non
     file = media / MANIFEST_FILE
     where = f"{media.parent.name}/{MEDIA_FOLDER}/{MANIFEST_FILE}"
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = parse_json(inside(media, MANIFEST_FILE, where).read_bytes(), f"{where} is unreadable")
+    except OSError as exc:
         raise ValueError(f"{where} is unreadable: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
         got = data.get("format") if isinstance(data, dict) else type(data).__name__
@@ -355,17 +383,21 @@ def read_media_manifest(media: str | os.PathLike[str], problems: list[str] | Non
     return manifest
 
 
-def read_png(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of a PNG file, checked to decode (Pillow, when installed; else the PNG signature).
+def read_png(path: str | os.PathLike[str], max_bytes: int = MAX_PNG_BYTES, max_pixels: int = MAX_PNG_PIXELS) -> bytes:
+    """The bytes of a PNG file, checked to decode (Pillow, when installed; else the PNG signature), of at most
+    ``max_bytes`` bytes and ``max_pixels`` pixels (checked before decoding).
 
     Raises:
-        ValueError: if the file is unreadable or not a whole PNG (the message names the file).
+        ValueError: if the file is unreadable, larger than the bounds, or not a whole PNG (the message names the file).
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
     except OSError as exc:
         raise ValueError(f"{path} is unreadable: {exc}") from exc
+    if len(data) > max_bytes:
+        raise ValueError(f"{path} is larger than the {max_bytes} bytes a picture may have here")
     if not data.startswith(PNG_SIGNATURE):
         raise ValueError(f"{path} is not a PNG (no PNG signature)")
     try:
@@ -373,10 +405,17 @@ def read_png(path: str | os.PathLike[str]) -> bytes:
     except ImportError:  # pragma: no cover - Pillow comes with matplotlib
         return data
     import io
+    import warnings
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ... for broken files
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the bound below is ours
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+                if width * height <= max_pixels:
+                    image.load()
+    except Exception as exc:  # Pillow raises OSError, SyntaxError, DecompressionBombError, ... for broken files
         raise ValueError(f"{path} is not a whole PNG: {exc}") from exc
+    if width * height > max_pixels:
+        raise ValueError(f"{path} has {width}x{height} pixels, more than the {max_pixels} a picture may have here")
     return data

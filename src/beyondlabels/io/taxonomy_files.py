@@ -6,9 +6,10 @@ YAML / JSON
     ``.yml``, ``.json``) selects the parser; a key repeated in the file (a node listed twice) is an error.
 
 TSV edge list
-    One ``child<TAB>parent`` pair per line; empty lines and lines starting with ``#`` are skipped; a child may appear
-    on several lines (several parents: the DAG rule of :mod:`beyondlabels.taxonomy.graphs` applies); a repeated
-    identical line counts once. The root is the one node that is never a child.
+    One ``child<TAB>parent`` pair per line (UTF-8; a byte-order mark at the start is dropped); empty lines and lines
+    starting with ``#`` are skipped; a child may appear on several lines (several parents: the DAG rule of
+    :mod:`beyondlabels.taxonomy.graphs` applies); a repeated identical line counts once. The root is the one node
+    that is never a child.
 
 WordNet 3.0 nouns
     Read from the dictionary files of Debian's ``wordnet-base`` package (``data.noun`` and ``index.noun``, by default
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from beyondlabels.io._mappings import read_mapping
+from beyondlabels.io._parse import read_text, text_lines
 from beyondlabels.taxonomy import Taxonomy, dag_to_tree, taxonomy_from_edges
 
 __all__ = [
@@ -65,18 +67,17 @@ def read_tsv(path: str | os.PathLike[str], root: str | None = None) -> Taxonomy:
     """
     path = Path(path)
     edges = []
-    with open(path, encoding="utf-8") as fp:
-        for number, line in enumerate(fp, start=1):
-            text = line.rstrip("\r\n")
-            if not text.strip() or text.lstrip().startswith("#"):
-                continue
-            fields = [f.strip() for f in text.split("\t")]
-            if len(fields) != 2 or not all(fields):
-                raise ValueError(
-                    f"taxonomy file '{path}', line {number}: expected 'child<TAB>parent' (two non-empty names "
-                    f"separated by one tab), got {text!r}"
-                )
-            edges.append((fields[0], fields[1]))
+    lines = text_lines(read_text(path, f"taxonomy file '{path}'"))
+    for number, text in enumerate(lines, start=1):
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        fields = [f.strip() for f in text.split("\t")]
+        if len(fields) != 2 or not all(fields):
+            raise ValueError(
+                f"taxonomy file '{path}', line {number}: expected 'child<TAB>parent' (two non-empty names "
+                f"separated by one tab), got {text[:200]!r}"
+            )
+        edges.append((fields[0], fields[1]))
     if not edges:
         raise ValueError(f"taxonomy file '{path}' holds no 'child<TAB>parent' lines")
     try:

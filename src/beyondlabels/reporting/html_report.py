@@ -14,6 +14,11 @@ references no URL, and it renders without a script. A small inline script only r
 whether every image loaded (``data-images``, ``data-images-broken``) and any script error (``data-script-errors``),
 so a headless browser can check the page. All text is escaped.
 
+What it embeds comes from the folder readers (:mod:`beyondlabels.io.run_folders`), so a report made from a folder
+that someone else sent carries nothing from outside that folder: PNGs inside it only (each checked to decode, at
+most ``MAX_PNG_BYTES`` and ``MAX_PNG_PIXELS``), never one that a symbolic link or a manifest entry leads to
+elsewhere; those are listed as problems. See SECURITY.md.
+
 Example:
     >>> import json, tempfile
     >>> from pathlib import Path

@@ -16,14 +16,15 @@ __all__ = ["run"]
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate ``run`` against ``qrels`` and write the report."""
-    from beyondlabels.functional.ranking import judge_run, ranking_metrics, ranking_output_schema
+    from beyondlabels.functional.ranking import judge_run, ranking_output_schema
     from beyondlabels.io.qrels import load_qrels, load_run
 
     if not cfg.get("run") or not cfg.get("qrels"):
         raise ValueError("task=ranking needs run=PATH (TREC run or JSON) and qrels=PATH (TREC qrels or JSON)")
     ks = parse_ks(cfg.k)
     judged = judge_run(load_run(cfg.run), load_qrels(cfg.qrels), depth=cfg.get("depth"))
-    metrics = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=ks, relevance_level=int(cfg.get("relevance_level", 1)), query_ids=judged.query_ids)
+    # evaluated in groups of queries: no table wider than the rankings it holds
+    metrics = judged.metrics(ks=ks, relevance_level=int(cfg.get("relevance_level", 1)))
     schema = with_intervals(cfg, metrics, ranking_output_schema(ks))
     files = ReportFiles(cfg)
     per_query_file = files.save_per_query(metrics["per_query"], schema)
