@@ -117,7 +117,7 @@ def test_every_value_is_the_oracles(tmp_path: Path, seed: int):
         assert f"fam/  {n} evaluations, steps {steps[0]}–{steps[-1]}, 1 failed" in text
         assert f"  1 failed evaluation, the last at step {failed['step']}: RuntimeError: out of memory" in text
     if full:
-        assert re.search(r"^  n +\d+ +[+-]\d+$", text, re.M), "counts print as integers, without best"
+        assert re.search(r"^  n +\d+ +[+-]\d+$", text, re.MULTILINE), "counts print as integers, without best"
 
 
 def test_the_full_table_file_holds_the_same_numbers(tmp_path: Path):

@@ -518,9 +518,11 @@ def summary_markdown(summary: RunSummary) -> str:
     if summary.folder is not None:
         lines += [f"Run folder: `{summary.folder}`", ""]
     lines += [
-        "Each key over its family's successful evaluations: the last value with its 95% bootstrap interval over "
-        "the queries, the best value under its direction (↑ max, ↓ min) and the step it came at, the first value "
-        "and the change since it. Headline keys are in bold.",
+        (
+            "Each key over its family's successful evaluations: the last value with its 95% bootstrap interval over "
+            "the queries, the best value under its direction (↑ max, ↓ min) and the step it came at, the first value "
+            "and the change since it. Headline keys are in bold."
+        ),
         "",
     ]
     for family in summary.families:
