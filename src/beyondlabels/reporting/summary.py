@@ -70,8 +70,8 @@ __all__ = [
     "FamilySummary",
     "KeyRow",
     "RunSummary",
-    "headline_keys",
     "print_summary",
+    "resolve_headline",
     "run_locations",
     "summarize_family",
     "summarize_run_folder",
@@ -156,16 +156,16 @@ class RunSummary:
 # ---- building -----------------------------------------------------------------------------------------------------
 
 
-def headline_keys(schema: OutputSchema | None, logged: Sequence[str]) -> list[str]:
+def resolve_headline(schema: OutputSchema | None, logged: Sequence[str]) -> list[str]:
     """The headline keys of a family that logged the scalar keys ``logged`` (see the module docstring).
 
     Example:
         >>> from beyondlabels.schema import KeySpec, OutputSchema
         >>> up = KeySpec("scalar", True)
-        >>> headline_keys(OutputSchema({"a": up, "b": up}, headline=["b"]), ["a", "b"])
+        >>> resolve_headline(OutputSchema({"a": up, "b": up}, headline=["b"]), ["a", "b"])
         ['b']
         >>> logged = ["a", "b", "b_ci_low", "b_ci_high"]
-        >>> headline_keys(OutputSchema(dict.fromkeys(logged, up)), logged)
+        >>> resolve_headline(OutputSchema(dict.fromkeys(logged, up)), logged)
         ['b']
     """
     present = [k for k in logged if not k.endswith(_CI)]
@@ -207,7 +207,7 @@ def summarize_family(run: EvaluationRun) -> FamilySummary:
         prefix=run.prefix,
         evaluations=len(records),
         steps=(int(records[0]["step"]), int(records[-1]["step"])) if records else None,
-        headline=[by_key[k] for k in headline_keys(run.schema, logged) if k in by_key],
+        headline=[by_key[k] for k in resolve_headline(run.schema, logged) if k in by_key],
         rows=rows,
         failures=[(int(r["step"]), str(r.get("error", ""))) for r in run.failures],
     )

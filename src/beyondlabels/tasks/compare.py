@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 from beyondlabels.io import evaluation_schema, find_evaluation_runs, find_offline_runs, read_evaluation_run, read_offline_run, run_overrides
 from beyondlabels.io._convert import plain
 from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison
-from beyondlabels.reporting.summary import headline_keys, print_summary, summarize_runs
+from beyondlabels.reporting.summary import print_summary, resolve_headline, summarize_runs
 from beyondlabels.schema import OutputSchema
 from beyondlabels.tasks._common import ReportFiles, full_table, path_list
 
@@ -68,7 +68,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             raise ValueError("grouping by setting and the baseline test read the project's evaluation files: use source=files")
         table, schemas = _from_wandb(roots, keys, which)
         logged = list(table["metrics"])
-        headline = [k for schema in schemas if schema is not None for k in headline_keys(schema, logged)]
+        headline = [k for schema in schemas if schema is not None for k in resolve_headline(schema, logged)]
         _print_table(table, None if keys is not None or full or not headline else headline)
     else:
         runs = _read_files(roots)
@@ -79,7 +79,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             folder = runs[0].run_folder
             print_summary(summarize_runs(runs, folder if folder is not None and folder.is_dir() else None), full=full)
         else:
-            headline = [f"{run.prefix}/{k}" for run in runs for k in headline_keys(run.schema, list(run.final()))]
+            headline = [f"{run.prefix}/{k}" for run in runs for k in resolve_headline(run.schema, list(run.final()))]
             _print_table(table, None if keys is not None or full else headline)
     if cfg.get("output"):
         ReportFiles(cfg).write(table)
