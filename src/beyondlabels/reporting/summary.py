@@ -479,13 +479,13 @@ def print_summary(
     locations: Sequence[tuple[str, str]] | None = None,
 ) -> None:
     """Print :func:`summary_lines` (every key with ``full``), then ``locations`` (default: :func:`run_locations` of
-    the summary's folder) one per line, unwrapped so they can be copied."""
+    the summary's folder); no line is wrapped by the printer, so a log holds each whole and paths can be copied."""
     from rich.console import Console
     from rich.text import Text
 
     console = console if console is not None else Console()
-    for line in summary_lines(summary, full):
-        console.print(line)
+    for line in summary_lines(summary, full):  # never wrapped by rich: a line too wide for a terminal wraps there
+        console.print(line, soft_wrap=True)
     if locations is None:
         locations = run_locations(summary.folder) if summary.folder is not None and summary.folder.is_dir() else []
     if locations:
