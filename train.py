@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """Instantiate data, model, callbacks, loggers and trainer from ``cfg``; fit; return metrics and objects."""
+    full_table = cfg.get("full_table", False)
+    if not isinstance(full_table, bool):
+        raise ValueError(f"full_table must be true (every key at the end) or false (the summary), got {full_table!r}")
     pl.seed_everything(cfg.seed, workers=True)
     log.info("data: %s", cfg.data._target_)
     datamodule: pl.LightningDataModule = hydra.utils.instantiate(cfg.data)
@@ -117,7 +120,7 @@ def end_of_run_summary(cfg: DictConfig, metrics: dict[str, Any], objects: dict[s
     ``full_table=true``: every key); whatever breaks it is a warning, never the run's failure."""
     try:
         runs, events = evaluation_runs(objects["callbacks"], objects["trainer"], cfg.paths.output_dir)
-        full = bool(cfg.get("full_table", False))
+        full = cfg.get("full_table", False)
         print_run_summary(cfg.paths.output_dir, metrics, runs=runs, events=events, full_table=full)
     except Exception as exc:  # noqa: BLE001 - the trained model and its files stand
         log.warning("the run summary was not printed: %s: %s", type(exc).__name__, exc)
