@@ -19,7 +19,9 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from beyondlabels.callbacks.base import EvaluationCore
+from beyondlabels.callbacks.convergence import ConvergenceMonitorCore
 from beyondlabels.callbacks.packages import is_lightning_instance
+from beyondlabels.io.run_files import EvaluationRun, read_evaluation_run
 from beyondlabels.utils import (
     close_wandb,
     instantiate_callbacks,
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """Instantiate data, model, callbacks, loggers and trainer from ``cfg``; fit; return metrics and objects."""
+    full_table = cfg.get("full_table", False)
+    if not isinstance(full_table, bool):
+        raise ValueError(f"full_table must be true (every key at the end) or false (the summary), got {full_table!r}")
     pl.seed_everything(cfg.seed, workers=True)
     log.info("data: %s", cfg.data._target_)
     datamodule: pl.LightningDataModule = hydra.utils.instantiate(cfg.data)
@@ -88,19 +93,48 @@ def write_run_report(output_dir: str | Path) -> Path | None:
         return None
 
 
+def evaluation_runs(
+    callbacks: list[Any], trainer: pl.Trainer, output_dir: str | Path
+) -> tuple[list[EvaluationRun], list[dict[str, Any]]]:
+    """The run's evaluation families, read from each evaluation callback's folder (its history in memory when it
+    writes no files), and the events of its convergence monitors, in callback order."""
+    runs: list[EvaluationRun] = []
+    events: list[dict[str, Any]] = []
+    for callback in callbacks:
+        if isinstance(callback, EvaluationCore):
+            folder = callback.output_folder(trainer)
+            try:
+                runs.append(read_evaluation_run(folder))
+            except (TypeError, OSError, ValueError):  # no folder (save_dir=False) or no history in it yet
+                history = list(callback.history)
+                path = Path(folder) if folder is not None else Path(output_dir) / callback.prefix
+                name = Path(output_dir).name
+                runs.append(EvaluationRun(path, name, callback.prefix, history, schema=callback.schema))
+        elif isinstance(callback, ConvergenceMonitorCore):
+            events.extend({**event, "monitor": callback.monitor} for event in callback.events)
+    return runs, events
+
+
+def end_of_run_summary(cfg: DictConfig, metrics: dict[str, Any], objects: dict[str, Any]) -> None:
+    """Write ``<run>/metrics.md`` (every key) and print the run summary (:func:`beyondlabels.utils.print_run_summary`;
+    ``full_table=true``: every key); whatever breaks it is a warning, never the run's failure."""
+    try:
+        runs, events = evaluation_runs(objects["callbacks"], objects["trainer"], cfg.paths.output_dir)
+        full = cfg.get("full_table", False)
+        print_run_summary(cfg.paths.output_dir, metrics, runs=runs, events=events, full_table=full)
+    except Exception as exc:  # noqa: BLE001 - the trained model and its files stand
+        log.warning("the run summary was not printed: %s: %s", type(exc).__name__, exc)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     try:
         metrics, objects = train(cfg)
         if objects["trainer"].is_global_zero:
-            schema = {}
-            for callback in objects["callbacks"]:
-                if isinstance(callback, EvaluationCore):
-                    schema.update(callback.schema.prefixed(callback.prefix))
-            report = write_run_report(cfg.paths.output_dir) if cfg.get("report", True) else None
-            print_run_summary(cfg.paths.output_dir, metrics, schema=schema)
-            if report is not None:
-                print(f"  HTML report: {report}")
+            if cfg.get("report", True):
+                write_run_report(cfg.paths.output_dir)
+            close_wandb()  # W&B's closing lines come before the summary, and its offline log is whole
+            end_of_run_summary(cfg, metrics, objects)
         if objects["trainer"].fast_dev_run:
             return None
         return metric_value(metrics, cfg.get("optimized_metric"))

@@ -13,19 +13,28 @@ Direction
     ``higher_is_better`` is True, False, or None for keys that are neither better nor worse when larger (counts,
     settings). Per-query keys share the direction of the scalar they average.
 
+Headline and notes
+    ``headline`` names the few scalar keys a family is read by (retrieval: ``precision@1``, ``r_precision``,
+    ``map@r``, ``ndcg@10``), in the order they are shown: the end-of-run summary prints them with their interval,
+    best value and change (:mod:`beyondlabels.reporting.summary`); every other key is in the full table. ``notes``
+    maps counts worth a line of their own (the label audit's suspects) to how they read: ``{value} {label}``. Both
+    are declared where the family declares its schema and travel with it (``schema.json``), so a reader of a run
+    folder needs no list of families.
+
 Example:
-    >>> schema = OutputSchema({"precision@1": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True)})
+    >>> keys = {"precision@1": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True)}
+    >>> schema = OutputSchema(keys, headline=["precision@1"], notes={"num_queries": "queries"})
     >>> schema.scalar_keys(), schema["precision@1"].summary, schema["num_queries"].summary
     (['precision@1', 'num_queries'], 'max', 'last')
-    >>> schema.mode("precision@1")
-    'max'
+    >>> schema.mode("precision@1"), schema.prefixed("retrieval").headline
+    ('max', ['retrieval/precision@1'])
     >>> OutputSchema.from_json(schema.to_json()) == schema
     True
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -68,14 +77,44 @@ class OutputSchema(Mapping[str, KeySpec]):
 
     Keys of per-query values are listed under their own names (``precision@1`` as a scalar and, inside the
     ``per_query`` dict of the output, ``precision@1`` as a per-query vector); :meth:`per_query` holds the latter.
+
+    Args:
+        keys: ``key -> KeySpec`` of every output, in output order.
+        per_query: ``key -> KeySpec`` of the per-query vectors.
+        headline: The scalar keys the family is read by, in display order (see the module docstring).
+        notes: ``key -> label`` of scalar counts shown as ``{value} {label}`` on a line of their own.
+
+    Raises:
+        ValueError: if ``headline`` or ``notes`` names a key that is not a scalar of ``keys`` (or repeats one).
     """
 
-    def __init__(self, keys: Mapping[str, KeySpec], per_query: Mapping[str, KeySpec] | None = None) -> None:
+    def __init__(
+        self,
+        keys: Mapping[str, KeySpec],
+        per_query: Mapping[str, KeySpec] | None = None,
+        headline: Sequence[str] = (),
+        notes: Mapping[str, str] | None = None,
+    ) -> None:
         self._keys = dict(keys)
         self._per_query = dict(per_query or {})
         for name, spec in [*self._keys.items(), *self._per_query.items()]:
             if not isinstance(spec, KeySpec):
                 raise TypeError(f"schema entry {name!r} must be a KeySpec, got {type(spec).__name__}.")
+        if isinstance(headline, str):
+            raise ValueError(f"`headline` must be a list of scalar keys, got the string {headline!r}.")
+        self._headline = list(headline)
+        self._notes = dict(notes or {})
+        scalars = set(self.scalar_keys())
+        for what, names in (("headline", self._headline), ("notes", list(self._notes))):
+            wrong = [k for k in names if not isinstance(k, str) or k not in scalars]
+            if wrong:
+                raise ValueError(f"`{what}` names {wrong}, which are not scalar keys of the schema; scalars: "
+                                 f"{sorted(scalars)}.")
+        if len(set(self._headline)) != len(self._headline):
+            raise ValueError(f"`headline` repeats a key: {self._headline}.")
+        bad = [k for k, label in self._notes.items() if not isinstance(label, str) or not label]
+        if bad:
+            raise ValueError(f"`notes` needs a non-empty label for each key (shown as '<value> <label>'), not {bad}.")
 
     def __getitem__(self, key: str) -> KeySpec:
         return self._keys[key]
@@ -89,7 +128,9 @@ class OutputSchema(Mapping[str, KeySpec]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, OutputSchema):
             return NotImplemented
-        return self._keys == other._keys and self._per_query == other._per_query
+        return (self._keys, self._per_query, self._headline, self._notes) == (
+            other._keys, other._per_query, other._headline, other._notes
+        )
 
     def __repr__(self) -> str:
         return f"OutputSchema({len(self._keys)} keys, {len(self._per_query)} per-query)"
@@ -98,6 +139,16 @@ class OutputSchema(Mapping[str, KeySpec]):
     def per_query(self) -> dict[str, KeySpec]:
         """Specs of the per-query vectors (the ``per_query`` dict of the output)."""
         return dict(self._per_query)
+
+    @property
+    def headline(self) -> list[str]:
+        """The headline keys, in display order (empty when the family declares none)."""
+        return list(self._headline)
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """``key -> label`` of the counts shown on a note line."""
+        return dict(self._notes)
 
     def scalar_keys(self) -> list[str]:
         """The keys logged as scalars, in schema order."""
@@ -115,11 +166,20 @@ class OutputSchema(Mapping[str, KeySpec]):
 
     def prefixed(self, prefix: str) -> OutputSchema:
         """The same schema with ``prefix/`` before every key (as the callbacks log them)."""
-        return OutputSchema({f"{prefix}/{k}": v for k, v in self._keys.items()}, self._per_query)
+        return OutputSchema(
+            {f"{prefix}/{k}": v for k, v in self._keys.items()},
+            self._per_query,
+            [f"{prefix}/{k}" for k in self._headline],
+            {f"{prefix}/{k}": label for k, label in self._notes.items()},
+        )
 
     def merged(self, other: OutputSchema) -> OutputSchema:
-        """Both schemas' keys; ``other`` wins on a clash."""
-        return OutputSchema({**self._keys, **other._keys}, {**self._per_query, **other._per_query})
+        """Both schemas' keys; ``other`` wins on a clash. The headline is this schema's, then ``other``'s new keys;
+        a headline or note key that ``other`` turns into a non-scalar is dropped."""
+        keys = {**self._keys, **other._keys}
+        headline = [k for k in dict.fromkeys([*self._headline, *other._headline]) if keys[k].kind == "scalar"]
+        notes = {k: v for k, v in {**self._notes, **other._notes}.items() if keys[k].kind == "scalar"}
+        return OutputSchema(keys, {**self._per_query, **other._per_query}, headline, notes)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (written beside every run's ``history.jsonl`` as ``schema.json``)."""
@@ -127,11 +187,16 @@ class OutputSchema(Mapping[str, KeySpec]):
         def spec(s: KeySpec) -> dict[str, Any]:
             return {"kind": s.kind, "higher_is_better": s.higher_is_better, "count": s.count}
 
-        return {"keys": {k: spec(v) for k, v in self._keys.items()}, "per_query": {k: spec(v) for k, v in self._per_query.items()}}
+        return {
+            "keys": {k: spec(v) for k, v in self._keys.items()},
+            "per_query": {k: spec(v) for k, v in self._per_query.items()},
+            "headline": list(self._headline),
+            "notes": dict(self._notes),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> OutputSchema:
-        """Inverse of :meth:`to_json`.
+        """Inverse of :meth:`to_json`. A schema written before headlines and notes existed reads with none.
 
         Raises:
             ValueError: if ``data`` is not a schema written by :meth:`to_json`.
@@ -141,6 +206,12 @@ class OutputSchema(Mapping[str, KeySpec]):
             per_query = {
                 k: KeySpec(v["kind"], v["higher_is_better"], bool(v.get("count", False))) for k, v in data.get("per_query", {}).items()
             }
+            headline, notes = data.get("headline") or [], data.get("notes") or {}
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not an output schema (expected {{'keys': {{name: {{kind, higher_is_better, count}}}}}}): {exc}") from exc
-        return cls(keys, per_query)
+        if not isinstance(headline, list) or not isinstance(notes, dict):
+            raise ValueError(
+                "not an output schema: 'headline' must be a list of keys and 'notes' an object, "
+                f"got {headline!r} and {notes!r}"
+            )
+        return cls(keys, per_query, headline, notes)

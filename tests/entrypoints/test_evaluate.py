@@ -119,7 +119,7 @@ def test_missing_input_is_a_clear_error(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_wandb_logging_and_run_comparison(tmp_path: Path):
+def test_wandb_logging_and_run_comparison(tmp_path: Path, capsys: pytest.CaptureFixture):
     """evaluate.py wandb=true writes an offline run; task=compare reads runs back and tabulates their finals."""
     rng = np.random.default_rng(1)
     for name, noise in (("sharp", 0.3), ("blurry", 3.0)):
@@ -146,6 +146,11 @@ def test_wandb_logging_and_run_comparison(tmp_path: Path):
     got = table["metrics"]["retrieval/map@r"]["values"]
     assert [got[label] for label in labels] == pytest.approx([reports[name]["map@r"] for name in ("blurry", "sharp")])
     assert "final metrics per run" in result.stdout and "retrieval/map@r" in result.stdout
+    # without metrics=: the table of the headline keys the schemas declare; the returned table holds every key
+    headline = tasks.compare.run(_cfg(tmp_path, "task=compare", "source=wandb", f"runs=[{tmp_path / 'runs'}]"))
+    printed = capsys.readouterr().out
+    assert "headline metrics per run" in printed and "retrieval/r_precision" in printed
+    assert "retrieval/mean_first_relevant_rank" not in printed and "retrieval/mean_first_relevant_rank" in headline["metrics"]
     # the same evaluations compared from the project's files (source=files, the default): same columns and numbers
     files = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'runs'}]"))
     assert list(files["runs"]) == labels and all(info["source"] == "files" for info in files["runs"].values())

@@ -117,8 +117,9 @@ def test_a_report_that_cannot_be_written_is_a_warning_in_train(tmp_path: Path, c
 def test_train_writes_the_report_and_prints_its_path(tmp_path: Path):
     result = run_script("train.py", "experiment=shapes_smoke", f"paths.log_dir={tmp_path / 'on'}")
     (report,) = (tmp_path / "on").rglob("report.html")
-    assert f"  HTML report: {report}\n" in result.stdout
-    assert "final validation metrics" in result.stdout and f"results: {report.parent}" in result.stdout
+    assert re.search(rf"^HTML report: +{re.escape(str(report))}$", result.stdout, re.MULTILINE), result.stdout[-2000:]
+    assert "run summary" in result.stdout
+    assert re.search(rf"^run folder: +{re.escape(str(report.parent))}$", result.stdout, re.MULTILINE)
     history = [json.loads(line) for line in (report.parent / "retrieval" / "history.jsonl").read_text().splitlines()]
     text = report.read_text(encoding="utf-8")
     value = re.search(r'data-key="precision@1" data-value="([^"]+)"', text)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -21,12 +23,20 @@ pytestmark = pytest.mark.slow
 
 def test_fast_dev_run(tmp_path: Path):
     result = run_script("train.py", "debug=fdr", f"paths.log_dir={tmp_path}")
-    assert "final validation metrics" in result.stdout
+    assert "run summary" in result.stdout and "retrieval/  1 evaluation, step 1" in result.stdout
     assert not find_offline_runs(tmp_path), "fast_dev_run logs nothing"
 
 
-def test_short_run_logs_offline_wandb_and_csv(tmp_path: Path):
-    result = run_script("train.py", "experiment=shapes_smoke", f"paths.log_dir={tmp_path}", "seed=3")
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One smoke run (its log folder and what it printed), shared by the tests that read it back."""
+    root = tmp_path_factory.mktemp("smoke")
+    result = run_script("train.py", "experiment=shapes_smoke", f"paths.log_dir={root}", "seed=3")
+    return root, result.stdout
+
+
+def test_short_run_logs_offline_wandb_and_csv(smoke: tuple[Path, str]):
+    tmp_path, stdout = smoke
     (wandb_file,) = find_offline_runs(tmp_path)
     run = read_offline_run(wandb_file)
     keys = set(run.keys())
@@ -57,7 +67,82 @@ def test_short_run_logs_offline_wandb_and_csv(tmp_path: Path):
 
     last = torch.load(output_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["epoch"] == 1 and last["global_step"] == 2 * (16 * 8 // 32)  # 2 epochs of 4 batches
-    assert str(output_dir) in result.stdout and "retrieval/precision@1" in result.stdout
+    assert str(output_dir) in stdout and "retrieval/  2 evaluations" in stdout
+
+
+# What the issue names as each family's headline, in order.
+HEADLINES = {
+    "retrieval": ["precision@1", "r_precision", "map@r", "ndcg@10"],
+    "crossmodal": [f"{way}_recall@{k}" for way in ("image_to_text", "text_to_image") for k in (1, 5)],
+    "zeroshot": ["top1", "balanced_accuracy"],
+    "hierarchy": ["hP", "hR", "hF"],
+}
+SUMMARY_ROW = re.compile(
+    r"^  (?P<key>\S+) ↑ +(?P<last>\d\.\d{4})(?:  \[(?P<low>\d\.\d{4}), (?P<high>\d\.\d{4})\])? +"
+    r"(?P<best>\d\.\d{4}) \((?P<step>\d+)\) +(?P<change>[+-]\d\.\d{4})$"
+)
+
+
+def test_the_run_ends_with_its_summary_read_against_the_history(smoke: tuple[Path, str]):
+    """The end of stdout, read as a person reads it: per family the headline keys with the last value and interval,
+    the best value and its step and the change since the first evaluation, each checked against history.jsonl
+    (parsed here with json); at most 30 lines, table lines within 80 columns, no colour codes in a pipe; then the
+    paths, with the exact wandb sync command."""
+    tmp_path, stdout = smoke
+    (wandb_file,) = find_offline_runs(tmp_path)
+    run = wandb_file.parents[2]
+    assert "\x1b[" not in stdout, "no colour codes when stdout is not a terminal"
+    lines = stdout.rstrip("\n").splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("run summary"))
+    summary = lines[start:]
+    assert len(summary) <= 30, "\n".join(summary)
+    table, paths = summary[: summary.index("")], summary[summary.index("") + 1 :]
+    assert max(len(line) for line in table) <= 80, "\n".join(table)
+    shown: dict[str, list[str]] = {}
+    family = None
+    for line in table[1:]:
+        if (heading := re.match(r"^(\w+)/  (\d+) evaluations", line)):
+            family = heading.group(1)
+            shown[family] = []
+            records = [json.loads(x) for x in (run / family / "history.jsonl").read_text().splitlines() if x.strip()]
+            records = [r for r in records if "error" not in r]
+            assert int(heading.group(2)) == len(records) == 2
+            continue
+        row = SUMMARY_ROW.match(line)
+        if row is None:
+            audit = r"^  \d+ suspected label errors, \d+ outliers, \d+ cross-label duplicates$"
+            assert family == "retrieval" and re.match(audit, line), line
+            continue
+        key = row.group("key")
+        shown[family].append(key)
+        last, first = records[-1], records[0]
+        assert row.group("last") == f"{last[key]:.4f}", (family, key)
+        if f"{key}_ci_low" in last:
+            bounds = (f"{last[f'{key}_ci_low']:.4f}", f"{last[f'{key}_ci_high']:.4f}")
+            assert (row.group("low"), row.group("high")) == bounds, (family, key)
+        else:
+            assert row.group("low") is None
+        values = [r[key] for r in records]
+        best = values.index(max(values))  # higher is better for every headline key; ties: the earliest
+        assert (row.group("best"), int(row.group("step"))) == (f"{values[best]:.4f}", records[best]["step"]), key
+        assert row.group("change") == f"{last[key] - first[key]:+.4f}", (family, key)
+    assert shown == HEADLINES
+    for name, keys in HEADLINES.items():  # what the summary shows is what the family declared in schema.json
+        assert json.loads((run / name / "schema.json").read_text())["headline"] == keys
+    where = dict(line.split(": ", 1) for line in paths)
+    assert {k: v.strip() for k, v in where.items()} == {
+        "run folder": str(run), "every key": str(run / "metrics.md"), "HTML report": str(run / "report.html"),
+        "CSV log": str(run / "csv" / "metrics.csv"), "checkpoints": str(run / "checkpoints"),
+        "W&B offline": f"wandb sync {wandb_file.parent}",
+    }  # fmt: skip
+    # the full table: every scalar of every family, with the other logged values
+    full = (run / "metrics.md").read_text()
+    for name in HEADLINES:
+        keys = json.loads((run / name / "schema.json").read_text())["keys"]
+        for key, spec in keys.items():
+            if spec["kind"] == "scalar" and not key.endswith(("_ci_low", "_ci_high")):
+                assert re.search(rf"^\| (\*\*)?{re.escape(key)}(\*\*)? \|", full, re.MULTILINE), (name, key)
+    assert "| val/loss |" in full
 
 
 def test_multirun_makes_one_wandb_run_per_job(tmp_path: Path):

@@ -77,6 +77,8 @@ def crossmodal_output_schema(ks: Sequence[int]) -> OutputSchema:
         (True, False)
         >>> s["num_texts"].count, s.per_query["direction"].higher_is_better
         (True, None)
+        >>> s.headline
+        ['image_to_text_recall@1', 'image_to_text_recall@5', 'text_to_image_recall@1', 'text_to_image_recall@5']
     """
     ks = check_ks(ks)
     keys: dict[str, KeySpec] = {}
@@ -95,7 +97,8 @@ def crossmodal_output_schema(ks: Sequence[int]) -> OutputSchema:
         per_query[f"{direction}_rank"] = KeySpec("per_query", False)
     for name in ("num_images", "num_texts", "num_images_without_text"):
         keys[name] = KeySpec("scalar", None, count=True)
-    return OutputSchema(keys, per_query)
+    headline = [f"{direction}_recall@{k}" for direction in DIRECTIONS for k in ks[:2]]  # both ways, two smallest k
+    return OutputSchema(keys, per_query, headline=headline)
 
 
 def _check_pairs(image_embeddings: Tensor, text_embeddings: Tensor, text_image_index: Tensor) -> Tensor:

@@ -85,8 +85,8 @@ def hierarchy_output_schema() -> OutputSchema:
 
     Example:
         >>> schema = hierarchy_output_schema()
-        >>> schema.mode("hF"), schema["num_samples"].count, schema.curve_keys()
-        ('max', True, ['error_lca_depth_fraction'])
+        >>> schema.mode("hF"), schema["num_samples"].count, schema.curve_keys(), schema.headline
+        ('max', True, ['error_lca_depth_fraction'], ['hP', 'hR', 'hF'])
     """
     up = KeySpec("scalar", True)
     count = KeySpec("scalar", None, count=True)
@@ -114,7 +114,7 @@ def hierarchy_output_schema() -> OutputSchema:
         "pred": KeySpec("per_query", None),
         "gt": KeySpec("per_query", None),
     }
-    return OutputSchema(keys, per_query)
+    return OutputSchema(keys, per_query, headline=["hP", "hR", "hF"])
 
 
 def _check_nodes(x: Any, name: str, size: int) -> Tensor:

@@ -82,7 +82,8 @@ def mismatch_output_schema(spearman: bool = False) -> OutputSchema:
     if spearman:
         keys.update({"spearman_rho": up, "spearman_p": down, "spearman_pairs": count})
     per_query = {"mismatch": KeySpec("per_query", False), "similarity": KeySpec("per_query", True), "percentile_rank": KeySpec("per_query", True)}
-    return OutputSchema(keys, per_query)
+    headline = ["mean_similarity", "mean_percentile_rank", "p_value", *(["spearman_rho"] if spearman else [])]
+    return OutputSchema(keys, per_query, headline=headline)
 
 
 def percentile_ranks(values: Any, reference: Any, kind: str = "weak") -> Tensor:

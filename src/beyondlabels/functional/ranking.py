@@ -131,6 +131,8 @@ def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
         >>> s = ranking_output_schema((5,))
         >>> s["ndcg@5"].higher_is_better, s["judged@5"].higher_is_better, s["num_lone_queries"].count
         (True, None, True)
+        >>> s.headline
+        ['ndcg@5', 'map', 'recip_rank', 'judged_precision@5']
     """
     ks = check_ks(ks)
     up, plain = KeySpec("scalar", True), KeySpec("scalar", None)
@@ -151,7 +153,7 @@ def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
     per_query["num_relevant"] = KeySpec("per_query", None, count=True)
     per_query["num_retrieved"] = KeySpec("per_query", None, count=True)
     keys["num_queries"] = keys["num_lone_queries"] = keys["num_unjudged"] = count
-    return OutputSchema(keys, per_query)
+    return OutputSchema(keys, per_query, headline=[f"ndcg@{ks[-1]}", "map", "recip_rank", f"judged_precision@{ks[0]}"])
 
 
 def _check_grades(ranked: Any, num_retrieved: Any, pool: Any) -> tuple[Tensor, Tensor, Tensor]:

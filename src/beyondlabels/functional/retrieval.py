@@ -93,8 +93,8 @@ def retrieval_output_schema(
         >>> s = retrieval_output_schema((1, 5))
         >>> s["precision@5"].higher_is_better, s["mean_first_relevant_rank"].higher_is_better, s["num_queries"].count
         (True, False, True)
-        >>> s.per_query["first_relevant_rank"].higher_is_better
-        False
+        >>> s.per_query["first_relevant_rank"].higher_is_better, s.headline
+        (False, ['precision@1', 'r_precision', 'map@r', 'ndcg@5'])
     """
     ks = check_ks(ks)
     deep_metrics = check_deep_metrics(deep_metrics)
@@ -132,7 +132,12 @@ def retrieval_output_schema(
         for key in _micro_keys(ks, graded, deep_metrics):
             keys[f"{key}_se"] = KeySpec("scalar", None)
         keys["num_query_pool"] = KeySpec("scalar", None, count=True)
-    return OutputSchema(keys, per_query)
+    # read by: precision at the smallest cut-off, R-precision and MAP@R (deep), nDCG at the largest cut-off
+    if deep_metrics:
+        headline = [f"precision@{ks[0]}", "r_precision", "map@r"]
+    else:
+        headline = [f"precision@{k}" for k in dict.fromkeys((ks[0], ks[-1]))]
+    return OutputSchema(keys, per_query, headline=[*headline, f"ndcg@{ks[-1]}"])
 
 
 def _micro_keys(ks: Sequence[int], graded: Sequence[str], deep_metrics: bool = True) -> list[str]:

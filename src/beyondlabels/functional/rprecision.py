@@ -633,7 +633,7 @@ def rprecision_output_schema(top_r: Sequence[int] = (1, 5, 10), hard_negatives: 
     }
     if hard_negatives:
         per_query["hard_r_precision"] = KeySpec("per_query", True)
-    return OutputSchema(keys, per_query)
+    return OutputSchema(keys, per_query, headline=["r_precision", "text_to_image_r_precision"])  # both directions
 
 
 def fold_assignment(ids: Tensor, seed: int, folds: int) -> Tensor:

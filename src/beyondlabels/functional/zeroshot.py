@@ -170,8 +170,8 @@ def zeroshot_output_schema(ks: Sequence[int]) -> OutputSchema:
 
     Example:
         >>> s = zeroshot_output_schema((1, 5))
-        >>> s.scalar_keys()
-        ['top1', 'top5', 'balanced_accuracy', 'num_samples', 'num_classes']
+        >>> s.scalar_keys(), s.headline
+        (['top1', 'top5', 'balanced_accuracy', 'num_samples', 'num_classes'], ['top1', 'balanced_accuracy'])
     """
     ks = check_ks(ks)
     keys = {f"top{k}": KeySpec("scalar", True) for k in ks}
@@ -179,7 +179,7 @@ def zeroshot_output_schema(ks: Sequence[int]) -> OutputSchema:
     keys["num_samples"] = keys["num_classes"] = KeySpec("scalar", None, count=True)
     per_query = {"query_id": KeySpec("per_query", None), "label": KeySpec("per_query", None), "prediction": KeySpec("per_query", None)}
     per_query.update({f"top{k}": KeySpec("per_query", True) for k in ks})
-    return OutputSchema(keys, per_query)
+    return OutputSchema(keys, per_query, headline=[f"top{ks[0]}", "balanced_accuracy"])
 
 
 def classification_metrics(

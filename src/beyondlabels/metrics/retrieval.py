@@ -201,7 +201,10 @@ class EmbeddingRetrieval(PerSampleMetric):
             plain = retrieval_output_schema(self.ks, [g.name for g in self.graded], deep_metrics=self.deep_metrics)
             for key in plain.scalar_keys():
                 keys[f"clean/{key}"] = plain[key]
-        return OutputSchema(keys, per_query)
+        # the counts a run summary shows on the family's note line, as "<value> <label>"
+        notes = {"audit_num_suspects": "suspected label errors", "audit_num_outliers": "outliers",
+                 "audit_num_cross_label_duplicates": "cross-label duplicates"}  # fmt: skip
+        return OutputSchema(keys, per_query, notes=notes)
 
     def update(self, embeddings: Tensor, labels: Any, ids: Any = None) -> None:
         """Add a batch of samples (see the class docstring for the inputs)."""

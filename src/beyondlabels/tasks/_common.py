@@ -62,6 +62,18 @@ def scalar_report(task: str, metrics: Mapping[str, Any], schema: OutputSchema) -
     return report
 
 
+def full_table(cfg: DictConfig) -> bool:
+    """``full_table`` of ``task=compare`` / ``task=report``: print every key instead of the run summary's headline.
+
+    Raises:
+        ValueError: for anything but true or false.
+    """
+    value = cfg.get("full_table", False)
+    if not isinstance(value, bool):
+        raise ValueError(f"full_table must be true (every key) or false (the summary's headline keys), got {value!r}")
+    return value
+
+
 def report_path(cfg: DictConfig, default_name: str = "report.json") -> Path:
     """The report's path: ``output``, default ``<job folder>/<default_name>``; its folder is created."""
     output = Path(cfg.output) if cfg.get("output") else Path(cfg.paths.output_dir) / default_name

@@ -9,6 +9,12 @@ the ``seed_keys``) form a group summarised across its seeds, a row per group; ``
 ``output=`` also writes the table as Markdown and LaTeX and a PNG per metric. ``group=auto`` (the default) groups
 with a baseline, or when the jobs form at least two settings of which one has several seeds. Paired tests of single
 runs against a baseline run are ``task=abtest``.
+
+What is printed per job: one run prints its run summary, as ``train.py`` ends (:mod:`beyondlabels.reporting.summary`:
+per family the headline keys with their interval, best step and change since the first evaluation, the notes, the
+paths); several runs print the table of their headline keys. ``full_table=true`` prints the table of every key, and
+``metrics=`` the table of those keys. ``output=`` saves the table of ``metrics=`` (default every key) whatever is
+printed.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from omegaconf import DictConfig
 from beyondlabels.io import evaluation_schema, find_evaluation_runs, find_offline_runs, read_evaluation_run, read_offline_run, run_overrides
 from beyondlabels.io._convert import plain
 from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison
-from beyondlabels.tasks._common import ReportFiles, path_list
+from beyondlabels.reporting.summary import print_summary, resolve_headline, summarize_runs
+from beyondlabels.schema import OutputSchema
+from beyondlabels.tasks._common import ReportFiles, full_table, path_list
 
 __all__ = ["GROUPING", "SOURCES", "WAIT_S", "WHICH", "run"]
 
@@ -51,23 +59,41 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     group = cfg.get("group", "auto")
     if group not in GROUPING:
         raise ValueError(f"group must be auto, true or false, got {group!r}")
+    full = full_table(cfg)
     tested = cfg.get("baseline") is not None or cfg.get("metric") is not None
     if tested and group is False:
         raise ValueError("baseline= and metric= test groups of jobs; drop group=false (or use task=abtest to test single runs against one)")
     if source == "wandb":
         if group is True or tested:
             raise ValueError("grouping by setting and the baseline test read the project's evaluation files: use source=files")
-        table = _from_wandb(roots, keys, which)
-        print_comparison(table)
+        table, schemas = _from_wandb(roots, keys, which)
+        logged = list(table["metrics"])
+        headline = [k for schema in schemas if schema is not None for k in resolve_headline(schema, logged)]
+        _print_table(table, None if keys is not None or full or not headline else headline)
     else:
         runs = _read_files(roots)
         if group is True or tested or (group == "auto" and _sweep_of_seeds(runs, _seed_keys(cfg))):
             return _grouped(cfg, runs, keys, which)
         table = compare_evaluation_runs(runs, keys=keys, which=which)
-        print_comparison(table)
+        if keys is None and len(table["runs"]) == 1:
+            folder = runs[0].run_folder
+            print_summary(summarize_runs(runs, folder if folder is not None and folder.is_dir() else None), full=full)
+        else:
+            headline = [f"{run.prefix}/{k}" for run in runs for k in resolve_headline(run.schema, list(run.final()))]
+            _print_table(table, None if keys is not None or full else headline)
     if cfg.get("output"):
         ReportFiles(cfg).write(table)
     return table
+
+
+def _print_table(table: dict[str, Any], headline: list[str] | None) -> None:
+    """The comparison, of the ``headline`` keys only when given (the table saved by ``output=`` keeps every key)."""
+    if headline is None:
+        print_comparison(table)
+        return
+    keys = list(dict.fromkeys(k for k in headline if k in table["metrics"]))
+    print_comparison({**table, "metrics": {k: table["metrics"][k] for k in keys}}, title="headline metrics per run")
+    print(f"{len(keys)} headline keys of {len(table['metrics'])}; every key: full_table=true")
 
 
 def _seed_keys(cfg: DictConfig) -> list[str]:
@@ -116,7 +142,9 @@ def _read_files(roots: list[str]) -> list[Any]:
     return [read_evaluation_run(file) for file in files]
 
 
-def _from_wandb(roots: list[str], keys: list[str] | None, which: str) -> dict[str, Any]:
+def _from_wandb(
+    roots: list[str], keys: list[str] | None, which: str
+) -> tuple[dict[str, Any], list[OutputSchema | None]]:
     paths = [p for root in roots for p in find_offline_runs(root)]
     if not paths:
         raise ValueError(f"no offline W&B runs (*.wandb) under {roots}; to read the project's own evaluation files use source=files")
@@ -129,9 +157,10 @@ def _from_wandb(roots: list[str], keys: list[str] | None, which: str) -> dict[st
     labels = [folder.name if job else f"{run.name} ({run.run_id})" for run, folder, job in zip(offline, folders, hydra_jobs)]
     overrides = [run_overrides(folder) if job else [] for folder, job in zip(folders, hydra_jobs)]
     schemas = [evaluation_schema(folder) if folder is not None else None for folder in folders]
-    return compare_wandb_runs(
+    table = compare_wandb_runs(
         offline, keys=keys, which=which, schemas=schemas, labels=labels, overrides=overrides, paths=[f or p for f, p in zip(folders, paths)]
     )
+    return table, schemas
 
 
 def _wandb_run_folder(log_file: Path) -> Path | None:

@@ -7,7 +7,8 @@ the report goes to ``output`` (default ``<job folder>/report.html``). A multirun
 logged, e.g. ``[retrieval/precision@1]``; default: the headline keys, the scalars with a direction and per-query
 values); ``baseline`` and ``metric`` (with ``guardrails``, at ``level``) add the Holm-corrected tests of every other
 group against the baseline group; ``bootstrap_rounds`` and ``ci_seed`` (of ``conf/evaluate.yaml``) set the bootstrap
-of the groups' intervals and of the tests.
+of the groups' intervals and of the tests. Each run folder among ``runs`` also prints its run summary, as ``train.py``
+ends (:mod:`beyondlabels.reporting.summary`; ``full_table=true``: every key).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from omegaconf import DictConfig
 from beyondlabels.io._convert import plain
 from beyondlabels.io.run_folders import is_multirun_folder, is_run_folder
 from beyondlabels.reporting.html_report import write_report
-from beyondlabels.tasks._common import path_list, report_path
+from beyondlabels.reporting.summary import print_summary, summarize_run_folder
+from beyondlabels.tasks._common import full_table, path_list, report_path
 
 __all__ = ["check_runs", "run"]
 
@@ -63,6 +65,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Write the HTML report of ``runs`` and return ``{"report": path, "runs": [paths]}``."""
     roots = check_runs(cfg.get("runs"))
     keys = _key_list(cfg, "metrics")
+    full = full_table(cfg)
     level = cfg.get("level", 0.05)
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"level must be a number in (0, 1), e.g. 0.05 (the family-wise error rate of the tests against baseline=), got {level!r}")
@@ -81,5 +84,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         guardrails=_key_list(cfg, "guardrails") or [], level=float(level), rounds=rounds, seed=seed,
     )  # fmt: skip
     log.info("report: %s", path)
+    for root in roots:
+        if not is_multirun_folder(root):
+            print_summary(summarize_run_folder(root), full=full)
+            print()
     print(f"report: {path}")
     return {"report": str(path), "runs": [str(r) for r in roots]}

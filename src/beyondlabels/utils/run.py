@@ -13,9 +13,16 @@ from typing import Any
 import torch
 
 from beyondlabels.io.atomic import write_json
+from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.sweeps import SEED_KEYS
-from beyondlabels.reporting.prefixes import LOGGED_PREFIXES
-from beyondlabels.schema import KeySpec
+from beyondlabels.reporting.summary import (
+    TABLE_FILE,
+    RunSummary,
+    print_summary,
+    summarize_run_folder,
+    summarize_runs,
+    write_summary_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,40 +66,46 @@ def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
 
 def print_run_summary(
     output_dir: str | Path,
-    metrics: Mapping[str, Any],
-    prefixes: tuple[str, ...] = LOGGED_PREFIXES,
-    schema: Mapping[str, KeySpec] | None = None,
-) -> None:
-    """Print where the run's results are and its final validation numbers as a table.
+    metrics: Mapping[str, Any] | None = None,
+    *,
+    runs: Sequence[EvaluationRun] | None = None,
+    events: Sequence[Mapping[str, Any]] | None = None,
+    full_table: bool = False,
+    table_file: str | None = TABLE_FILE,
+    console: Any = None,
+) -> RunSummary:
+    """Print the end-of-run summary of a run folder (:mod:`beyondlabels.reporting.summary`): per evaluation family its
+    headline keys (last value and interval, best value and step, change since the first evaluation) and its notes,
+    then where everything else is; write the full table of every key to ``<output_dir>/<table_file>`` first (None:
+    no file).
 
-    ``schema`` (logged key -> :class:`~beyondlabels.schema.KeySpec`, e.g. the evaluation callbacks' prefixed schemas)
-    selects the keys to show besides ``prefixes`` and prints counts as integers.
+    Args:
+        output_dir: The run folder.
+        metrics: The trainer's ``callback_metrics``: its scalars outside the families (``val/loss``, ...) join the
+            full table.
+        runs: The run's evaluation families; default: every evaluation history in ``output_dir``.
+        events: Convergence events (``{"monitor", "event", "step", "p", "window_mean"}``); default: those in the
+            run folder's CSV logs.
+        full_table: Print every key instead of the headline keys.
+        table_file: The full table's file name in ``output_dir``.
+        console: A ``rich.console.Console`` to print to (default: stdout; colour only on a terminal).
+
+    Returns:
+        The summary printed.
     """
-    schema = dict(schema or {})
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="final validation metrics (95% bootstrap intervals over queries in brackets)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    scalars = scalar_metrics(metrics)
-    for key, value in scalars.items():
-        spec = schema.get(key)
-        if key.endswith(("_ci_low", "_ci_high")) or not (key.startswith(prefixes) or spec is not None):
-            continue  # intervals are shown beside their metric
-        is_count = spec is not None and spec.count and math.isfinite(value)
-        text = f"{int(value):d}" if is_count else f"{value:.4f}"
-        if f"{key}_ci_low" in scalars and f"{key}_ci_high" in scalars:
-            text += f"  [{scalars[f'{key}_ci_low']:.4f}, {scalars[f'{key}_ci_high']:.4f}]"
-        table.add_row(key, text)
-    console.print(table)
-    # Paths are printed plainly (no wrapping) so they can be copied.
     output_dir = Path(output_dir)
-    print(f"results: {output_dir}")
-    for pattern, what in (("wandb/offline-run-*", "W&B offline run (upload with `wandb sync`)"), ("csv/metrics.csv", "CSV log"), ("checkpoints", "checkpoints")):
-        for path in sorted(output_dir.glob(pattern)):
-            print(f"  {what}: {path}")
+    extra = scalar_metrics(metrics or {})
+    if runs is None:
+        summary = summarize_run_folder(output_dir, events=events, extra=extra)
+    else:
+        summary = summarize_runs(runs, output_dir, events=events, extra=extra)
+    if table_file is not None and output_dir.is_dir():
+        try:
+            write_summary_table(summary, output_dir / table_file)
+        except OSError as exc:  # the summary is still printed; the file is what a full disk costs
+            log.warning("the full table %s was not written: %s", output_dir / table_file, exc)
+    print_summary(summary, console=console, full=full_table)
+    return summary
 
 
 def close_wandb() -> None:
