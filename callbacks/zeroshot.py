@@ -176,7 +176,8 @@ class ZeroShotEvalCore(EvaluationCore):
         if named:
             raise ValueError(
                 f"ZeroShotEvalCallback: {named} named by prog_bar / keep_best are not logged with {len(self._names)} "
-                f"classes (the default `ks` is cut to {list(ks)}); remove them or pass ks=... of at most {len(self._names)}."
+                f"classes (the default `ks` is cut to {list(ks)}); remove them or pass ks=... of at most "
+                f"{len(self._names)}."
             )
         dropped = gone | {f"{key}_ci_{end}" for key in gone for end in ("low", "high")}
         self.schema = OutputSchema(

@@ -158,7 +158,8 @@ def test_errors_are_named(tmp_path: Path):
 
 def test_the_default_ks_are_cut_to_the_number_of_classes():
     """The README's snippet: two class names and the default ks log top-1 only (top-5 of 2 classes is 1 always)."""
-    two = ZeroShotEvalCallback(class_names=["square", "circle"], templates=["a {}", "a photo of a {}"], text_method="encode_text")
+    templates = ["a {}", "a photo of a {}"]
+    two = ZeroShotEvalCallback(class_names=["square", "circle"], templates=templates, text_method="encode_text")
     assert two.ks == (1,) and "top5" not in two.schema and "top5" not in two.schema.per_query
     assert "top1_ci_low" in two.schema and "top5_ci_low" not in two.schema
     five = ZeroShotEvalCallback(class_names=["a", "b", "c", "d", "e"])

@@ -62,7 +62,8 @@ class Workdir:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         for entry in REPO_ROOT.iterdir():
-            if entry.name not in _NOT_LINKED and not entry.name.endswith(".egg-info") and not (root / entry.name).exists():
+            linked = entry.name not in _NOT_LINKED and not entry.name.endswith(".egg-info")
+            if linked and not (root / entry.name).exists():
                 (root / entry.name).symlink_to(entry)
         self.env = script_env()
         self.env["COLUMNS"] = "200"  # rich tables as wide as the README shows them
@@ -117,7 +118,8 @@ class Workdir:
             argv[0] = sys.executable
         proc = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
-            raise AssertionError(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+            output = f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+            raise AssertionError(f"{' '.join(argv)} failed ({proc.returncode}):\n{output}")
         return Ran(argv, proc.stdout, proc.stderr)
 
 
@@ -206,7 +208,8 @@ def write_saved_outputs(wd: Workdir) -> None:
     np.savez(root / "embeddings.npz", embeddings=centres[labels] + rng.normal(scale=0.8, size=(128, 16)), labels=labels)
     images = rng.normal(size=(40, 16))
     texts = np.repeat(images, 2, axis=0) + rng.normal(scale=0.5, size=(80, 16))
-    np.savez(root / "pairs.npz", image_embeddings=images, text_embeddings=texts, text_image_index=np.repeat(np.arange(40), 2))
+    owners = np.repeat(np.arange(40), 2)  # two captions per image
+    np.savez(root / "pairs.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owners)
     shutil.copy(REPO_ROOT / "src/beyondlabels/demo/data/taxonomy.yaml", root / "tree.yaml")
     shutil.copy(REPO_ROOT / "src/beyondlabels/demo/data/profiles.yaml", root / "profiles.yaml")
     classes = ["square", "rectangle", "rhombus", "circle", "ellipse", "star", "cross", "right_triangle"]
@@ -281,15 +284,18 @@ def _extra_installed(extra: str) -> Skip:
     return Skip(f"installs packages; the extra {extra!r} exists and what it brings is installed here")
 
 
+_SUBMITIT = "tests/entrypoints/test_submitit.py"
+
+
 def _cluster(argv: list[str], wd: Workdir) -> list[str] | Skip:
     if argv[:2] == ["pip", "install"]:
         return _extra_installed(re.search(r"\[(.+)\]", argv[2]).group(1))
     if "hydra/launcher=submitit_local" in argv:
         return Skip("a two-job submitit_local multirun on the smoke configuration runs in the suite",
-                    covered="tests/entrypoints/test_submitit.py::test_two_job_multirun_with_submitit_local")  # fmt: skip
+                    covered=f"{_SUBMITIT}::test_two_job_multirun_with_submitit_local")  # fmt: skip
     if "hydra/launcher=slurm" in argv:
         return Skip("needs a SLURM cluster (sbatch); the preset's config is tested without one",
-                    covered="tests/entrypoints/test_submitit.py::test_slurm_preset_extends_the_plugin_config")  # fmt: skip
+                    covered=f"{_SUBMITIT}::test_slurm_preset_extends_the_plugin_config")  # fmt: skip
     raise AssertionError(f"no rule for {argv}")
 
 
@@ -390,7 +396,7 @@ def _extra_declared(extra: str, package: str) -> Skip:
 
 
 INLINE: dict[str, Inline] = {
-    'make train ARGS="..."': Inline(skip=Skip("the form of the next command; the `make` block runs make train ARGS=...")),
+    'make train ARGS="..."': Inline(skip=Skip("the form of the next command; the `make` block runs make train ARGS=")),
     'make train ARGS="trainer.max_epochs=4 logger=csv"': Inline(
         skip=Skip("four epochs of the full demo (minutes); the `make` block passes ARGS the same way on the smoke run")
     ),
@@ -404,7 +410,7 @@ INLINE: dict[str, Inline] = {
     "make train": Inline(skip=Skip("the `make` block runs it")),
     "python train.py ckpt_path=<run>/checkpoints/last.ckpt": Inline(run=_resume_finished),
     "wandb sync": Inline(skip=Skip("names the command; an upload needs an account and the network")),
-    "wandb sync logs/train/runs/<time>/wandb/offline-run-*": Inline(skip=Skip("uploads to a W&B server: an account and the network")),
+    "wandb sync logs/train/runs/<time>/wandb/offline-run-*": Inline(skip=Skip("uploads: a W&B account, the network")),
     "python benchmarks/bench_callback_overhead.py": Inline(skip=_BENCHMARK),
     "python train.py logger=tensorboard": Inline(run=_logger_run("tensorboard", "tensorboard")),
     "pip install 'beyondlabels[tensorboard]'": Inline(skip=lambda: _extra_installed("tensorboard")),
@@ -415,7 +421,7 @@ INLINE: dict[str, Inline] = {
     "pip install 'beyondlabels[mlflow]'": Inline(skip=lambda: _extra_installed("mlflow")),
     "pip install 'beyondlabels[mlflow-ui]'": Inline(skip=lambda: _extra_declared("mlflow-ui", "mlflow")),
     "mlflow ui --backend-store-uri sqlite:///<run folder>/mlflow.db": Inline(
-        skip=Skip("starts a web server (the full mlflow package); `python train.py logger=mlflow` is run and writes the store")
+        skip=Skip("starts a web server (full mlflow package); `python train.py logger=mlflow` is run, writes the store")
     ),
     "python train.py callbacks.retrieval._target_=beyondlabels.callbacks.lightning.RetrievalEvalCallback ...": Inline(
         skip=Skip("a template: needs your own lightning trainer and model configs",

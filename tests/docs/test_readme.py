@@ -17,7 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from readme_blocks import PYTHON_LANGS, SHELL_LANGS, Block, read_file, shell_commands  # noqa: E402
-from readme_fixtures import INLINE, OUTPUT, PYTHON, REPO_ROOT, SHELL, ShellFixture, Skip, Workdir, figure_tokens  # noqa: E402
+from readme_fixtures import (  # noqa: E402
+    INLINE, OUTPUT, PYTHON, REPO_ROOT, SHELL, ShellFixture, Skip, Workdir, figure_tokens,
+)
 
 FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 DOCS = {path: read_file(path, REPO_ROOT) for path in FILES}
@@ -60,7 +62,8 @@ def test_every_command_block_is_run_or_marked_with_a_reason():
             fixture = marker.get("fixture") if marker else None
             table = PYTHON if block.lang in PYTHON_LANGS else SHELL
             if fixture is not None and fixture not in table:
-                problems.append(f"{where}: no fixture {fixture!r} in readme_fixtures.{'PYTHON' if table is PYTHON else 'SHELL'}")
+                kind = "PYTHON" if table is PYTHON else "SHELL"
+                problems.append(f"{where}: no fixture {fixture!r} in readme_fixtures.{kind}")
             if marker and marker.get("covered"):
                 _check_covered(Skip("", marker.get("covered")))
         elif block.mode in ("run", "skip", "compile"):
@@ -80,8 +83,8 @@ def test_quoted_figures_come_from_the_run_shown_or_name_their_machine():
     for item in _quoting_figures():
         where, marker = f"{item.file}:{item.line} ({item.section})", item.marker
         if marker is None:
-            problems.append(f"{where} quotes {len(item.figures())} figures without a readme-test marker: reproduce them "
-                            f"(output fixture=NAME) or name the machine (measured machine=\"...\" by=\"command\")")  # fmt: skip
+            problems.append(f"{where} quotes {len(item.figures())} figures without a readme-test marker: reproduce "
+                            "them (output fixture=NAME) or name the machine (measured machine=.. by=..)")  # fmt: skip
         elif marker.mode == "output":
             if marker.get("fixture") not in OUTPUT:
                 problems.append(f"{where}: output needs fixture=NAME of readme_fixtures.OUTPUT")
@@ -97,7 +100,7 @@ def test_every_inline_command_is_run_or_skipped_with_a_reason():
     quoted = {command for _, command in README.inline_commands}
     missing = sorted(quoted - set(INLINE))
     stale = sorted(set(INLINE) - quoted)
-    assert not missing, f"README commands without an entry in readme_fixtures.INLINE (run or skip with a reason): {missing}"
+    assert not missing, f"README commands without an entry in readme_fixtures.INLINE (run, or skip with why): {missing}"
     assert not stale, f"readme_fixtures.INLINE entries the README no longer quotes: {stale}"
 
 
@@ -128,7 +131,7 @@ def test_the_configuration_table_lists_every_option_of_conf():
     assert checked >= 9
 
 
-# ---- Python snippets --------------------------------------------------------------------------------------------------
+# ---- Python snippets ------------------------------------------------------------------------------------------------
 PYTHON_BLOCKS = [b for b in BLOCKS if b.lang in PYTHON_LANGS]
 
 
@@ -152,7 +155,7 @@ def test_python_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         close_wandb()
 
 
-# ---- shell blocks -----------------------------------------------------------------------------------------------------
+# ---- shell blocks ---------------------------------------------------------------------------------------------------
 SHELL_BLOCKS = [b for b in BLOCKS if b.lang in SHELL_LANGS]
 
 
@@ -190,12 +193,12 @@ def test_inline_command(command: str, workdir: Workdir):
     INLINE[command].run(workdir)
 
 
-# ---- figures reproduced from the run the README shows ------------------------------------------------------------------
+# ---- figures reproduced from the run the README shows ----------------------------------------------------------------
 OUTPUT_ITEMS = [item for item in _quoting_figures() if item.marker and item.marker.mode == "output"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("item", OUTPUT_ITEMS, ids=[f"{i.file}:{i.line}:{i.marker.get('fixture')}" for i in OUTPUT_ITEMS])
+@pytest.mark.parametrize("item", OUTPUT_ITEMS, ids=[f"{i.file}:{i.line}" for i in OUTPUT_ITEMS])
 def test_quoted_output_is_the_run_output(item, workdir: Workdir):
     shown = item.text if isinstance(item, Block) else "\n".join(item.rows)
     produced = OUTPUT[item.marker.get("fixture")](workdir, (REPO_ROOT / item.file).read_text(encoding="utf-8"))
@@ -205,7 +208,8 @@ def test_quoted_output_is_the_run_output(item, workdir: Workdir):
 
 def test_shell_commands_split_as_a_shell_does():
     """The splitter the shell blocks go through: continuation lines, comments and quotes as bash reads them."""
-    text = "python evaluate.py task=compare \"baseline='model.lr=0.001'\" \\\n    metric=m  # tested\n\npip install 'a[b]'\n"
+    text = "python evaluate.py task=compare \"baseline='model.lr=0.001'\" \\\n    metric=m  # a comment\n\n"
+    text += "pip install 'a[b]'\n"
     assert shell_commands(text) == [
         ["python", "evaluate.py", "task=compare", "baseline='model.lr=0.001'", "metric=m"], ["pip", "install", "a[b]"]
     ]
