@@ -70,6 +70,7 @@ class Workdir:
         self.env["BEYONDLABELS_ROOT"] = str(root)  # paths.root_dir: logs/ under this folder
         self._run: str | None = None
         self._sweep: str | None = None
+        self.logger_run: Path | None = None  # the run of `logger=[tensorboard,mlflow]` (_logger_run)
 
     # ---- the folders the README's placeholders stand for ---------------------------------------------------------
     def run_folder(self) -> str:
@@ -368,11 +369,15 @@ def _resume_finished(wd: Workdir) -> None:
 
 
 def _logger_run(logger: str, made: str) -> Callable[[Workdir], None]:
+    """`python train.py logger=NAME`: one smoke run serves the TensorBoard and the MLflow lines, as the README's
+    "Several at once: "logger=[wandb,tensorboard]"" allows; each checks the files its logger wrote."""
+
     def run(wd: Workdir) -> None:
-        before = set((wd.root / "logs/train/runs").glob("*"))
-        wd.run(["python", "train.py", f"logger={logger}", SMOKE])
-        (new,) = set((wd.root / "logs/train/runs").glob("*")) - before
-        assert (new / made).exists(), f"logger={logger} wrote no {made} into {new}"
+        if wd.logger_run is None:
+            before = set((wd.root / "logs/train/runs").glob("*"))
+            wd.run(["python", "train.py", "logger=[tensorboard,mlflow]", SMOKE])
+            (wd.logger_run,) = set((wd.root / "logs/train/runs").glob("*")) - before
+        assert (wd.logger_run / made).exists(), f"logger={logger} wrote no {made} into {wd.logger_run}"
 
     return run
 
