@@ -21,7 +21,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -275,9 +274,25 @@ def _check_sweeps(wd: Workdir, ran: list[Ran]) -> None:
     assert list(wd.root.glob("sweep.*.png")), "one picture per metric"
 
 
+def declared_extras(pyproject: str) -> dict[str, list[str]]:
+    """The ``[project.optional-dependencies]`` of a pyproject.toml's text (read without tomllib, which Python 3.10
+    lacks): extra name -> its requirement strings.
+
+    Example:
+        >>> text = '[project.optional-dependencies]\\n# a comment\\nui = ["mlflow>=2.12",  # why\\n  "flask"]\\n'
+        >>> text += '[tool.x]\\n'
+        >>> declared_extras(text)
+        {'ui': ['mlflow>=2.12', 'flask']}
+    """
+    section = re.search(r"^\[project\.optional-dependencies\][^\n]*\n(.*?)(?=^\[|\Z)", pyproject, re.M | re.S)
+    body = re.sub(r"#[^\n]*", "", section.group(1) if section else "")
+    lists = re.findall(r"^([\w.-]+)\s*=\s*\[(.*?)\]", body, re.M | re.S)
+    return {name: re.findall(r'"([^"]+)"', items) for name, items in lists}
+
+
 def _extra_installed(extra: str) -> Skip:
     """`pip install 'beyondlabels[EXTRA]'`: not run (it installs); the extra exists and its packages are installed."""
-    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = declared_extras((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert extra in extras, f"pyproject.toml has no extra {extra!r}; it has {sorted(extras)}"
     for requirement in extras[extra]:
         name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
@@ -394,7 +409,7 @@ def _the_sweep(wd: Workdir) -> None:
 
 def _extra_declared(extra: str, package: str) -> Skip:
     """An extra the test environment does not install (a web UI): declared, and bringing ``package``."""
-    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = declared_extras((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert extra in extras, f"pyproject.toml has no extra {extra!r}; it has {sorted(extras)}"
     assert any(re.match(rf"{re.escape(package)}(?![\w-])", r) for r in extras[extra]), extras[extra]
     return Skip(f"installs the full {package} package (a web UI); the extra {extra!r} declares it")
