@@ -65,7 +65,35 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         trainer.fit(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     else:
         trainer.validate(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    return dict(trainer.callback_metrics), objects
+    metrics = dict(trainer.callback_metrics)
+    if cfg.get("train", True) and cfg.get("ckpt_path") and not metrics:
+        metrics = finished_run_metrics(trainer, callbacks, cfg.ckpt_path)
+    return metrics, objects
+
+
+def finished_run_metrics(trainer: pl.Trainer, callbacks: list[Any], ckpt_path: str) -> dict[str, float]:
+    """The final numbers of a run whose checkpoint is resumed after it had finished.
+
+    Lightning's fit of such a checkpoint trains and logs nothing ("`Trainer.fit` stopped: `max_epochs=...`
+    reached"): the run is said to have nothing left to train, and its numbers are those it ended with, the last
+    successful evaluation of every evaluation callback as restored from the checkpoint (for the summary and the sweep
+    objective). Nothing is evaluated again; ``train=false`` evaluates a checkpoint with the validation loop.
+    """
+    log.warning(
+        "nothing left to train: %s is the checkpoint of a finished run (epoch %d, step %d; trainer.max_epochs=%s, "
+        "max_steps=%s). Its final numbers are its last evaluation's; raise trainer.max_epochs or trainer.max_steps "
+        "to train on, or set train=false to evaluate the checkpoint again.",
+        ckpt_path, trainer.current_epoch, trainer.global_step, trainer.max_epochs, trainer.max_steps,
+    )  # fmt: skip
+    metrics: dict[str, float] = {}
+    for callback in callbacks:
+        if not isinstance(callback, EvaluationCore):
+            continue
+        done = [record for record in callback.history if "error" not in record]
+        for key, value in (done[-1] if done else {}).items():
+            if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics[f"{callback.prefix}/{key}"] = float(value)
+    return metrics
 
 
 def continue_wandb_run(cfg: DictConfig) -> None:

@@ -14,7 +14,20 @@ from beyondlabels.functional.zeroshot import check_class_names, check_templates,
 from beyondlabels.metrics import ZeroShotClassification
 from beyondlabels.schema import OutputSchema
 
-__all__ = ["ZeroShotEvalCore"]
+__all__ = ["DEFAULT_KS", "ZeroShotEvalCore", "default_ks"]
+
+# The cut-offs logged when `ks` is not given: CLIP's top-1 / top-5, each only where there are that many classes.
+DEFAULT_KS = (1, 5)
+
+
+def default_ks(num_classes: int) -> tuple[int, ...]:
+    """The default cut-offs for ``num_classes`` classes: the k of ``DEFAULT_KS`` that are at most ``num_classes``.
+
+    Example:
+        >>> default_ks(16), default_ks(2)
+        ((1, 5), (1,))
+    """
+    return tuple(k for k in DEFAULT_KS if k <= num_classes) or DEFAULT_KS[:1]
 
 
 class ZeroShotEvalCore(EvaluationCore):
@@ -44,7 +57,9 @@ class ZeroShotEvalCore(EvaluationCore):
         text_batch_size: Prompts encoded per call.
         input_key, label_key, id_key: Batch keys of images, labels (class indices, or class names) and ids; tuple
             batches ``(images, labels)`` / ``(images, labels, ids)`` work too.
-        ks: The k of every ``top{k}`` key; at most the number of classes.
+        ks: The k of every ``top{k}`` key; at most the number of classes. None (the default): ``DEFAULT_KS``, (1, 5),
+            cut to the number of classes: top-1, and top-5 when there are at least 5 classes (top-5 of fewer classes
+            would be 1 for every image). With class names from the datamodule the cut is made at ``setup``.
         confusion_matrix: Describe the confusion matrix in the media (rank 0).
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCore`.
@@ -54,6 +69,8 @@ class ZeroShotEvalCore(EvaluationCore):
         >>> callback = ZeroShotEvalCallback(class_names=["cat", "dog", "bird", "fish", "frog"], templates=["a {}", "a photo of a {}"])
         >>> callback.prompts()[:3], callback.schema.scalar_keys()[:3]
         (['a cat', 'a photo of a cat', 'a dog'], ['top1', 'top5', 'balanced_accuracy'])
+        >>> ZeroShotEvalCallback(class_names=["square", "circle"]).ks  # the default ks, cut to 2 classes
+        (1,)
     """
 
     callback_name = "ZeroShotEvalCallback"
@@ -70,7 +87,7 @@ class ZeroShotEvalCore(EvaluationCore):
         input_key: str = "image",
         label_key: str = "label",
         id_key: str = "id",
-        ks: Sequence[int] = (1, 5),
+        ks: Sequence[int] | None = None,
         confusion_matrix: bool = True,
         *,
         every_n_epochs: int | None = None,
@@ -89,6 +106,9 @@ class ZeroShotEvalCore(EvaluationCore):
         self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
         self.text_batch_size = text_batch_size
         self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
+        self._default_ks = ks is None  # cut to the number of classes once it is known
+        if ks is None:
+            ks = default_ks(len(self.class_names)) if self.class_names is not None else DEFAULT_KS
         self.ks = tuple(ks) if isinstance(ks, Sequence) and not isinstance(ks, str) else ks
         self.confusion_matrix = bool(confusion_matrix)
         self._classifier: torch.Tensor | None = None
@@ -138,8 +158,33 @@ class ZeroShotEvalCore(EvaluationCore):
     def _use_names(self, names: tuple[str, ...]) -> None:
         if self.metric is None or names != self._names:
             self._names = names
+            if self._default_ks:
+                self._cut_default_ks(default_ks(len(names)))
             # a ValueError naming `ks` when ks exceeds the number of classes; the schema depends on ks only
             self.metric = self.build_metric()
+
+    def _cut_default_ks(self, ks: tuple[int, ...]) -> None:
+        """Log the default cut-offs ``ks`` of this many classes: the ``top{k}`` keys of the others leave the schema
+        (a ``prog_bar`` or ``keep_best`` naming one of them is an error). A cut is never undone: the keys stay those
+        the callback was set up with."""
+        ks = tuple(k for k in ks if k in self.ks) or self.ks[:1]
+        gone = {f"top{k}" for k in self.ks if k not in ks}
+        self.ks = ks
+        if not gone:
+            return
+        named = sorted(gone & {*self.prog_bar, self.keep_best})
+        if named:
+            raise ValueError(
+                f"ZeroShotEvalCallback: {named} named by prog_bar / keep_best are not logged with {len(self._names)} "
+                f"classes (the default `ks` is cut to {list(ks)}); remove them or pass ks=... of at most "
+                f"{len(self._names)}."
+            )
+        dropped = gone | {f"{key}_ci_{end}" for key in gone for end in ("low", "high")}
+        self.schema = OutputSchema(
+            {k: v for k, v in self.schema.items() if k not in dropped},
+            {k: v for k, v in self.schema.per_query.items() if k not in gone},
+        )
+        self.ci_keys = [k for k in self.ci_keys if k not in gone]
 
     def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.metric is None:  # evaluated without setup

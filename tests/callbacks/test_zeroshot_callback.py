@@ -154,3 +154,32 @@ def test_errors_are_named(tmp_path: Path):
     ):
         with pytest.raises(ValueError, match=name):
             ZeroShotEvalCallback(**kwargs)
+
+
+def test_the_default_ks_are_cut_to_the_number_of_classes():
+    """The README's snippet: two class names and the default ks log top-1 only (top-5 of 2 classes is 1 always)."""
+    templates = ["a {}", "a photo of a {}"]
+    two = ZeroShotEvalCallback(class_names=["square", "circle"], templates=templates, text_method="encode_text")
+    assert two.ks == (1,) and "top5" not in two.schema and "top5" not in two.schema.per_query
+    assert "top1_ci_low" in two.schema and "top5_ci_low" not in two.schema
+    five = ZeroShotEvalCallback(class_names=["a", "b", "c", "d", "e"])
+    assert five.ks == (1, 5) and {"top1", "top5", "top5_ci_high"} <= set(five.schema)
+    with pytest.raises(ValueError, match="ks"):  # given explicitly, a k above the classes is still an error
+        ZeroShotEvalCallback(class_names=["square", "circle"], ks=(1, 5))
+
+
+def test_default_ks_of_datamodule_class_names_are_cut_at_setup(tmp_path: Path):
+    dm = PairDataModule()  # 4 classes: top-1 only
+    model = DualEncoder(dm, lr=0.0)
+    callback = ZeroShotEvalCallback(templates=TEMPLATES, strict=True)
+    assert "top5" in callback.schema  # unknown until setup
+    _trainer(tmp_path, [callback]).fit(model, dm)
+    record = callback.history[-1]
+    top1, _ = expected_top(model, dm, 1)
+    assert record["top1"] == pytest.approx(top1, abs=1e-12) and "top5" not in record and "top5_ci_low" not in record
+    assert callback.ks == (1,) and "top5" not in callback.schema
+    import json
+
+    assert "top5" not in json.loads((tmp_path / "zeroshot" / "schema.json").read_text())["keys"]
+    with pytest.raises(ValueError, match="ks"):  # a progress-bar key the cut removed is named at setup
+        _trainer(tmp_path, [ZeroShotEvalCallback(templates=TEMPLATES, prog_bar=["top5"])]).fit(DualEncoder(dm), dm)

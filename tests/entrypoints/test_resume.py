@@ -88,3 +88,21 @@ def test_the_kept_run_id_is_found_in_the_run_folder_or_the_checkpoints_run(tmp_p
     assert resumed_wandb_run_id(other, ckpt) == "own"  # the folder's own run first
     (run / "wandb_run.json").write_text("{not json")
     assert wandb_run_id(run) is None  # unreadable: a new run (with a warning), never a crash
+
+
+@pytest.mark.slow
+def test_a_finished_run_resumed_has_nothing_left_to_train_and_ends_with_its_numbers(tmp_path: Path):
+    """Lightning's fit of a finished run's checkpoint trains and logs nothing; train.py says so, makes no evaluation
+    again and ends as the run ended: exit 0, its last evaluation as the final numbers (and the sweep objective)."""
+    run = tmp_path / "run"
+    args = (*SMOKE[:1], "trainer.max_epochs=1", *SMOKE[2:], "logger=csv", f"paths.log_dir={tmp_path}")
+    args += (f"hydra.run.dir={run}",)
+    run_script("train.py", *args)
+    history = read_history(run / "retrieval" / "history.jsonl")
+    result = run_script("train.py", *args, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
+    out = result.stdout + result.stderr
+    assert "nothing left to train" in out and "max_epochs=1" in out, out[-3000:]
+    assert read_history(run / "retrieval" / "history.jsonl") == history  # nothing evaluated again
+    final = f"{history[-1]['precision@1']:.4f}"
+    summary = [line for line in result.stdout.splitlines() if "retrieval/precision@1 " in line]
+    assert any(final in line for line in summary), result.stdout[-3000:]
