@@ -383,6 +383,18 @@ def _resume_finished(wd: Workdir) -> None:
     assert "nothing left to train" in ran.stdout + ran.stderr
 
 
+def _compare_one_run(wd: Workdir) -> None:
+    """`evaluate.py task=compare runs=[<run>]` on the smoke run: the run's summary, headline keys per family."""
+    ran = wd.run(["python", "evaluate.py", "task=compare", f"runs=[{wd.run_folder()}]"])
+    assert "run summary" in ran.stdout and "retrieval/" in ran.stdout, ran.stdout[-2000:]
+
+
+def _full_table_run(wd: Workdir) -> None:
+    """`python train.py full_table=true` on the smoke configuration prints every key, not only the headline."""
+    ran = wd.run(["python", "train.py", "full_table=true", SMOKE])
+    assert "retrieval/num_queries" in ran.stdout or "num_queries" in ran.stdout, ran.stdout[-2000:]
+
+
 def _logger_run(logger: str, made: str) -> Callable[[Workdir], None]:
     """`python train.py logger=NAME`: one smoke run serves the TensorBoard and the MLflow lines, as the README's
     "Several at once: "logger=[wandb,tensorboard]"" allows; each checks the files its logger wrote."""
@@ -429,6 +441,8 @@ INLINE: dict[str, Inline] = {
     "python train.py": Inline(run=_the_smoke_run),
     "make train": Inline(skip=Skip("the `make` block runs it")),
     "python train.py ckpt_path=<run>/checkpoints/last.ckpt": Inline(run=_resume_finished),
+    "python evaluate.py task=compare runs=[<run>]": Inline(run=_compare_one_run),
+    "python train.py full_table=true": Inline(run=_full_table_run),
     "wandb sync": Inline(skip=Skip("names the command; an upload needs an account and the network")),
     "wandb sync logs/train/runs/<time>/wandb/offline-run-*": Inline(skip=Skip("uploads: a W&B account, the network")),
     "python benchmarks/bench_callback_overhead.py": Inline(skip=_BENCHMARK),
