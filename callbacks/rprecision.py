@@ -114,6 +114,7 @@ class RPrecisionCore(EvaluationCore):
         self._prompt_set: PromptSet | None = None
         self._table: dict[int, tuple[str, torch.Tensor]] = {}
         kwargs.setdefault("dataloader", self._loader)
+        kwargs.setdefault("test_dataloader", None)  # the prompt set is the evaluation's own: nothing to test()
         super().__init__(prefix=prefix, **kwargs)
         num_candidates = self.metric.num_candidates
         if num_prompts < num_candidates:
@@ -169,7 +170,7 @@ class RPrecisionCore(EvaluationCore):
     def feed(self, pl_module: LightningModule, batch: Mapping[str, Any]) -> None:
         prompts = list(batch["prompt"])
         ids = self.take_ids(len(prompts), batch.get("id"))
-        images = getattr(pl_module, self.generate_method)(prompts)
+        images = self.call_module(pl_module, self.generate_method, prompts)  # the evaluator keeps its own precision
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[0] != len(prompts):
             got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise ValueError(f"{self.generate_method}(prompts) must return images [B, 3, H, W] in [0, 1] for B={len(prompts)} prompts, got {got}.")
