@@ -104,6 +104,25 @@ def test_a_loader_index_out_of_range_is_named(package: str, tmp_path: Path):
     assert [h["num_queries"] for h in named.history] == [16]
 
 
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_failed_evaluation_tells_the_monitors_why_their_key_is_missing(package: str, tmp_path: Path, caplog):
+    """EarlyStopping then reports the key as not available and hints at self.log; our error says the cause."""
+    DualEncoder, _, PairData = toy_classes(package)
+
+    class Broken(DualEncoder):
+        def encode_image(self, images):
+            if not self.training:
+                raise RuntimeError("encoder exploded")
+            return super().encode_image(images)
+
+    own = __import__(f"{package}.callbacks", fromlist=["EarlyStopping"])
+    stopping = own.EarlyStopping(monitor="retrieval/precision@1", mode="max", strict=False)
+    with caplog.at_level(logging.ERROR, logger="beyondlabels"):
+        _trainer(package, tmp_path, [_retrieval(package, strict=False), stopping], max_epochs=1).fit(Broken(), datamodule=PairData())
+    (said,) = [r.getMessage() for r in caplog.records if "encoder exploded" in r.getMessage()]
+    assert "EarlyStopping(monitor='retrieval/precision@1') will find no value" in said and "not a missing self.log" in said
+
+
 # ---- precision ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 @pytest.mark.parametrize("precision", ["64-true", "bf16-true", "16-true", "bf16-mixed", "16-mixed"])
