@@ -12,7 +12,9 @@
   evaluation's) under ``<prefix>/media/``, once;
 - any other logger (CSV, a custom one): nothing beyond the scalars.
 
-Every item is logged at the evaluation's step (``trainer.global_step``) under ``<prefix>/<name>``.
+Every item is logged under ``<prefix>/<name>`` at the step the loggers got the evaluation's scalars
+(``media.log_step``: Lightning's logging step); captions and MLflow's folders name the evaluation by
+``trainer.global_step`` (``media.step``), as the callback's files do.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ class WandbSink(MediaSink):
                 caption = f"{table.name}: {', '.join(table.image_columns)} of {len(table.rows)} rows (step {media.step})"
                 items[f"{table.name}_images"] = wandb.Image(media.table_grid(table), caption=caption)
         if items:
-            self.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in items.items()}, step=media.step)
+            self.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in items.items()}, step=media.log_step)
 
 
 class TensorBoardSink(MediaSink):
@@ -138,7 +140,7 @@ class TensorBoardSink(MediaSink):
     kind = "TensorBoard"
 
     def log(self, media: EvaluationMedia, folder: Path | None) -> None:
-        writer, step, prefix = self.logger.experiment, media.step, media.prefix
+        writer, step, prefix = self.logger.experiment, media.log_step, media.prefix
         for figure in media.figures:
             if figure.to_loggers:
                 writer.add_image(f"{prefix}/{figure.name}", decode_png(figure.png), global_step=step, dataformats="HWC")

@@ -1,5 +1,5 @@
 """The base of every evaluation callback: schedule, evaluation loader, collective failure decision, history, files,
-and logging at one explicit step. A family adds its metric and how to feed it a batch.
+and logging the way Lightning logs. A family adds its metric and how to feed it a batch.
 
 What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallback` for a complete one):
 
@@ -14,9 +14,11 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
   ``state_key_parts()``.
 
 What the base gives a family: :meth:`EvaluationCore.unpack` (labelled batches as dicts or tuples, read with the
-family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (Lightning's
-``move_data_to_device``), :meth:`EvaluationCore.embed` and :meth:`EvaluationCore.encode_texts` (call the module
-and check its ``[B, D]`` output; tokenise and embed strings in batches), :meth:`EvaluationCore.take_ids` (on the
+family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (the trainer's precision
+plugin's ``convert_input``, then Lightning's ``move_data_to_device``), :meth:`EvaluationCore.call_module` (a module
+method in the precision plugin's forward context, as Lightning runs a step), :meth:`EvaluationCore.embed` and
+:meth:`EvaluationCore.encode_texts` (call the module that way and check its ``[B, D]`` output; tokenise and embed
+strings in batches), :meth:`EvaluationCore.take_ids` (on the
 module's device), :meth:`EvaluationCore.thumbnail` / :meth:`EvaluationCore.item` (look a sample up by id in
 ``eval_dataset``) and :func:`check_names` (argument checks).
 
@@ -26,19 +28,36 @@ gets a thin subclass (:mod:`beyondlabels.callbacks.packages`).
 What the base guarantees:
 
 - **Schedule.** ``every_n_epochs=N``: at the end of the validation loops of epochs N-1, 2N-1, ... (zero-based), so it
-  shares the trainer's validation cadence; a module without a validation loop is evaluated at the end of the training
-  epoch instead (said once in the log). ``every_n_steps=M``: after every M-th optimiser step. Sanity checks are
-  skipped. ``evaluate_at_fit_end=True`` adds one evaluation when fit ends after the last one, so every run ends with
-  numbers whatever ``max_epochs`` and the cadence are.
-- **One step everywhere.** Each evaluation is logged at ``trainer.global_step`` through every Lightning logger
-  (``logger.log_metrics(..., step=trainer.global_step)``), never throttled by ``log_every_n_steps``; the same step is
-  written to ``history.jsonl``, the per-query file and the media. Scalars also enter ``trainer.callback_metrics``
-  on every rank (ModelCheckpoint, EarlyStopping and sweepers monitor them) and, for ``prog_bar`` keys, the progress bar.
-  ``<prefix>/eval_seconds`` is the evaluation's wall time, files and media included (rank 0's, on every rank);
-  :attr:`EvaluationCore.last_timings` splits it into forward, compute, intervals, files and media.
-- **Loader.** The evaluation loader is a datamodule or module method name, a DataLoader, or a callable. Under DDP it is
-  rebuilt with a ``DistributedSampler`` (no shuffling) that keeps the user's ``collate_fn``, ``num_workers``,
-  ``pin_memory``, ``worker_init_fn``, ``persistent_workers``, ``timeout``, ``prefetch_factor``,
+  shares the trainer's validation cadence (a cadence that meets ``check_val_every_n_epoch`` more rarely than either
+  asks is said at setup); a module without a validation loop (Lightning's own answer, ``Trainer.enable_validation``:
+  also a ``torch.compile``-d module without ``validation_step``, or ``limit_val_batches=0``) is evaluated at the end
+  of the training epoch instead (said once in the log). ``every_n_steps=M``: after every M-th optimiser step. Sanity
+  checks are skipped. ``evaluate_at_fit_end=True`` adds one evaluation when fit ends after the last one, so every
+  run ends with numbers whatever ``max_epochs`` and the cadence are. ``trainer.validate()`` evaluates once (keys
+  ``<prefix>/<key>``), ``trainer.test()`` once on ``test_dataloader`` (keys ``<prefix>/test/<key>``): both are
+  returned by the call and kept out of the history and the files.
+- **Logged as Lightning logs.** An evaluation at the end of a validation loop (or of a training epoch, without one)
+  logs its scalars with ``pl_module.log``: they join the user's row of that loop in every logger (one CSV row, with
+  the user's ``step`` and ``epoch``), ``trainer.callback_metrics`` (ModelCheckpoint, EarlyStopping and sweepers
+  monitor them), ``validate()``'s return value and, for ``prog_bar`` keys, the progress bar. An evaluation after an
+  optimiser step (``every_n_steps``) or at fit end goes to every logger directly, at Lightning's logging step (that of
+  the last training batch, :func:`~beyondlabels.callbacks.packages.logging_step`) with the epoch, never throttled by
+  ``log_every_n_steps``, and into ``callback_metrics`` and the progress bar on every rank. The media go to the loggers
+  at the same step as the scalars. ``history.jsonl``, the per-query files and the media's captions name an
+  evaluation by ``trainer.global_step`` (as ModelCheckpoint names its files): one more than the logging step. A key
+  of ours that the module or another callback also logs is said once (``strict``: raised), since
+  ``callback_metrics`` then holds only one of the two. ``<prefix>/eval_seconds`` is the evaluation's wall time,
+  files and media included (rank 0's, on every rank); :attr:`EvaluationCore.last_timings` splits it into forward,
+  compute, intervals, files and media.
+- **Loader.** The evaluation loader is a datamodule or module method name (``"val_dataloader"`` defined by neither:
+  the validation loaders given to ``fit`` / ``validate``; none anywhere is refused at setup), a DataLoader, or a
+  callable; of several (a list or dict, as Lightning's several validation loaders) ``dataloader_idx`` chooses one,
+  said once. At most ``limit_batches`` batches, else as many as the trainer's ``limit_val_batches`` allows (said once
+  when it cuts; ``fast_dev_run`` sets it). Batches reach the module as they reach its steps: floating-point tensors
+  converted by the trainer's precision plugin (``convert_input``), on its device, and the module's calls run in the
+  plugin's forward context (:meth:`EvaluationCore.module_context`), so every ``precision=`` works. Under DDP the
+  loader is rebuilt with a ``DistributedSampler`` (no shuffling) that keeps the user's ``collate_fn``,
+  ``num_workers``, ``pin_memory``, ``worker_init_fn``, ``persistent_workers``, ``timeout``, ``prefetch_factor``,
   ``multiprocessing_context``, ``generator`` and batch size (also a ``batch_sampler``'s). The metric drops the copies
   the sampler adds, by id.
 - **No side effects on training.** Evaluation runs in eval mode without gradients and restores the torch random
@@ -46,7 +65,8 @@ What the base guarantees:
 - **Failures.** An evaluation that raises on any rank is skipped on every rank (ranks agree through
   ``trainer.strategy`` before any collective), recorded in the history and logged as an error; training goes on.
   With ``strict=True`` it raises on *every* rank — also for errors writing files or media on rank 0.
-- **Files** (rank 0, beside any logger), under ``save_dir`` (default ``<default_root_dir>/<prefix>``), at a cost
+- **Files** (rank 0, beside any logger; none under ``fast_dev_run``), under ``save_dir`` (default
+  ``<default_root_dir>/<prefix>``), at a cost
   that does not grow with the run (:class:`~beyondlabels.callbacks.files.EvaluationFiles`): ``history.jsonl`` (one
   record per evaluation, appended), ``schema.json`` (kind and direction of every key), ``per_query/step_<step>.npz``
   (the per-query values: the input of confidence intervals and paired tests; compressed, kept for the latest, the
@@ -69,12 +89,14 @@ What the base guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +108,16 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks._sinks import media_sinks
 from beyondlabels.callbacks.media import EvaluationMedia, dataset_item, thumbnail
-from beyondlabels.callbacks.packages import check_same_package, is_lightning_instance, lightning_state_key, overrides
+from beyondlabels.callbacks.packages import (
+    check_same_package,
+    is_lightning_instance,
+    lightning_package,
+    lightning_state_key,
+    logging_step,
+    overrides,
+    runs_validation,
+    trainer_stage,
+)
 from beyondlabels.io.paths import check_name
 from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.metrics.base import PerSampleMetric
@@ -98,6 +129,9 @@ __all__ = ["EVAL_SECONDS", "EvaluationCore", "Trainer", "LightningModule", "chec
 
 # Logged with every evaluation: its wall time in seconds, files and media included (rank 0's, on every rank).
 EVAL_SECONDS = "eval_seconds"
+# The trainer's own loaders for the standard loader method names, used when neither the datamodule nor the module
+# defines the method (loaders given to fit / validate / test directly).
+TRAINER_LOADERS = {"val_dataloader": "val_dataloaders", "test_dataloader": "test_dataloaders"}
 
 # The hooks receive a Trainer and a LightningModule of whichever Lightning package the user's run is built on
 # (beyondlabels.callbacks.packages); the cores use only what both packages' objects share.
@@ -124,6 +158,55 @@ def check_names(**values: Any) -> None:
             raise ValueError(f"`{name}` must be a non-empty string{allowed}, got {value!r}.")
 
 
+def _check_loader_options(dataloader: Any, dataloader_idx: Any, test_dataloader: Any) -> None:
+    for name, source in (("dataloader", dataloader), ("test_dataloader", test_dataloader)):
+        if source is None and name == "test_dataloader":
+            continue
+        if isinstance(source, str) and not source or not (isinstance(source, (str, DataLoader)) or callable(source)):
+            raise ValueError(
+                f"`{name}` must be the name of a datamodule or module method, a DataLoader or a zero-argument callable "
+                f"returning one{' (or None)' if name == 'test_dataloader' else ''}, got {source!r}."
+            )
+    if isinstance(dataloader_idx, bool) or not (isinstance(dataloader_idx, int) and dataloader_idx >= 0 or isinstance(dataloader_idx, str) and dataloader_idx):
+        raise ValueError(f"`dataloader_idx` must be an int >= 0 (a position) or a loader's name, got {dataloader_idx!r}.")
+
+
+_CLASH_FIX = "rename your own key, or give this callback another prefix= (e.g. prefix='eval_retrieval')."
+
+
+def _scalar_tensor(value: float, device: torch.device) -> torch.Tensor:
+    """``value`` as a 0-d float64 tensor on ``device`` (float32 on MPS, which has no float64): Lightning keeps a
+    logged tensor's dtype, while a Python float would become float32 and lose digits in every logger."""
+    return torch.tensor(value, dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
+
+
+def _same_value(a: float, b: float) -> bool:
+    """Whether a value read back from ``callback_metrics`` (a float64 or float32 tensor) is the float that was logged."""
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+
+
+@dataclass(frozen=True)
+class _Occasion:
+    """When and how one evaluation runs (set by the hook that calls it)."""
+
+    stage: str  # what the trainer runs: "fit", "validate", "test" (``trainer.state.fn``)
+    step: int  # trainer.global_step: names the evaluation in the history, the files and the media
+    epoch: int
+    log_step: int  # the step the loggers get (Lightning's logging step)
+    through_lightning: bool  # scalars through pl_module.log
+    final: bool  # the evaluation at the end of fit
+
+    @property
+    def one_off(self) -> bool:
+        """An evaluation outside fit (validate, test): logged and returned, kept out of the history and files."""
+        return self.stage != "fit"
+
+    @property
+    def namespace(self) -> str:
+        """What comes between ``<prefix>/`` and a key: nothing in fit and validate, the stage otherwise."""
+        return "" if self.stage in ("fit", "validate") else f"{self.stage}/"
+
+
 class EvaluationCore:
     """Base class of periodic evaluation callbacks (behaviour: the module docstring), importing neither Lightning
     package: a Trainer gets it as ``EvaluationCallback`` of :mod:`beyondlabels.callbacks` (``pytorch_lightning``) or
@@ -134,10 +217,17 @@ class EvaluationCore:
         every_n_steps: Evaluate every N optimiser steps instead. Set at most one of the two; with neither, every
             validation epoch is evaluated.
         dataloader: Name of a datamodule (or LightningModule) method returning the evaluation loader, a ``DataLoader``,
-            or a zero-argument callable returning one.
+            or a zero-argument callable returning one. ``"val_dataloader"`` defined by neither the datamodule nor the
+            module means the validation loaders given to ``fit`` / ``validate``.
+        dataloader_idx: Which loader to evaluate when ``dataloader`` gives several (a list, or a dict of named
+            loaders, as Lightning's several validation loaders): a position, or a name of a dict (said once).
+        test_dataloader: The loader ``trainer.test()`` evaluates (same forms as ``dataloader``; the default,
+            defined by neither, means the loaders given to ``test``), logged as ``<prefix>/test/<key>``; None: not
+            evaluated under ``test()``.
         prefix: Namespace of the logged keys (``<prefix>/<key>``) and the default file folder: one file name
             (:func:`beyondlabels.io.paths.check_name`: not ``.`` or ``..``, no ``/``, at most 255 bytes).
-        limit_batches: Evaluate on at most this many batches (None: all).
+        limit_batches: Evaluate on at most this many batches (None: as many as the trainer's ``limit_val_batches``,
+            or ``limit_test_batches`` under ``test()``, allows; all by default).
         prog_bar: Keys (un-prefixed, e.g. ``["precision@1"]``) also shown in the progress bar.
         save_dir: Folder of the evaluation files; None means ``<trainer.default_root_dir>/<prefix>``, False writes none.
         save_per_query: Write ``per_query/step_<step>.npz``: True for the evaluations the retention policy keeps
@@ -167,6 +257,8 @@ class EvaluationCore:
         every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
         dataloader: str | DataLoader | Callable[[], DataLoader] = "val_dataloader",
+        dataloader_idx: int | str = 0,
+        test_dataloader: str | DataLoader | Callable[[], DataLoader] | None = "test_dataloader",
         prefix: str = "eval",
         limit_batches: int | None = None,
         prog_bar: Sequence[str] = (),
@@ -204,9 +296,12 @@ class EvaluationCore:
             raise ValueError(f"`save_per_query` must be True (the retained evaluations), 'all' or False, got {save_per_query!r}.")
         _check_optional_positive(keep_every_n, "keep_every_n", optional=False)
         _check_optional_positive(plot_every_n, "plot_every_n", optional=False)
+        _check_loader_options(dataloader, dataloader_idx, test_dataloader)
         self.every_n_epochs = every_n_epochs
         self.every_n_steps = every_n_steps
         self.dataloader = dataloader
+        self.dataloader_idx = dataloader_idx
+        self.test_dataloader = test_dataloader
         self.prefix = prefix
         self.limit_batches = limit_batches
         self.prog_bar = tuple(prog_bar)
@@ -239,6 +334,12 @@ class EvaluationCore:
         self.eval_trainer: Trainer | None = None  # the trainer during an evaluation (feed() gets only the module)
         self._device = torch.device("cpu")  # the module's, during an evaluation: where take_ids puts the ids
         self._monitored: str | None = None  # a key of ours that a ModelCheckpoint / EarlyStopping monitors
+        self._monitors: list[str] = []  # the ModelCheckpoint / EarlyStopping of the trainer watching our keys
+        self._said: set[str] = set()  # what was said once in this fit (loader choice, batch limits)
+        self._logged: dict[str, float] = {}  # logged name -> the value this callback gave it last (key clashes)
+        self._clashes: set[str] = set()  # logged names already reported as logged by someone else too
+        self._pending: dict[str, float] | None = None  # logged through Lightning in the current loop, checked at its end
+        self._how: tuple[bool, bool] | None = None  # (through_lightning, in_batch) of the hook evaluating now
         self.files: EvaluationFiles | None = None  # the folder's writer, made at the first evaluation of a fit
         self._last_media: EvaluationMedia | None = None  # the last evaluation's media (the fit-end band joins them)
         self.last_timings: dict[str, float] = {}
@@ -307,24 +408,53 @@ class EvaluationCore:
         self._sink_failures = {}
         self.files = None  # a new fit starts its files afresh (the history file is rewritten once, then appended)
         self._last_media = None
+        self._said, self._logged, self._clashes, self._pending = set(), {}, set(), None
         self.check_module(pl_module)
         self._check_monitors(trainer)
         self._train_epoch_fallback = False
-        if stage == "fit" and self.every_n_epochs is not None:
-            has_val = overrides(pl_module, "validation_step") and trainer.limit_val_batches != 0
-            if not has_val:
-                self._train_epoch_fallback = True
-                log.info(
-                    "%s: %s has no validation loop, so evaluations run at the end of every %d training epoch(s) instead",
-                    self.prefix,
-                    type(pl_module).__name__,
-                    self.every_n_epochs,
-                )
+        if stage != "fit":
+            return
+        self._check_loader_source(trainer, pl_module)
+        if getattr(trainer, "fast_dev_run", False) and self.save_dir is not False:
+            log.info("%s: fast_dev_run: evaluating as usual but writing no files (as Lightning writes none)", self.prefix)
+        if self.every_n_epochs is None:
+            return
+        if not runs_validation(trainer, pl_module):
+            self._train_epoch_fallback = True
+            log.info(
+                "%s: %s has no validation loop, so evaluations run at the end of every %d training epoch(s) instead",
+                self.prefix,
+                type(pl_module).__name__,
+                self.every_n_epochs,
+            )
+        else:
+            self._check_cadence(trainer)
+
+    def _check_cadence(self, trainer: Trainer) -> None:
+        """Warn when ``every_n_epochs`` and the trainer's ``check_val_every_n_epoch`` meet more rarely than either
+        asks (neither divides the other): evaluations run only at the end of validation loops."""
+        n, every = self.every_n_epochs, getattr(trainer, "check_val_every_n_epoch", None)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            return
+        period = math.lcm(n, every)
+        if period <= max(n, every):
+            return
+        max_epochs = getattr(trainer, "max_epochs", None)
+        never = isinstance(max_epochs, int) and 0 < max_epochs < period
+        log.warning(
+            "%s: every_n_epochs=%d evaluates at the end of the validation loops of every %d-th epoch, and "
+            "check_val_every_n_epoch=%d runs one every %d epochs: they meet every %d epochs (first after epoch %d)%s. "
+            "Set every_n_epochs to a multiple or a divisor of %d, or evaluate every_n_steps.",
+            self.prefix, n, n, every, every, period, period,
+            f", so with max_epochs={max_epochs} no evaluation runs during training"
+            + (" (only the one at fit end)" if self.evaluate_at_fit_end else "") if never else "",
+            every,
+        )  # fmt: skip
 
     def _check_monitors(self, trainer: Trainer) -> None:
         """A ModelCheckpoint / EarlyStopping monitoring one of our keys in the wrong direction keeps the worst model.
         The first such key with a direction is the default ``keep_best``."""
-        self._monitored = None
+        self._monitored, self._monitors = None, []
         for cb in trainer.callbacks:
             watches = is_lightning_instance(cb, "ModelCheckpoint") or is_lightning_instance(cb, "EarlyStopping")
             if not watches or not getattr(cb, "monitor", None):
@@ -333,6 +463,7 @@ class EvaluationCore:
             if not monitor.startswith(f"{self.prefix}/"):
                 continue
             wanted = self.schema.mode(monitor[len(self.prefix) + 1 :])
+            self._monitors.append(f"{type(cb).__name__}(monitor={monitor!r})")
             if wanted is not None and self._monitored is None:
                 self._monitored = monitor[len(self.prefix) + 1 :]
             if wanted is not None and cb.mode != wanted:
@@ -345,23 +476,43 @@ class EvaluationCore:
                 log.warning(message)
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.every_n_epochs is None or trainer.sanity_checking or self._train_epoch_fallback:
+        if trainer.sanity_checking:
+            return
+        stage = trainer_stage(trainer)
+        if stage == "validate":  # trainer.validate(): one evaluation now, returned by validate()
+            self._evaluate_in_hook(trainer, pl_module, through_lightning=True)
+            return
+        if self.every_n_epochs is None or self._train_epoch_fallback or stage != "fit":
             return
         if (trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run:
-            self.evaluate(trainer, pl_module)
+            self._evaluate_in_hook(trainer, pl_module, through_lightning=True, in_batch=True)
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check_pending(trainer)
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.test_dataloader is not None:
+            self._evaluate_in_hook(trainer, pl_module, through_lightning=True)
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check_pending(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._train_epoch_fallback and ((trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run):
-            self.evaluate(trainer, pl_module)
+            self._evaluate_in_hook(trainer, pl_module, through_lightning=True)
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.every_n_steps is None:
             return
         step = trainer.global_step
         if step > 0 and step % self.every_n_steps == 0 and step != self._last_step_evaluated:
-            self.evaluate(trainer, pl_module)
+            self._evaluate_in_hook(trainer, pl_module, in_batch=True)
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check_pending(trainer)  # what the previous training epoch's end kept of our scalars
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check_pending(trainer)
         if self.evaluate_at_fit_end and not trainer.interrupted and trainer.global_step != self._last_step_evaluated:
             self.evaluate(trainer, pl_module, final=True)
         self._finish_plots(trainer)
@@ -384,29 +535,50 @@ class EvaluationCore:
             raise problems[0] if problems else RuntimeError(f"{self.prefix}: drawing the run's plots failed on rank 0")
 
     # ---- one evaluation -------------------------------------------------------------------------------------------------
+    def _evaluate_in_hook(
+        self, trainer: Trainer, pl_module: LightningModule, *, through_lightning: bool = False, in_batch: bool = False
+    ) -> None:
+        """:meth:`evaluate` from a hook, which says how its scalars are logged: ``through_lightning`` with
+        ``pl_module.log`` (only from hooks in which Lightning allows ``self.log(on_epoch=True)``); ``in_batch``:
+        inside a training batch, where Lightning's logging step is (:func:`~beyondlabels.callbacks.packages.logging_step`)."""
+        self._how = (through_lightning, in_batch)
+        try:
+            self.evaluate(trainer, pl_module)
+        finally:
+            self._how = None
+
     def evaluate(self, trainer: Trainer, pl_module: LightningModule, final: bool = False) -> dict[str, Any] | None:
         """Run one evaluation now (on every rank) and log it; returns the metric's output, or None if it failed.
-        ``final``: the evaluation at the end of fit (the plots of the whole run are drawn)."""
+        ``final``: the evaluation at the end of fit (the plots of the whole run are drawn).
+
+        From the end of a validation loop (or of a training epoch) the scalars go through ``pl_module.log``; called
+        anywhere else, straight to every logger at Lightning's logging step, with the epoch, and into
+        ``trainer.callback_metrics``. Under ``trainer.validate()`` and ``trainer.test()`` the evaluation is a one-off:
+        its scalars are logged (as ``<prefix>/<key>`` and ``<prefix>/test/<key>``) and returned by ``validate()`` /
+        ``test()``, and it stays out of the history, the files and the media (those follow the training run)."""
+        through_lightning, in_batch = getattr(self, "_how", None) or (False, False)
+        stage = trainer_stage(trainer)
+        occasion = _Occasion(stage, trainer.global_step, trainer.current_epoch, logging_step(trainer, in_batch), through_lightning, final)
         started = time.perf_counter()
-        step, epoch = trainer.global_step, trainer.current_epoch
-        self._last_step_evaluated = step
+        if not occasion.one_off:
+            self._last_step_evaluated = occasion.step
         try:
-            return self._evaluate(trainer, pl_module, final, started, step, epoch)
+            return self._evaluate(trainer, pl_module, occasion, started)
         finally:
             self.on_evaluation_end(trainer, pl_module)
 
-    def _evaluate(
-        self, trainer: Trainer, pl_module: LightningModule, final: bool, started: float, step: int, epoch: int
-    ) -> dict[str, Any] | None:
-        timings: dict[str, float] = {}
+    def _encode_and_compute(
+        self, trainer: Trainer, pl_module: LightningModule, occasion: _Occasion, started: float, timings: dict[str, float]
+    ) -> tuple[dict[str, Any] | None, BaseException | None]:
+        """Feed every batch, then (only if every rank fed its shard) compute the metric and its intervals."""
         error: BaseException | None = None
         try:
             self.on_evaluation_start(trainer, pl_module)
             self.metric.to(pl_module.device)
             self.metric.reset()
-            loader = self._make_loader(trainer, pl_module)
+            loader = self._make_loader(trainer, pl_module, occasion.stage)
             self.eval_dataset = loader.dataset
-            self._feed_all(trainer, pl_module, loader)
+            self._feed_all(trainer, pl_module, loader, occasion.stage)
         except Exception as exc:  # noqa: BLE001 - decided collectively below, re-raised in strict mode
             error = exc
         timings["forward"] = time.perf_counter() - started
@@ -423,30 +595,39 @@ class EvaluationCore:
                     timings["intervals"] = time.perf_counter() - mark
             except Exception as exc:  # noqa: BLE001
                 error = exc
+        return results, error
+
+    def _evaluate(self, trainer: Trainer, pl_module: LightningModule, occasion: _Occasion, started: float) -> dict[str, Any] | None:
+        timings: dict[str, float] = {}
+        step, epoch = occasion.step, occasion.epoch
+        results, error = self._encode_and_compute(trainer, pl_module, occasion, started, timings)
         if not trainer.strategy.reduce_boolean_decision(error is None, all=True):
             if self.metric is not None:
                 self.metric.reset()
-            self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), step, epoch, trainer)
+            self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), occasion, trainer)
             return None
         record = self._record(results, step, epoch)
-        self.last_per_query = (step, results.get("per_query"))
         # Files and media (rank 0) come before the scalars, so that eval_seconds counts them; the history line is
-        # written last, with eval_seconds in it.
+        # written last, with eval_seconds in it. A one-off (validate, test) writes neither.
         problems: list[BaseException] = []
         self._sink_errors = []
+        if not occasion.one_off:
+            self.last_per_query = (step, results.get("per_query"))
         if trainer.is_global_zero:
-            problems = self._write_outputs(trainer, results, record, timings, final)
+            if not occasion.one_off:
+                problems = self._write_outputs(trainer, results, record, timings, occasion)
             record[EVAL_SECONDS] = time.perf_counter() - started
-            self.history.append(record)
-            if self.files is not None:
-                problems += self.files.write_history(self.history)
+            if not occasion.one_off:
+                self.history.append(record)
+                if self.files is not None:
+                    problems += self.files.write_history(self.history)
         failed, seconds = trainer.strategy.broadcast((bool(problems), record.get(EVAL_SECONDS, 0.0)), src=0)
         record[EVAL_SECONDS] = float(seconds)
-        if not trainer.is_global_zero:
+        if not trainer.is_global_zero and not occasion.one_off:
             self.history.append(record)
         timings["total"] = float(seconds)
         self.last_timings = timings
-        self._log_scalars(trainer, record, step)
+        self._log_scalars(trainer, pl_module, record, occasion)
         self.metric.reset()
         if failed:
             if self.strict:
@@ -462,7 +643,7 @@ class EvaluationCore:
         return results
 
     def _write_outputs(
-        self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any], timings: dict[str, float], final: bool
+        self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any], timings: dict[str, float], occasion: _Occasion
     ) -> list[BaseException]:
         """Rank 0: this evaluation's files (:class:`EvaluationFiles`, the family's step files) and media. Each
         failure is collected, none stops the others."""
@@ -475,14 +656,14 @@ class EvaluationCore:
                 drawn_before = files.plotted_evaluations
                 # the family's files first: the retention policy then knows every kind of step file it removes
                 files.attempt(problems, "this evaluation's pictures", self.write_step_files, trainer, results, int(record["step"]), files)
-                problems += files.write_evaluation(record, results, self.history, final=final)
+                problems += files.write_evaluation(record, results, self.history, final=occasion.final)
                 band_drawn = files.plotted_evaluations != drawn_before and files.band_path.is_file()
         except Exception as exc:  # noqa: BLE001 - collected: rank 0 alone must never raise before the broadcast
             log.error("%s: writing the evaluation files failed (%s: %s)", self.prefix, type(exc).__name__, exc)
             problems.append(exc)
         timings["files"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        problems += self._publish_media(trainer, results, int(record["step"]), int(record["epoch"]), band_drawn)
+        problems += self._publish_media(trainer, results, occasion, band_drawn)
         timings["media"] = time.perf_counter() - mark
         return problems
 
@@ -524,17 +705,59 @@ class EvaluationCore:
                 record[key] = [float(v) for v in torch.atleast_1d(torch.as_tensor(results[key]))]
         return record
 
-    def _log_scalars(self, trainer: Trainer, record: dict[str, Any], step: int) -> None:
-        scalars = {f"{self.prefix}/{k}": float(record[k]) for k in self.schema.scalar_keys() if k in record}
-        for logger in trainer.loggers:
-            logger.log_metrics(scalars, step=step)
-        device = trainer.strategy.root_device
-        tensors = {k: torch.tensor(v, device=device) for k, v in scalars.items()}
-        trainer.callback_metrics.update(tensors)
-        for key in self.prog_bar:
-            name = f"{self.prefix}/{key}"
-            if name in scalars:
-                trainer.progress_bar_metrics[name] = scalars[name]
+    def _log_scalars(self, trainer: Trainer, pl_module: LightningModule, record: dict[str, Any], occasion: _Occasion) -> None:
+        """The scalars of ``record`` under ``<prefix>/<namespace><key>``: through ``pl_module.log`` (Lightning's row
+        of the loop, ``callback_metrics``, the progress bar) or straight to every logger at Lightning's logging step
+        with the epoch, as Lightning's own callbacks log outside its loops."""
+        name = f"{self.prefix}/{occasion.namespace}"
+        scalars = {f"{name}{k}": float(record[k]) for k in self.schema.scalar_keys() if k in record}
+        bar = {f"{name}{k}" for k in self.prog_bar}
+        self._check_clashes(trainer, scalars)
+        if occasion.through_lightning:
+            sync, device = trainer.world_size > 1, pl_module.device
+            for key, value in scalars.items():
+                # the value is the same on every rank: "max" over the ranks is that value exactly (a mean may round)
+                pl_module.log(key, _scalar_tensor(value, device), prog_bar=key in bar, on_step=False, on_epoch=True,
+                              reduce_fx="max", sync_dist=sync, add_dataloader_idx=False)  # fmt: skip
+            self._pending = {**(self._pending or {}), **scalars}
+        else:
+            for logger in trainer.loggers:
+                logger.log_metrics({**scalars, "epoch": occasion.epoch}, step=occasion.log_step)
+            device = trainer.strategy.root_device
+            trainer.callback_metrics.update({k: _scalar_tensor(v, device) for k, v in scalars.items()})
+            for key in bar & set(scalars):
+                trainer.progress_bar_metrics[key] = scalars[key]
+        self._logged.update(scalars)
+
+    def _check_pending(self, trainer: Trainer) -> None:
+        """At the end of a loop in which scalars went through ``pl_module.log``: check what Lightning kept of them."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._check_clashes(trainer, pending)
+
+    def _check_clashes(self, trainer: Trainer, names: Iterable[str]) -> None:
+        """Say (once per key and fit; ``strict``: raise on every rank) which of our logged ``names`` hold in
+        ``trainer.callback_metrics`` (what ModelCheckpoint, EarlyStopping and sweepers read) a value this callback
+        did not put there: a key of the same name logged by the module or another callback."""
+        metrics = trainer.callback_metrics
+        clashes = []
+        for key in names:
+            if key in self._clashes or key not in metrics:
+                continue
+            ours, theirs = self._logged.get(key), float(metrics[key])
+            if ours is None or not _same_value(theirs, ours):
+                clashes.append((key, ours, theirs))
+        if self.strict and trainer.strategy.reduce_boolean_decision(bool(clashes), all=False):
+            described = ", ".join(f"`{key}`" for key, _, _ in clashes) or "a key (on another rank)"
+            raise ValueError(f"{described} of {type(self).__name__}(prefix={self.prefix!r}) is also logged by something else; {_CLASH_FIX}")
+        for key, ours, theirs in clashes:
+            self._clashes.add(key)
+            given = "before this callback logged it" if ours is None else f"where this callback logged {ours:.6g}"
+            log.warning(
+                "%s: `%s` is also logged by something else (the LightningModule's self.log, another callback): "
+                "trainer.callback_metrics, which ModelCheckpoint, EarlyStopping and sweepers read, holds %.6g %s. %s",
+                self.prefix, key, theirs, given, _CLASH_FIX,
+            )  # fmt: skip
 
     def per_query_values(self, key: str, step: int) -> tuple[Any, torch.Tensor] | None:
         """``(query_ids or None, values)`` of the per-query vector ``key`` of the evaluation at ``step``, while that
@@ -546,20 +769,14 @@ class EvaluationCore:
             return None
         return per_query.get("query_id"), torch.as_tensor(per_query[key]).detach().cpu()
 
-    def _make_loader(self, trainer: Trainer, pl_module: LightningModule) -> DataLoader:
-        source = self.dataloader
-        if isinstance(source, str):
-            owner = next((o for o in (trainer.datamodule, pl_module) if o is not None and hasattr(o, source)), None)
-            if owner is None:
-                raise AttributeError(
-                    f"neither the datamodule nor the LightningModule has a method {source!r}; set "
-                    f"{type(self).__name__}(dataloader=...) to the name of a method returning the evaluation DataLoader"
-                )
-            loader = getattr(owner, source)()
-        else:
-            loader = source() if callable(source) and not isinstance(source, DataLoader) else source
+    def _make_loader(self, trainer: Trainer, pl_module: LightningModule, stage: str = "fit") -> DataLoader:
+        source = self.test_dataloader if stage == "test" else self.dataloader
+        loader = self._choose_loader(self._source_loaders(source, trainer, pl_module), source)
         if not isinstance(loader, DataLoader):
-            raise TypeError(f"dataloader must give a torch DataLoader, got {type(loader).__name__}")
+            raise TypeError(
+                f"dataloader must give a torch DataLoader (or a list or dict of them, of which dataloader_idx chooses "
+                f"one), got {type(loader).__name__}"
+            )
         self._positions = None
         if trainer.world_size > 1:
             if isinstance(loader.dataset, IterableDataset):
@@ -571,6 +788,71 @@ class EvaluationCore:
             self._positions = list(iter(loader.sampler))
         return loader
 
+    def _loader_owner(self, trainer: Trainer, pl_module: LightningModule, name: str) -> Any:
+        """The datamodule, else the module, that defines the loader method ``name`` (Lightning's default, which only
+        raises, does not count); None when neither does."""
+        for owner in (getattr(trainer, "datamodule", None), pl_module):
+            if owner is not None and callable(getattr(owner, name, None)) and (lightning_package(owner) is None or overrides(owner, name)):
+                return owner
+        return None
+
+    def _source_loaders(self, source: Any, trainer: Trainer, pl_module: LightningModule) -> Any:
+        """What ``source`` gives: a method's loader(s) (of the datamodule or module that defines it; for the standard
+        names defined by neither, the loaders the trainer was given), a DataLoader, or a callable's loader(s)."""
+        if not isinstance(source, str):
+            return source() if callable(source) and not isinstance(source, DataLoader) else source
+        owner = self._loader_owner(trainer, pl_module, source)
+        if owner is not None:
+            return getattr(owner, source)()
+        given = getattr(trainer, TRAINER_LOADERS[source], None) if source in TRAINER_LOADERS else None
+        if given is None:
+            raise AttributeError(self._no_loader(source))
+        return given
+
+    def _no_loader(self, name: str, at_setup: bool = False) -> str:
+        option = "test_dataloader" if name == self.test_dataloader and name != self.dataloader else "dataloader"
+        if name not in TRAINER_LOADERS:
+            trainer_has = ""
+        elif at_setup:
+            trainer_has = " and the trainer runs no validation loop that would give its loaders"
+        else:
+            trainer_has = f" and the trainer holds no {TRAINER_LOADERS[name]}"
+        return (
+            f"{type(self).__name__}(`{option}`={name!r}): neither the datamodule nor the LightningModule defines "
+            f"{name}(){trainer_has}; define it, or set {option}= to a DataLoader, a zero-argument callable returning one, "
+            "or the name of a method that returns one"
+        )
+
+    def _check_loader_source(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """At fit's setup: a loader method named by ``dataloader`` must exist somewhere (the trainer's validation
+        loaders stand in for ``"val_dataloader"`` when it validates)."""
+        name = self.dataloader
+        if not isinstance(name, str) or self._loader_owner(trainer, pl_module, name) is not None:
+            return
+        if name == "val_dataloader" and runs_validation(trainer, pl_module):
+            return
+        raise ValueError(self._no_loader(name, at_setup=True))
+
+    def _choose_loader(self, loaders: Any, source: Any) -> Any:
+        """The loader at ``dataloader_idx`` when ``loaders`` is a list or dict of several (said once per fit)."""
+        if not isinstance(loaders, (list, tuple, Mapping)):
+            return loaders
+        idx, names = self.dataloader_idx, list(loaders) if isinstance(loaders, Mapping) else None
+        what = f"{source}()" if isinstance(source, str) else "the evaluation loader source"
+        items = list(loaders.values()) if names is not None else list(loaders)
+        if isinstance(idx, str) and (names is None or idx not in loaders) or isinstance(idx, int) and idx >= len(items):
+            named = f" ({', '.join(map(repr, names))})" if names is not None else ""
+            raise ValueError(
+                f"`dataloader_idx={idx!r}` does not name one of the {len(items)} loaders {what} gives{named}; set it to "
+                "a position" + (" or a name" if names is not None else "")
+            )
+        chosen = loaders[idx] if isinstance(idx, str) else items[idx]
+        if len(items) > 1 and "loader choice" not in self._said:
+            self._said.add("loader choice")
+            log.info("%s: %s gives %d loaders; evaluating loader %r (dataloader_idx=%r; set it to choose another)",
+                     self.prefix, what, len(items), idx, idx)  # fmt: skip
+        return chosen
+
     def batch_ids(self, batch_size: int, given: Any, offset: int, trainer: Trainer) -> torch.Tensor | None:
         """The ids of a batch: as given, else (positional batches) the dataset index of each sample under DDP or the
         position in the fixed evaluation order on one process."""
@@ -580,16 +862,41 @@ class EvaluationCore:
             return torch.as_tensor(self._positions[offset : offset + batch_size], dtype=torch.long)
         return torch.arange(offset, offset + batch_size)
 
-    def _batches(self, trainer: Trainer, loader: DataLoader) -> Iterable[Any]:
-        limit = self.limit_batches
-        if trainer.fast_dev_run:
-            limit = min(limit or 2, 2)
+    def _batch_limit(self, trainer: Trainer, loader: DataLoader, stage: str) -> int | None:
+        """``limit_batches``, else what the trainer's ``limit_val_batches`` (``limit_test_batches`` under test)
+        allows, counted as Lightning counts it (a fraction of the loader's batches, rounded down, at least one);
+        a limit below the loader's length is said once per fit."""
+        if self.limit_batches is not None:
+            return self.limit_batches
+        option = "limit_test_batches" if stage == "test" else "limit_val_batches"
+        value = getattr(trainer, option, None)
+        try:
+            total: int | None = len(loader)
+        except TypeError:
+            total = None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or isinstance(value, float) and value >= 1.0:
+            return None  # all (0 means no validation loop: the evaluation then runs at the end of training epochs)
+        if isinstance(value, float):
+            if total is None:
+                return None
+            limit = max(int(total * value), 1)
+        else:
+            limit = int(value)
+        if total is not None and limit < total and option not in self._said:
+            self._said.add(option)
+            reason = " (fast_dev_run)" if getattr(trainer, "fast_dev_run", False) else ""
+            log.info("%s: evaluating %d of %d batches of the evaluation loader, as the trainer's %s=%r%s asks (set "
+                     "limit_batches= to choose another number)", self.prefix, limit, total, option, value, reason)  # fmt: skip
+        return limit
+
+    def _batches(self, trainer: Trainer, loader: DataLoader, stage: str = "fit") -> Iterable[Any]:
+        limit = self._batch_limit(trainer, loader, stage)
         for index, batch in enumerate(loader):
             if limit is not None and index >= limit:
                 break
             yield batch
 
-    def _feed_all(self, trainer: Trainer, pl_module: LightningModule, loader: DataLoader) -> None:
+    def _feed_all(self, trainer: Trainer, pl_module: LightningModule, loader: DataLoader, stage: str = "fit") -> None:
         """Encode every evaluation batch in eval mode without gradients. The torch random state (CPU and the module's
         GPU) is restored afterwards: iterating a DataLoader draws a seed from it, and an evaluation must not change
         the training that follows it (a run trains identically with or without evaluation callbacks)."""
@@ -601,7 +908,7 @@ class EvaluationCore:
         devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
         try:
             with torch.random.fork_rng(devices=devices), torch.no_grad():
-                for batch in self._batches(trainer, loader):
+                for batch in self._batches(trainer, loader, stage):
                     self.feed(pl_module, batch)
         finally:
             pl_module.train(was_training)
@@ -627,23 +934,44 @@ class EvaluationCore:
             f"or (inputs, labels) / (inputs, labels, ids) tuples; got {described}"
         )
 
-    @staticmethod
-    def to_device(data: Any, pl_module: LightningModule) -> Any:
-        """``data`` (a tensor, or a collection holding tensors) on the module's device; other values unchanged."""
+    def to_device(self, data: Any, pl_module: LightningModule) -> Any:
+        """``data`` (a tensor, or a collection holding tensors) as Lightning hands a batch to the module's steps: its
+        floating-point tensors converted by the trainer's precision plugin (``convert_input``: bfloat16 under
+        ``"bf16-true"``, float64 under ``"64-true"``, unchanged under ``"32-true"``), then on the module's device;
+        other values unchanged."""
+        plugin = getattr(self.eval_trainer, "precision_plugin", None)
+        if plugin is not None:
+            data = plugin.convert_input(data)
         return move_data_to_device(data, pl_module.device)
+
+    @contextlib.contextmanager
+    def module_context(self) -> Iterator[None]:
+        """The context Lightning runs the module's steps in: the trainer's precision plugin's ``forward_context``
+        (autocast under ``"*-mixed"``, the default dtype of ``"bf16-true"`` / ``"64-true"``). Only the module's own
+        calls belong in it: an evaluator of another precision (a reference CLIP model) runs outside."""
+        plugin = getattr(self.eval_trainer, "precision_plugin", None)
+        with plugin.forward_context() if plugin is not None else contextlib.nullcontext():
+            yield
+
+    def call_module(self, pl_module: LightningModule, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``pl_module.<method>(*args, **kwargs)`` inside :meth:`module_context`."""
+        with self.module_context():
+            return getattr(pl_module, method)(*args, **kwargs)
 
     def encode_texts(
         self, pl_module: LightningModule, texts: Sequence[str], text_method: str, tokenizer: str | None, batch_size: int | None = None
     ) -> torch.Tensor:
         """The float32 embeddings ``[M, D]`` of ``M`` strings: ``pl_module.<tokenizer>(chunk)`` (when set) and
-        ``pl_module.<text_method>(...)`` over chunks of ``batch_size`` strings (all at once when None)."""
+        ``pl_module.<text_method>(...)`` over chunks of ``batch_size`` strings (all at once when None), in
+        :meth:`module_context`."""
         texts = list(texts)
         step = batch_size or max(len(texts), 1)
         parts = []
         for start in range(0, len(texts), step):
             chunk = texts[start : start + step]
-            tokens = getattr(pl_module, tokenizer)(chunk) if tokenizer else chunk
-            emb = getattr(pl_module, text_method)(self.to_device(tokens, pl_module))
+            with self.module_context():
+                tokens = getattr(pl_module, tokenizer)(chunk) if tokenizer else chunk
+                emb = getattr(pl_module, text_method)(self.to_device(tokens, pl_module))
             if not isinstance(emb, torch.Tensor) or emb.dim() != 2 or emb.shape[0] != len(chunk):
                 got = getattr(emb, "shape", type(emb).__name__)
                 raise TypeError(f"{text_method}() must return a [M, D] tensor for M={len(chunk)} texts, got {got}")
@@ -651,9 +979,9 @@ class EvaluationCore:
         return torch.cat(parts)
 
     def embed(self, pl_module: LightningModule, method: str, inputs: Any) -> torch.Tensor:
-        """``pl_module.<method>(inputs)`` as float32 embeddings ``[B, D]`` (a ``TypeError`` names the method when it
-        returns anything else)."""
-        embeddings = getattr(pl_module, method)(inputs)
+        """``pl_module.<method>(inputs)`` (in :meth:`module_context`) as float32 embeddings ``[B, D]`` (a
+        ``TypeError`` names the method when it returns anything else)."""
+        embeddings = self.call_module(pl_module, method, inputs)
         if not isinstance(embeddings, torch.Tensor) or embeddings.dim() != 2:
             got = tuple(embeddings.shape) if isinstance(embeddings, torch.Tensor) else type(embeddings).__name__
             raise TypeError(f"{method}() must return a [B, D] tensor, got {got}")
@@ -675,9 +1003,11 @@ class EvaluationCore:
         self._offset += batch_size
         return ids.to(device=self._device, dtype=torch.long)
 
-    def _report_failure(self, error: BaseException, step: int, epoch: int, trainer: Trainer) -> None:
-        self.history.append({"step": step, "epoch": epoch, "error": f"{type(error).__name__}: {error}"})
-        if trainer.is_global_zero:
+    def _report_failure(self, error: BaseException, occasion: _Occasion, trainer: Trainer) -> None:
+        step = occasion.step
+        if not occasion.one_off:
+            self.history.append({"step": step, "epoch": occasion.epoch, "error": f"{type(error).__name__}: {error}"})
+        if trainer.is_global_zero and not occasion.one_off:
             try:
                 files = self._ensure_files(trainer)
                 if files is not None:
@@ -686,25 +1016,32 @@ class EvaluationCore:
                 log.error("%s: recording the failed evaluation on disk failed (%s: %s)", self.prefix, type(exc).__name__, exc)
         if self.strict:
             raise error
+        watching = (
+            f" {', '.join(self._monitors)} will find no value of this evaluation: the cause is this error, not a missing "
+            "self.log." if self._monitors else ""
+        )  # fmt: skip
         log.error(
-            "%s evaluation at step %d failed and was skipped (training continues; strict=True makes this fatal):\n%s",
+            "%s evaluation at step %d failed and was skipped (training continues; strict=True makes this fatal).%s\n%s",
             self.prefix,
             step,
+            watching,
             "".join(traceback.format_exception(error)),
         )
 
     # ---- files and media (rank 0) ------------------------------------------------------------------------------------
     def output_folder(self, trainer: Trainer) -> Path | None:
-        if self.save_dir is False:
+        """The folder of the evaluation files (``save_dir``, default ``<default_root_dir>/<prefix>``); None with
+        ``save_dir=False`` and under ``fast_dev_run`` (Lightning writes nothing in that mode)."""
+        if self.save_dir is False or getattr(trainer, "fast_dev_run", False):
             return None
         return Path(self.save_dir) if self.save_dir else Path(trainer.default_root_dir) / self.prefix
 
-    def _publish_media(self, trainer: Trainer, results: dict[str, Any], step: int, epoch: int, band_drawn: bool) -> list[BaseException]:
+    def _publish_media(self, trainer: Trainer, results: dict[str, Any], occasion: _Occasion, band_drawn: bool) -> list[BaseException]:
         """Rank 0: describe this evaluation's media (curves, ``confidence_intervals`` when it exists, the family's
-        figures and tables), write the ``media/`` folder, send them to every logger. Failures are collected; what
-        was described before one still goes out."""
+        figures and tables), write the ``media/`` folder, send them to every logger (at the step they got the
+        scalars). Failures are collected; what was described before one still goes out."""
         problems: list[BaseException] = []
-        media = EvaluationMedia(self.prefix, step, epoch)
+        media = EvaluationMedia(self.prefix, occasion.step, occasion.epoch, log_step=occasion.log_step)
         try:
             for key in self.schema.curve_keys():
                 curve = None if results.get(key) is None else torch.atleast_1d(torch.as_tensor(results[key]))
@@ -797,7 +1134,7 @@ class EvaluationCore:
         problems: list[BaseException] = []
         if self.files is None or not self.files.band_path.is_file():
             return problems
-        band = EvaluationMedia(self.prefix, trainer.global_step, trainer.current_epoch)
+        band = EvaluationMedia(self.prefix, trainer.global_step, trainer.current_epoch, log_step=logging_step(trainer, False))
         band.figure("confidence_intervals", self.files.band_path, caption=self._band_caption())
         last = getattr(self, "_last_media", None)
         if last is not None:

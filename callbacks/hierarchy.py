@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -187,12 +188,13 @@ class HierarchyEvalCore(EvaluationCore):
         answers: list[str] | None = None
         rules: list[str] | None = None
         if self.source == "labels":
-            pred = self._to_nodes(getattr(pl_module, self.predict_method)(inputs), f"{self.predict_method}()", device)
+            pred = self._to_nodes(self.call_module(pl_module, self.predict_method, inputs), f"{self.predict_method}()", device)
         else:
-            answers = getattr(pl_module, self.text_method)(inputs)
+            answers = self.call_module(pl_module, self.text_method, inputs)
             if isinstance(answers, str) or not isinstance(answers, (list, tuple)) or not all(isinstance(a, str) for a in answers):
                 raise TypeError(f"{self.text_method}() must return a list of strings, got {type(answers).__name__}")
-            index, rules = self._text_mapper(self.eval_trainer, pl_module).map_indices(list(answers))
+            with self.module_context() if self.encoder == "module" else contextlib.nullcontext():  # the module encodes
+                index, rules = self._text_mapper(self.eval_trainer, pl_module).map_indices(list(answers))
             pred = index.to(device)
         if pred.numel() != gt.numel():
             raise ValueError(f"the module gave {pred.numel()} predictions for a batch of {gt.numel()} samples")

@@ -120,11 +120,14 @@ class EvaluationMedia:
     """What one evaluation shows besides its scalars: figures, tables and curves, under ``prefix`` at ``step``.
 
     Names (figures, tables and curves share one namespace) become file names and logger keys ``<prefix>/<name>``:
-    letters, digits and ``_ . @ -``.
+    letters, digits and ``_ . @ -``. ``step`` (``trainer.global_step``) names the evaluation in files and captions;
+    ``log_step`` is the step the loggers get, the one Lightning gives the evaluation's scalars
+    (:func:`~beyondlabels.callbacks.packages.logging_step`; default ``step``).
     """
 
-    def __init__(self, prefix: str, step: int, epoch: int) -> None:
+    def __init__(self, prefix: str, step: int, epoch: int, log_step: int | None = None) -> None:
         self.prefix, self.step, self.epoch = prefix, int(step), int(epoch)
+        self.log_step = self.step if log_step is None else int(log_step)
         self.figures: list[MediaFigure] = []
         self.tables: list[MediaTable] = []
         self.curves: list[MediaCurve] = []

@@ -29,7 +29,10 @@ __all__ = [
     "is_lightning_instance",
     "lightning_package",
     "lightning_state_key",
+    "logging_step",
     "overrides",
+    "runs_validation",
+    "trainer_stage",
 ]
 
 # The two distributions of Lightning, by the name their classes are imported from.
@@ -71,13 +74,59 @@ def overrides(obj: Any, method: str) -> bool:
     """Whether ``obj`` (a LightningModule, DataModule or Callback of either package) defines ``method`` rather than
     inheriting Lightning's default: the method is set on the instance, or the first class of its MRO that defines it
     is not one of Lightning's base classes (a subclass Lightning ships, like its demo ``BoringModel``, counts as
-    defining it). False when no class defines it."""
+    defining it). False when no class defines it.
+
+    A module given to ``fit`` as ``torch.compile(module)`` has its steps replaced on the instance by Lightning's
+    compile wrapper (``_compiler_ctx`` keeps the originals): the wrapped method is judged, not the wrapper."""
     if method in getattr(obj, "__dict__", {}):
-        return True
+        original = _compiled_original(obj, method)
+        if original is None:
+            return True
+        func = getattr(original, "__func__", None)
+        if getattr(original, "__self__", None) is not obj or not any(vars(b).get(method) is func for b in type(obj).__mro__):
+            return True  # the module's own instance attribute, compiled
     for base in type(obj).__mro__:
         if method in vars(base):
             return not _is_lightning_base(base)
     return False
+
+
+def _compiled_original(obj: Any, method: str) -> Any:
+    """The method Lightning's compile wrapper replaced on ``obj`` (``LightningModule._compiler_ctx``), or None."""
+    ctx = vars(obj).get("_compiler_ctx") if hasattr(obj, "__dict__") else None
+    return ctx.get(f"original_{method}") if isinstance(ctx, dict) else None
+
+
+def runs_validation(trainer: Any, pl_module: Any) -> bool:
+    """Whether ``trainer`` will run a validation loop while fitting ``pl_module``: Lightning's own answer
+    (``Trainer.enable_validation``: a validation data source, ``validation_step`` defined, ``limit_val_batches > 0``),
+    or, for a trainer without it, ``validation_step`` defined and ``limit_val_batches != 0``."""
+    answer = getattr(trainer, "enable_validation", None)
+    if isinstance(answer, bool):
+        return answer
+    return overrides(pl_module, "validation_step") and getattr(trainer, "limit_val_batches", 1) != 0
+
+
+def trainer_stage(trainer: Any) -> str:
+    """What ``trainer`` is running: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"`` (``trainer.state.fn``);
+    ``"fit"`` for a trainer that does not say."""
+    fn = getattr(getattr(trainer, "state", None), "fn", None)
+    value = getattr(fn, "value", fn)
+    return value if value in ("fit", "validate", "test", "predict") else "fit"
+
+
+def logging_step(trainer: Any, in_batch: bool) -> int:
+    """The step Lightning gives the loggers for what is logged now: the step of the last training batch (Lightning
+    logs a validation, and the metrics of a training epoch, at the step of the batch they follow). ``in_batch``: now is
+    inside a training batch (``on_train_batch_end``, a validation run from it), where that batch is not yet counted.
+
+    Reads ``fit_loop.epoch_loop._batches_that_stepped``, the internal counter Lightning's own loggers, its
+    ``LearningRateMonitor`` and ``DeviceStatsMonitor`` log at (the same in both packages); ``global_step - 1`` for a
+    trainer without it (one optimiser step per batch)."""
+    counted = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "_batches_that_stepped", None)
+    if not isinstance(counted, int):
+        return max(int(trainer.global_step) - 1, 0)
+    return max(counted if in_batch else counted - 1, 0)
 
 
 def lightning_state_key(callback: Any, **parts: Any) -> str:

@@ -3,8 +3,9 @@ CLIP evaluator → :class:`~beyondlabels.metrics.TextImageRPrecision`."""
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -42,6 +43,9 @@ def select_prompts(pool: Sequence[str], num_prompts: int, seed: int) -> tuple[li
 
 # The options of TextImageRPrecision a callback passes through (the metric validates them and holds their defaults).
 PROTOCOL_OPTIONS = ("num_candidates", "r", "top_r", "protocol", "repeats", "seed", "near_duplicate_threshold", "hard_negatives")
+# Their defaults, read from the metric: the callback declares each option (LightningCLI / jsonargparse read the
+# signature) with the metric's default.
+_METRIC_DEFAULTS = {name: inspect.signature(TextImageRPrecision).parameters[name].default for name in PROTOCOL_OPTIONS}
 
 
 class PromptSet(Dataset):
@@ -77,10 +81,12 @@ class RPrecisionCore(EvaluationCore):
         batch_size: Prompts generated per call.
         num_table_rows: Rows of the media table (0: none).
         prefix: Namespace of the logged keys.
-        kwargs: The protocol options of :class:`~beyondlabels.metrics.TextImageRPrecision` (``num_candidates``,
-            ``r``, ``top_r``, ``protocol``, ``repeats``, ``seed``, ``near_duplicate_threshold``,
-            ``hard_negatives``; their defaults are the metric's), and the options of
-            :class:`~beyondlabels.callbacks.base.EvaluationCore` (schedule, files, strict, ...).
+        num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, hard_negatives: The protocol
+            options of :class:`~beyondlabels.metrics.TextImageRPrecision` (definitions and defaults there).
+        dataloader: None (default): the seeded prompt set; else a loader of ``{"prompt", "id"}`` batches.
+        test_dataloader: What ``trainer.test()`` evaluates; None (default): nothing (the prompt set is the evaluation's
+            own).
+        kwargs: The options of :class:`~beyondlabels.callbacks.base.EvaluationCore` (schedule, files, strict, ...).
     """
 
     callback_name = "RPrecisionCallback"
@@ -95,6 +101,16 @@ class RPrecisionCore(EvaluationCore):
         batch_size: int = 32,
         num_table_rows: int = 16,
         *,
+        num_candidates: int = _METRIC_DEFAULTS["num_candidates"],
+        r: int = _METRIC_DEFAULTS["r"],
+        top_r: Sequence[int] = _METRIC_DEFAULTS["top_r"],
+        protocol: str = _METRIC_DEFAULTS["protocol"],
+        repeats: int = _METRIC_DEFAULTS["repeats"],
+        seed: int = _METRIC_DEFAULTS["seed"],
+        near_duplicate_threshold: float | None = _METRIC_DEFAULTS["near_duplicate_threshold"],
+        hard_negatives: bool = _METRIC_DEFAULTS["hard_negatives"],
+        dataloader: str | DataLoader | Callable[[], DataLoader] | None = None,
+        test_dataloader: str | DataLoader | Callable[[], DataLoader] | None = None,
         prefix: str = "rprecision",
         **kwargs: Any,
     ) -> None:
@@ -110,11 +126,14 @@ class RPrecisionCore(EvaluationCore):
         self.prompts = prompts if isinstance(prompts, str) else list(prompts)
         self.num_prompts, self.prompt_seed = num_prompts, prompt_seed
         self.generate_method, self.batch_size, self.num_table_rows = generate_method, batch_size, num_table_rows
-        self._metric_args = {name: kwargs.pop(name) for name in PROTOCOL_OPTIONS if name in kwargs}
+        self._metric_args = {"num_candidates": num_candidates, "r": r, "top_r": top_r, "protocol": protocol, "repeats": repeats,
+                             "seed": seed, "near_duplicate_threshold": near_duplicate_threshold, "hard_negatives": hard_negatives}  # fmt: skip
         self._prompt_set: PromptSet | None = None
         self._table: dict[int, tuple[str, torch.Tensor]] = {}
-        kwargs.setdefault("dataloader", self._loader)
-        super().__init__(prefix=prefix, **kwargs)
+        # declared here, not taken from the base's defaults: a configuration that passes every option (LightningCLI)
+        # would otherwise hand the prompt evaluation the validation loader
+        loader = self._loader if dataloader is None else dataloader
+        super().__init__(prefix=prefix, dataloader=loader, test_dataloader=test_dataloader, **kwargs)
         num_candidates = self.metric.num_candidates
         if num_prompts < num_candidates:
             raise ValueError(f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates.")
@@ -169,7 +188,7 @@ class RPrecisionCore(EvaluationCore):
     def feed(self, pl_module: LightningModule, batch: Mapping[str, Any]) -> None:
         prompts = list(batch["prompt"])
         ids = self.take_ids(len(prompts), batch.get("id"))
-        images = getattr(pl_module, self.generate_method)(prompts)
+        images = self.call_module(pl_module, self.generate_method, prompts)  # the evaluator keeps its own precision
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[0] != len(prompts):
             got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise ValueError(f"{self.generate_method}(prompts) must return images [B, 3, H, W] in [0, 1] for B={len(prompts)} prompts, got {got}.")

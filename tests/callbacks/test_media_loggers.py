@@ -195,7 +195,8 @@ def test_tensorboard_gets_figures_curves_and_tables(tmp_path: Path):
 
     logger = TensorBoardLogger(save_dir=str(tmp_path), name="tb")
     callback, trainer, data = _fit(tmp_path, logger)
-    steps = [h["step"] for h in callback.history]
+    # at the step Lightning logs the evaluations' scalars: the validation's, that of the epoch's last batch
+    steps = [h["step"] - 1 for h in callback.history]
     events = _tensorboard(logger.log_dir)
     tags = events.Tags()
     images = {t for t in tags["images"] if t.startswith("retrieval/")}
@@ -208,6 +209,8 @@ def test_tensorboard_gets_figures_curves_and_tables(tmp_path: Path):
             picture = _decode(event.encoded_image_string)
             assert picture.shape[:2] == (event.height, event.width) and picture.std() > 0, tag
     assert [e.step for e in events.Images("retrieval/profile_similarity")] == steps[:1]
+    scalars = events.Scalars("retrieval/precision@1")
+    assert [e.step for e in scalars] == steps
     # the tables as Markdown text: a header, a rule, then one line per row with the dataset's labels of its ids
     texts = {t for t in tags["tensors"] if t.startswith("retrieval/")}
     assert texts == {f"retrieval/{n}/text_summary" for n in TABLES}
@@ -291,7 +294,7 @@ def test_offline_wandb_run_keeps_the_pictures_of_its_tables(tmp_path: Path):
     callback, trainer, data = _fit(tmp_path, logger)
     (run_dir,) = tmp_path.glob("wandb/offline-run-*/")
     run = read_offline_run(tmp_path)
-    steps = [h["step"] for h in callback.history]
+    steps = [h["step"] - 1 for h in callback.history]  # the step Lightning logs the evaluations' scalars at
     tables_with_images = 0
     for key in run.keys():
         for step, value in run.series(key):
@@ -308,6 +311,7 @@ def test_offline_wandb_run_keeps_the_pictures_of_its_tables(tmp_path: Path):
             assert picture.shape[0] > 100 and picture.std() > 0
     assert tables_with_images == len(steps)  # worst_mismatches at every evaluation
     global_step = dict(run.series("trainer/global_step"))  # W&B's own step -> the trainer's step it was logged at
+    assert [global_step[s] for s, _ in run.series("retrieval/precision@1")] == steps  # the media beside the scalars
     for name in FIGURES - {"profile_similarity"}:
         assert [global_step[s] for s, _ in run.series(f"retrieval/{name}")] == steps, name
         for _, value in run.series(f"retrieval/{name}"):

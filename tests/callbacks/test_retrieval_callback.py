@@ -97,7 +97,8 @@ def test_every_n_steps_schedule(tmp_path: Path):
 
 def test_step_evaluations_reach_the_logger_at_their_step_despite_log_every_n_steps(tmp_path: Path):
     """Lightning throttles on_step logging to log_every_n_steps (default 50): every evaluation must still reach every
-    logger, at the same step as in history.jsonl and the per-query files."""
+    logger, at Lightning's logging step of the batch it follows (one less than the step of history.jsonl and the
+    per-query files, ``trainer.global_step``, as Lightning logs a batch's metrics at the step before its update)."""
     callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=5, num_mismatches=0, save_per_query="all")
     logger = CSVLogger(tmp_path, name="csv", version="")
     trainer = _trainer(tmp_path, [callback], max_epochs=3, logger=logger)  # 24 steps, log_every_n_steps=50
@@ -105,8 +106,8 @@ def test_step_evaluations_reach_the_logger_at_their_step_despite_log_every_n_ste
     steps = [h["step"] for h in callback.history]
     assert steps == [5, 10, 15, 20, 24], "every 5 steps, plus one at the end of fit (step 24)"
     rows = list(csv.DictReader((Path(logger.log_dir) / "metrics.csv").open()))
-    logged = [(int(r["step"]), float(r["retrieval/precision@1"])) for r in rows if r.get("retrieval/precision@1")]
-    assert logged == [(h["step"], pytest.approx(h["precision@1"])) for h in callback.history]
+    logged = [(int(r["step"]), int(r["epoch"]), float(r["retrieval/precision@1"])) for r in rows if r.get("retrieval/precision@1")]
+    assert logged == [(h["step"] - 1, h["epoch"], pytest.approx(h["precision@1"], abs=1e-12)) for h in callback.history]
     saved = read_history(tmp_path / "retrieval" / "history.jsonl")
     assert [h["step"] for h in saved] == steps
     assert sorted(p.name for p in (tmp_path / "retrieval" / "per_query").iterdir()) == [f"step_{s:09d}.npz" for s in steps]

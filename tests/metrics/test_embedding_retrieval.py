@@ -380,3 +380,54 @@ def test_two_process_gloo_string_labels_give_every_rank_every_name(data, tmp_pat
         got = torch.load(f"{out_path}.{rank}")
         assert got["label_names"] == ref["label_names"]
         assert_same(got, ref)
+
+
+def test_persistent_states_round_trip_with_the_names_of_string_labels(data, tmp_path):
+    """``persistent(True)`` + ``state_dict()`` / ``load_state_dict()`` (through a file, as a checkpoint does) gives a
+    metric that computes what the original computes, string labels' names included."""
+    emb, labels, ids = data
+    names = [f"class {int(v)}" for v in labels]
+    original = EmbeddingRetrieval(ks=KS)
+    original.persistent(True)
+    original.update(emb, names, ids)
+    torch.save(original.state_dict(), tmp_path / "state.pt")
+    restored = EmbeddingRetrieval(ks=KS)
+    restored.persistent(True)
+    restored.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))  # strict: every key is expected
+    expected, got = original.compute(), restored.compute()
+    assert got["label_names"] == expected["label_names"] and sorted(got["label_names"].values()) == sorted(set(names))
+    assert_same(got, expected)
+
+
+def test_state_dicts_without_label_names_still_load():
+    """A non-persistent metric saves no states (and no names); a state dict of an older version (states without
+    ``label_names``) loads strictly and leaves the labels unnamed."""
+    assert EmbeddingRetrieval(ks=(1,)).state_dict() == {}
+    older = EmbeddingRetrieval(ks=(1,))
+    older.persistent(True)
+    older.update(torch.eye(3)[[0, 0, 1, 1]], ["a", "a", "b", "b"])
+    state = older.state_dict()
+    del state["label_names"]
+    metric = EmbeddingRetrieval(ks=(1,))
+    metric.persistent(True)
+    metric.update(torch.eye(3)[[0, 2]], ["x", "y"])
+    metric.load_state_dict(state)
+    assert metric.compute()["label_names"] == {}
+    with pytest.raises(ValueError, match="label_names"):
+        metric.load_state_dict({**state, "label_names": ["a"]})
+
+
+def test_scalars_are_the_schemas_scalar_keys_as_floats(data):
+    emb, labels, ids = data
+    metric = EmbeddingRetrieval(ks=KS)
+    metric.update(emb, labels, ids)
+    results = metric.compute()
+    logged = metric.scalars(results, prefix="val/")
+    expected = [k for k in metric.output_schema().scalar_keys() if k in results]
+    assert list(logged) == [f"val/{k}" for k in expected] and "num_queries" in expected
+    for key in expected:
+        value = logged[f"val/{key}"]
+        assert value.dim() == 0 and value.is_floating_point() and float(value) == float(results[key])
+    assert not {"per_query", "precision_curve", "label_names"} & {k.split("/", 1)[1] for k in logged}
+    with pytest.raises(ValueError, match="prefix"):
+        metric.scalars(results, prefix=None)

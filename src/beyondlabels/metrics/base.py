@@ -11,10 +11,13 @@ whole set at :meth:`compute`. This base owns what they share:
 - ids are optional on one process: without them every sample's id is its position in the order samples arrived
   (ids are resolved at :meth:`compute`, so ``forward``, ``reset`` and split updates never reuse an id);
 - ``forward``: a gallery metric has no per-batch value (one batch is not a gallery), so by default ``metric(x, y)``
-  only accumulates and returns None — exactly what ``update(x, y)`` does. Families with a meaningful batch value
-  set ``batch_value = True`` and get torchmetrics' forward;
+  only accumulates and returns None — exactly what ``update(x, y)`` does, unlike torchmetrics' ``forward``, which
+  returns the batch's own value; read the values from ``compute()``. Families with a meaningful batch value set
+  ``batch_value = True`` and get torchmetrics' forward;
 - argument checks that need the values (finite, ...) and so a host sync run only when ``validate_args=True``;
-- the output schema (:meth:`output_schema`), which callbacks, reports and comparison read;
+- the output schema (:meth:`output_schema`), which callbacks, reports and comparison read, and :meth:`scalars`: the
+  scalar entries of one result, the dict ``LightningModule.log_dict`` accepts (a result also holds curves, per-query
+  vectors and tables, which ``log_dict`` refuses);
 - ``plot()`` (torchmetrics' API): the headline values of one result as bars, of several results as lines over the
   evaluations, or a curve key of one result as a line.
 
@@ -230,6 +233,29 @@ class PerSampleMetric(Metric):
         if self.work_share() is None:
             return rows
         return {key: torch.cat(gather_all_tensors(value.contiguous(), self.process_group)) for key, value in rows.items()}
+
+    def scalars(self, results: dict[str, Any], prefix: str = "") -> dict[str, Tensor]:
+        """The scalar entries of ``results`` (one :meth:`compute`), each as a 0-d float tensor under
+        ``<prefix><key>``, in schema order: what ``LightningModule.log_dict`` accepts. Curves, per-query vectors,
+        tables and names are left out (:meth:`output_schema` says which key is which).
+
+        Example:
+            >>> import torch
+            >>> from beyondlabels.metrics import EmbeddingRetrieval
+            >>> metric = EmbeddingRetrieval(ks=(1,))
+            >>> metric.update(torch.eye(2)[[0, 0, 1, 1]], torch.tensor([0, 0, 1, 1]))
+            >>> logged = metric.scalars(metric.compute(), prefix="val/")   # self.log_dict(logged) in a LightningModule
+            >>> logged["val/precision@1"], "val/per_query" in logged, "val/precision_curve" in logged
+            (tensor(1., dtype=torch.float64), False, False)
+        """
+        if not isinstance(prefix, str):
+            raise ValueError(f"`prefix` must be a string (e.g. 'val/'), got {prefix!r}.")
+        out = {}
+        for key in self.output_schema().scalar_keys():
+            if key in results:
+                value = torch.as_tensor(results[key]).detach()
+                out[f"{prefix}{key}"] = value if value.is_floating_point() else value.to(torch.float64)
+        return out
 
     @staticmethod
     def count_spec() -> KeySpec:

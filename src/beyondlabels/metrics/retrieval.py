@@ -354,6 +354,27 @@ class EmbeddingRetrieval(PerSampleMetric):
         super().reset()
         self._label_names = {}
 
+    def state_dict(self, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False) -> dict[str, Any]:
+        """torchmetrics' ``state_dict``; with the states persistent (``metric.persistent(True)``) it also holds the
+        names of string labels (``label_names``: ``{code: label}``), so a restored metric names them again."""
+        destination = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+        if self._persistent["labels"]:
+            destination[prefix + "label_names"] = dict(self._label_names)
+        return destination
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict, strict: bool, missing_keys: list[str],
+        unexpected_keys: list[str], error_msgs: list[str],
+    ) -> None:  # fmt: skip
+        names = state_dict.pop(prefix + "label_names", None)
+        if names is not None:
+            if not isinstance(names, dict) or not all(isinstance(k, int) and isinstance(v, str) for k, v in names.items()):
+                raise ValueError(f"`{prefix}label_names` in the state dict must map label codes (int) to names (str), got {type(names).__name__}.")
+            self._label_names = dict(names)
+        elif prefix + "labels" in state_dict:  # labels restored without names (saved by an older version): unnamed
+            self._label_names = {}
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
 
 def _audit_per_query(a: LabelAudit) -> dict[str, Tensor]:
     """The audit's per-item values under their per-query keys (items in query order)."""
