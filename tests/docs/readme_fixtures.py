@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints"))
 from helpers import REPO_ROOT, script_env  # noqa: E402
@@ -139,6 +140,9 @@ def _check_metric(ns: dict, cwd: Path) -> None:
     results = ns["results"]
     assert set(results) >= {"precision@1", "r_precision", "map@r", "per_query"}
     assert repr(ns["metric"].output_schema()["map@r"]) == "KeySpec(kind='scalar', higher_is_better=True, count=False)"
+    logged = ns["self"].logged  # what self.log_dict received: the scalar entries, each a 0-d tensor
+    assert "val/precision@1" in logged and "val/per_query" not in logged and "val/precision_curve" not in logged
+    assert all(torch.is_tensor(v) and v.ndim == 0 for v in logged.values()), logged
     import matplotlib.pyplot as plt
 
     plt.close("all")
@@ -167,6 +171,11 @@ PYTHON: dict[str, PythonFixture] = {
             "    m.update(x, labels, ids)\n"
             "    return m.compute()\n"
             "results_1, results_2 = _evaluate(embeddings), _evaluate(embeddings + 0.3 * torch.randn(60, 8))\n"
+            "class _Module:  # stands for the user's LightningModule: log_dict records what it is given\n"
+            "    logged = {}\n"
+            "    def log_dict(self, values):\n"
+            "        self.logged.update(values)\n"
+            "self = _Module()\n"
         ),
         check=_check_metric,
     ),
@@ -288,6 +297,12 @@ def declared_extras(pyproject: str) -> dict[str, list[str]]:
     body = re.sub(r"#[^\n]*", "", section.group(1) if section else "")
     lists = re.findall(r"^([\w.-]+)\s*=\s*\[(.*?)\]", body, re.M | re.S)
     return {name: re.findall(r'"([^"]+)"', items) for name, items in lists}
+
+
+def _package_installed(package: str, why: str) -> Skip:
+    """`pip install PACKAGE`: not run (it installs); the test environment has it (the test extra brings it)."""
+    metadata.version(package)  # PackageNotFoundError: the test extra no longer brings it
+    return Skip(f"installs {package}; {why}, and the test extra brings it")
 
 
 def _extra_installed(extra: str) -> Skip:
@@ -463,6 +478,9 @@ INLINE: dict[str, Inline] = {
     ),
     "python benchmarks/bench_retrieval.py --deep": Inline(skip=_BENCHMARK),
     "python evaluate.py task=audit input=embeddings.npz output=audit.json": Inline(run=_audit),
+    "pip install 'jsonargparse[signatures]'": Inline(
+        skip=lambda: _package_installed("jsonargparse", "LightningCLI needs it for our callbacks' arguments")
+    ),
     "pip install 'beyondlabels[sweep]'": Inline(skip=lambda: _extra_installed("sweep")),
     SWEEP_COMMAND: Inline(run=_the_sweep),
     "python benchmarks/bench_convergence.py": Inline(skip=_BENCHMARK),
