@@ -389,8 +389,9 @@ class Taxonomy:
     def lowest_common_ancestor(self, a_idx: Tensor, b_idx: Tensor) -> Tensor:
         """The index of the LCA of each pair ``(a_idx[i], b_idx[i])``, vectorised.
 
-        The deeper node of each pair climbs to the depth of the other, then both climb together until they meet:
-        ``2 * max_depth`` gathers over all pairs at once, on the device of the inputs.
+        One range-minimum query per pair on the Euler tour (:meth:`lca_structure`): the shallowest node the walk passes
+        between the first visits of the two nodes. A few gathers over all pairs at once, on the device of the inputs,
+        whatever the tree's depth.
 
         Args:
             a_idx: integer tensor of node indices.
@@ -418,17 +419,13 @@ class Taxonomy:
             raise ValueError(
                 f"`a_idx` {tuple(a.shape)} and `b_idx` {tuple(b.shape)} do not broadcast: {err}"
             ) from None
-        climb = self._climb_table(a.device)
-        depth = self._depth.to(a.device)
-        for _ in range(self._max_depth):  # equalise depths
-            da, db = depth[a], depth[b]
-            a = torch.where(da > db, climb[a], a)
-            b = torch.where(db > da, climb[b], b)
-        for _ in range(self._max_depth):  # climb together until the paths meet
-            differ = a != b
-            a = torch.where(differ, climb[a], a)
-            b = torch.where(differ, climb[b], b)
-        return a
+        first, sparse, log2 = self.lca_structure(a.device, copy=False)
+        fa, fb = first[a], first[b]
+        left = torch.minimum(fa, fb)
+        right = torch.maximum(fa, fb) + 1
+        level = log2[right - left]
+        key = torch.minimum(sparse[level, left], sparse[level, right - torch.bitwise_left_shift(torch.ones_like(level), level)])
+        return key % len(self)
 
     def common_ancestor(self, indices: Iterable[int]) -> int:
         """The index of the lowest common ancestor of a set of nodes (one node: itself).
