@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import sys
 from pathlib import Path
@@ -83,12 +85,14 @@ def test_free_text_answers_are_mapped_to_nodes(tmp_path: Path):
 class TextClassifier(Classifier):
     """A classifier whose free-text answers are mapped with its own text encoder (counting the texts it encodes)."""
 
-    texts_seen = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[str] = []
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         from beyondlabels.taxonomy import HashingTextEncoder
 
-        self.texts_seen += len(texts)
+        self.encoded.extend(texts)
         return HashingTextEncoder(64)(texts)
 
 
@@ -106,8 +110,12 @@ def test_the_module_encoder_embeds_node_texts_again_at_every_step(tmp_path: Path
     trainer.fit(model, datamodule=dm)
     evaluations = len(callback.history)
     assert evaluations >= 2 and callback._mapper is not None and callback._mapper.encode == model.encode_text
-    answers = evaluations * len(dm.eval_set.labels)
-    assert model.texts_seen == answers + evaluations * len(tree)  # node texts embedded once per evaluation step
+    encoded = Counter(model.encoded)
+    node_texts = callback._mapper.embedded_texts
+    assert all(encoded[t] == evaluations for t in node_texts)  # node texts embedded once per evaluation step
+    answers = set(encoded) - set(node_texts)  # each distinct answer embedded at most once per evaluation step
+    assert answers and all(encoded[a] <= evaluations for a in answers)
+    assert len(model.encoded) < evaluations * (len(node_texts) + len(dm.eval_set.labels))
     x = torch.from_numpy(dm.eval_set.points)
     with torch.no_grad():
         pred = tree.indices(classes)[model.predict_labels(x)]

@@ -390,13 +390,22 @@ def mistake_lca_depth(
     return {"mean_mistake_lca_depth": mean, "num_mistakes": n, "lca_depth": depth}
 
 
-def mapping_quality(mapper: TextToNode, texts: Sequence[str], gold: Sequence[str], include_root: bool = False) -> dict[str, Any]:
-    """How well ``mapper`` (a :class:`~beyondlabels.taxonomy.TextToNode`) maps labelled answers: hP / hR / hF of the mapped nodes against the gold nodes (as Table 2
-    of "Taxonomy-Aware Evaluation of Vision-Language Models"), the exact-match rate, and how often each rule decided.
+def mapping_quality(
+    mapper: TextToNode,
+    texts: Sequence[str],
+    gold: Sequence[str],
+    include_root: bool = False,
+    abstention_precision: float = 0.0,
+) -> dict[str, Any]:
+    """How well ``mapper`` (a :class:`~beyondlabels.taxonomy.TextToNode`) maps labelled answers: hP / hR / hF of the
+    mapped nodes against the gold nodes (as Table 2 of "Taxonomy-Aware Evaluation of Vision-Language Models"; answers
+    mapped to the root are abstentions worth ``abstention_precision``), the exact-match rate, and how often each rule
+    decided.
 
     Returns:
-        ``hP``, ``hR``, ``hF``, ``hF_sample_mean``, ``micro_hP``, ``micro_hR``, ``micro_hF``, ``exact_match`` (floats),
-        ``num_samples`` and ``rules`` (``{rule: count}``) and ``matches`` (the :class:`~beyondlabels.taxonomy.text.NodeMatch` of every answer).
+        ``hP``, ``hR``, ``hF``, ``hF_sample_mean``, ``micro_hP``, ``micro_hR``, ``micro_hF``, ``exact_match``,
+        ``abstention_rate`` (floats), ``num_samples``, ``abstentions``, ``rules`` (``{rule: count}``) and ``matches``
+        (the :class:`~beyondlabels.taxonomy.text.NodeMatch` of every answer).
 
     Example:
         >>> from beyondlabels.taxonomy import Taxonomy, TextToNode
@@ -413,11 +422,17 @@ def mapping_quality(mapper: TextToNode, texts: Sequence[str], gold: Sequence[str
         truth = mapper.taxonomy.indices(list(gold))
     except ValueError as err:
         raise ValueError(f"`gold`: {err}") from None
-    out = hierarchical_precision_recall(pred, truth, mapper.taxonomy, include_root=include_root)
-    keys = ("hP", "hR", "hF", "hF_sample_mean", "micro_hP", "micro_hR", "micro_hF", "exact_match")
+    out = hierarchical_precision_recall(
+        pred, truth, mapper.taxonomy, include_root=include_root, abstention_precision=abstention_precision
+    )
+    keys = ("hP", "hR", "hF", "hF_sample_mean", "micro_hP", "micro_hR", "micro_hF", "exact_match", "abstention_rate")
     result: dict[str, Any] = {k: float(out[k]) for k in keys}
     result["num_samples"] = len(matches)
-    result["rules"] = {rule: sum(m.rule == rule for m in matches) for rule in RULES}
+    result["abstentions"] = int(out["abstentions"])
+    rules = dict.fromkeys(RULES, 0)
+    for match in matches:
+        rules[match.rule] = rules.get(match.rule, 0) + 1
+    result["rules"] = rules
     result["matches"] = matches
     return result
 

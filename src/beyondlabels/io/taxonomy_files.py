@@ -39,12 +39,15 @@ from beyondlabels.taxonomy._names import listing
 __all__ = [
     "WORDNET_ROOT",
     "find_wordnet_dir",
+    "load_node_texts",
     "load_taxonomy",
     "load_wordnet",
     "read_taxonomy",
     "read_tsv",
+    "WORDNET_CASE_KINDS",
     "wordnet_glosses",
     "wordnet_lemmas",
+    "wordnet_mapping_cases",
 ]
 
 WORDNET_ROOT = "entity.n.01"
@@ -322,6 +325,97 @@ def wordnet_glosses(directory: str | os.PathLike[str] | None = None, nodes: Any 
     """
     _, _, glosses = _parse_wordnet(*_wordnet_files(directory))
     return {name: glosses[name] for name in _synsets(nodes, glosses, "`nodes`")}
+
+
+def load_node_texts(spec: Any, taxonomy: Taxonomy) -> dict[str, list[str]] | None:
+    """The ``node_texts`` of :class:`~beyondlabels.taxonomy.text.TextToNode` from what a config gives: None (node names
+    only), ``"wordnet_lemmas"`` (every lemma of each synset of a WordNet taxonomy, :func:`wordnet_lemmas`), a
+    ``{node: [text, ...]}`` mapping, or the path of a YAML/JSON file holding one.
+
+    Raises:
+        ValueError: naming the file or the nodes, for nodes that are not WordNet synsets (``"wordnet_lemmas"``), a file
+            that is not such a mapping, or anything else.
+
+    Example:
+        >>> load_node_texts({"b": ["bee"]}, Taxonomy({"b": "a"}, root="a"))
+        {'b': ['bee']}
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, str) and spec == "wordnet_lemmas":
+        try:
+            return wordnet_lemmas(nodes=taxonomy)
+        except ValueError as err:
+            raise ValueError(f"node_texts='wordnet_lemmas': {err}") from None
+    source = spec
+    if isinstance(spec, (str, os.PathLike)):
+        spec = read_mapping(spec, "node texts")
+    if not isinstance(spec, Mapping):
+        raise ValueError(
+            f"`node_texts` must be None, 'wordnet_lemmas', a {{node: [text, ...]}} mapping or a YAML/JSON file of one, "
+            f"got {type(spec).__name__}"
+        )
+    where = f"node texts file '{source}'" if source is not spec else "`node_texts`"
+    out: dict[str, list[str]] = {}
+    for node, texts in spec.items():
+        if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"{where}: the texts of {node!r} must be a list of strings, got {texts!r}")
+        out[str(node)] = list(texts)
+    return out
+
+
+WORDNET_CASE_KINDS = ("synonym", "gloss", "kind_of")
+
+
+def wordnet_mapping_cases(
+    taxonomy: Taxonomy,
+    kinds: Any = WORDNET_CASE_KINDS,
+    max_synonyms: int = 2,
+    directory: str | os.PathLike[str] | None = None,
+) -> list[tuple[str, str, str]]:
+    """Labelled free-text answers for a WordNet taxonomy (whole or a subtree), written by WordNet's lexicographers
+    rather than by whoever tunes a mapper: ``[(answer, gold node, kind), ...]`` in node order, for every node but the
+    root.
+
+    - ``synonym``: another lemma of the synset (``"automobile"`` for ``car.n.01``), at most ``max_synonyms`` per node;
+    - ``gloss``: the first clause of its gloss, up to the first ``;`` (``"a motor vehicle with four wheels"``);
+    - ``kind_of``: ``"a kind of <first lemma of its parent in the tree>"`` (the best answer is then the parent).
+
+    A text that normalises (:func:`~beyondlabels.taxonomy.text.normalize_text`) to a node's name, or a gloss of fewer
+    than two words, is left out: it would name that node, not describe the gold one.
+
+    Raises:
+        ValueError: for a node that is not a noun synset, an unknown kind or a bad ``max_synonyms``.
+
+    Example:
+        >>> wordnet_mapping_cases(load_wordnet(root="car.n.01"), kinds=["gloss"])[:1]  # doctest: +SKIP
+        [('a vehicle that takes people to and from hospitals', 'ambulance.n.01', 'gloss')]
+    """
+    from beyondlabels.taxonomy.text import node_text, normalize_text
+
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    unknown = [k for k in kinds if k not in WORDNET_CASE_KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"`kinds` must be a non-empty list of {WORDNET_CASE_KINDS}, got {kinds!r}")
+    if isinstance(max_synonyms, bool) or not isinstance(max_synonyms, int) or max_synonyms < 0:
+        raise ValueError(f"`max_synonyms` must be an int >= 0, got {max_synonyms!r}")
+    lemmas = wordnet_lemmas(directory, nodes=taxonomy)
+    glosses = wordnet_glosses(directory, nodes=taxonomy)
+    names = {node_text(n) for n in taxonomy.nodes}
+    parent = taxonomy.parent_index.tolist()
+    cases: list[tuple[str, str, str]] = []
+    for index, node in enumerate(taxonomy.nodes[1:], start=1):
+        if "synonym" in kinds:
+            own = node_text(node)
+            others = [w for w in lemmas[node][1:] if normalize_text(w) not in names and normalize_text(w) != own]
+            cases.extend((w, node, "synonym") for w in others[:max_synonyms])
+        if "gloss" in kinds:
+            clause = glosses[node].split(";")[0].strip().strip('"').strip()
+            if len(normalize_text(clause).split()) >= 2 and normalize_text(clause) not in names:
+                cases.append((clause, node, "gloss"))
+        if "kind_of" in kinds:
+            cases.append((f"a kind of {lemmas[taxonomy.nodes[parent[index]]][0]}", node, "kind_of"))
+    return cases
 
 
 def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str], root: str | None = None) -> Taxonomy:
