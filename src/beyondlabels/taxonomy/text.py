@@ -592,16 +592,16 @@ class TextToNode:
         """The ``expected`` rule for rows of candidates ``[R, K]`` (best first) with their scores and ``σ``."""
         k = cand.shape[1]
         first, second = torch.triu_indices(k, k)  # (0, 0) first: the best candidate wins ties
-        options = self.taxonomy.lowest_common_ancestor(cand[:, first], cand[:, second])  # [R, P]
-        shared = self._depth[self.taxonomy.lowest_common_ancestor(options[:, :, None], cand[:, None, :])].double()
-        size_u = self._depth[options].double()[:, :, None]
-        size_v = self._depth[cand].double()[:, None, :]
-        p = torch.where(size_u > 0, shared / size_u.clamp_min(1), torch.zeros_like(shared))
-        r = torch.where(size_v > 0, shared / size_v.clamp_min(1), torch.zeros_like(shared))
-        f = torch.where(p + r > 0, 2 * p * r / (p + r).clamp_min(1e-300), torch.zeros_like(shared))
+        pairs = self.taxonomy.lowest_common_ancestor(cand[:, :, None], cand[:, None, :])  # [R, K, K]
+        depth = self._depth[pairs].float()
+        options = pairs[:, first, second]  # [R, P]: the candidates (i == j) and their pairwise LCAs
+        size_u = depth[:, first, second][:, :, None]
+        # depth of LCA(LCA(c_i, c_j), c_k): the shallowest of the three pairwise LCAs of c_i, c_j and c_k
+        shared = torch.minimum(size_u, torch.minimum(depth[:, first, :], depth[:, second, :]))  # [R, P, K]
+        size_v = torch.diagonal(depth, dim1=1, dim2=2)[:, None, :]
+        f = 2 * shared / (size_u + size_v).clamp_min(1)  # per-sample hF 2|∩| / (|anc u| + |anc v|); 0 at the root
         logits = (scores.double() - scores[:, :1].double()) / (self.temperature * sigma.double()[:, None])
-        weights = torch.softmax(logits, dim=1)
-        gain = (f * weights[:, None, :]).sum(dim=2)
+        gain = (f.double() * torch.softmax(logits, dim=1)[:, None, :]).sum(dim=2)
         return options[torch.arange(cand.shape[0]), gain.argmax(dim=1)]
 
 
