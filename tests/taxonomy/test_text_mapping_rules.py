@@ -87,6 +87,8 @@ ANSWERS = [
     "a vehicle with wheels and pedals", "an armed vehicle of the army", "a craft that flies", "a boat with sails",
     "a craft on the water", "something with wheels", "a jeep of the armed forces", "a tank", "aircraft with wings",
     "a military boat", "wheeled military vehicle", "a vehicle that flies over water", "car or bicycle",
+    "wings over the water", "water flies", "armed sails", "tricycles and bicycles", "militant", "wheelie", "bicycling",
+    "tanker", "jeeps", "boating",
 ]
 
 
