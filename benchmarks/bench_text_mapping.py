@@ -12,8 +12,8 @@ Cases (:func:`beyondlabels.io.taxonomy_files.wordnet_mapping_cases`): for every 
 root, up to two other lemmas of the synset (``synonym``), the first clause of its gloss (``gloss``) and "a kind of
 <its parent's first lemma>" (``kind_of``). Node names are the mapper's only texts (``--node-texts lemmas`` gives it
 every lemma instead, ``both`` runs the two). The subtrees are split once: the rules, their order and every default
-(temperature, top_k, lca_gap, context) were chosen on ``DEV`` (``--split dev --tune``); ``HELD_OUT`` was never looked at before the report in
-the README, and no test reads it.
+(temperature, top_k, lca_gap, context) were chosen on ``DEV`` (``--split dev --tune``); ``HELD_OUT`` was not looked at
+before the defaults were fixed, and no test reads it.
 
 Scores: hP / hR / hF of the mapped node against the gold node, pooled over every case (each case weighs the same),
 ancestor sets without the root, a prediction at the root an abstention worth no precision (the project's default);
@@ -209,7 +209,8 @@ def report(split: str, data: list, name: str, encode: CachedEncoder, mode: str) 
         delta = f"hF {got['hF'] - ref['hF']:+.3f}, exact {got['exact'] - ref['exact']:+.3f}"
         extra = f"{delta}; {by_kind(data, parts)}"
         if options is DEFAULT:
-            extra += f"; map s/1k {1000 * seconds / count:.2f}; rules " + ", ".join(f"{r} {n}" for r, n in rules.most_common())
+            counts = ", ".join(f"{r} {n}" for r, n in rules.most_common())
+            extra += f"; map s/1k {1000 * seconds / count:.2f}; rules {counts}"
         print(line(variant, got, extra), flush=True)
 
 
@@ -225,7 +226,8 @@ def tune(data: list, name: str, encode: CachedEncoder, mode: str) -> None:
     for options in grid:
         got = pooled(run_mapper(data, encode, mode, options)[0])
         label = ", ".join(f"{k}={v if not isinstance(v, float) else round(v, 3)}" for k, v in options.items())
-        print(line(label, got, f"hF {got['hF'] - ref['hF']:+.3f}, exact {got['exact'] - ref['exact']:+.3f}"), flush=True)
+        delta = f"hF {got['hF'] - ref['hF']:+.3f}, exact {got['exact'] - ref['exact']:+.3f}"
+        print(line(label, got, delta), flush=True)
 
 
 def main() -> None:

@@ -41,9 +41,9 @@ class HierarchyEvalCore(EvaluationCore):
     :class:`~beyondlabels.metrics.HierarchicalPrecisionRecall` gathers them on every rank; every scalar is logged as
     ``<prefix>/<name>`` (``hierarchy/hP``, ``hierarchy/hR``, ``hierarchy/hF``, ``hierarchy/micro_hF``,
     ``hierarchy/abstentions``: predictions at the root, worth ``abstention_precision``, ...) at the trainer's global
-    step. On rank 0, the media (every logger, ``media/``) also get a table of examples (image, answer, mapped node, rule, ground
-    truth, p_n, r_n) and an hP-hR scatter with one point per ground-truth class. Schedule, loader sharding, failures,
-    files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
+    step. On rank 0, the media (every logger, ``media/``) also get a table of examples (image, answer, mapped node,
+    rule, ground truth, p_n, r_n) and an hP-hR scatter with one point per ground-truth class. Schedule, loader
+    sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Args:
         taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what :func:`~beyondlabels.io.taxonomy_files.load_taxonomy`
@@ -60,7 +60,8 @@ class HierarchyEvalCore(EvaluationCore):
             object with ``encode_text`` or ``encode``) (``source="text"``).
         node_texts: texts of the nodes for ``source="text"``: None (names), ``"wordnet_lemmas"``, a mapping or a
             YAML/JSON file (:func:`~beyondlabels.io.taxonomy_files.load_node_texts`).
-        top_k, rules, ngram_orders, context, lca_gap, temperature: options of :class:`~beyondlabels.taxonomy.TextToNode`.
+        top_k, rules, ngram_orders, context, lca_gap, temperature: options of
+            :class:`~beyondlabels.taxonomy.TextToNode`.
         input_key, label_key, id_key: keys of dict batches (tuples are ``(inputs, labels[, ids])``).
         num_examples: rows of the example table (0 turns it off).
         kwargs: schedule, loader, files and failure options of :class:`~beyondlabels.callbacks.base.EvaluationCore`.
@@ -162,8 +163,8 @@ class HierarchyEvalCore(EvaluationCore):
         if self.source == "text" and self.encoder == "module" and not callable(getattr(pl_module, "encode_text", None)):
             raise AttributeError(
                 f"{type(pl_module).__name__} has no encode_text method for encoder='module'; set "
-                "HierarchyEvalCallback(encoder=...) to 'hashing', 'sentence-transformers:<name>', 'open_clip:<model>', a "
-                "{_target_: ...} config or an encoder object"
+                "HierarchyEvalCallback(encoder=...) to 'hashing', 'sentence-transformers:<name>', "
+                "'open_clip:<model>', a {_target_: ...} config or an encoder object"
             )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

@@ -202,7 +202,9 @@ def test_prediction_at_the_root_is_an_abstention_worth_no_precision():
     assert float(only_root["micro_hP"]) == 0.0 and float(only_root["micro_hR"]) == 0.0
     assert float(only_root["hF"]) == 0.0 and float(only_root["micro_hF"]) == 0.0
     # the other convention: an empty prediction is not wrong
-    legacy = hierarchical_precision_recall(tax.indices(["entity"]), tax.indices(["train"]), tax, abstention_precision=1.0)
+    legacy = hierarchical_precision_recall(
+        tax.indices(["entity"]), tax.indices(["train"]), tax, abstention_precision=1.0
+    )
     assert float(legacy["hP"]) == 1.0 and float(legacy["micro_hP"]) == 1.0 and float(legacy["hR"]) == 0.0
     # with the root included, the root prediction shares one node of five
     incl = hierarchical_precision_recall(tax.indices(["entity"]), tax.indices(["train"]), tax, include_root=True)

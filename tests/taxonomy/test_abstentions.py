@@ -4,7 +4,6 @@ mapper cannot gain hP by saying less. Checked against per-sample sets written fr
 from __future__ import annotations
 
 import pytest
-import torch
 
 from beyondlabels.functional import hierarchical_precision_recall, hierarchy_output_schema
 from beyondlabels.metrics import HierarchicalPrecisionRecall
@@ -43,7 +42,8 @@ def test_root_predictions_are_abstentions_scored_by_the_stated_convention(includ
     preds = ["entity", "transport", "entity", "pool", "train"]
     gts = ["train", "train", "pool", "pool", "pool"]
     kwargs = {} if abstention_precision is None else {"abstention_precision": abstention_precision}
-    out = hierarchical_precision_recall(TREE.indices(preds), TREE.indices(gts), TREE, include_root=include_root, **kwargs)
+    pred, gt = TREE.indices(preds), TREE.indices(gts)
+    out = hierarchical_precision_recall(pred, gt, TREE, include_root=include_root, **kwargs)
     hp, hr, micro_p = _oracle(preds, gts, include_root, 0.0 if abstention_precision is None else abstention_precision)
     assert float(out["hP"]) == pytest.approx(hp) and float(out["hR"]) == pytest.approx(hr)
     assert float(out["micro_hP"]) == pytest.approx(micro_p)

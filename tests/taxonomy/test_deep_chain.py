@@ -34,7 +34,8 @@ SCRIPT = textwrap.dedent(
     mapper = TextToNode(tax)
     matches = mapper.map([f"n{depth - 1}", "n77777 n77778", "somewhere deep in the chain"])
     seconds = time.perf_counter() - start
-    score = hierarchical_precision_recall(torch.tensor([m.index for m in matches]), tax.indices([f"n{depth - 1}"] * 3), tax)
+    pred = torch.tensor([m.index for m in matches])
+    score = hierarchical_precision_recall(pred, tax.indices([f"n{depth - 1}"] * 3), tax)
     print(json.dumps({"seconds": seconds, "grew_mb": rss_mb("VmHWM") - before, "nodes": [m.node for m in matches],
                       "rules": [m.rule for m in matches], "hR": float(score["hR"])}))
     """
@@ -43,7 +44,8 @@ SCRIPT = textwrap.dedent(
 
 def test_a_chain_100000_deep_maps_in_seconds_within_a_gigabyte():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, "100000"], capture_output=True, text=True, timeout=600, env=env)
+    command = [sys.executable, "-c", SCRIPT, "100000"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["nodes"][0] == "n99999" and out["rules"][0] == "exact"

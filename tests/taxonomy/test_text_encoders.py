@@ -78,7 +78,8 @@ def test_names_and_configs():
 def _cfg(tmp_path: Path, *overrides: str):
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", "task=hierarchy", *overrides])
+        base = [f"paths.log_dir={tmp_path / 'logs'}", "task=hierarchy"]
+        cfg = compose(config_name="evaluate", overrides=[*base, *overrides])
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "job")
     return cfg

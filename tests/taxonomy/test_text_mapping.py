@@ -74,11 +74,12 @@ def test_lca_fallback_and_embedding_rule():
                                              "plant", "tree")}
     vectors.update({"oak": [1.0, 0.0, 0.0, 0.0], "pine": [0.0, 1.0, 0.0, 0.0], "woody stuff": [1.0, 1.0, 0.0, 0.0],
                     "evergreen": [0.2, 1.0, 0.0, 0.0]})
-    mapper = TextToNode(TREE, encoder=FixedEncoder(vectors), top_k=3, rules=["exact", "lca"], lca_gap=0.25, context=None)
+    encoder = FixedEncoder(vectors)
+    mapper = TextToNode(TREE, encoder=encoder, top_k=3, rules=["exact", "lca"], lca_gap=0.25, context=None)
     woody, evergreen = mapper.map(["woody stuff", "evergreen"])
     assert (woody.node, woody.rule) == ("tree", "lca") and set(woody.candidates[:2]) == {"oak", "pine"}
     assert (evergreen.node, evergreen.rule) == ("pine", "embedding")
-    no_lca = TextToNode(TREE, encoder=FixedEncoder(vectors), top_k=3, rules=["exact"], context=None).map(["woody stuff"])[0]
+    no_lca = TextToNode(TREE, encoder=encoder, top_k=3, rules=["exact"], context=None).map(["woody stuff"])[0]
     assert no_lca.rule == "embedding" and no_lca.node == "oak"  # tie: the smaller node index ranks first
     assert TREE.index("oak") < TREE.index("pine")
 

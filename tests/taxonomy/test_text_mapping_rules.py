@@ -79,7 +79,8 @@ def test_a_one_word_match_does_not_override_a_clear_best_candidate():
     assert match.candidates[0] == "military_vehicle"
     assert match.node == "military_vehicle" and not match.abstained
     # the rule is still there for whoever wants it, and does what its definition says
-    word = TextToNode(VEHICLES, encoder=ConceptEncoder(), rules=["exact", "word"]).map(["vehicle used by the armed forces"])[0]
+    word_rule = TextToNode(VEHICLES, encoder=ConceptEncoder(), rules=["exact", "word"])
+    word = word_rule.map(["vehicle used by the armed forces"])[0]
     assert (word.node, word.rule) == ("vehicle", "word") and word.abstained
 
 

@@ -1,5 +1,6 @@
 """WordNet subtrees, lemma node texts and the labelled answers built from the dictionary files, against a reader of
-``data.noun`` written here from the file format (hyponym pointers ``~`` / ``~i``, not the hypernyms the loader reads)."""
+``data.noun`` written here from the file format (hyponym pointers ``~`` / ``~i``, not the hypernyms the loader
+reads)."""
 
 from __future__ import annotations
 

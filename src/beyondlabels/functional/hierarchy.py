@@ -19,9 +19,9 @@ Abstentions
     A prediction at the root says nothing beyond "it is in the taxonomy": it is an *abstention*, counted in
     ``abstentions`` (and ``abstention_rate``). Its precision is a stated convention, ``p_n = abstention_precision``:
     by default 0, so an abstention earns nothing and a mapper or model cannot gain hP by saying less (its recall is
-    what the sets give: 0 with the root excluded, ``1 / (depth(gt_n) + 1)`` with it included). ``abstention_precision=1``
-    is the other common convention (an empty prediction is "not wrong"), under which answering the root whenever
-    unsure lifts hP.
+    what the sets give: 0 with the root excluded, ``1 / (depth(gt_n) + 1)`` with it included).
+    ``abstention_precision=1`` is the other common convention (an empty prediction is "not wrong"), under which
+    answering the root whenever unsure lifts hP.
 
 Aggregates
     - ``hP = mean_n p_n``, ``hR = mean_n r_n`` (the instance means of "Taxonomy-Aware Evaluation of Vision-Language

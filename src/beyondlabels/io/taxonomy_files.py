@@ -235,7 +235,9 @@ def _wordnet_subtree(folder: str, mtime: float, root: str, hyponyms: str) -> tup
     graph, _, _ = _parse_wordnet(folder, mtime)
     below = _wordnet_hyponyms(graph, root)
     if not below:
-        raise ValueError(f"WordNet synset {root!r} has no hyponyms: its subtree would have no links; pick a more general synset")
+        raise ValueError(
+            f"WordNet synset {root!r} has no hyponyms: its subtree would have no links; pick a more general synset"
+        )
     if hyponyms == "all":
         sub = {n: [p for p in graph[n] if p in below or p == root] for n in below}
         tree, _ = dag_to_tree(sub, root)
@@ -266,7 +268,9 @@ def load_wordnet(
         ValueError: for a ``root`` that is not a noun synset or has no hyponyms, or an unknown ``hyponyms``.
     """
     if hyponyms not in ("tree", "all"):
-        raise ValueError(f"`hyponyms` must be 'tree' (the whole tree's subtree) or 'all' (every hyponym), got {hyponyms!r}")
+        raise ValueError(
+            f"`hyponyms` must be 'tree' (the whole tree's subtree) or 'all' (every hyponym), got {hyponyms!r}"
+        )
     files = _wordnet_files(directory)
     if root is None or root == WORDNET_ROOT:
         return _wordnet_taxonomy(*files)
@@ -278,9 +282,10 @@ def load_wordnet(
     taxonomy, total, left_out = _wordnet_subtree(*files, root, hyponyms)
     if left_out:
         warnings.warn(
-            f"WordNet subtree {root!r}: {len(left_out)} of its {total} hyponyms are left out (e.g. {listing(left_out, 3)}): "
-            f"their longest chain to {WORDNET_ROOT!r} runs through a hypernym outside the subtree, so their parent in the "
-            f"tree is elsewhere; load_wordnet(root={root!r}, hyponyms='all') keeps every hyponym",
+            f"WordNet subtree {root!r}: {len(left_out)} of its {total} hyponyms are left out (e.g. "
+            f"{listing(left_out, 3)}): their longest chain to {WORDNET_ROOT!r} runs through a hypernym outside the "
+            f"subtree, so their parent in the tree is elsewhere; load_wordnet(root={root!r}, hyponyms='all') keeps "
+            "every hyponym",
             UserWarning,
             stacklevel=2,
         )
@@ -292,7 +297,8 @@ def _synsets(nodes: Any, known: Mapping[str, Any], what: str) -> list[str]:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(
-            f"{what}: {listing(unknown)} {'is not a WordNet noun synset' if len(unknown) == 1 else 'are not WordNet noun synsets'}"
+            f"{what}: {listing(unknown)} "
+            f"{'is not a WordNet noun synset' if len(unknown) == 1 else 'are not WordNet noun synsets'}"
             "; WordNet texts exist only for a WordNet taxonomy (load_taxonomy('wordnet'))"
         )
     return names

@@ -64,13 +64,14 @@ def text_encoder(spec: Any) -> tuple[Callable[[list[str]], Any], Any]:
             return _open_clip(spec)
         raise ValueError(
             f"encoder {spec!r} is not known: use 'hashing', 'sentence-transformers:<name or path>', "
-            "'open_clip:<model>[:<pretrained>]', a {_target_: ...} config, a callable list[str] -> Tensor [N, D], or an "
-            "object with an encode_text or encode method"
+            "'open_clip:<model>[:<pretrained>]', a {_target_: ...} config, a callable list[str] -> Tensor [N, D], or "
+            "an object with an encode_text or encode method"
         )
-    if not callable(getattr(spec, "encode_text", None)) and not callable(getattr(spec, "encode", None)) and not callable(spec):
+    methods = (getattr(spec, "encode_text", None), getattr(spec, "encode", None), spec)
+    if not any(callable(m) for m in methods):
         raise ValueError(
-            f"`encoder` must be a callable, an object with encode_text or encode, a name or a {{_target_: ...}} config; "
-            f"got {type(spec).__name__}."
+            f"`encoder` must be a callable, an object with encode_text or encode, a name or a {{_target_: ...}} "
+            f"config; got {type(spec).__name__}."
         )
     return as_encoder(spec)
 

@@ -73,7 +73,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report["error_lca_depth_fraction"] = [float(v) for v in metrics["error_lca_depth_fraction"]]
     report["rules"] = {rule: rules.count(rule) for rule in dict.fromkeys(rules)}
     report["settings"] = {
-        "taxonomy": str(cfg.taxonomy), "taxonomy_root": root, "predictions": str(cfg.predictions), **dict(plain(options))
+        "taxonomy": str(cfg.taxonomy),
+        "taxonomy_root": root,
+        "predictions": str(cfg.predictions),
+        **dict(plain(options)),
     }
     report["schema"] = schema.to_json()
     files = ReportFiles(cfg)

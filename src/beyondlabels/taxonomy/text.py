@@ -236,8 +236,9 @@ def as_encoder(encoder: Any = None) -> tuple[Callable[[list[str]], Any], Any]:
         return hashing, ("hashing", hashing.dim)
     if isinstance(encoder, (str, Mapping)):
         raise ValueError(
-            f"encoder {encoder!r} is a name or a config; pass an encoder object (a callable list[str] -> Tensor [N, D], "
-            "an object with encode_text or encode), or build one with beyondlabels.io.text_encoders.text_encoder"
+            f"encoder {encoder!r} is a name or a config; pass an encoder object (a callable list[str] -> Tensor "
+            "[N, D], an object with encode_text or encode), or build one with "
+            "beyondlabels.io.text_encoders.text_encoder"
         )
     method = getattr(encoder, "encode_text", None)
     if callable(method):
@@ -287,7 +288,9 @@ def _positive(value: Any, name: str, hint: str) -> float:
 
 def _check_rules(rules: Any) -> tuple[str, ...]:
     if isinstance(rules, str) or not isinstance(rules, Iterable):
-        raise ValueError(f"`rules` must be a list of rule names from {RULE_NAMES} (e.g. {list(DEFAULT_RULES)}), got {rules!r}.")
+        raise ValueError(
+            f"`rules` must be a list of rule names from {RULE_NAMES} (e.g. {list(DEFAULT_RULES)}), got {rules!r}."
+        )
     rules = tuple(rules)
     unknown = [r for r in rules if r not in RULE_NAMES]
     if unknown or len(set(rules)) != len(rules):
@@ -304,7 +307,8 @@ class TextToNode:
     Args:
         taxonomy: the tree.
         encoder: a callable ``list[str] -> Tensor [N, D]``, an object with ``encode_text`` or ``encode``, or None
-            (default: a :class:`HashingTextEncoder`); names and configs: :func:`beyondlabels.io.text_encoders.text_encoder`.
+            (default: a :class:`HashingTextEncoder`); names and configs:
+            :func:`beyondlabels.io.text_encoders.text_encoder`.
         node_texts: ``{node: [text, ...]}`` (synonyms); nodes not listed use their name. Default: every node's name.
         top_k: number of candidates.
         rules: the rules tried, any of :data:`RULE_NAMES` (default :data:`DEFAULT_RULES`); the best candidate
@@ -354,8 +358,8 @@ class TextToNode:
             raise ValueError(f"`ngram_orders` must be distinct ints >= 2 (e.g. (4, 3, 2)), got {ngram_orders!r}.")
         if context not in ("parent", "both", None):
             raise ValueError(
-                f"`context` must be 'both' (node texts embedded alone and with their parent's), 'parent' or None (alone), "
-                f"got {context!r}."
+                f"`context` must be 'both' (node texts embedded alone and with their parent's), 'parent' or None "
+                f"(alone), got {context!r}."
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
@@ -448,8 +452,9 @@ class TextToNode:
                 out = self.encode(chunk)
             except TypeError as err:
                 raise ValueError(
-                    f"the text encoder {_describe(self._identity)} cannot be called with a list of {len(chunk)} strings "
-                    f"({err}); give a callable list[str] -> Tensor [N, D] or an object with encode_text or encode"
+                    f"the text encoder {_describe(self._identity)} cannot be called with a list of {len(chunk)} "
+                    f"strings ({err}); give a callable list[str] -> Tensor [N, D] or an object with encode_text or "
+                    "encode"
                 ) from err
             if not isinstance(out, Tensor):
                 try:
@@ -459,7 +464,8 @@ class TextToNode:
             if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != len(chunk):
                 raise ValueError(
                     f"the text encoder {_describe(self._identity)} must return a [N, D] tensor for N texts; for "
-                    f"{len(chunk)} texts it returned {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}."
+                    f"{len(chunk)} texts it returned "
+                    f"{tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}."
                 )
             out = out.detach().float()
             if not bool(torch.isfinite(out).all()):
@@ -533,7 +539,8 @@ class TextToNode:
         node_scores = node_scores.cpu()
         decided: list[tuple[int, str, float] | None] = []
         for row in range(count):
-            decided.append(self._lexical(normalised[row], order[row].tolist(), scores[row], node_scores[row], float(sigma[row])))
+            cand = order[row].tolist()
+            decided.append(self._lexical(normalised[row], cand, scores[row], node_scores[row], float(sigma[row])))
         if "expected" in self.rules:
             todo = [r for r, d in enumerate(decided) if d is None and int(order[r, 0]) != 0 and self.top_k > 1]
             if todo:

@@ -424,7 +424,8 @@ class Taxonomy:
         left = torch.minimum(fa, fb)
         right = torch.maximum(fa, fb) + 1
         level = log2[right - left]
-        key = torch.minimum(sparse[level, left], sparse[level, right - torch.bitwise_left_shift(torch.ones_like(level), level)])
+        span = torch.bitwise_left_shift(torch.ones_like(level), level)
+        key = torch.minimum(sparse[level, left], sparse[level, right - span])
         return key % len(self)
 
     def common_ancestor(self, indices: Iterable[int]) -> int:
