@@ -49,8 +49,8 @@ KINDS = ("synonym", "gloss", "kind_of")
 class CachedEncoder:
     """An encoder that embeds each distinct text once; times the model (``seconds``) and every call (``spent``)."""
 
-    def __init__(self, encode: Any) -> None:
-        self.encode, self.rows, self.seconds, self.spent, self.texts = encode, {}, 0.0, 0.0, 0
+    def __init__(self, encode: Any) -> None:  # no attribute named encode: TextToNode would call that instead
+        self.inner, self.rows, self.seconds, self.spent, self.texts = encode, {}, 0.0, 0.0, 0
 
     def __call__(self, texts: list[str]) -> torch.Tensor:
         called = time.perf_counter()
@@ -58,7 +58,7 @@ class CachedEncoder:
         if missing:
             start = time.perf_counter()
             for lo in range(0, len(missing), 256):
-                out = torch.as_tensor(self.encode(missing[lo : lo + 256])).float().cpu()
+                out = torch.as_tensor(self.inner(missing[lo : lo + 256])).float().cpu()
                 self.rows.update(zip(missing[lo : lo + 256], torch.nn.functional.normalize(out, dim=1)))
             self.seconds += time.perf_counter() - start
             self.texts += len(missing)

@@ -445,33 +445,41 @@ class TextToNode:
         self._answers = OrderedDict()
 
     def _encode(self, texts: Sequence[str]) -> Tensor:
-        parts = []
+        """L2-normalised float32 embeddings ``[N, D]`` of ``texts``, encoded ``batch_size`` at a time into one tensor."""
+        result: Tensor | None = None
         for lo in range(0, len(texts), self.batch_size):
-            chunk = list(texts[lo : lo + self.batch_size])
+            chunk = self._encode_chunk(list(texts[lo : lo + self.batch_size]))
+            if result is None:
+                result = chunk.new_empty((len(texts), chunk.shape[1]))
+            if chunk.shape[1] != result.shape[1] or chunk.device != result.device:
+                raise ValueError(f"the text encoder {_describe(self._identity)} changed its output width or device")
+            result[lo : lo + chunk.shape[0]] = chunk
+        return result if result is not None else torch.empty(0, 0)
+
+    def _encode_chunk(self, chunk: list[str]) -> Tensor:
+        try:
+            out = self.encode(chunk)
+        except TypeError as err:
+            raise ValueError(
+                f"the text encoder {_describe(self._identity)} cannot be called with a list of {len(chunk)} "
+                f"strings ({err}); give a callable list[str] -> Tensor [N, D] or an object with encode_text or "
+                "encode"
+            ) from err
+        if not isinstance(out, Tensor):
             try:
-                out = self.encode(chunk)
-            except TypeError as err:
-                raise ValueError(
-                    f"the text encoder {_describe(self._identity)} cannot be called with a list of {len(chunk)} "
-                    f"strings ({err}); give a callable list[str] -> Tensor [N, D] or an object with encode_text or "
-                    "encode"
-                ) from err
-            if not isinstance(out, Tensor):
-                try:
-                    out = torch.as_tensor(out)
-                except (TypeError, ValueError, RuntimeError):
-                    pass
-            if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != len(chunk):
-                raise ValueError(
-                    f"the text encoder {_describe(self._identity)} must return a [N, D] tensor for N texts; for "
-                    f"{len(chunk)} texts it returned "
-                    f"{tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}."
-                )
-            out = out.detach().float()
-            if not bool(torch.isfinite(out).all()):
-                raise ValueError(f"the text encoder {_describe(self._identity)} returned NaN or infinite values.")
-            parts.append(torch.nn.functional.normalize(out, dim=1))
-        return torch.cat(parts)
+                out = torch.as_tensor(out)
+            except (TypeError, ValueError, RuntimeError):
+                pass
+        if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != len(chunk):
+            raise ValueError(
+                f"the text encoder {_describe(self._identity)} must return a [N, D] tensor for N texts; for "
+                f"{len(chunk)} texts it returned "
+                f"{tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}."
+            )
+        out = out.detach().float()
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(f"the text encoder {_describe(self._identity)} returned NaN or infinite values.")
+        return torch.nn.functional.normalize(out, dim=1)
 
     def node_embeddings(self) -> Tensor:
         """L2-normalised embeddings of every embedded node text ``[T, D]`` (kept until the encoder or its key changes;
