@@ -124,7 +124,7 @@ class HierarchyEvalCore(EvaluationCore):
         self.encoder = encoder
         self.mapper_options = {
             "top_k": top_k,
-            "rules": tuple(rules),
+            "rules": rules if isinstance(rules, str) else tuple(rules),  # a string is refused by TextToNode
             "ngram_orders": tuple(ngram_orders),
             "context": context,
             "lca_gap": lca_gap,

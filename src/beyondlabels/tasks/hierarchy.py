@@ -54,7 +54,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             encoder_key=encoder_key,
             node_texts=load_node_texts(plain(options.get("node_texts")), taxonomy),
             top_k=int(options.get("top_k", 10)),
-            rules=tuple(plain(options.get("rules", list(DEFAULT_RULES)))),
+            rules=plain(options.get("rules", list(DEFAULT_RULES))),
             ngram_orders=tuple(plain(options.get("ngram_orders", [4, 3, 2]))),
             context=options.get("context", "both"),
             lca_gap=float(options.get("lca_gap", 0.1)),
