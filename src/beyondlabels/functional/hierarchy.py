@@ -248,7 +248,7 @@ def hierarchical_precision_recall(
     f = _harmonic(p, r)
     hp, hr = p.mean(), r.mean()
     sum_pred = n_pred.sum()
-    credited = (p * n_pred).sum()
+    credited = torch.where(at_root, abstained * n_pred, shared).sum()  # Σ|∩| exactly when nothing abstains
     micro_p = torch.where(sum_pred > 0, credited / sum_pred.clamp_min(1), sum_pred.new_tensor(abstention_precision))
     micro_r = shared.sum() / n_gt.sum()
     exact = (pred == gt).to(torch.float64)
