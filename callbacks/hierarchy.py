@@ -12,11 +12,12 @@ from torch.utils.data import DataLoader
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
-from beyondlabels.functional.hierarchy import per_class_means
-from beyondlabels.io.taxonomy_files import load_taxonomy
+from beyondlabels.functional.hierarchy import check_abstention_precision, per_class_means
+from beyondlabels.io.taxonomy_files import load_node_texts, load_taxonomy
 from beyondlabels.io.text_encoders import text_encoder
 from beyondlabels.metrics import HierarchicalPrecisionRecall
 from beyondlabels.taxonomy import Taxonomy, TextToNode
+from beyondlabels.taxonomy.text import DEFAULT_RULES
 
 log = logging.getLogger(__name__)
 
@@ -33,27 +34,35 @@ class HierarchyEvalCore(EvaluationCore):
     - ``source="labels"``: ``pl_module.<predict_method>(inputs)`` returns class indices ``[B]`` (mapped to nodes with
       ``class_names``) or a list of node names;
     - ``source="text"``: ``pl_module.<text_method>(inputs)`` returns free-text answers, mapped to nodes by
-      :class:`~beyondlabels.taxonomy.TextToNode` (Algorithm 1 of the CVPR 2025 paper) with the module's own
-      ``encode_text`` (``encoder="module"``, re-embedding node names at every evaluation) or any encoder it accepts.
+      :class:`~beyondlabels.taxonomy.TextToNode` (the CVPR 2025 paper's mapping, every rule switchable) with the
+      module's own ``encode_text`` (``encoder="module"``, re-embedding node texts at every evaluation) or any encoder
+      :func:`~beyondlabels.io.text_encoders.text_encoder` builds (a name, a ``_target_`` config, an object).
 
     Ground truths are the batch's labels: class indices (mapped with ``class_names``) or node names.
     :class:`~beyondlabels.metrics.HierarchicalPrecisionRecall` gathers them on every rank; every scalar is logged as
-    ``<prefix>/<name>`` (``hierarchy/hP``, ``hierarchy/hR``, ``hierarchy/hF``, ``hierarchy/micro_hF``, ...) at the
-    trainer's global step. On rank 0, the media (every logger, ``media/``) also get a table of examples (image, answer, mapped node, rule, ground
-    truth, p_n, r_n) and an hP-hR scatter with one point per ground-truth class. Schedule, loader sharding, failures,
-    files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
+    ``<prefix>/<name>`` (``hierarchy/hP``, ``hierarchy/hR``, ``hierarchy/hF``, ``hierarchy/micro_hF``,
+    ``hierarchy/abstentions``: predictions at the root, worth ``abstention_precision``, ...) at the trainer's global
+    step. On rank 0, the media (every logger, ``media/``) also get a table of examples (image, answer, mapped node,
+    rule, ground truth, p_n, r_n) and an hP-hR scatter with one point per ground-truth class. Schedule, loader
+    sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Args:
         taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what :func:`~beyondlabels.io.taxonomy_files.load_taxonomy`
             reads (a YAML/JSON/TSV path, ``"wordnet"``, a ``{root, parent}`` mapping).
+        taxonomy_root: evaluate within the subtree under this node (``"vehicle.n.01"`` of ``"wordnet"``).
         source: ``"labels"`` or ``"text"``.
         predict_method: module method returning class indices or node names (``source="labels"``).
         text_method: module method returning answers (``source="text"``).
         class_names: node name of every class index, in label order (default: the datamodule's ``class_names``).
         include_root: count the root in ancestor sets.
-        encoder: ``"module"`` (the module's ``encode_text``), ``"hashing"``, ``"open_clip:<model>[:<weights>]"`` or a
-            callable (``source="text"``).
-        top_k, ngram_orders, lca_margin: options of :class:`~beyondlabels.taxonomy.TextToNode`.
+        abstention_precision: the precision of a prediction at the root (default 0: an abstention earns nothing).
+        encoder: ``"module"`` (the module's ``encode_text``), ``"hashing"``, ``"sentence-transformers:<name or path>"``,
+            ``"open_clip:<model>[:<weights>]"``, a ``{_target_: ...}`` config, or an encoder object (a callable, an
+            object with ``encode_text`` or ``encode``) (``source="text"``).
+        node_texts: texts of the nodes for ``source="text"``: None (names), ``"wordnet_lemmas"``, a mapping or a
+            YAML/JSON file (:func:`~beyondlabels.io.taxonomy_files.load_node_texts`).
+        top_k, rules, ngram_orders, context, lca_gap, temperature: options of
+            :class:`~beyondlabels.taxonomy.TextToNode`.
         input_key, label_key, id_key: keys of dict batches (tuples are ``(inputs, labels[, ids])``).
         num_examples: rows of the example table (0 turns it off).
         kwargs: schedule, loader, files and failure options of :class:`~beyondlabels.callbacks.base.EvaluationCore`.
@@ -77,9 +86,15 @@ class HierarchyEvalCore(EvaluationCore):
         class_names: Sequence[str] | None = None,
         include_root: bool = False,
         encoder: Any = "module",
-        top_k: int = 5,
+        top_k: int = 10,
+        rules: Sequence[str] = DEFAULT_RULES,
         ngram_orders: Sequence[int] = (4, 3, 2),
-        lca_margin: float | None = 0.02,
+        context: str | None = "both",
+        lca_gap: float = 0.1,
+        temperature: float = 1 / 3,
+        node_texts: Any = None,
+        taxonomy_root: str | None = None,
+        abstention_precision: float = 0.0,
         input_key: str = "image",
         label_key: str = "label",
         id_key: str = "id",
@@ -92,9 +107,10 @@ class HierarchyEvalCore(EvaluationCore):
         **kwargs: Any,
     ) -> None:
         try:
-            self.taxonomy: Taxonomy = load_taxonomy(taxonomy)
+            self.taxonomy: Taxonomy = load_taxonomy(taxonomy, root=taxonomy_root)
         except ValueError as err:
             raise ValueError(f"`taxonomy`: {err}") from None
+        self.abstention_precision = check_abstention_precision(abstention_precision)
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
         check_names(predict_method=predict_method, text_method=text_method, input_key=input_key, label_key=label_key, id_key=id_key)
@@ -107,7 +123,15 @@ class HierarchyEvalCore(EvaluationCore):
             self.taxonomy.indices(self.class_names)  # unknown names fail here, not at the first evaluation
         self.include_root = include_root
         self.encoder = encoder
-        self.mapper_options = {"top_k": top_k, "ngram_orders": tuple(ngram_orders), "lca_margin": lca_margin}
+        self.mapper_options = {
+            "top_k": top_k,
+            "rules": rules if isinstance(rules, str) else tuple(rules),  # a string is refused by TextToNode
+            "ngram_orders": tuple(ngram_orders),
+            "context": context,
+            "lca_gap": lca_gap,
+            "temperature": temperature,
+            "node_texts": load_node_texts(node_texts, self.taxonomy) if source == "text" else None,
+        }
         self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
         self.num_examples = num_examples
         self._mapper: TextToNode | None = None
@@ -121,7 +145,9 @@ class HierarchyEvalCore(EvaluationCore):
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
     def build_metric(self) -> HierarchicalPrecisionRecall:
-        return HierarchicalPrecisionRecall(self.taxonomy, include_root=self.include_root)
+        return HierarchicalPrecisionRecall(
+            self.taxonomy, include_root=self.include_root, abstention_precision=self.abstention_precision
+        )
 
     def state_key_parts(self) -> dict[str, Any]:
         method = self.predict_method if self.source == "labels" else self.text_method
@@ -138,7 +164,8 @@ class HierarchyEvalCore(EvaluationCore):
         if self.source == "text" and self.encoder == "module" and not callable(getattr(pl_module, "encode_text", None)):
             raise AttributeError(
                 f"{type(pl_module).__name__} has no encode_text method for encoder='module'; set "
-                "HierarchyEvalCallback(encoder=...) to 'hashing', 'open_clip:<model>' or a callable"
+                "HierarchyEvalCallback(encoder=...) to 'hashing', 'sentence-transformers:<name>', "
+                "'open_clip:<model>', a {_target_: ...} config or an encoder object"
             )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import sys
 from pathlib import Path
@@ -67,7 +69,7 @@ def test_class_index_predictions_are_logged_and_saved(tmp_path: Path):
 
 
 def test_free_text_answers_are_mapped_to_nodes(tmp_path: Path):
-    # answers like "a picture of a zero": the hashing encoder and the n-gram rule find the class nodes
+    # answers like "a picture of a zero": the hashing encoder finds the class nodes
     tree = Taxonomy({"A": "root", "B": "root", "a_zero": "A", "a_one": "A", "b_zero": "B", "b_one": "B"}, root="root")
     classes = ["a_zero", "a_one", "b_zero", "b_one"]
     callback = HierarchyEvalCallback(tree, source="text", class_names=classes, encoder="hashing", strict=True)
@@ -78,17 +80,38 @@ def test_free_text_answers_are_mapped_to_nodes(tmp_path: Path):
     ref = hierarchical_precision_recall(pred, tree.indices(classes)[torch.from_numpy(dm.eval_set.labels)], tree)
     last = callback.history[-1]
     assert last["hP"] == pytest.approx(float(ref["hP"])) and last["hR"] == pytest.approx(float(ref["hR"]))
+    assert last["abstentions"] == int(ref["abstentions"]) == 0
+
+
+def test_free_text_on_a_wordnet_subtree_with_lemmas_and_a_node_texts_file(tmp_path: Path):
+    pytest.importorskip("beyondlabels.io.taxonomy_files").find_wordnet_dir()
+    with pytest.warns(UserWarning, match="1 of its 40 hyponyms are left out"):  # minivan.n.01's longest chain
+        callback = HierarchyEvalCallback("wordnet", taxonomy_root="car.n.01", source="text", encoder="hashing",
+                                         node_texts="wordnet_lemmas", class_names=["cab.n.03"])  # fmt: skip
+    assert callback.taxonomy.root == "car.n.01" and len(callback.taxonomy) == 40
+    assert [(m.node, m.rule) for m in callback._mapper.map(["a taxicab", "the automobile"])] == [
+        ("cab.n.03", "exact"), ("car.n.01", "exact")]  # fmt: skip
+    texts = tmp_path / "texts.yaml"
+    texts.write_text("a_zero: [nought, nil]\n", encoding="utf-8")
+    tree = Taxonomy({"A": "root", "B": "root", "a_zero": "A", "a_one": "A", "b_zero": "B", "b_one": "B"}, root="root")
+    sub = HierarchyEvalCallback(tree, taxonomy_root="A", source="text", encoder="hashing", node_texts=str(texts),
+                                class_names=["a_zero", "a_one"])  # fmt: skip
+    assert sub.taxonomy.nodes == ("A", "a_one", "a_zero") and sub._mapper.map(["nil"])[0].node == "a_zero"
+    with pytest.raises(ValueError, match="`taxonomy`: `root`: unknown taxonomy node"):
+        HierarchyEvalCallback(tree, taxonomy_root="C")
 
 
 class TextClassifier(Classifier):
     """A classifier whose free-text answers are mapped with its own text encoder (counting the texts it encodes)."""
 
-    texts_seen = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[str] = []
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         from beyondlabels.taxonomy import HashingTextEncoder
 
-        self.texts_seen += len(texts)
+        self.encoded.extend(texts)
         return HashingTextEncoder(64)(texts)
 
 
@@ -106,8 +129,12 @@ def test_the_module_encoder_embeds_node_texts_again_at_every_step(tmp_path: Path
     trainer.fit(model, datamodule=dm)
     evaluations = len(callback.history)
     assert evaluations >= 2 and callback._mapper is not None and callback._mapper.encode == model.encode_text
-    answers = evaluations * len(dm.eval_set.labels)
-    assert model.texts_seen == answers + evaluations * len(tree)  # node texts embedded once per evaluation step
+    encoded = Counter(model.encoded)
+    node_texts = callback._mapper.embedded_texts
+    assert all(encoded[t] == evaluations for t in node_texts)  # node texts embedded once per evaluation step
+    answers = set(encoded) - set(node_texts)  # each distinct answer embedded at most once per evaluation step
+    assert answers and all(encoded[a] <= evaluations for a in answers)
+    assert len(model.encoded) < evaluations * (len(node_texts) + len(dm.eval_set.labels))
     x = torch.from_numpy(dm.eval_set.points)
     with torch.no_grad():
         pred = tree.indices(classes)[model.predict_labels(x)]

@@ -193,17 +193,22 @@ def test_results_do_not_depend_on_chunk_size():
 # ---- edge cases ---------------------------------------------------------------------------------------------------------
 
 
-def test_prediction_at_the_root_is_not_wrong_and_not_specific():
+def test_prediction_at_the_root_is_an_abstention_worth_no_precision():
     tax = paper_tree()
     out = hierarchical_precision_recall(tax.indices(["entity", "train"]), tax.indices(["train", "train"]), tax)
-    assert out["per_query"]["hP"].tolist() == [1.0, 1.0] and out["per_query"]["hR"].tolist() == [0.0, 1.0]
-    assert out["per_query"]["hF_sample_mean"].tolist() == [0.0, 1.0] and int(out["num_root_predictions"]) == 1
+    assert out["per_query"]["hP"].tolist() == [0.0, 1.0] and out["per_query"]["hR"].tolist() == [0.0, 1.0]
+    assert out["per_query"]["hF_sample_mean"].tolist() == [0.0, 1.0] and int(out["abstentions"]) == 1
     only_root = hierarchical_precision_recall(tax.indices(["entity"]), tax.indices(["train"]), tax)
-    assert float(only_root["micro_hP"]) == 1.0 and float(only_root["micro_hR"]) == 0.0
+    assert float(only_root["micro_hP"]) == 0.0 and float(only_root["micro_hR"]) == 0.0
     assert float(only_root["hF"]) == 0.0 and float(only_root["micro_hF"]) == 0.0
+    # the other convention: an empty prediction is not wrong
+    legacy = hierarchical_precision_recall(
+        tax.indices(["entity"]), tax.indices(["train"]), tax, abstention_precision=1.0
+    )
+    assert float(legacy["hP"]) == 1.0 and float(legacy["micro_hP"]) == 1.0 and float(legacy["hR"]) == 0.0
     # with the root included, the root prediction shares one node of five
     incl = hierarchical_precision_recall(tax.indices(["entity"]), tax.indices(["train"]), tax, include_root=True)
-    assert float(incl["hP"]) == 1.0 and float(incl["hR"]) == pytest.approx(1 / 5)
+    assert float(incl["hP"]) == 0.0 and float(incl["hR"]) == pytest.approx(1 / 5)
 
 
 def test_all_correct_has_no_error_statistics():

@@ -60,7 +60,8 @@ class FixedEncoder:
     ],
 )
 def test_lexical_rules(answer, node, rule):
-    match = TextToNode(TREE, encoder=HashingTextEncoder(), top_k=8).map([answer])[0]
+    mapper = TextToNode(TREE, encoder=HashingTextEncoder(), top_k=8, rules=["exact", "ngram", "word"], context=None)
+    match = mapper.map([answer])[0]
     assert (match.node, match.rule) == (node, rule), match.candidates
     assert match.index == TREE.index(node) and len(match.candidates) == 8 and match.text == answer
 
@@ -73,31 +74,34 @@ def test_lca_fallback_and_embedding_rule():
                                              "plant", "tree")}
     vectors.update({"oak": [1.0, 0.0, 0.0, 0.0], "pine": [0.0, 1.0, 0.0, 0.0], "woody stuff": [1.0, 1.0, 0.0, 0.0],
                     "evergreen": [0.2, 1.0, 0.0, 0.0]})
-    mapper = TextToNode(TREE, encoder=FixedEncoder(vectors), top_k=3, lca_margin=0.05)
+    encoder = FixedEncoder(vectors)
+    mapper = TextToNode(TREE, encoder=encoder, top_k=3, rules=["exact", "lca"], lca_gap=0.25, context=None)
     woody, evergreen = mapper.map(["woody stuff", "evergreen"])
     assert (woody.node, woody.rule) == ("tree", "lca") and set(woody.candidates[:2]) == {"oak", "pine"}
     assert (evergreen.node, evergreen.rule) == ("pine", "embedding")
-    no_lca = TextToNode(TREE, encoder=FixedEncoder(vectors), top_k=3, lca_margin=None).map(["woody stuff"])[0]
+    no_lca = TextToNode(TREE, encoder=encoder, top_k=3, rules=["exact"], context=None).map(["woody stuff"])[0]
     assert no_lca.rule == "embedding" and no_lca.node == "oak"  # tie: the smaller node index ranks first
     assert TREE.index("oak") < TREE.index("pine")
 
 
 def test_exact_match_wins_over_lexical_rules_and_synonyms_count():
     tax = Taxonomy({"curved": "shape", "ellipse": "curved", "circle": "curved"}, root="shape")
-    mapper = TextToNode(tax, node_texts={"ellipse": ["ellipse", "oval"], "circle": ["circle", "round disc"]})
+    mapper = TextToNode(
+        tax, node_texts={"ellipse": ["ellipse", "oval"], "circle": ["circle", "round disc"]}, rules=["exact", "word"]
+    )
     got = [(m.node, m.rule) for m in mapper.map(["an oval", "Round disc", "a red circle"])]
     assert got == [("ellipse", "exact"), ("circle", "exact"), ("circle", "word")]
 
 
 def test_stop_words_alone_do_not_make_an_ngram():
     tax = Taxonomy({"piece_of_the_action": "x", "oak": "x"}, root="x")
-    match = TextToNode(tax, encoder=HashingTextEncoder()).map(["one of the best"])[0]
-    assert match.rule in ("lca", "embedding")
+    match = TextToNode(tax, encoder=HashingTextEncoder(), rules=["exact", "ngram"]).map(["one of the best"])[0]
+    assert match.rule == "embedding"
 
 
 def test_node_embeddings_are_cached_per_encoder_identity():
     encoder = FixedEncoder({"thing": [1.0, 0.0], "oak": [0.0, 1.0]})
-    mapper = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000)
+    mapper = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000, context=None)
     mapper.clear_cache()
     mapper.map(["a"])
     mapper.map(["b"])
@@ -110,8 +114,8 @@ def test_node_embeddings_are_cached_per_encoder_identity():
 
 def test_each_mapper_keeps_its_own_node_embeddings():
     encoder = FixedEncoder({"thing": [1.0, 0.0], "oak": [0.0, 1.0]})
-    first = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000)
-    second = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000)
+    first = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000, context=None)
+    second = TextToNode(TREE, encoder=encoder, encoder_key=("test", 1), batch_size=1000, context=None)
     first.map(["a"])
     second.map(["b"])
     assert encoder.texts_seen - 2 == 2 * len(TREE)  # one encoding of the node texts per mapper
@@ -124,7 +128,7 @@ def test_each_mapper_keeps_its_own_node_embeddings():
 
 def test_set_encoder_recomputes_only_for_another_encoder_or_key():
     encoder = FixedEncoder({"thing": [1.0, 0.0], "oak": [0.0, 1.0]})
-    mapper = TextToNode(TREE, encoder=encoder, encoder_key=("step", 0), batch_size=1000)
+    mapper = TextToNode(TREE, encoder=encoder, encoder_key=("step", 0), batch_size=1000, context=None)
     mapper.map(["a"])
     mapper.set_encoder(encoder, encoder_key=("step", 0))  # same encoder, same weights
     mapper.map(["b"])
@@ -171,7 +175,14 @@ def test_the_demo_tiny_clip_can_be_the_encoder():
         ({"top_k": 0}, "`top_k` must be a positive int"),
         ({"ngram_orders": (1,)}, "`ngram_orders` must be distinct ints >= 2"),
         ({"ngram_orders": (2, 2)}, "`ngram_orders` must be distinct"),
-        ({"lca_margin": -0.1}, "`lca_margin` must be a number >= 0 or None"),
+        ({"lca_gap": -0.1}, "`lca_gap` must be a number > 0"),
+        ({"lca_gap": float("nan")}, "`lca_gap` must be a number > 0"),
+        ({"temperature": 0}, "`temperature` must be a number > 0"),
+        ({"rules": ["exact", "nearest"]}, r"`rules` must name distinct rules .* with unknown \['nearest'\]"),
+        ({"rules": "exact"}, "`rules` must be a list of rule names"),
+        ({"rules": ["lca", "lca"]}, "`rules` must name distinct rules"),
+        ({"context": "grandparent"}, "`context` must be 'both'"),
+        ({"cache_size": -1}, "`cache_size` must be an int >= 0"),
         ({"node_texts": {"nope": ["x"]}}, "`node_texts` names nodes that are not in the taxonomy: \\['nope'\\]"),
         ({"node_texts": {"oak": "oak"}}, "must be a list of texts"),
         ({"batch_size": 0}, "`batch_size` must be a positive int"),
@@ -189,6 +200,10 @@ def test_bad_texts_and_encoder_outputs():
         TextToNode(TREE).map([3])
     with pytest.raises(ValueError, match=r"must return a \[N, D\] tensor"):
         TextToNode(TREE, encoder=lambda texts: torch.zeros(len(texts))).map(["oak"])
+    with pytest.raises(ValueError, match="returned NaN or infinite values"):
+        TextToNode(TREE, encoder=lambda texts: torch.full((len(texts), 4), float("nan"))).map(["oak"])
+    with pytest.raises(ValueError, match=r"cannot be called with a list of \d+ strings"):
+        TextToNode(TREE, encoder=lambda: None).map(["oak"])
     with pytest.raises(ValueError, match="`taxonomy` must be a Taxonomy"):
         TextToNode({"root": "a"})
 
@@ -218,7 +233,7 @@ def test_mapping_quality_matches_an_oracle_on_its_own_matches():
     p, r = [], []
     for item, match in zip(items, matches):
         pred, gold = set(tax.ancestors(match.node)[:-1]), set(tax.ancestors(item["node"])[:-1])
-        p.append(len(pred & gold) / len(pred) if pred else 1.0)
+        p.append(len(pred & gold) / len(pred) if pred else 0.0)  # an abstention earns no precision
         r.append(len(pred & gold) / len(gold))
     assert quality["hP"] == pytest.approx(sum(p) / len(p)) and quality["hR"] == pytest.approx(sum(r) / len(r))
     assert quality["exact_match"] == pytest.approx(sum(m.node == i["node"] for m, i in zip(matches, items)) / len(items))

@@ -12,22 +12,30 @@ Ancestor sets
 
 Per sample (prediction ``pred_n``, ground truth ``gt_n``)
     ``p_n = |anc(pred_n) ∩ anc(gt_n)| / |anc(pred_n)|``, ``r_n = |anc(pred_n) ∩ anc(gt_n)| / |anc(gt_n)|``,
-    ``f_n = 2 p_n r_n / (p_n + r_n)`` (0 when both are 0). A prediction at the root (empty ancestor set once the root is
-    excluded) scores ``p_n = 1, r_n = 0``: nothing wrong, nothing specific. A ground truth at the root with the root
-    excluded is an error (nothing to recall).
+    ``f_n = 2 p_n r_n / (p_n + r_n)`` (0 when both are 0). A ground truth at the root with the root excluded is an
+    error (nothing to recall).
+
+Abstentions
+    A prediction at the root says nothing beyond "it is in the taxonomy": it is an *abstention*, counted in
+    ``abstentions`` (and ``abstention_rate``). Its precision is a stated convention, ``p_n = abstention_precision``:
+    by default 0, so an abstention earns nothing and a mapper or model cannot gain hP by saying less (its recall is
+    what the sets give: 0 with the root excluded, ``1 / (depth(gt_n) + 1)`` with it included).
+    ``abstention_precision=1`` is the other common convention (an empty prediction is "not wrong"), under which
+    answering the root whenever unsure lifts hP.
 
 Aggregates
     - ``hP = mean_n p_n``, ``hR = mean_n r_n`` (the instance means of "Taxonomy-Aware Evaluation of Vision-Language
       Models", CVPR 2025; hiclass' ``average="macro"``), ``hF = 2 hP hR / (hP + hR)`` (the paper's hF: harmonic mean
       of the two means; 0 when both are 0).
     - ``hF_sample_mean = mean_n f_n``: the mean of per-sample F (hiclass' macro ``f1``) — a different number from hF.
-    - ``micro_hP = Σ|∩| / Σ|anc(pred)|``, ``micro_hR = Σ|∩| / Σ|anc(gt)|``, ``micro_hF`` their harmonic mean (the
-      pooled form of Kiritchenko et al., hiclass' ``average="micro"``); ``micro_hP = 1`` when every prediction is at
-      the root (the per-sample convention).
+    - ``micro_hP = Σ p_n |anc(pred_n)| / Σ|anc(pred)|`` (``Σ|∩| / Σ|anc(pred)|`` without abstentions), ``micro_hR =
+      Σ|∩| / Σ|anc(gt)|``, ``micro_hF`` their harmonic mean (the pooled form of Kiritchenko et al., hiclass'
+      ``average="micro"``); ``micro_hP = abstention_precision`` when every prediction is at the root with the root
+      excluded (0 / 0).
     - ``exact_match``: fraction of samples with ``pred_n == gt_n``; an *error* is a sample with ``pred_n != gt_n``.
     - ``error_lca_depth_fraction[d]``: fraction of errors whose LCA has depth ``d`` (``d = 0 .. max_depth``, the root
       at depth 0 whatever ``include_root``; deeper = a nearer miss); ``mean_error_lca_depth`` their mean depth (NaN
-      without errors); ``num_errors``, ``num_root_predictions``, ``num_samples``.
+      without errors); ``num_errors``, ``abstentions``, ``abstention_rate``, ``num_samples``.
     Every mean is a float64 sum over samples in the given order: results do not depend on ``chunk_size``.
 
 Text-mapping quality (:func:`mapping_quality`)
@@ -67,6 +75,7 @@ from beyondlabels.taxonomy.text import RULES, TextToNode
 from beyondlabels.taxonomy.tree import Taxonomy
 
 __all__ = [
+    "check_abstention_precision",
     "hierarchical_precision_recall",
     "hierarchy_output_schema",
     "lca_depth",
@@ -102,7 +111,8 @@ def hierarchy_output_schema() -> OutputSchema:
         "mean_error_lca_depth": up,
         "num_samples": count,
         "num_errors": count,
-        "num_root_predictions": count,
+        "abstentions": count,
+        "abstention_rate": KeySpec("scalar", None),
         "error_lca_depth_fraction": KeySpec("curve", None),
     }
     per_query = {
@@ -181,8 +191,9 @@ def hierarchical_precision_recall(
     taxonomy: Taxonomy,
     include_root: bool = False,
     chunk_size: int = DEFAULT_CHUNK,
+    abstention_precision: float = 0.0,
 ) -> dict[str, Any]:
-    """hP, hR, hF (and micro, sample-mean and error statistics) of predicted nodes against true nodes.
+    """hP, hR, hF (and micro, sample-mean, abstention and error statistics) of predicted nodes against true nodes.
 
     Definitions: the module docstring.
 
@@ -192,6 +203,7 @@ def hierarchical_precision_recall(
         taxonomy: the tree the indices refer to.
         include_root: count the root in every ancestor set.
         chunk_size: pairs per block of the LCA computation (results do not depend on it).
+        abstention_precision: the precision of a prediction at the root (an abstention), in ``[0, 1]``; default 0.
 
     Returns:
         Scalars (0-d float64 / int64 tensors) for every key of :func:`hierarchy_output_schema`, the curve
@@ -199,11 +211,13 @@ def hierarchical_precision_recall(
         ``hF``, ``exact_match`` and int64 ``lca_depth``, ``pred``, ``gt`` (one entry per sample, in input order).
 
     Raises:
-        ValueError: for non-integer, non-1-D or out-of-range indices, different lengths or devices, no samples, or a
-            ground truth at the root while the root is excluded (its positions are named).
+        ValueError: for non-integer, non-1-D or out-of-range indices, different lengths or devices, no samples, a
+            ground truth at the root while the root is excluded (its positions are named), or an
+            ``abstention_precision`` outside ``[0, 1]``.
     """
     if not isinstance(include_root, bool):
         raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
+    abstention_precision = check_abstention_precision(abstention_precision)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     size = len(taxonomy)
     pred = _check_nodes(pred, "pred", size)
@@ -227,13 +241,15 @@ def hierarchical_precision_recall(
     shared = (shared_depth + offset).to(torch.float64)
     n_pred = (depth[pred] + offset).to(torch.float64)
     n_gt = (depth[gt] + offset).to(torch.float64)
-    at_root = n_pred == 0
-    p = torch.where(at_root, torch.ones_like(shared), shared / torch.where(at_root, torch.ones_like(n_pred), n_pred))
+    at_root = pred == 0
+    abstained = torch.full_like(shared, abstention_precision)
+    p = torch.where(at_root, abstained, shared / torch.where(n_pred == 0, torch.ones_like(n_pred), n_pred))
     r = shared / n_gt
     f = _harmonic(p, r)
     hp, hr = p.mean(), r.mean()
     sum_pred = n_pred.sum()
-    micro_p = torch.where(sum_pred > 0, shared.sum() / sum_pred.clamp_min(1), torch.ones_like(sum_pred))
+    credited = torch.where(at_root, abstained * n_pred, shared).sum()  # Σ|∩| exactly when nothing abstains
+    micro_p = torch.where(sum_pred > 0, credited / sum_pred.clamp_min(1), sum_pred.new_tensor(abstention_precision))
     micro_r = shared.sum() / n_gt.sum()
     exact = (pred == gt).to(torch.float64)
     errors = pred != gt
@@ -255,10 +271,26 @@ def hierarchical_precision_recall(
         "mean_error_lca_depth": mean_error_depth,
         "num_samples": torch.tensor(pred.numel(), device=device),
         "num_errors": num_errors,
-        "num_root_predictions": at_root.sum(),
+        "abstentions": at_root.sum(),
+        "abstention_rate": at_root.to(torch.float64).mean(),
         "error_lca_depth_fraction": fraction,
         "per_query": {"hP": p, "hR": r, "hF_sample_mean": f, "exact_match": exact, "lca_depth": shared_depth, "pred": pred, "gt": gt},
     }
+
+
+def check_abstention_precision(value: Any) -> float:
+    """``value`` as a float in ``[0, 1]``, or a ValueError naming ``abstention_precision``.
+
+    Example:
+        >>> check_abstention_precision(0)
+        0.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(
+            f"`abstention_precision` must be a number in [0, 1] (the precision of a prediction at the root: 0, the "
+            f"default, gives an abstention no credit; 1 counts it as not wrong), got {value!r}."
+        )
+    return float(value)
 
 
 def taxonomy_class_gains(
@@ -358,13 +390,22 @@ def mistake_lca_depth(
     return {"mean_mistake_lca_depth": mean, "num_mistakes": n, "lca_depth": depth}
 
 
-def mapping_quality(mapper: TextToNode, texts: Sequence[str], gold: Sequence[str], include_root: bool = False) -> dict[str, Any]:
-    """How well ``mapper`` (a :class:`~beyondlabels.taxonomy.TextToNode`) maps labelled answers: hP / hR / hF of the mapped nodes against the gold nodes (as Table 2
-    of "Taxonomy-Aware Evaluation of Vision-Language Models"), the exact-match rate, and how often each rule decided.
+def mapping_quality(
+    mapper: TextToNode,
+    texts: Sequence[str],
+    gold: Sequence[str],
+    include_root: bool = False,
+    abstention_precision: float = 0.0,
+) -> dict[str, Any]:
+    """How well ``mapper`` (a :class:`~beyondlabels.taxonomy.TextToNode`) maps labelled answers: hP / hR / hF of the
+    mapped nodes against the gold nodes (as Table 2 of "Taxonomy-Aware Evaluation of Vision-Language Models"; answers
+    mapped to the root are abstentions worth ``abstention_precision``), the exact-match rate, and how often each rule
+    decided.
 
     Returns:
-        ``hP``, ``hR``, ``hF``, ``hF_sample_mean``, ``micro_hP``, ``micro_hR``, ``micro_hF``, ``exact_match`` (floats),
-        ``num_samples`` and ``rules`` (``{rule: count}``) and ``matches`` (the :class:`~beyondlabels.taxonomy.text.NodeMatch` of every answer).
+        ``hP``, ``hR``, ``hF``, ``hF_sample_mean``, ``micro_hP``, ``micro_hR``, ``micro_hF``, ``exact_match``,
+        ``abstention_rate`` (floats), ``num_samples``, ``abstentions``, ``rules`` (``{rule: count}``) and ``matches``
+        (the :class:`~beyondlabels.taxonomy.text.NodeMatch` of every answer).
 
     Example:
         >>> from beyondlabels.taxonomy import Taxonomy, TextToNode
@@ -381,11 +422,17 @@ def mapping_quality(mapper: TextToNode, texts: Sequence[str], gold: Sequence[str
         truth = mapper.taxonomy.indices(list(gold))
     except ValueError as err:
         raise ValueError(f"`gold`: {err}") from None
-    out = hierarchical_precision_recall(pred, truth, mapper.taxonomy, include_root=include_root)
-    keys = ("hP", "hR", "hF", "hF_sample_mean", "micro_hP", "micro_hR", "micro_hF", "exact_match")
+    out = hierarchical_precision_recall(
+        pred, truth, mapper.taxonomy, include_root=include_root, abstention_precision=abstention_precision
+    )
+    keys = ("hP", "hR", "hF", "hF_sample_mean", "micro_hP", "micro_hR", "micro_hF", "exact_match", "abstention_rate")
     result: dict[str, Any] = {k: float(out[k]) for k in keys}
     result["num_samples"] = len(matches)
-    result["rules"] = {rule: sum(m.rule == rule for m in matches) for rule in RULES}
+    result["abstentions"] = int(out["abstentions"])
+    rules = dict.fromkeys(RULES, 0)
+    for match in matches:
+        rules[match.rule] = rules.get(match.rule, 0) + 1
+    result["rules"] = rules
     result["matches"] = matches
     return result
 

@@ -10,6 +10,7 @@ from torch import Tensor
 from beyondlabels.functional._checks import check_positive_int
 from beyondlabels.functional.hierarchy import (
     DEFAULT_CHUNK,
+    check_abstention_precision,
     hierarchical_precision_recall,
     hierarchy_output_schema,
     node_indices,
@@ -29,14 +30,17 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
     by id across processes), and returns the instance means ``hP``, ``hR`` and their harmonic mean ``hF`` (as in
     "Taxonomy-Aware Evaluation of Vision-Language Models", CVPR 2025), the mean of per-sample F ``hF_sample_mean``,
     the pooled ``micro_hP`` / ``micro_hR`` / ``micro_hF``, ``exact_match``, the depth of the LCA of each error
-    (``error_lca_depth_fraction``, ``mean_error_lca_depth``) and per-sample values. Definitions (root excluded by
-    default, predictions at the root, ...): :mod:`beyondlabels.functional.hierarchy`.
+    (``error_lca_depth_fraction``, ``mean_error_lca_depth``), the predictions at the root (``abstentions``,
+    ``abstention_rate``) and per-sample values. Definitions (root excluded by default, an abstention worth no
+    precision by default, ...): :mod:`beyondlabels.functional.hierarchy`.
 
     Args:
         taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, or what :func:`~beyondlabels.io.taxonomy_files.load_taxonomy`
             reads (a YAML/JSON/TSV path, a ``{root, parent}`` mapping, ``"wordnet"``).
         include_root: count the root in every ancestor set.
         chunk_size: pairs per block of the LCA computation.
+        abstention_precision: the precision of a prediction at the root, in ``[0, 1]`` (default 0: an abstention earns
+            nothing).
         validate_args: check node indices in every update (a host sync per batch).
         kwargs: passed to :class:`torchmetrics.Metric` (``sync_on_compute``, ``process_group``, ...).
 
@@ -64,6 +68,7 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         include_root: bool = False,
         chunk_size: int = DEFAULT_CHUNK,
         validate_args: bool = True,
+        abstention_precision: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
@@ -74,6 +79,7 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         if not isinstance(include_root, bool):
             raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
         self.include_root = include_root
+        self.abstention_precision = check_abstention_precision(abstention_precision)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
         self.add_sample_state("pred")
         self.add_sample_state("gt", agree=True)
@@ -108,7 +114,12 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         """Deduplicate the gathered samples by id and return every metric (keys: :meth:`output_schema`)."""
         samples = self.gathered_samples()
         out = hierarchical_precision_recall(
-            samples.values["pred"], samples.values["gt"], self.taxonomy, include_root=self.include_root, chunk_size=self.chunk_size
+            samples.values["pred"],
+            samples.values["gt"],
+            self.taxonomy,
+            include_root=self.include_root,
+            chunk_size=self.chunk_size,
+            abstention_precision=self.abstention_precision,
         )
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=samples.ids.device)
         out["per_query"]["query_id"] = samples.ids

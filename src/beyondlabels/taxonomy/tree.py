@@ -389,8 +389,9 @@ class Taxonomy:
     def lowest_common_ancestor(self, a_idx: Tensor, b_idx: Tensor) -> Tensor:
         """The index of the LCA of each pair ``(a_idx[i], b_idx[i])``, vectorised.
 
-        The deeper node of each pair climbs to the depth of the other, then both climb together until they meet:
-        ``2 * max_depth`` gathers over all pairs at once, on the device of the inputs.
+        One range-minimum query per pair on the Euler tour (:meth:`lca_structure`): the shallowest node the walk passes
+        between the first visits of the two nodes. A few gathers over all pairs at once, on the device of the inputs,
+        whatever the tree's depth.
 
         Args:
             a_idx: integer tensor of node indices.
@@ -418,17 +419,64 @@ class Taxonomy:
             raise ValueError(
                 f"`a_idx` {tuple(a.shape)} and `b_idx` {tuple(b.shape)} do not broadcast: {err}"
             ) from None
-        climb = self._climb_table(a.device)
-        depth = self._depth.to(a.device)
-        for _ in range(self._max_depth):  # equalise depths
-            da, db = depth[a], depth[b]
-            a = torch.where(da > db, climb[a], a)
-            b = torch.where(db > da, climb[b], b)
-        for _ in range(self._max_depth):  # climb together until the paths meet
-            differ = a != b
-            a = torch.where(differ, climb[a], a)
-            b = torch.where(differ, climb[b], b)
-        return a
+        first, sparse, log2 = self.lca_structure(a.device, copy=False)
+        fa, fb = first[a], first[b]
+        left = torch.minimum(fa, fb)
+        right = torch.maximum(fa, fb) + 1
+        level = log2[right - left]
+        span = torch.bitwise_left_shift(torch.ones_like(level), level)
+        key = torch.minimum(sparse[level, left], sparse[level, right - span])
+        return key % len(self)
+
+    def common_ancestor(self, indices: Iterable[int]) -> int:
+        """The index of the lowest common ancestor of a set of nodes (one node: itself).
+
+        The shallowest node the Euler tour passes between the first visits of the set's nodes
+        (:meth:`lca_structure`): one range-minimum query, whatever the tree's depth.
+
+        Raises:
+            ValueError: for an empty set or an index outside ``[0, V)``.
+
+        Example:
+            >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
+            >>> [tax.nodes[tax.common_ancestor(tax.indices(s).tolist())] for s in (["d", "e"], ["d", "e", "c"], ["e"])]
+            ['b', 'a', 'e']
+        """
+        idx = self._check_indices(torch.as_tensor(list(indices), dtype=torch.long), "indices")
+        if idx.numel() == 0:
+            raise ValueError("`indices` is empty; the common ancestor needs at least one node")
+        first, sparse, log2 = self.lca_structure(copy=False)
+        positions = first[idx]
+        left, right = int(positions.min()), int(positions.max()) + 1
+        level = int(log2[right - left])
+        key = min(int(sparse[level, left]), int(sparse[level, right - (1 << level)]))
+        return key % len(self)
+
+    def subtree(self, root: str) -> Taxonomy:
+        """The subtree under ``root``: ``root`` and its descendants, with their parents in this tree.
+
+        Raises:
+            ValueError: if ``root`` is not a node, or is a leaf (a tree needs at least one link).
+
+        Example:
+            >>> Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a").subtree("b").nodes
+            ('b', 'd', 'e')
+        """
+        top = self.index(root)
+        children: dict[int, list[int]] = {}
+        for child, par in enumerate(self._parent.tolist()):
+            if par >= 0:
+                children.setdefault(par, []).append(child)
+        if top not in children:
+            raise ValueError(f"{root!r} is a leaf of the taxonomy: its subtree would have no links; pick an inner node")
+        links: dict[str, str] = {}
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            for child in children.get(node, ()):
+                links[self._nodes[child]] = self._nodes[node]
+                stack.append(child)
+        return Taxonomy(links, root=root)
 
     def _climb_table(self, device: torch.device) -> Tensor:
         """The parent index with the root pointing at itself, so climbing past the root stays at the root."""
