@@ -27,9 +27,13 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
       sum_k omega_k [1, a_k]' [1, a_k]`` with ``a_k = 2 (cos lambda_k - rho) / (1 - 2 rho cos lambda_k + rho^2)``,
       and ``Var(log se^2) = g' F^-1 g`` for ``g = (1, 2 rho / (1 - rho^2) + q'(rho) / q(rho))``: the uncertainty of
       the fitted ``rho`` enters the Student t reference (a large one near ``rho = 1``).
-    - **Covered**: a look decides (can flag) only when the noise was estimated (at least 3 ordinates, a stretch that
-      changes) and ``rho <= exp(-1/w)`` (:func:`covered_correlation`: a correlation time of at most one window);
-      beyond it the rule states no rate and flags nothing.
+    - **Covered**: a look decides (can flag) only when the noise was estimated (ordinates of weight at least 10, a
+      stretch that changes) with ``rho_high <= exp(-1/w)`` (:func:`covered_correlation`: a correlation time of at most
+      one window), ``rho_high`` the largest of ``-0.99, -0.98, .., 0.99, 0.999`` at or above ``rho`` inside the
+      one-sided 99% profile-likelihood bound (``2 W (F(rho') - F(rho)) <= 2.326^2``, ``F`` the objective above, ``W =
+      sum_k omega_k``), and no earlier look of the run was **beyond**: ``rho > exp(-1/w)`` from ordinates of weight
+      at least 20 (the noise is stationary: a correlation seen once holds for the run; a lower estimate later is the
+      estimate's scatter near 1). Where not covered the rule states no rate and flags nothing.
     - ``noise_estimate="differences"``: independent noise, ``sigma = s``, the root mean square successive difference
       ``s^2 = sum_i (u[i+1] - u[i])^2 / (2 (t-1))`` over all values, ``se = s sqrt(2/w)`` for both tests, ``nu = 2
       (t-1)^2 / (3t - 4)`` (the chi-square with the variance of ``s^2``). ``noise_estimate="windows"``: the larger of
@@ -100,13 +104,13 @@ from beyondlabels.functional._stats import check_confidence, check_rounds, check
 from beyondlabels.functional.abtest import paired_differences
 from beyondlabels.functional.bootstrap import bootstrap_ci
 
-__all__ = ["STATE_VERSION", "ConvergenceRule", "noise_scale", "noise_df", "sign_flip_bound"]
+__all__ = ["STATE_VERSION", "ConvergenceRule", "ar1_noise", "covered_correlation", "noise_df", "noise_scale", "sign_flip_bound", "transient_end"]
 
 STATE_VERSION = 2
 EVENTS = ("plateau", "downturn")
 NOISE_ESTIMATES = ("ar1", "differences", "windows")
-SERIES_KEYS = ("downturn_p", "plateau_p", "downturn", "plateau", "noise", "correlation", "noise_df", "covered", "noise_start",
-               "best", "best_index", "candidates")  # fmt: skip
+SERIES_KEYS = ("downturn_p", "plateau_p", "downturn", "plateau", "noise", "correlation", "correlation_high", "noise_df",
+               "covered", "beyond", "noise_start", "best", "best_index", "candidates")  # fmt: skip
 
 
 def noise_scale(values: Any) -> float:
@@ -162,9 +166,10 @@ def _t_sf(statistic: Tensor, df: Tensor | float) -> Tensor:
 # ---- the AR(1) noise model -----------------------------------------------------------------------------------------
 
 RHO_GRID = torch.arange(-990, 1000, dtype=torch.float64) / 1000.0  # -0.99, -0.989, ..., 0.999: where rho is sought
-MIN_ORDINATES = 3  # periodogram ordinates in the band below which the noise is not estimated
-NOISE_KEYS = ("start", "correlation", "sd", "innovation_sd", "scale", "df", "scale_adjacent", "df_adjacent", "ordinates",
-              "covered")  # fmt: skip
+MIN_ORDINATES = 10  # weight of the band's periodogram ordinates below which the noise is not estimated
+BEYOND_ORDINATES = 20  # and from which a correlation beyond the covered one leaves the rest of the run uncovered
+NOISE_KEYS = ("start", "correlation", "correlation_high", "sd", "innovation_sd", "scale", "df", "scale_adjacent",
+              "df_adjacent", "ordinates", "covered", "beyond")  # fmt: skip
 
 
 def covered_correlation(window: int) -> float:
@@ -227,10 +232,10 @@ def _band(n: int, window: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 
 def _whittle(x: Tensor, window: int) -> dict[str, Tensor] | None:
-    """The Whittle fit of AR(1) noise to every row of ``x`` ``[runs, m]`` (one stretch each): ``rho``, the level
-    periodogram's weighted means ``a = mean J``, ``b = mean J c``, the sums ``s1 = sum weight * slope`` and ``s2 =
-    sum weight * slope^2`` of ``slope_k = d log f_k / d rho`` at ``rho`` (the Fisher information), and ``n`` (the
-    ordinates' weight); None with fewer than :data:`MIN_ORDINATES` ordinates."""
+    """The Whittle fit of AR(1) noise to every row of ``x`` ``[runs, m]`` (one stretch each): ``rho``, ``rho_high``
+    (:func:`_grid_fit`), the level periodogram's weighted means ``a = mean J``, ``b = mean J c``, the sums ``s1 = sum
+    weight * slope`` and ``s2 = sum weight * slope^2`` of ``slope_k = d log f_k / d rho`` at ``rho`` (the Fisher
+    information), and ``n`` (the ordinates' weight); None with fewer than :data:`MIN_ORDINATES` ordinates."""
     d = x.diff(dim=1)
     kept, c, weights, log_sums = _band(d.shape[1], window)
     n = float(weights.sum())
@@ -239,23 +244,36 @@ def _whittle(x: Tensor, window: int) -> dict[str, Tensor] | None:
     spectrum = torch.fft.rfft(d, dim=1)[:, kept]
     j = (spectrum.real**2 + spectrum.imag**2) * (weights / (d.shape[1] * 2 * (1 - c)))  # weighted level periodogram
     a, b = j.sum(1) / n, (j * c).sum(1) / n
-    rho = torch.where(a > 0, RHO_GRID[_grid_argmin(a, b, log_sums / n)], 0.0)
+    index, high = _grid_fit(a, b, log_sums / n, n)
+    rho = torch.where(a > 0, RHO_GRID[index], 0.0)
     slope = 2 * (c - rho[:, None]) / (1 - 2 * rho[:, None] * c + rho[:, None] ** 2)
-    return {"rho": rho, "a": a, "b": b, "s1": (weights * slope).sum(1), "s2": (weights * slope**2).sum(1),
-            "n": torch.full_like(a, n)}  # fmt: skip
+    return {"rho": rho, "rho_high": high, "a": a, "b": b, "s1": (weights * slope).sum(1),
+            "s2": (weights * slope**2).sum(1), "n": torch.full_like(a, n)}  # fmt: skip
 
 
-def _grid_argmin(a: Tensor, b: Tensor, penalty: Tensor) -> Tensor:
-    """Index in :data:`RHO_GRID` of the minimum of ``log(a (1 + rho^2) - 2 b rho) - penalty(rho)`` for each row: the
-    best of every tenth grid value (``-0.99, -0.98, .., 0.99``), then the best within 0.01 of it (the first of equal
-    values each time)."""
-    coarse = torch.arange(0, RHO_GRID.numel(), 10)
+COARSE = torch.cat([torch.arange(0, RHO_GRID.numel(), 10), torch.tensor([RHO_GRID.numel() - 1])])  # -0.99, .., 0.99, 0.999
+HIGH_Z2 = 2.3263478740408408**2  # z of a one-sided 99% bound: the likelihood ratio limit of rho_high
+
+
+def _grid_fit(a: Tensor, b: Tensor, penalty: Tensor, n: float) -> tuple[Tensor, Tensor]:
+    """For each row, with ``F(rho) = log(a (1 + rho^2) - 2 b rho) - penalty(rho)``: the index in :data:`RHO_GRID` of
+    its minimum (the best of :data:`COARSE`, then the best within 0.01 of it; the first of equal values each time)
+    and ``rho_high``, the largest :data:`COARSE` value at or above it with ``2 n (F(rho) - F(rho_hat)) <= z^2``
+    (a one-sided 99% profile-likelihood bound: the Whittle log-likelihood is ``-n F`` up to a constant)."""
+
     def objective(index: Tensor) -> Tensor:
         rho = RHO_GRID[index]
         return torch.log(a[:, None] * (1 + rho**2) - 2 * rho * b[:, None]) - penalty[index]
-    centre = coarse[objective(coarse[None, :]).argmin(dim=1)]
+
+    coarse = objective(COARSE[None, :])
+    centre = COARSE[coarse.argmin(dim=1)]
     fine = (centre[:, None] + torch.arange(-10, 11)).clamp(0, RHO_GRID.numel() - 1)
-    return fine.gather(1, objective(fine).argmin(dim=1, keepdim=True)).squeeze(1)
+    values = objective(fine)
+    best = values.argmin(dim=1, keepdim=True)
+    index, low = fine.gather(1, best).squeeze(1), values.gather(1, best)
+    inside = (2 * n * (coarse - low) <= HIGH_Z2) & (COARSE[None, :] >= index[:, None])
+    high = torch.where(inside, RHO_GRID[COARSE][None, :], -math.inf).amax(dim=1)
+    return index, torch.maximum(high, RHO_GRID[index])
 
 
 def _window_variances(r: Tensor, w: int) -> dict[str, Tensor]:
@@ -284,14 +302,17 @@ def _noise_from_fit(fit: dict[str, Tensor], window: int) -> dict[str, Tensor]:
     s1, s2, n = fit["s1"], fit["s2"], fit["n"]
     det = n * s2 - s1**2
     known = seen & (det > 0)
-    out = {"correlation": torch.where(seen, r, math.nan), "sd": torch.where(seen, marginal.sqrt(), math.nan),
-           "innovation_sd": torch.where(seen, innovation.sqrt(), math.nan), "ordinates": n}  # fmt: skip
+    out = {"correlation": torch.where(seen, r, math.nan), "correlation_high": torch.where(seen, fit["rho_high"], math.nan),
+           "sd": torch.where(seen, marginal.sqrt(), math.nan), "innovation_sd": torch.where(seen, innovation.sqrt(), math.nan),
+           "ordinates": n}  # fmt: skip
     for name in ("", "_adjacent"):
         g = 2 * r / (1 - r * r) + q["dq" + name] / q["q" + name]  # d log(variance) / d rho
         variance = (s2 - 2 * g * s1 + g * g * n) / det  # of log(variance), from the Whittle information
         out["scale" + name] = torch.where(known, torch.sqrt(marginal * q["q" + name]), math.nan)
         out["df" + name] = torch.where(known, 2.0 / variance, math.nan)
-    out["covered"] = (known & (r <= covered_correlation(window))).to(torch.float64)
+    bound = covered_correlation(window)
+    out["covered"] = (known & (fit["rho_high"] <= bound)).to(torch.float64)
+    out["beyond"] = (known & (n >= BEYOND_ORDINATES) & (r > bound)).to(torch.float64)
     return out
 
 
@@ -299,7 +320,7 @@ def _ar1_looks(u: Tensor, ends: Tensor, window: int) -> dict[str, Tensor]:
     """The noise model of ``u`` ``[runs, t]`` at each look (``ends``: values seen): :data:`NOISE_KEYS` ``[runs, L]``."""
     runs = u.shape[0]
     out = {key: torch.full((runs, ends.numel()), math.nan, dtype=torch.float64) for key in NOISE_KEYS}
-    fields = ("rho", "a", "b", "s1", "s2", "n")
+    fields = ("rho", "rho_high", "a", "b", "s1", "s2", "n")
     for i, end in enumerate(ends.tolist()):
         stop = end - 2 * window  # the last two windows, which the tests compare, are left out
         starts = _transient_ends(u[:, : max(stop, 0)], window)
@@ -316,13 +337,14 @@ def _ar1_looks(u: Tensor, ends: Tensor, window: int) -> dict[str, Tensor]:
     return out
 
 
-def ar1_noise(values: Any, window: int) -> dict[str, float]:
+def ar1_noise(values: Any, window: int) -> dict[str, Any]:
     """The AR(1) noise model of the rule's look after ``values`` (fitted to the noise stretch: the values before the
     last two windows of ``window``, from :func:`transient_end`; definitions: the module docstring): ``start`` (first
     value of the stretch), ``correlation`` (``rho``), ``sd`` (marginal ``sigma``), ``innovation_sd``, ``scale`` and
     ``df`` (``se``, the sd of a difference of two window means at the worst separation, and its ``nu``),
     ``scale_adjacent`` and ``df_adjacent`` (two adjacent windows), ``ordinates`` (their total weight) and
-    ``covered``. NaN where the noise is not estimated.
+    ``covered``; NaN where the noise is not estimated. ``values`` ``[t]`` gives floats, ``[runs, t]`` tensors
+    ``[runs]`` (many curves at once).
 
     Example:
         >>> noise = torch.randn(420, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -330,11 +352,18 @@ def ar1_noise(values: Any, window: int) -> dict[str, float]:
         >>> round(fit["correlation"], 3), round(fit["sd"], 4), fit["covered"]
         (0.011, 0.0198, 1.0)
     """
-    v = vector(values, "values")
-    if v.numel() < 2 or not bool(torch.isfinite(v).all()):
-        raise ValueError(f"`values` must hold at least 2 finite numbers, got {v.numel()} values.")
-    fit = _ar1_looks(v.unsqueeze(0), torch.tensor([v.numel()]), window)
-    return {key: float(value[0, 0]) for key, value in fit.items()}
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise ValueError(f"`window` must be an int >= 2 (values per window), got {window!r}.")
+    given = torch.as_tensor(values, dtype=torch.float64)
+    single = given.dim() == 1
+    v = given.unsqueeze(0) if single else given
+    if v.dim() != 2 or v.shape[1] < 2 * window + 2 or not bool(torch.isfinite(v).all()):
+        raise ValueError(
+            f"`values` must be finite numbers [t] or [runs, t] with t >= 2 * window + 2 = {2 * window + 2}, got shape "
+            f"{tuple(given.shape)}."
+        )
+    fit = _ar1_looks(v, torch.tensor([v.shape[1]]), window)
+    return {key: float(value[0, 0]) if single else value[:, 0] for key, value in fit.items()}
 
 
 def _number(value: Any, name: str, low: float, high: float | None, what: str) -> float:
@@ -413,7 +442,8 @@ class ConvergenceRule:
         """The series rule at every look of every run: ``values`` ``[runs, t]`` (or ``[t]``) -> tensors ``[runs, L]``
         for the looks ``t' = 2w .. t`` (``L = t - 2w + 1``, empty below ``2w`` values): ``downturn_p``,
         ``plateau_p``, ``downturn`` and ``plateau`` (0/1, also 0 past ``max_looks`` and where not covered),
-        ``noise`` (``sigma``), ``correlation`` (``rho``), ``noise_df`` (the downturn's ``nu``), ``covered``,
+        ``noise`` (``sigma``), ``correlation`` (``rho``), ``correlation_high`` (``rho_high``), ``noise_df`` (the
+        downturn's ``nu``), ``covered``,
         ``noise_start`` (``s``), ``best`` (``B`` in the metric's units), ``best_index`` (start of the best window) and
         ``candidates`` (``k``).
 
@@ -457,7 +487,8 @@ class ConvergenceRule:
         known = ~torch.isnan(noise["df"])  # no noise estimate: no evidence (p = 1)
         downturn_p = torch.where(known, (candidates * self.max_looks * _t_sf(down_t, noise["df"])).clamp(max=1.0), 1.0)
         plateau_p = torch.where(known, (self.max_looks * _t_sf(plateau_t, noise["df_adjacent"])).clamp(max=1.0), 1.0)
-        decides = (ends - 2 * w + 1 <= self.max_looks).expand(runs, looks) & (noise["covered"] == 1.0)
+        covered = noise["covered"] * (1 - torch.cummax(noise["beyond"], dim=1).values)  # beyond once: beyond for good
+        decides = (ends - 2 * w + 1 <= self.max_looks).expand(runs, looks) & (covered == 1.0)
         return {
             "downturn_p": downturn_p,
             "plateau_p": plateau_p,
@@ -465,8 +496,10 @@ class ConvergenceRule:
             "plateau": ((plateau_p <= self.alpha) & decides).to(torch.float64),
             "noise": noise["sd"],
             "correlation": noise["correlation"],
+            "correlation_high": noise["correlation_high"],
             "noise_df": noise["df"],
-            "covered": noise["covered"],
+            "covered": covered,
+            "beyond": noise["beyond"],
             "noise_start": noise["start"],
             "best": best * self.sign,
             "best_index": best_index.to(torch.float64),
@@ -495,7 +528,8 @@ class ConvergenceRule:
         scale = sd * math.sqrt(2.0 / w)
         nan, ones = torch.full_like(sd, math.nan), torch.ones_like(sd)
         return {"scale": scale, "df": df.clone(), "scale_adjacent": scale, "df_adjacent": df.clone(), "sd": sd,
-                "correlation": nan, "covered": ones, "start": torch.zeros_like(sd)}  # fmt: skip
+                "correlation": nan, "correlation_high": nan, "covered": ones, "beyond": torch.zeros_like(sd),
+                "start": torch.zeros_like(sd)}  # fmt: skip
 
     # ---- one run, one evaluation at a time ----------------------------------------------------------------------------
     def new_state(self) -> dict[str, Any]:
@@ -504,14 +538,16 @@ class ConvergenceRule:
         ``series`` ``[[step, value], ...]``; ``looks`` (downturn looks made; the level spent is
         ``looks * alpha / max_looks``); ``plateau_looks``; ``flags`` (the last plateau / downturn flags); ``best``
         (the best evaluation with per-query values: ``step``, ``mean``, ``ids``, ``values``; None before one);
+        ``beyond`` (the step of the first look whose noise was correlated beyond the covered range; None before one);
         ``events``; ``version``."""
         return {"version": STATE_VERSION, "series": [], "looks": 0, "plateau_looks": 0, "flags": {e: 0.0 for e in EVENTS},
-                "best": None, "events": []}  # fmt: skip
+                "best": None, "beyond": None, "events": []}  # fmt: skip
 
     def observe(self, state: dict[str, Any], step: int, value: float, per_query: tuple[Any, Any] | None = None) -> dict[str, float]:
         """Add one evaluation to ``state`` (updated in place) and return what is logged: ``window_mean``,
         ``window_ci_low``, ``window_ci_high``, ``noise`` (the noise sd), ``correlation`` (its lag-1 correlation),
-        ``noise_df`` (the downturn reference's degrees of freedom), ``covered`` (1 when the look can decide),
+        ``correlation_high`` (its upper bound), ``noise_df`` (the downturn reference's degrees of freedom), ``covered``
+        (1 when the look can decide),
         ``plateau``, ``plateau_p``, ``downturn``, ``downturn_p``, ``paired_p`` (the paired confirmation's p-value),
         ``spent`` (level spent on downturn looks so far) and ``paired`` (1 when the downturn p-value is the paired
         confirmation's, the larger of the two). Before the first look ``noise`` is :func:`noise_scale` (NaN for the
@@ -532,14 +568,18 @@ class ConvergenceRule:
         band = bootstrap_ci(values[-w:], rounds=self.rounds, confidence=self.confidence, seed=self.seed)
         early_noise = math.nan if self.noise is None and self.noise_estimate == "ar1" else self.noise or noise_scale(values)
         out = {"window_mean": band.estimate, "window_ci_low": band.low, "window_ci_high": band.high,
-               "noise": early_noise, "correlation": math.nan, "noise_df": math.nan, "covered": math.nan,
+               "noise": early_noise, "correlation": math.nan, "correlation_high": math.nan, "noise_df": math.nan,
+               "covered": math.nan,
                "plateau": 0.0, "plateau_p": math.nan, "downturn": 0.0, "downturn_p": math.nan, "paired_p": math.nan,
                "paired": 0.0}  # fmt: skip
         best_record: dict[str, Any] | None = None
         last = self._series_last_look(values) if t >= 2 * w else {}
-        decides = bool(last) and last["covered"] == 1.0
+        if last and last["beyond"] == 1.0 and state.get("beyond") is None:
+            state["beyond"] = int(step)  # the first look whose noise was correlated beyond the covered range
         if last:
-            out.update({key: last[key] for key in ("noise", "correlation", "noise_df", "covered")})
+            last["covered"] = 0.0 if state.get("beyond") is not None else last["covered"]
+            out.update({key: last[key] for key in ("noise", "correlation", "correlation_high", "noise_df", "covered")})
+        decides = bool(last) and last["covered"] == 1.0
         if last and state["plateau_looks"] < self.max_looks:
             state["plateau_looks"] += 1
             out["plateau_p"] = float(last["plateau_p"])
