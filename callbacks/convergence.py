@@ -140,7 +140,6 @@ class ConvergenceMonitorCore:
         self.stop_on, self.prefix, self.paired, self.synced = stop_on, prefix, paired, synced
         self.alpha = self.rule.alpha  # the job's level; each rank's rule spends alpha / world_size on an unsynced key
         self.run_state: dict[str, Any] = self.rule.new_state()
-        self._warned_uncovered = False
         self.state: dict[str, float] = {}
         self.stopped_at: int | None = None
 
@@ -350,14 +349,14 @@ class ConvergenceMonitorCore:
         """Add one value of the monitored metric and return the window statistics, p-values and event flags (what is
         logged). ``per_query``: ``(query_ids or None, values)`` of the same evaluation, for the paired downturn test."""
         known = len(self.run_state["events"])
-        looks = self.run_state["looks"]
+        looks, beyond = self.run_state["looks"], self.run_state.get("beyond")
         state = self.rule.observe(self.run_state, step, value, per_query=per_query)
         for record in self.run_state["events"][known:]:
             log.warning(
                 "ConvergenceMonitor: %s of %s at step %d (window mean %.4f, p = %.3g at alpha %g)", record["event"],
                 self.monitor, record["step"], record["window_mean"], record["p"], self.rule.alpha,
             )  # fmt: skip
-        self._warn_if_uncovered(state)
+        self._warn_if_uncovered(state, beyond)
         if looks < self.rule.max_looks <= self.run_state["looks"]:
             log.warning(
                 "ConvergenceMonitor: %s has spent its false-alarm level %g over max_looks=%d evaluations; later ones "
@@ -367,18 +366,18 @@ class ConvergenceMonitorCore:
         self.state = state
         return dict(state)
 
-    def _warn_if_uncovered(self, state: dict[str, float]) -> None:
-        """Once per run: a look the rule did not cover because the noise is correlated beyond ``exp(-1/window)``."""
-        high, bound = state.get("correlation_high", math.nan), covered_correlation(self.rule.window)
-        if self._warned_uncovered or state.get("covered") != 0.0 or not high > bound:
+    def _warn_if_uncovered(self, state: dict[str, float], beyond_before: Any) -> None:
+        """Once, at the look that first measured the noise correlated beyond ``exp(-1/window)`` (the run's looks are
+        not covered from then on)."""
+        if beyond_before is not None or self.run_state.get("beyond") is None:
             return
-        self._warned_uncovered = True
-        span = -1.0 / math.log(high) if high < 1 else math.inf  # correlation time, in evaluations
+        rho, bound = state.get("correlation", math.nan), covered_correlation(self.rule.window)
+        span = -1.0 / math.log(rho) if 0 < rho < 1 else math.inf  # correlation time, in evaluations
         log.warning(
             "ConvergenceMonitor: the noise of %s is correlated from one evaluation to the next beyond what the rule "
-            "covers (lag-1 correlation %.3f, up to %.3f; covered up to %.3f, a correlation time of one window of %d "
-            "evaluations): its looks decide nothing while this holds. Evaluations this close together cannot tell a "
-            "wandering curve from a falling one; evaluate about %s times less often, or use window >= %s",
-            self.monitor, state.get("correlation", math.nan), high, bound, self.rule.window,
+            "covers (lag-1 correlation %.3f; covered up to %.3f, a correlation time of one window of %d evaluations): "
+            "from step %d on its looks decide nothing. Evaluations this close together cannot tell a wandering curve "
+            "from a falling one; evaluate about %s times less often, or use window >= %s",
+            self.monitor, rho, bound, self.rule.window, self.run_state["beyond"],
             f"{math.ceil(span / self.rule.window)}" if math.isfinite(span) else "many", f"{math.ceil(span)}" if math.isfinite(span) else "many",
         )  # fmt: skip
