@@ -13,13 +13,15 @@ with the per-query values it kept (``save_per_query=all``) for the paired confir
 For each key, on the whole curve and on every 5th and 10th evaluation of it (what evaluating less often gives):
 the evaluations, the rule's lag-1 correlation at the last look and its 99% bound, the lag-1 autocorrelation of the
 residuals from a centred moving average of ``2 window + 1`` evaluations (a model-free cross-check; it is biased low),
-the share of looks that were covered, and the downturns and plateaus each rule flags (first step), with
-``ConvergenceMonitor.observe`` (the paired confirmation included where per-query values are kept).
+the share of looks that were covered, the step from which the monitor measured the noise beyond what it covers (and
+warned), and the downturns and plateaus each rule flags (first step), with ``ConvergenceMonitor.observe`` (the paired
+confirmation included where per-query values are kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import sys
 import tempfile
@@ -50,7 +52,12 @@ def monitor_run(steps, values, per_query, noise_estimate: str) -> dict:
     from beyondlabels.callbacks import ConvergenceMonitor
 
     monitor = ConvergenceMonitor("curve", window=WINDOW, rounds=20, noise_estimate=noise_estimate)
-    states = [monitor.observe(int(s), float(v), per_query=q) for s, v, q in zip(steps, values, per_query)]
+    quiet = logging.getLogger("beyondlabels.callbacks.convergence")
+    level, quiet.level = quiet.level, logging.ERROR  # the table says what the warnings would
+    try:
+        states = [monitor.observe(int(s), float(v), per_query=q) for s, v, q in zip(steps, values, per_query)]
+    finally:
+        quiet.setLevel(level)
     looks = [s for s in states if not math.isnan(s["downturn_p"])]
     first = {e: next((r["step"] for r in monitor.events if r["event"] == e), None) for e in ("downturn", "plateau")}
     return {
@@ -60,6 +67,7 @@ def monitor_run(steps, values, per_query, noise_estimate: str) -> dict:
         "downturns": sum(1 for r in monitor.events if r["event"] == "downturn"),
         "first_downturn": first["downturn"],
         "first_plateau": first["plateau"],
+        "beyond": monitor.run_state.get("beyond"),
     }
 
 
@@ -67,7 +75,7 @@ def report(name: str, steps, values, per_query) -> None:
     """One block of rows: the whole curve, then every 5th and 10th evaluation."""
     print(f"\n{name}: {len(values)} evaluations, steps {steps[0]}..{steps[-1]}, window {WINDOW}")
     print(f"{'every':>6} {'evals':>6} {'rule':>12} {'rho':>7} {'rho_99%':>8} {'resid lag1':>10} {'covered':>8} "
-          f"{'downturns':>9} {'first downturn':>15} {'first plateau':>14}")  # fmt: skip
+          f"{'beyond at':>10} {'downturns':>9} {'first downturn':>15} {'first plateau':>14}")  # fmt: skip
     for every in (1, 5, 10):
         s, v, q = steps[::every], values[::every], per_query[::every]
         if len(v) < 4 * WINDOW:
@@ -76,7 +84,8 @@ def report(name: str, steps, values, per_query) -> None:
         for rule in ("ar1", "differences"):
             out = monitor_run(s, v, q, rule)
             print(f"{every:>6} {len(v):>6} {rule:>12} {out['correlation']:>7.3f} {out['high']:>8.3f} {lag1:>10.3f} "
-                  f"{out['covered']:>8.2f} {out['downturns']:>9} {str(out['first_downturn']):>15} {str(out['first_plateau']):>14}")  # fmt: skip
+                  f"{out['covered']:>8.2f} {str(out['beyond']):>10} {out['downturns']:>9} {str(out['first_downturn']):>15} "
+                  f"{str(out['first_plateau']):>14}")  # fmt: skip
 
 
 def from_history(folder: Path, keys: list[str]) -> None:

@@ -377,7 +377,8 @@ class ConvergenceMonitorCore:
             "ConvergenceMonitor: the noise of %s is correlated from one evaluation to the next beyond what the rule "
             "covers (lag-1 correlation %.3f; covered up to %.3f, a correlation time of one window of %d evaluations): "
             "from step %d on its looks decide nothing. Evaluations this close together cannot tell a wandering curve "
-            "from a falling one; evaluate about %s times less often, or use window >= %s",
+            "from a falling one: evaluate less often or use a wider window (were the noise AR(1): every %s-th of these "
+            "evaluations, or window >= %s; real curves often decorrelate sooner at a wider spacing)",
             self.monitor, rho, bound, self.rule.window, self.run_state["beyond"],
             f"{math.ceil(span / self.rule.window)}" if math.isfinite(span) else "many", f"{math.ceil(span)}" if math.isfinite(span) else "many",
         )  # fmt: skip

@@ -100,7 +100,7 @@ def test_a_correlation_beyond_what_the_rule_covers_warns_once(caplog):
     assert rho > 0.905 and f"(lag-1 correlation {rho:.3f}; covered up to 0.905, a correlation time of one window of 10" in caplog.text
     span = -1 / math.log(rho)
     assert f"from step {beyond} on its looks decide nothing" in caplog.text
-    assert f"evaluate about {math.ceil(span / 10)} times less often, or use window >= {math.ceil(span)}" in caplog.text
+    assert f"(were the noise AR(1): every {math.ceil(span / 10)}-th of these evaluations, or window >= {math.ceil(span)};" in caplog.text
     assert all(s["covered"] == 0.0 and s["downturn"] == 0.0 and s["plateau"] == 0.0 for s in states[beyond:])
 
 
