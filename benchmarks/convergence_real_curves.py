@@ -84,8 +84,8 @@ def report(name: str, steps, values, per_query) -> None:
         for rule in ("ar1", "differences"):
             out = monitor_run(s, v, q, rule)
             print(f"{every:>6} {len(v):>6} {rule:>12} {out['correlation']:>7.3f} {out['high']:>8.3f} {lag1:>10.3f} "
-                  f"{out['covered']:>8.2f} {str(out['beyond']):>10} {out['downturns']:>9} {str(out['first_downturn']):>15} "
-                  f"{str(out['first_plateau']):>14}")  # fmt: skip
+                  f"{out['covered']:>8.2f} {out['beyond']!s:>10} {out['downturns']:>9} {out['first_downturn']!s:>15} "
+                  f"{out['first_plateau']!s:>14}")  # fmt: skip
 
 
 def from_history(folder: Path, keys: list[str]) -> None:

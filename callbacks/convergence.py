@@ -125,7 +125,10 @@ class ConvergenceMonitorCore:
         if not isinstance(paired, bool):
             raise ValueError(f"`paired` must be True (use per-query values when the evaluation keeps them) or False, got {paired!r}.")
         if synced is not None and not isinstance(synced, bool):
-            raise ValueError(f"`synced` must be None (the evaluation callbacks' keys), True (the same on every rank) or False, got {synced!r}.")
+            raise ValueError(
+                "`synced` must be None (the evaluation callbacks' keys), True (the same on every rank) or False, "
+                f"got {synced!r}."
+            )
         self.rule = ConvergenceRule(
             window=window, mode=mode, min_delta=min_delta, alpha=alpha, max_looks=max_looks, noise=noise,
             noise_estimate=noise_estimate, confidence=confidence, rounds=rounds, seed=seed,
@@ -192,7 +195,8 @@ class ConvergenceMonitorCore:
                 run["series"] = [[int(step), float(value)] for step, value in run["series"]]
                 if not isinstance(run["looks"], int) or not isinstance(run["events"], list) or not isinstance(run["flags"], dict):
                     raise TypeError("looks, events or flags of an unexpected type")
-                if run["beyond"] is not None and (isinstance(run["beyond"], bool) or not isinstance(run["beyond"], int)):
+                beyond = run["beyond"]
+                if beyond is not None and (isinstance(beyond, bool) or not isinstance(beyond, int)):
                     raise TypeError("beyond of an unexpected type")
                 saved = state_dict.get("rule")
                 if isinstance(saved, dict) and {k: saved.get(k) for k in RULE_SETTINGS} != self._settings():
@@ -249,7 +253,8 @@ class ConvergenceMonitorCore:
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
         source = self._source(trainer)
-        self._spend_per_rank(int(getattr(trainer, "world_size", 1) or 1), synced=self.synced if self.synced is not None else source is not None)
+        synced = self.synced if self.synced is not None else source is not None  # the evaluations' keys are gathered
+        self._spend_per_rank(int(getattr(trainer, "world_size", 1) or 1), synced=synced)
         if source is not None:
             key = self.monitor[len(source.prefix) + 1 :]
             wanted = source.schema.mode(key)
@@ -264,8 +269,9 @@ class ConvergenceMonitorCore:
             self.rule = dataclasses.replace(self.rule, alpha=alpha)
             if alpha != self.alpha:
                 log.info(
-                    "ConvergenceMonitor(%s): the key is not known to be the same on every rank (synced=True says so), so "
-                    "each of the %d ranks tests it at alpha %g, keeping %g for the job", self.monitor, world_size, alpha, self.alpha,
+                    "ConvergenceMonitor(%s): the key is not known to be the same on every rank (synced=True says so), "
+                    "so each of the %d ranks tests it at alpha %g, keeping %g for the job",
+                    self.monitor, world_size, alpha, self.alpha,
                 )  # fmt: skip
 
     def _source(self, trainer: Trainer) -> EvaluationCore | None:
@@ -373,12 +379,12 @@ class ConvergenceMonitorCore:
             return
         rho, bound = state.get("correlation", math.nan), covered_correlation(self.rule.window)
         span = -1.0 / math.log(rho) if 0 < rho < 1 else math.inf  # correlation time, in evaluations
+        every, window = ("many", "many") if math.isinf(span) else (math.ceil(span / self.rule.window), math.ceil(span))
         log.warning(
             "ConvergenceMonitor: the noise of %s is correlated from one evaluation to the next beyond what the rule "
             "covers (lag-1 correlation %.3f; covered up to %.3f, a correlation time of one window of %d evaluations): "
             "from step %d on its looks decide nothing. Evaluations this close together cannot tell a wandering curve "
             "from a falling one: evaluate less often or use a wider window (were the noise AR(1): every %s-th of these "
             "evaluations, or window >= %s; real curves often decorrelate sooner at a wider spacing)",
-            self.monitor, rho, bound, self.rule.window, self.run_state["beyond"],
-            f"{math.ceil(span / self.rule.window)}" if math.isfinite(span) else "many", f"{math.ceil(span)}" if math.isfinite(span) else "many",
+            self.monitor, rho, bound, self.rule.window, self.run_state["beyond"], every, window,
         )  # fmt: skip

@@ -223,7 +223,7 @@ def test_ar1_noise_is_the_numpy_fit():
         ar1_noise(AR_MID, 1)
 
 
-def _profile(stretch: np.ndarray, window: int, rho: float) -> float:
+def _profile(rho: float, stretch: np.ndarray, window: int) -> float:
     """The Whittle profile objective of a stretch at ``rho``, from numpy's FFT and a direct penalty sum."""
     d = np.diff(stretch)
     n = len(d)
@@ -246,10 +246,10 @@ def test_the_grid_search_finds_the_whittle_minimum():
         curve = _ar1_curve(rho, n, seed)
         fit = ar1_noise(curve, 10)
         stretch = np.asarray(curve[int(fit["start"]) : n - 20])
-        best = optimize.minimize_scalar(lambda r: _profile(stretch, 10, r), bounds=(GRID[0], GRID[-1]), method="bounded", options={"xatol": 1e-9})
+        best = optimize.minimize_scalar(_profile, args=(stretch, 10), bounds=(GRID[0], GRID[-1]), method="bounded", options={"xatol": 1e-9})
         assert abs(fit["correlation"] - best.x) <= 0.001 + 1e-9
         nearby = [g for g in GRID if abs(g - best.x) <= 0.002]
-        assert _profile(stretch, 10, fit["correlation"]) <= min(_profile(stretch, 10, g) for g in nearby) + 1e-12
+        assert _profile(fit["correlation"], stretch, 10) <= min(_profile(g, stretch, 10) for g in nearby) + 1e-12
 
 
 def test_the_student_t_reference_of_the_fitted_noise():

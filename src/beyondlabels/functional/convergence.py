@@ -104,7 +104,8 @@ from beyondlabels.functional._stats import check_confidence, check_rounds, check
 from beyondlabels.functional.abtest import paired_differences
 from beyondlabels.functional.bootstrap import bootstrap_ci
 
-__all__ = ["STATE_VERSION", "ConvergenceRule", "ar1_noise", "covered_correlation", "noise_df", "noise_scale", "sign_flip_bound", "transient_end"]
+__all__ = ["STATE_VERSION", "ConvergenceRule", "ar1_noise", "covered_correlation", "noise_df", "noise_scale",
+           "sign_flip_bound", "transient_end"]  # fmt: skip
 
 STATE_VERSION = 2
 EVENTS = ("plateau", "downturn")
@@ -251,7 +252,7 @@ def _whittle(x: Tensor, window: int) -> dict[str, Tensor] | None:
             "s2": (weights * slope**2).sum(1), "n": torch.full_like(a, n)}  # fmt: skip
 
 
-COARSE = torch.cat([torch.arange(0, RHO_GRID.numel(), 10), torch.tensor([RHO_GRID.numel() - 1])])  # -0.99, .., 0.99, 0.999
+COARSE = torch.cat([torch.arange(0, RHO_GRID.numel(), 10), torch.tensor([RHO_GRID.numel() - 1])])  # -0.99..0.99, 0.999
 HIGH_Z2 = 2.3263478740408408**2  # z of a one-sided 99% bound: the likelihood ratio limit of rho_high
 
 
@@ -302,8 +303,9 @@ def _noise_from_fit(fit: dict[str, Tensor], window: int) -> dict[str, Tensor]:
     s1, s2, n = fit["s1"], fit["s2"], fit["n"]
     det = n * s2 - s1**2
     known = seen & (det > 0)
-    out = {"correlation": torch.where(seen, r, math.nan), "correlation_high": torch.where(seen, fit["rho_high"], math.nan),
-           "sd": torch.where(seen, marginal.sqrt(), math.nan), "innovation_sd": torch.where(seen, innovation.sqrt(), math.nan),
+    nan = torch.full_like(r, math.nan)
+    out = {"correlation": torch.where(seen, r, nan), "correlation_high": torch.where(seen, fit["rho_high"], nan),
+           "sd": torch.where(seen, marginal.sqrt(), nan), "innovation_sd": torch.where(seen, innovation.sqrt(), nan),
            "ordinates": n}  # fmt: skip
     for name in ("", "_adjacent"):
         g = 2 * r / (1 - r * r) + q["dq" + name] / q["q" + name]  # d log(variance) / d rho
@@ -451,7 +453,7 @@ class ConvergenceRule:
             >>> noise = torch.randn(72, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
             >>> curve = torch.cat([0.5 + 0.01 * noise[:60], 0.5 - 0.02 * torch.arange(1, 13) + 0.01 * noise[60:]])
             >>> out = ConvergenceRule(window=5).series_tests(curve)
-            >>> out["downturn"].shape, out["downturn"][0].nonzero().flatten().tolist()  # looks 0 .. 62 (values 10 .. 72)
+            >>> out["downturn"].shape, out["downturn"][0].nonzero().flatten().tolist()  # looks 0 .. 62 (values 10 ..)
             (torch.Size([1, 63]), [55, 56, 57, 58, 59, 60, 61, 62])
         """
         v = torch.as_tensor(values, dtype=torch.float64)
@@ -566,7 +568,8 @@ class ConvergenceRule:
         values = torch.tensor([v for _, v in state["series"]], dtype=torch.float64)
         w, t = self.window, values.numel()
         band = bootstrap_ci(values[-w:], rounds=self.rounds, confidence=self.confidence, seed=self.seed)
-        early_noise = math.nan if self.noise is None and self.noise_estimate == "ar1" else self.noise or noise_scale(values)
+        ar1 = self.noise is None and self.noise_estimate == "ar1"
+        early_noise = math.nan if ar1 else self.noise or noise_scale(values)
         out = {"window_mean": band.estimate, "window_ci_low": band.low, "window_ci_high": band.high,
                "noise": early_noise, "correlation": math.nan, "correlation_high": math.nan, "noise_df": math.nan,
                "covered": math.nan,
