@@ -86,13 +86,15 @@ class ConvergenceMonitorCore:
             a key logged with ``sync_dist=True``.
 
     Example:
+        >>> import torch
         >>> from beyondlabels.callbacks import ConvergenceMonitor
-        >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=3, rounds=200, min_delta=0.01)
-        >>> curve = [0.5 + 0.01 * (-1) ** i for i in range(30)] + [0.45 - 0.05 * i for i in range(6)]
-        >>> for step, value in enumerate(curve):
+        >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=5, rounds=200, min_delta=0.01)
+        >>> noise = torch.randn(72, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        >>> curve = (0.5 + 0.01 * noise[:60]).tolist() + (0.5 - 0.02 * torch.arange(1, 13) + 0.01 * noise[60:]).tolist()
+        >>> for step, value in enumerate(curve):  # flat, then falling from 60
         ...     state = monitor.observe(step, value)
         >>> state["downturn"], [(e["event"], e["step"]) for e in monitor.events]
-        (1.0, [('plateau', 31), ('downturn', 32)])
+        (1.0, [('plateau', 62), ('downturn', 64)])
     """
 
     def __init__(
