@@ -6,32 +6,40 @@ It never recomputes a metric: it reads values that were already logged — the h
 ``trainer.callback_metrics[monitor]`` at the end of each validation run (and each training epoch, for keys logged
 there). The decisions are :class:`beyondlabels.functional.convergence.ConvergenceRule` (definitions, assumptions and
 the false-alarm guarantee there): a downturn or plateau is flagged in at most ``alpha`` of the runs where it is not
-real, over up to ``max_looks`` evaluations, at any noise level. For a key with per-query values (the same queries
-at every evaluation) a paired confirmation of the latest evaluation against the best one must agree with the series
-rule before a downturn is flagged; it can only remove flags, so the rate stays the series rule's whatever the
-per-query structure (``paired=False``: the series rule alone); a scalar-only key (``val/loss``) has the series rule.
+real, over up to ``max_looks`` evaluations, at any noise level, when the noise is AR(1) with a lag-1 correlation
+from one evaluation to the next of at most ``exp(-1/window)`` (independent noise included). Beyond it (evaluations
+every few steps: a correlation near 1) no rule over these values can tell a wandering curve from a falling one: such
+looks decide nothing, and the monitor warns once, with the measured correlation and what would bring it back in
+range. For a key with per-query values (the same queries at every evaluation) a paired confirmation of the latest
+evaluation against the best one must agree with the series rule before a downturn is flagged; it can only remove
+flags, so the rate stays the series rule's whatever the per-query structure (``paired=False``: the series rule
+alone); a scalar-only key (``val/loss``) has the series rule.
 
 Everything is logged at the step of the value as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
-``window_ci_low``, ``window_ci_high``, ``noise``, ``plateau`` and ``downturn`` (0 or 1), ``plateau_p`` and
-``downturn_p`` (the look-corrected p-values, from the first look on), ``paired_p`` (the paired confirmation's),
-``spent`` (the level spent on downturn looks) and ``paired`` (1 when the downturn p-value is the paired one's),
-through every logger and into ``trainer.callback_metrics``;
+``window_ci_low``, ``window_ci_high``, ``noise`` (the noise sd), ``correlation`` and ``correlation_high`` (its
+lag-1 correlation and a 99% upper bound), ``noise_df``, ``covered`` (1 when the look can decide), ``plateau`` and
+``downturn`` (0 or 1), ``plateau_p`` and ``downturn_p`` (the look-corrected p-values, from the first look on),
+``paired_p`` (the paired confirmation's), ``spent`` (the level spent on downturn looks) and ``paired`` (1 when the
+downturn p-value is the paired one's), through every logger and into ``trainer.callback_metrics``;
 the moment a plateau or downturn starts is an *event* (logged as a warning and kept in
 :attr:`ConvergenceMonitorCore.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback stops
 training: a stop that one rank decides stops every rank at the same step (``trainer.strategy.reduce_boolean_decision``
-with ``all=False``, as Lightning's ``EarlyStopping``), so a monitored value logged without ``sync_dist`` is tested once
-per rank and a run of ``world_size`` ranks stops falsely with probability up to ``world_size * alpha``; the
-evaluation callbacks' keys are the same gathered values on every rank and keep ``alpha``.
+with ``all=False``, as Lightning's ``EarlyStopping``). A key that is not the same on every rank (logged without
+``sync_dist``) is tested on each rank, so under ``world_size`` ranks each rank's rule runs at ``alpha / world_size``
+and the job keeps ``alpha``; the evaluation callbacks' keys are the same gathered values on every rank and keep
+``alpha`` (``synced=True`` says so of another key, e.g. one logged with ``sync_dist=True``).
 The rule's state (series, looks spent, best per-query evaluation, events), its settings and the step it stopped at
 are saved in checkpoints and resume with them. A run resumed under other settings (``window``, ``mode``,
-``min_delta``, ``alpha``, ``max_looks``, ``noise``, ``noise_estimate``) warns, naming each change, and restarts the
-rule with the level already spent counted as spent (the guarantee then holds at the new ``alpha`` over the looks
-before and after the resume); raising instead would end a resumed run over a setting the user changed on purpose.
+``min_delta``, ``alpha`` — also through another world size —, ``max_looks``, ``noise``, ``noise_estimate``) warns,
+naming each change, and restarts the rule with the level already spent counted as spent (the guarantee then holds at
+the new ``alpha`` over the looks before and after the resume); raising instead would end a resumed run over a
+setting the user changed on purpose.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -41,7 +49,7 @@ import torch
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.packages import check_same_package, lightning_state_key
-from beyondlabels.functional.convergence import STATE_VERSION, ConvergenceRule
+from beyondlabels.functional.convergence import STATE_VERSION, ConvergenceRule, covered_correlation
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +78,23 @@ class ConvergenceMonitorCore:
         max_looks: Evaluations the level ``alpha`` is spent over; later ones are not tested.
         noise: The noise sd of the monitored values when known; None estimates it from the series.
         paired: Require the paired confirmation when the evaluation callback keeps per-query values of the key.
-        noise_estimate: ``"differences"`` (successive differences) or ``"windows"`` (also successive windows' means:
-            for noise correlated between nearby evaluations, at the cost of a later detection).
+        noise_estimate: ``"ar1"`` (default: AR(1) noise, for values correlated from one evaluation to the next),
+            ``"differences"`` (independent noise) or ``"windows"`` (the larger of the differences' and successive
+            windows' scales).
+        synced: Whether the monitored key is the same on every rank under DDP: None (default) for the evaluation
+            callbacks' keys (gathered), False for any other (each rank then tests at ``alpha / world_size``); True for
+            a key logged with ``sync_dist=True``.
 
     Example:
+        >>> import torch
         >>> from beyondlabels.callbacks import ConvergenceMonitor
-        >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=3, rounds=200, min_delta=0.01)
-        >>> curve = [0.5 + 0.01 * (-1) ** i for i in range(30)] + [0.45 - 0.05 * i for i in range(6)]
-        >>> for step, value in enumerate(curve):
+        >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=5, rounds=200, min_delta=0.01)
+        >>> noise = torch.randn(72, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        >>> curve = (0.5 + 0.01 * noise[:60]).tolist() + (0.5 - 0.02 * torch.arange(1, 13) + 0.01 * noise[60:]).tolist()
+        >>> for step, value in enumerate(curve):  # flat, then falling from 60
         ...     state = monitor.observe(step, value)
         >>> state["downturn"], [(e["event"], e["step"]) for e in monitor.events]
-        (1.0, [('plateau', 31), ('downturn', 32)])
+        (1.0, [('plateau', 62), ('downturn', 64)])
     """
 
     def __init__(
@@ -98,7 +112,8 @@ class ConvergenceMonitorCore:
         max_looks: int = 1000,
         noise: float | None = None,
         paired: bool = True,
-        noise_estimate: str = "differences",
+        noise_estimate: str = "ar1",
+        synced: bool | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(monitor, str) or not monitor:
@@ -111,6 +126,11 @@ class ConvergenceMonitorCore:
             raise ValueError(f"`prefix` must be a non-empty name, got {prefix!r}.")
         if not isinstance(paired, bool):
             raise ValueError(f"`paired` must be True (use per-query values when the evaluation keeps them) or False, got {paired!r}.")
+        if synced is not None and not isinstance(synced, bool):
+            raise ValueError(
+                "`synced` must be None (the evaluation callbacks' keys), True (the same on every rank) or False, "
+                f"got {synced!r}."
+            )
         self.rule = ConvergenceRule(
             window=window, mode=mode, min_delta=min_delta, alpha=alpha, max_looks=max_looks, noise=noise,
             noise_estimate=noise_estimate, confidence=confidence, rounds=rounds, seed=seed,
@@ -122,7 +142,8 @@ class ConvergenceMonitorCore:
                 f"for (metric units, e.g. 0.005), got min_delta={min_delta!r}."
             )
         self.monitor, self.window, self.mode, self.min_delta = monitor, window, mode, float(min_delta)
-        self.stop_on, self.prefix, self.paired = stop_on, prefix, paired
+        self.stop_on, self.prefix, self.paired, self.synced = stop_on, prefix, paired, synced
+        self.alpha = self.rule.alpha  # the job's level; each rank's rule spends alpha / world_size on an unsynced key
         self.run_state: dict[str, Any] = self.rule.new_state()
         self.state: dict[str, float] = {}
         self.stopped_at: int | None = None
@@ -171,10 +192,14 @@ class ConvergenceMonitorCore:
         fresh = self.rule.new_state()
         try:
             if state_dict.get("version") == STATE_VERSION:
-                run = {key: state_dict[key] for key in fresh}
+                run = {key: state_dict[key] for key in fresh if key != "beyond"}
+                run["beyond"] = state_dict.get("beyond")  # absent from checkpoints of the rule of independent noise
                 run["series"] = [[int(step), float(value)] for step, value in run["series"]]
                 if not isinstance(run["looks"], int) or not isinstance(run["events"], list) or not isinstance(run["flags"], dict):
                     raise TypeError("looks, events or flags of an unexpected type")
+                beyond = run["beyond"]
+                if beyond is not None and (isinstance(beyond, bool) or not isinstance(beyond, int)):
+                    raise TypeError("beyond of an unexpected type")
                 saved = state_dict.get("rule")
                 if isinstance(saved, dict) and {k: saved.get(k) for k in RULE_SETTINGS} != self._settings():
                     self.run_state, self.state = self._restart(run, saved, fresh), {}
@@ -213,26 +238,43 @@ class ConvergenceMonitorCore:
         series = [[int(step), float(value)] for step, value in state_dict.get("series", [])]
         events = state_dict.get("events", [])
         looks = min(self.rule.max_looks, max(0, len(series) - 2 * self.window + 1))
-        flags = {e: 0.0 for e in EVENTS}
+        flags, beyond = {e: 0.0 for e in EVENTS}, None
         if looks:
             tests = self.rule.series_tests([v for _, v in series])
             flags = {e: float(tests[e][0, -1]) for e in EVENTS}
+            seen = tests["beyond"][0].nonzero().flatten()
+            beyond = series[int(seen[0]) + 2 * self.window - 1][0] if seen.numel() else None
         log.warning(
             "%s: the checkpoint holds monitor state of an earlier rule (without a stated false-alarm rate): its %d "
             "values and %d events are kept, %d looks are counted as spent, and the paired test starts at the next "
             "evaluation", self.state_key, len(series), len(events) if isinstance(events, list) else 0, looks,
         )  # fmt: skip
         return {**fresh, "series": series, "events": [e for e in events if isinstance(e, dict)] if isinstance(events, list) else [],
-                "looks": looks, "plateau_looks": looks, "flags": flags}  # fmt: skip
+                "looks": looks, "plateau_looks": looks, "flags": flags, "beyond": beyond}  # fmt: skip
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
         source = self._source(trainer)
+        synced = self.synced if self.synced is not None else source is not None  # the evaluations' keys are gathered
+        self._spend_per_rank(int(getattr(trainer, "world_size", 1) or 1), synced=synced)
         if source is not None:
             key = self.monitor[len(source.prefix) + 1 :]
             wanted = source.schema.mode(key)
             if wanted is not None and wanted != self.mode:
                 log.warning("ConvergenceMonitor(monitor=%r) uses mode=%r but the key is better when %s; set mode=%r.", self.monitor, self.mode, "higher" if wanted == "max" else "lower", wanted)
+
+    def _spend_per_rank(self, world_size: int, synced: bool) -> None:
+        """A key that differs between ranks is tested on each: each rank's rule runs at ``alpha / world_size`` so
+        that a stop decided by any rank (the union of their false alarms) keeps ``alpha`` for the job."""
+        alpha = self.alpha if synced or world_size <= 1 else self.alpha / world_size
+        if alpha != self.rule.alpha:
+            self.rule = dataclasses.replace(self.rule, alpha=alpha)
+            if alpha != self.alpha:
+                log.info(
+                    "ConvergenceMonitor(%s): the key is not known to be the same on every rank (synced=True says so), "
+                    "so each of the %d ranks tests it at alpha %g, keeping %g for the job",
+                    self.monitor, world_size, alpha, self.alpha,
+                )  # fmt: skip
 
     def _source(self, trainer: Trainer) -> EvaluationCore | None:
         for callback in trainer.callbacks:
@@ -315,13 +357,14 @@ class ConvergenceMonitorCore:
         """Add one value of the monitored metric and return the window statistics, p-values and event flags (what is
         logged). ``per_query``: ``(query_ids or None, values)`` of the same evaluation, for the paired downturn test."""
         known = len(self.run_state["events"])
-        looks = self.run_state["looks"]
+        looks, beyond = self.run_state["looks"], self.run_state.get("beyond")
         state = self.rule.observe(self.run_state, step, value, per_query=per_query)
         for record in self.run_state["events"][known:]:
             log.warning(
                 "ConvergenceMonitor: %s of %s at step %d (window mean %.4f, p = %.3g at alpha %g)", record["event"],
                 self.monitor, record["step"], record["window_mean"], record["p"], self.rule.alpha,
             )  # fmt: skip
+        self._warn_if_uncovered(state, beyond)
         if looks < self.rule.max_looks <= self.run_state["looks"]:
             log.warning(
                 "ConvergenceMonitor: %s has spent its false-alarm level %g over max_looks=%d evaluations; later ones "
@@ -330,3 +373,20 @@ class ConvergenceMonitorCore:
             )  # fmt: skip
         self.state = state
         return dict(state)
+
+    def _warn_if_uncovered(self, state: dict[str, float], beyond_before: Any) -> None:
+        """Once, at the look that first measured the noise correlated beyond ``exp(-1/window)`` (the run's looks are
+        not covered from then on)."""
+        if beyond_before is not None or self.run_state.get("beyond") is None:
+            return
+        rho, bound = state.get("correlation", math.nan), covered_correlation(self.rule.window)
+        span = -1.0 / math.log(rho) if 0 < rho < 1 else math.inf  # correlation time, in evaluations
+        every, window = ("many", "many") if math.isinf(span) else (math.ceil(span / self.rule.window), math.ceil(span))
+        log.warning(
+            "ConvergenceMonitor: the noise of %s is correlated from one evaluation to the next beyond what the rule "
+            "covers (lag-1 correlation %.3f; covered up to %.3f, a correlation time of one window of %d evaluations): "
+            "from step %d on its looks decide nothing. Evaluations this close together cannot tell a wandering curve "
+            "from a falling one: evaluate less often or use a wider window (were the noise AR(1): every %s-th of these "
+            "evaluations, or window >= %s; real curves often decorrelate sooner at a wider spacing)",
+            self.monitor, rho, bound, self.rule.window, self.run_state["beyond"], every, window,
+        )  # fmt: skip

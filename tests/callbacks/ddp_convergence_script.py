@@ -4,9 +4,11 @@ logged curve and dump what each rank saw.
 Usage: python ddp_convergence_script.py OUT_JSON DEVICES MODE
 MODE: "paired" (a RetrievalEvalCallback evaluates every 2 steps an encoder that climbs its loss; the monitor reads
 its history and gathered per-query values, the same on every rank, and stops on the downturn of precision@1),
-"synced" (every rank logs ``val/score = FALLING[epoch]`` with ``sync_dist=True``), "rank_local" (no sync: rank 0
-logs FALLING, every other rank RISING, so only rank 0 sees a downturn), "rank_nan" (no sync: FALLING on every rank,
-but from epoch NAN_FROM on rank 1 logs NaN, a value the monitor skips, while rank 0 goes on reading values).
+"synced" (every rank logs ``val/score = FALLING[epoch]`` with ``sync_dist=True``; the monitor is told ``synced=True``),
+"rank_local" (no sync: rank 0 logs FALLING, every other rank RISING, so only rank 0 sees a downturn; each rank tests
+at ``alpha / 2``), "rank_nan" (no sync: FALLING on every rank, but from epoch NAN_FROM on rank 1 logs NaN, a value the
+monitor skips, while rank 0 goes on reading values). The curves are 40 values: the rule of independent noise
+(``noise_estimate="differences"``) decides on them; what is tested is the plumbing between ranks.
 """
 
 from __future__ import annotations
@@ -80,10 +82,11 @@ def main() -> None:
     if mode == "paired":
         evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, confidence_intervals=False)
         # mode="min" on a rising precision@1: the training itself is the "decline"; max_looks=2 lets 64 queries show it
-        monitor = ConvergenceMonitor("retrieval/precision@1", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"], max_looks=10, alpha=0.5)
+        monitor = ConvergenceMonitor("retrieval/precision@1", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"], max_looks=10, alpha=0.5, noise_estimate="differences")
         callbacks, module, data = [evaluation, monitor], AscentEncoder(), PointDataModule(n_eval=64)
     else:
-        monitor = ConvergenceMonitor("val/score", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"])
+        synced = True if mode == "synced" else None
+        monitor = ConvergenceMonitor("val/score", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"], noise_estimate="differences", synced=synced)
         callbacks, module, data = [monitor], CurveModule(mode), None
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -103,7 +106,7 @@ def main() -> None:
     path.write_text(json.dumps({
         "world_size": trainer.world_size, "current_epoch": trainer.current_epoch, "global_step": trainer.global_step,
         "stopped_at": monitor.stopped_at, "series": monitor.series, "events": monitor.events, "state": monitor.state,
-        "run_state": monitor.run_state,
+        "run_state": monitor.run_state, "alpha": monitor.rule.alpha,
     }))  # fmt: skip
     if torch.distributed.is_initialized():
         # Lightning leaves a gloo group to interpreter shutdown, where gloo's worker threads can abort the process

@@ -34,6 +34,12 @@ RNG = np.random.default_rng(0)
 NOISE = RNG.normal(0, 0.01, size=60)
 RISING = [0.2 + 0.01 * i + NOISE[i] for i in range(40)]
 FALLING = [0.2 + 0.02 * i + NOISE[i] for i in range(20)] + [0.6 - 0.02 * i + NOISE[20 + i] for i in range(20)]
+# 40 values are too few to fit correlated noise: the plumbing tests below run the rule of independent noise on them
+DIFFERENCES = {"noise_estimate": "differences"}
+_AR = np.random.default_rng(1).normal(0, 0.01, size=131)
+for _i in range(1, 131):
+    _AR[_i] += 0.5 * _AR[_i - 1]
+LONG_FALLING = [0.6 + _AR[i] for i in range(100)] + [0.6 - 0.01 * i + _AR[100 + i] for i in range(1, 31)]  # AR(1) 0.5
 
 
 def reference_events(curve, window, **kwargs):
@@ -49,22 +55,53 @@ def reference_events(curve, window, **kwargs):
 
 
 def _run(curve, **kwargs):
-    monitor = ConvergenceMonitor("val/score", window=5, rounds=200, **kwargs)
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=200, **{**DIFFERENCES, **kwargs})
     states = [monitor.observe(step, value) for step, value in enumerate(curve)]
     return monitor, states
 
 
 def test_observe_keeps_working_for_scalar_values():
     monitor, states = _run(FALLING)
-    assert [(e["event"], e["step"]) for e in monitor.events] == reference_events(FALLING, 5)
+    assert [(e["event"], e["step"]) for e in monitor.events] == reference_events(FALLING, 5, **DIFFERENCES)
     assert "downturn" in [e["event"] for e in monitor.events]
-    expected = series_run(FALLING, 5)
+    expected = series_run(FALLING, 5, **DIFFERENCES)
     assert [s["downturn_p"] for s in states[9:]] == pytest.approx([look["downturn_p"] for look in expected], rel=1e-9, abs=1e-12)
     assert states[-1]["window_mean"] == pytest.approx(np.mean(FALLING[-5:]))
     assert states[-1]["window_ci_low"] <= states[-1]["window_mean"] <= states[-1]["window_ci_high"]
     assert states[-1]["spent"] == pytest.approx(31 * 0.05 / 1000) and states[-1]["paired"] == 0.0
     rising, _ = _run(RISING)
     assert rising.events == []
+
+
+def test_the_default_rule_reads_correlated_noise_and_logs_it():
+    """The AR(1) rule (the default) on 100 flat evaluations of noise of lag-1 correlation 0.5, then a fall: the
+    numpy reading's events and p-values, and the noise it measured (correlation, its bound, df, covered)."""
+    monitor = ConvergenceMonitor("val/score", window=10, rounds=100)
+    states = [monitor.observe(step, value) for step, value in enumerate(LONG_FALLING)]
+    expected = series_run(LONG_FALLING, 10)
+    assert [(e["event"], e["step"]) for e in monitor.events] == reference_events(LONG_FALLING, 10)
+    assert "downturn" in [e["event"] for e in monitor.events] and monitor.events[-1]["step"] > 100
+    for state, look in zip(states[19:], expected):
+        for name in ("downturn_p", "plateau_p", "noise", "correlation", "correlation_high", "noise_df", "covered"):
+            assert state[name] == pytest.approx(look[name], rel=1e-7, abs=1e-12, nan_ok=True), name
+    assert 0.2 < states[99]["correlation"] < 0.8 and states[99]["covered"] == 1.0
+
+
+def test_a_correlation_beyond_what_the_rule_covers_warns_once(caplog):
+    """Evaluations so close together that the curve is nearly a random walk between them: the monitor says so once,
+    with the measured correlation and what would bring it in range, and flags nothing at those looks."""
+    walk = 0.5 + np.cumsum(np.random.default_rng(2).normal(0, 0.003, size=150))
+    monitor = ConvergenceMonitor("val/score", window=10, rounds=50)
+    with caplog.at_level(logging.WARNING):
+        states = [monitor.observe(step, float(v)) for step, v in enumerate(walk)]
+    assert caplog.text.count("correlated from one evaluation to the next beyond what the rule covers") == 1
+    beyond = monitor.run_state["beyond"]
+    rho = states[beyond]["correlation"]
+    assert rho > 0.905 and f"(lag-1 correlation {rho:.3f}; covered up to 0.905, a correlation time of one window of 10" in caplog.text
+    span = -1 / math.log(rho)
+    assert f"from step {beyond} on its looks decide nothing" in caplog.text
+    assert f"(were the noise AR(1): every {math.ceil(span / 10)}-th of these evaluations, or window >= {math.ceil(span)};" in caplog.text
+    assert all(s["covered"] == 0.0 and s["downturn"] == 0.0 and s["plateau"] == 0.0 for s in states[beyond:])
 
 
 def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
@@ -92,7 +129,8 @@ def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
         ({"alpha": 2}, r"^`alpha` must be a false-alarm rate strictly between 0 and 1 \(e\.g\. 0\.05\), got 2\.$"),
         ({"max_looks": 0}, r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$"),
         ({"noise": -0.1}, r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got -0\.1\.$"),
-        ({"noise_estimate": "mad"}, r"^`noise_estimate` must be one of \['differences', 'windows'\], got 'mad'\.$"),
+        ({"noise_estimate": "mad"}, r"^`noise_estimate` must be one of \['ar1', 'differences', 'windows'\], got 'mad'\.$"),
+        ({"synced": "yes"}, r"^`synced` must be None \(the evaluation callbacks' keys\), True \(the same on every rank\) or False, got 'yes'\.$"),
         ({"paired": "yes"}, r"^`paired` must be True \(use per-query values when the evaluation keeps them\) or False, got 'yes'\.$"),
     ],
 )
@@ -141,21 +179,33 @@ def _trainer(tmp_path, callbacks, max_epochs, **kwargs):
 
 
 def test_stops_training_on_a_downturn_through_the_strategy(tmp_path: Path):
-    monitor = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"])
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"], **DIFFERENCES)
     trainer = _trainer(tmp_path, [monitor], max_epochs=40, enable_checkpointing=False)
     trainer.fit(CurveModule(FALLING))
-    first = next(i for event, i in reference_events(FALLING, 5) if event == "downturn")
+    first = next(i for event, i in reference_events(FALLING, 5, **DIFFERENCES) if event == "downturn")
     assert trainer.current_epoch == first + 1  # one step per epoch: stopped right after that epoch
     assert monitor.stopped_at == first + 1 and len(monitor.series) == first + 1
     assert float(trainer.callback_metrics["convergence/val/score/downturn"]) == 1.0
     p = float(trainer.callback_metrics["convergence/val/score/downturn_p"])
     seen = [v for _, v in monitor.series]  # what self.log kept of the values (float32)
-    assert p == pytest.approx(series_run(seen, 5)[-1]["downturn_p"], rel=1e-6) and p <= 0.05
+    assert p == pytest.approx(series_run(seen, 5, **DIFFERENCES)[-1]["downturn_p"], rel=1e-6) and p <= 0.05
     assert float(trainer.callback_metrics["convergence/val/score/spent"]) == pytest.approx((first + 1 - 9) * 0.05 / 1000)
 
 
+def test_the_default_rule_stops_on_a_downturn_of_correlated_noise(tmp_path: Path):
+    """Inside Lightning with the default rule: the stop comes at the numpy reading's first downturn."""
+    monitor = ConvergenceMonitor("val/score", window=10, rounds=100, stop_on=["downturn"])
+    trainer = _trainer(tmp_path, [monitor], max_epochs=len(LONG_FALLING), enable_checkpointing=False)
+    trainer.fit(CurveModule(LONG_FALLING))
+    seen = [v for _, v in monitor.series]  # what self.log kept of the values (float32)
+    first = next(i for event, i in reference_events(seen, 10) if event == "downturn")
+    assert trainer.current_epoch == first + 1 == monitor.stopped_at and first > 100
+    assert float(trainer.callback_metrics["convergence/val/score/covered"]) == 1.0
+    assert 0.0 < float(trainer.callback_metrics["convergence/val/score/correlation"]) < 1.0
+
+
 def test_without_stop_on_it_only_reports(tmp_path: Path):
-    monitor = ConvergenceMonitor("val/score", window=5, rounds=200)
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=200, **DIFFERENCES)
     trainer = _trainer(tmp_path, [monitor], max_epochs=40, enable_checkpointing=False)
     trainer.fit(CurveModule(FALLING))
     assert trainer.current_epoch == 40 and len(monitor.series) == 40
@@ -164,20 +214,20 @@ def test_without_stop_on_it_only_reports(tmp_path: Path):
 
 def test_resumes_from_a_checkpoint_with_the_same_decisions(tmp_path: Path):
     """Fit, checkpoint before the downturn, resume: the same values, looks spent, events and stop as one whole run."""
-    full = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"])
+    full = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"], **DIFFERENCES)
     whole = _trainer(tmp_path / "full", [full], max_epochs=40, enable_checkpointing=False)
     whole.fit(CurveModule(FALLING))
-    first = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"])
+    first = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"], **DIFFERENCES)
     ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     _trainer(tmp_path / "a", [first, ckpt], max_epochs=15).fit(CurveModule(FALLING))
     assert first.run_state["looks"] == 15 - 9 and first.stopped_at is None
-    resumed = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"])
+    resumed = ConvergenceMonitor("val/score", window=5, rounds=200, stop_on=["downturn"], **DIFFERENCES)
     again = _trainer(tmp_path / "b", [resumed], max_epochs=40, enable_checkpointing=False)
     again.fit(CurveModule(FALLING), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     assert full.stopped_at is not None and resumed.stopped_at == full.stopped_at
     assert again.current_epoch == whole.current_epoch
     assert resumed.series == full.series and resumed.events == full.events
-    assert resumed.run_state == full.run_state and resumed.state == full.state
+    assert resumed.run_state == full.run_state and resumed.state == pytest.approx(full.state, nan_ok=True)
 
 
 def test_a_resume_under_other_rule_settings_warns_and_carries_the_spent_level(tmp_path: Path, caplog):
@@ -318,7 +368,7 @@ def test_an_earlier_monitors_checkpoint_loads_with_a_warning(caplog):
     assert "earlier rule" in caplog.text and "20 values and 1 events are kept, 11 looks" in caplog.text
     assert monitor.series == [(i, v) for i, v in enumerate(FALLING[:20])] and monitor.events == old["events"]
     states = [monitor.observe(step, v) for step, v in enumerate(FALLING[20:], start=20)]
-    reference, expected = _run(FALLING)
+    reference, expected = _run(FALLING, noise_estimate="ar1")
     assert states == [{k: pytest.approx(v, nan_ok=True) for k, v in s.items()} for s in expected[20:]]
     assert monitor.events[1:] == reference.events
 
@@ -330,3 +380,24 @@ def test_a_damaged_checkpoint_state_starts_afresh_with_a_warning(state, caplog):
         monitor.load_state_dict(state)
     assert "unexpected form" in caplog.text and monitor.series == [] and monitor.run_state["looks"] == 0
     monitor.observe(0, 0.5)
+
+
+def test_an_unsynced_key_spends_alpha_over_the_ranks(caplog):
+    """Under N ranks a key that may differ between them (not an evaluation callback's, not declared synced) is tested
+    at alpha / N on each rank; an evaluation callback's key or synced=True keeps alpha. A resume on another number of
+    ranks is a change of alpha: it warns and carries the level spent."""
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=50, alpha=0.06, **DIFFERENCES)
+    with caplog.at_level(logging.INFO):
+        monitor._spend_per_rank(2, synced=False)
+    assert monitor.rule.alpha == 0.03 and monitor.alpha == 0.06
+    assert "each of the 2 ranks tests it at alpha 0.03, keeping 0.06 for the job" in caplog.text
+    for step, value in enumerate(FALLING[:15]):
+        monitor.observe(step, value)
+    state = monitor.state_dict()
+    assert state["rule"]["alpha"] == 0.03 and state["looks"] == 6
+    monitor._spend_per_rank(2, synced=True)
+    assert monitor.rule.alpha == 0.06
+    resumed = ConvergenceMonitor("val/score", window=5, rounds=50, alpha=0.06, **DIFFERENCES)  # one rank now
+    with caplog.at_level(logging.WARNING):
+        resumed.load_state_dict(copy.deepcopy(state))
+    assert "alpha 0.03 -> 0.06" in caplog.text and resumed.run_state["looks"] == 3  # 6 * 0.03 / 0.06
