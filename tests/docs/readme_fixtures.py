@@ -136,6 +136,19 @@ def _check_resume_ids(ns: dict, cwd: Path) -> None:
     assert json.loads((cwd / "wandb_run.json").read_text())["id"] == ns["logger"].experiment.id
 
 
+def _check_text_to_node(ns: dict) -> None:
+    """The mapping of the snippet's answers, as the README's output block below the snippet prints it."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.findall(r"^'(.+?)'\s+-> (\S+)\s+(\S+)\s+abstained=(True|False)$", readme, re.M)
+    got = [(m.text, m.node, m.rule, str(m.abstained)) for m in ns["mapper"].map([t for t, *_ in shown])]
+    assert shown and got == shown, f"README shows {shown}; the mapper gives {got}"
+
+
+def _check_hierarchy_callback(ns: dict) -> None:
+    callback = ns["callback"]
+    assert {"hP", "hR", "hF", "abstentions"} <= set(callback.schema)
+
+
 def _check_metric(ns: dict, cwd: Path) -> None:
     results = ns["results"]
     assert set(results) >= {"precision@1", "r_precision", "map@r", "per_query"}
@@ -178,6 +191,13 @@ PYTHON: dict[str, PythonFixture] = {
             "self = _Module()\n"
         ),
         check=_check_metric,
+    ),
+    # free text -> node with MiniLM: what the block prints is the README's output block below it, line for line
+    "text_to_node": PythonFixture(check=lambda ns, cwd: _check_text_to_node(ns)),
+    # the callback with a WordNet subtree and a sentence-transformers encoder: built as written (nothing loaded yet)
+    "hierarchy_callback": PythonFixture(
+        prelude="from beyondlabels.callbacks import HierarchyEvalCallback\n",
+        check=lambda ns, cwd: _check_hierarchy_callback(ns),
     ),
     # the other families: a taxonomy file named tree.yaml (the demo's)
     "families": PythonFixture(
@@ -330,7 +350,24 @@ def _cluster(argv: list[str], wd: Workdir) -> list[str] | Skip:
     raise AssertionError(f"no rule for {argv}")
 
 
+def _write_wordnet_answers(wd: Workdir) -> None:
+    """`predictions=answers.jsonl` of the WordNet line: free-text answers about vehicles, one with a node name."""
+    rows = [
+        {"gt": "fire_engine.n.01", "pred_text": "a fire engine"},
+        {"gt": "ferry.n.01", "pred_text": "a boat that carries cars across a river"},
+        {"gt": "airliner.n.01", "pred_text": "a large plane"},
+        {"gt": "car.n.01", "pred": "motor_vehicle.n.01"},
+    ]
+    (wd.root / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _check_wordnet_answers(wd: Workdir, ran: list[Ran]) -> None:
+    (out,) = [r.stdout for r in ran]
+    assert "hierarchy" in out or "hF" in out, out[-2000:]
+
+
 SHELL: dict[str, ShellFixture] = {
+    "wordnet_answers": ShellFixture(prepare=_write_wordnet_answers, check=_check_wordnet_answers),
     "make": ShellFixture(rewrite=_make, check=_check_make),
     "report": ShellFixture(check=_exists("report.html")),
     "saved_outputs": ShellFixture(prepare=write_saved_outputs, check=_exists("report.json", "ab.json")),
@@ -484,6 +521,11 @@ INLINE: dict[str, Inline] = {
     "pip install 'beyondlabels[sweep]'": Inline(skip=lambda: _extra_installed("sweep")),
     SWEEP_COMMAND: Inline(run=_the_sweep),
     "python benchmarks/bench_convergence.py": Inline(skip=_BENCHMARK),
+    "python benchmarks/bench_text_mapping.py": Inline(skip=_BENCHMARK),
+    "python benchmarks/convergence_real_curves.py": Inline(skip=_BENCHMARK),
+    "python benchmarks/convergence_real_curves.py history <run>/retrieval": Inline(
+        skip=Skip("reads a long run's history (the demo evaluated every 2 steps); the table beside it names the run")
+    ),
     "python benchmarks/bench_retrieval.py": Inline(skip=_BENCHMARK),
     "make bench": Inline(skip=_BENCHMARK),
 }
