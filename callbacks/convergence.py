@@ -15,7 +15,7 @@ evaluation against the best one must agree with the series rule before a downtur
 flags, so the rate stays the series rule's whatever the per-query structure (``paired=False``: the series rule
 alone); a scalar-only key (``val/loss``) has the series rule.
 
-Everything is logged at the step of the value as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
+Everything is logged, at the logging step of the evaluation the value came from, as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
 ``window_ci_low``, ``window_ci_high``, ``noise`` (the noise sd), ``correlation`` and ``correlation_high`` (its
 lag-1 correlation and a 99% upper bound), ``noise_df``, ``covered`` (1 when the look can decide), ``plateau`` and
 ``downturn`` (0 or 1), ``plateau_p`` and ``downturn_p`` (the look-corrected p-values, from the first look on),
@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
-from beyondlabels.callbacks.packages import check_same_package, lightning_state_key
+from beyondlabels.callbacks.packages import check_same_package, lightning_state_key, logging_step, trainer_stage
 from beyondlabels.functional.convergence import STATE_VERSION, ConvergenceRule, covered_correlation
 
 log = logging.getLogger(__name__)
@@ -285,11 +285,11 @@ class ConvergenceMonitorCore:
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._source(trainer) is not None:  # step-scheduled evaluations
-            self._collect(trainer)
+            self._collect(trainer, in_batch=True)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._collect(trainer, decide_on_every_rank=True)
+        if not trainer.sanity_checking:  # a validation of fit runs inside its training batch
+            self._collect(trainer, decide_on_every_rank=True, in_batch=trainer_stage(trainer) == "fit")
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._collect(trainer, decide_on_every_rank=True)
@@ -322,13 +322,19 @@ class ConvergenceMonitorCore:
         value = float(value.item() if isinstance(value, torch.Tensor) else value)
         return [(step, value, None)] if math.isfinite(value) else []
 
-    def _collect(self, trainer: Trainer, stopping: bool = True, decide_on_every_rank: bool = False) -> None:
+    def _collect(
+        self, trainer: Trainer, stopping: bool = True, decide_on_every_rank: bool = False, in_batch: bool = False
+    ) -> None:
         """Observe the monitored values that are new since the last call, then decide whether to stop (all ranks).
 
         ``decide_on_every_rank``: take the stop decision even when this rank has no new value. The epoch hooks set it:
         a logged value can be missing or NaN on one rank only, and a rank that skipped the decision's all-reduce
         would leave the others waiting in it. The batch hook need not: it reads an evaluation callback's history,
-        which every rank holds alike."""
+        which every rank holds alike.
+
+        The statistics reach the loggers at Lightning's logging step (``in_batch``: called inside a training batch),
+        the step at which the evaluation callbacks and the module's own validation keys are logged; the rule itself
+        counts the trainer steps of the history records."""
         new = self._new_values(trainer)
         if not new and not (decide_on_every_rank and stopping and self.stop_on):
             return
@@ -342,7 +348,7 @@ class ConvergenceMonitorCore:
                 stats = self.observe(step, value)
             logged = {f"{self.prefix}/{self.monitor}/{name}": v for name, v in stats.items() if math.isfinite(v)}
             for logger in trainer.loggers:
-                logger.log_metrics(logged, step=step)
+                logger.log_metrics(logged, step=logging_step(trainer, in_batch))
             device = trainer.strategy.root_device
             trainer.callback_metrics.update({k: torch.tensor(v, device=device) for k, v in logged.items()})
         if stopping and self.stop_on:

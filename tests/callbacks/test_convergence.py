@@ -401,3 +401,27 @@ def test_an_unsynced_key_spends_alpha_over_the_ranks(caplog):
     with caplog.at_level(logging.WARNING):
         resumed.load_state_dict(copy.deepcopy(state))
     assert "alpha 0.03 -> 0.06" in caplog.text and resumed.run_state["looks"] == 3  # 6 * 0.03 / 0.06
+
+
+@pytest.mark.parametrize("schedule", [{"every_n_epochs": 1}, {"every_n_epochs": None, "every_n_steps": 2}])
+def test_the_monitors_keys_reach_the_loggers_at_the_step_of_the_evaluation_they_read(tmp_path: Path, schedule):
+    """Read back from Lightning's CSV log: every step with a monitor key carries the evaluation's own key, the step
+    the evaluation callbacks log at (Lightning's logging step, one row per validation with the module's keys)."""
+    import csv
+
+    from pytorch_lightning.loggers import CSVLogger
+
+    evaluation = RetrievalEvalCallback(num_mismatches=0, bootstrap_rounds=50, **schedule)
+    monitor = ConvergenceMonitor("retrieval/r_precision", window=2, rounds=50, paired=False, **DIFFERENCES)
+    logger = CSVLogger(tmp_path, name="csv", version=0)
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path, max_epochs=3, accelerator="cpu", callbacks=[evaluation, monitor], logger=logger,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, enable_checkpointing=False,
+    )
+    trainer.fit(LinearEncoder(), PointDataModule())
+    with open(Path(logger.log_dir) / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    evaluated = {int(r["step"]) for r in rows if r.get("retrieval/r_precision")}
+    watched = {int(r["step"]) for r in rows if r.get("convergence/retrieval/r_precision/window_mean")}
+    assert len(evaluated) == len(evaluation.history) >= 3 and watched
+    assert watched <= evaluated, (sorted(watched), sorted(evaluated))
