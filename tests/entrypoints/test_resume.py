@@ -105,5 +105,7 @@ def test_a_finished_run_resumed_has_nothing_left_to_train_and_ends_with_its_numb
     assert "nothing left to train" in out and "max_epochs=1" in out, out[-3000:]
     assert read_history(run / "retrieval" / "history.jsonl") == history  # nothing evaluated again
     final = f"{history[-1]['precision@1']:.4f}"
-    summary = [line for line in result.stdout.splitlines() if "retrieval/precision@1 " in line]
-    assert any(final in line for line in summary), result.stdout[-3000:]
+    lines = result.stdout.splitlines()
+    family = next(i for i, line in enumerate(lines) if line.startswith("retrieval/"))  # the summary's family block
+    precision = next(line for line in lines[family + 1 :] if line.strip().startswith("precision@1 "))
+    assert precision.split()[2] == final, result.stdout[-3000:]  # "precision@1 ↑ <last> [...]"

@@ -52,7 +52,9 @@ class CurveModule(pl.LightningModule):
 
 
 def test_the_events_of_a_lightning_csv_log_are_the_monitors_own(tmp_path: Path):
-    monitor = ConvergenceMonitor("val/score", window=5, rounds=200, min_delta=0.005)
+    # independent noise: the curve is 40 evaluations of white noise around a trend, and what is checked here is the
+    # reading of the CSV log, not the rule (the AR(1) default needs a longer curve to fit its correlation)
+    monitor = ConvergenceMonitor("val/score", window=5, rounds=200, min_delta=0.005, noise_estimate="differences")
     trainer = pl.Trainer(
         default_root_dir=tmp_path, max_epochs=len(CURVE), accelerator="cpu", callbacks=[monitor], log_every_n_steps=1,
         logger=CSVLogger(tmp_path, name="csv", version=""), enable_progress_bar=False, enable_model_summary=False,
@@ -63,7 +65,9 @@ def test_the_events_of_a_lightning_csv_log_are_the_monitors_own(tmp_path: Path):
     assert {e["event"] for e in expected} == {"plateau", "downturn"}, "the curve makes both kinds of event"
     events = read_convergence_events(tmp_path / "csv" / "metrics.csv")
     got = [(e["series"], e["event"], e["step"]) for e in events]
-    assert got == [("convergence/val/score", e["event"], e["step"]) for e in expected]
+    # the monitor's events carry the global step (as history.jsonl); a logger gets Lightning's own logging step, one
+    # less for a validation at the end of a training epoch (Lightning logs it before the step counter moves on)
+    assert got == [("convergence/val/score", e["event"], e["step"] - 1) for e in expected]
     for got, want in zip(events, expected):
         assert got["p"] == pytest.approx(want["p"], rel=1e-5)
         assert got["window_mean"] == pytest.approx(want["window_mean"], rel=1e-5)
