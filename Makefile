@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: train test test-fast fuzz install install-test bench clean wordnet chromium
+.PHONY: train test test-fast fuzz install install-test bench docs clean wordnet chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,5 +62,9 @@ fuzz: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_retrieval.py
 
+# The API reference from the docstrings (mkdocs + mkdocstrings, warnings as errors) in site/
+docs: $(VENV)/.installed-test
+	$(PY) scripts/build_docs.py site
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache
