@@ -57,7 +57,7 @@ def test_bootstrap_is_seeded_and_drops_nan():
     assert bootstrap_ci([0.4, 0.4, 0.4]).width == 0.0
     assert math.isnan(bootstrap_ci([float("nan")]).low)
     # chunking over rounds does not change the numbers
-    import beyondlabels.functional._stats as st
+    import beyondlabels._internal.stats as st
 
     old, st.CHUNK_VALUES = st.CHUNK_VALUES, 7
     try:

@@ -64,8 +64,8 @@ from typing import IO, Any
 import torch
 
 from beyondlabels.demo.model import tiny_clip_model
-from beyondlabels.io._convert import plain
-from beyondlabels.io._parse import parse_json, read_text
+from beyondlabels._internal.convert import plain
+from beyondlabels._internal.parse import parse_json, read_text
 from beyondlabels.io.atomic import atomic_file, save_torch, write_json
 from beyondlabels.io.evaluator import ClipEvaluator
 

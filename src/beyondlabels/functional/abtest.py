@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._stats import Interval, check_confidence, finite, normal_ppf, point_interval, t_ppf, t_sf, vector
+from beyondlabels._internal.stats import Interval, check_confidence, finite, normal_ppf, point_interval, t_ppf, t_sf, vector
 from beyondlabels.functional.bootstrap import bootstrap_ci
 
 __all__ = ["DECISIONS", "ABResult", "GuardrailCheck", "ab_test", "paired_differences", "paired_t_ci", "sample_size"]

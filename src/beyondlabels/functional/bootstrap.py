@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from beyondlabels.functional._stats import (
+from beyondlabels._internal.stats import (
     Interval,
     bootstrap_means,
     check_confidence,

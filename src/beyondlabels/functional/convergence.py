@@ -100,7 +100,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._stats import check_confidence, check_rounds, check_seed, vector
+from beyondlabels._internal.stats import check_confidence, check_rounds, check_seed, vector
 from beyondlabels.functional.abtest import paired_differences
 from beyondlabels.functional.bootstrap import bootstrap_ci
 

@@ -68,7 +68,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_positive_int, gain_labels
+from beyondlabels._internal.checks import check_positive_int, gain_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.schema import KeySpec, OutputSchema
 from beyondlabels.taxonomy.text import RULES, TextToNode

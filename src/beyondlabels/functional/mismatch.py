@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_matrix
+from beyondlabels._internal.checks import check_matrix
 from beyondlabels.functional.profiles import pair_values
 from beyondlabels.functional.agreement import spearman
 from beyondlabels.schema import KeySpec, OutputSchema

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_matrix, gain_labels
+from beyondlabels._internal.checks import check_matrix, gain_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.profiles import FeatureProfiles
 

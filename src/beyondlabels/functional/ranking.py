@@ -89,7 +89,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_ks
+from beyondlabels._internal.checks import check_ks
 from beyondlabels.functional.labels import label_code
 from beyondlabels.schema import KeySpec, OutputSchema
 

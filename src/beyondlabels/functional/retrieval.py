@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import (
+from beyondlabels._internal.checks import (
     check_deep_metrics,
     check_int_vector,
     check_ks,

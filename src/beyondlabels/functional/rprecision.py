@@ -89,7 +89,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_positive_int, check_rprecision_settings, check_threshold
+from beyondlabels._internal.checks import check_positive_int, check_rprecision_settings, check_threshold
 from beyondlabels.functional._topk import MIN_BLOCK, Workspace, exact_topk, score_block
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema

@@ -47,7 +47,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import (
+from beyondlabels._internal.checks import (
     check_embeddings,
     check_int_vector,
     check_positive_int,

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.io._convert import plain
+from beyondlabels._internal.convert import plain
 from beyondlabels.io.atomic import save_torch, write_json
 
 __all__ = ["TINY_CONFIG", "ClipEvaluator", "TextFeatureCache", "file_sha256"]

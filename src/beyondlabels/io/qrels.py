@@ -17,7 +17,7 @@ Formats
     so it never becomes part of the first query's id); a grade is a decimal integer (``2``, ``-1``, ``+3``, ``1.0``)
     of at most 2**53 in size, a score a decimal number (``0.5``, ``-1e-3``), never ``1_0`` (which Python reads as
     10), ``0x1`` or non-ASCII digits; a JSON key given twice in one object, and JSON nested deeper than 64, are
-    errors (:mod:`beyondlabels.io._parse`). Every error names the file (and the line).
+    errors (:mod:`beyondlabels._internal.parse`). Every error names the file (and the line).
 
 Append-only qrels
     Judgements are only ever added: :func:`update_qrels` merges a newer version into an older one and *reports* every
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from beyondlabels.io._parse import decode_text, parse_json, text_lines
+from beyondlabels._internal.parse import decode_text, parse_json, text_lines
 
 __all__ = ["QrelsChange", "QrelsUpdate", "load_qrels", "load_run", "update_qrels"]
 

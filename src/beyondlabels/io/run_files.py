@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from beyondlabels.io._parse import JSONSyntaxError, load_npz, parse_json, parse_yaml, read_text
+from beyondlabels._internal.parse import JSONSyntaxError, load_npz, parse_json, parse_yaml, read_text
 from beyondlabels.io.atomic import atomic_file, save_npz
 from beyondlabels.io.paths import inside, is_inside
 from beyondlabels.schema import OutputSchema

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from beyondlabels.io._mappings import read_mapping
-from beyondlabels.io._parse import read_text, text_lines
+from beyondlabels._internal.parse import read_text, text_lines
 from beyondlabels.taxonomy import Taxonomy, dag_to_tree, taxonomy_from_edges
-from beyondlabels.taxonomy._names import listing
+from beyondlabels._internal.names import listing
 
 __all__ = [
     "WORDNET_ROOT",

@@ -49,8 +49,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.taxonomy._names import check_name as _check_name
-from beyondlabels.taxonomy._names import listing as _listing
+from beyondlabels._internal.names import check_name as _check_name
+from beyondlabels._internal.names import listing as _listing
 
 _MAX_PROBLEMS = 10  # how many per-class problems one error lists
 
