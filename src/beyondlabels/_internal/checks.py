@@ -1,11 +1,28 @@
-"""Argument checks shared by the kernels and metrics (internal: not part of the public API).
+"""Argument checks shared by every kernel, metric, reader and report (internal: not part of the public API).
 
-Each check returns the validated (and, where stated, converted) value or raises a ``ValueError`` that names the
-argument, says what was wrong and what to pass instead.
+One message style for every argument a user passes: each check returns the validated (and, where stated, converted)
+value or raises a ``ValueError`` that names the argument, says what it must be (with a hint of what to pass where
+one helps) and what it got: ``"`window` must be an int >= 2 (values per window), got 1."``
+
+Numbers: an *int* is any integral number (Python or numpy) but never a bool, returned as a Python ``int``; a
+*number* is any real number but never a bool, returned as a Python ``float``. Checks of one family's settings live in
+that family's kernel package (e.g. :mod:`beyondlabels.functional.rprecision.settings`).
+
+Example:
+    >>> check_int(3, "window", minimum=2, hint="values per window")
+    3
+    >>> check_int(1, "window", minimum=2, hint="values per window")
+    Traceback (most recent call last):
+    ...
+    ValueError: `window` must be an int >= 2 (values per window), got 1.
+    >>> check_number(0.95, "confidence", above=0, below=1), check_choice("max", "mode", ("max", "min"))
+    (0.95, 'max')
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,37 +31,186 @@ from torch import Tensor
 
 # Search precisions: the name a user passes and the low-precision dtype it searches in (None: exact fp32 only).
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-# Aggregation protocols of text-to-image R-precision.
-PROTOCOLS = ("folds", "resample")
 
 
-def check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+def _must(name: str, what: str, hint: str | None, value: object) -> ValueError:
+    """The one message of every check: "`name` must be what (hint), got value."."""
+    return ValueError(f"`{name}` must be {what}{f' ({hint})' if hint else ''}, got {value!r}.")
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an integral number (Python or numpy) and not a bool.
+
+    Example:
+        >>> is_int(3), is_int(True), is_int(3.0)
+        (True, False, False)
+    """
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a real number (int or float, Python or numpy) and not a bool; NaN and infinities count.
+
+    Example:
+        >>> is_number(0.5), is_number(float("nan")), is_number(False), is_number("1")
+        (True, True, False, False)
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _int_phrase(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"an int in [{minimum}, {maximum}]"
+    if minimum == 1:
+        return "a positive int"
+    if minimum is not None:
+        return f"an int >= {minimum}"
+    return "an int" if maximum is None else f"an int <= {maximum}"
+
+
+def check_int(
+    value: object, name: str, *, minimum: int | None = None, maximum: int | None = None, hint: str | None = None
+) -> int:
+    """``value`` as a Python int, checked to lie in ``[minimum, maximum]`` (either bound optional).
+
+    Example:
+        >>> check_int(0, "top", minimum=0), check_int(5, "num_components", minimum=1, maximum=8)
+        (0, 5)
+    """
+    if not is_int(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise _must(name, _int_phrase(minimum, maximum), hint, value)
+    return int(value)  # type: ignore[call-overload]
+
+
+def check_positive_int(value: object, name: str, hint: str | None = None) -> int:
+    """``value`` as a Python int >= 1."""
+    return check_int(value, name, minimum=1, hint=hint)
+
+
+def check_non_negative_int(value: object, name: str, hint: str | None = None) -> int:
+    """``value`` as a Python int >= 0."""
+    return check_int(value, name, minimum=0, hint=hint)
+
+
+def check_seed(value: object, name: str = "seed") -> int:
+    """A seed: any int (negative ones included), as a Python int.
+
+    Example:
+        >>> check_seed(-3)
+        -3
+    """
+    return check_int(value, name)
+
+
+def check_rounds(value: object, name: str = "rounds", hint: str | None = "e.g. 2000 bootstrap resamples") -> int:
+    """A number of resampling rounds, a positive int."""
+    return check_int(value, name, minimum=1, hint=hint)
+
+
+def _number_phrase(above: float | None, at_least: float | None, below: float | None, at_most: float | None) -> str:
+    low = f"({above:g}" if above is not None else f"[{at_least:g}" if at_least is not None else None
+    high = f"{below:g})" if below is not None else f"{at_most:g}]" if at_most is not None else None
+    if low is not None and high is not None:
+        return f"a number in {low}, {high}"
+    if low is not None:
+        return f"a number {'>' if above is not None else '>='} {low[1:]}"
+    if high is not None:
+        return f"a number {'<' if below is not None else '<='} {high[:-1]}"
+    return "a finite number"
+
+
+def check_number(
+    value: object,
+    name: str,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
+    hint: str | None = None,
+    what: str | None = None,
+    finite: bool = True,
+) -> float:
+    """``value`` as a Python float: a finite real number (with ``finite=False`` also an infinity, never NaN), checked
+    against the bounds given (``above`` and ``below`` exclusive, ``at_least`` and ``at_most`` inclusive). ``what``
+    replaces the phrase the bounds give.
+
+    Example:
+        >>> check_number(0, "min_delta", at_least=0), check_number(2, "noise", above=0)
+        (0.0, 2.0)
+        >>> check_number(float("inf"), "noise", above=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `noise` must be a number > 0, got inf.
+    """
+    ok = is_number(value) and (math.isfinite(value) if finite else not math.isnan(value))  # type: ignore[arg-type]
+    if ok:
+        v = float(value)  # type: ignore[arg-type]
+        ok = (
+            (above is None or v > above)
+            and (at_least is None or v >= at_least)
+            and (below is None or v < below)
+            and (at_most is None or v <= at_most)
+        )
+    if not ok:
+        raise _must(name, what or _number_phrase(above, at_least, below, at_most), hint, value)
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_confidence(value: object, name: str = "confidence") -> float:
+    """A confidence level, strictly between 0 and 1."""
+    return check_number(value, name, above=0.0, below=1.0, what="a number strictly between 0 and 1", hint="e.g. 0.95")
+
+
+def check_bool(value: object, name: str, *, hint: str | None = None, what: str | None = None) -> bool:
+    """``value`` when it is True or False (no other truthy or falsy value); ``what`` replaces "True or False".
+
+    Example:
+        >>> check_bool(True, "include_root")
+        True
+    """
+    if not isinstance(value, bool):
+        raise _must(name, what or "True or False", hint, value)
     return value
 
 
-def check_non_negative_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"`{name}` must be an int >= 0, got {value!r}.")
+def check_choice(
+    value: Any, name: str, choices: Sequence[Any], *, hint: str | None = None, what: str | None = None
+) -> Any:
+    """``value`` when it is one of ``choices`` (compared by equality, a bool never equal to an int); ``what``
+    replaces the phrase "one of [...]".
+
+    Example:
+        >>> check_choice("weak", "percentile_kind", ("weak", "strict"))
+        'weak'
+    """
+    try:
+        known = any(
+            choice is value or (not isinstance(value, bool) and not isinstance(choice, bool) and bool(value == choice))
+            for choice in choices
+        )
+    except (TypeError, ValueError):  # a value that compares to no plain choice (an array)
+        known = False
+    if not known:
+        raise _must(name, what or f"one of {list(choices)}", hint, value)
     return value
 
 
 def check_precision(precision: object) -> torch.dtype | None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"`precision` must be one of {sorted(PRECISIONS)}, got {precision!r}.")
-    return PRECISIONS[precision]  # type: ignore[index]
+    """The low-precision dtype of a search precision name (None: exact fp32 only)."""
+    return PRECISIONS[check_choice(precision, "precision", sorted(PRECISIONS))]
 
 
 def check_ks(ks: object) -> tuple[int, ...]:
-    if isinstance(ks, int) and not isinstance(ks, bool):
+    """Cut-offs: a positive int or a non-empty sequence of them, as sorted distinct Python ints."""
+    if is_int(ks):
         ks = (ks,)
     if not isinstance(ks, Sequence) or isinstance(ks, str) or len(ks) == 0:
         raise ValueError(f"`ks` must be a non-empty sequence of positive ints, got {ks!r}.")
     for k in ks:
-        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        if not is_int(k) or k <= 0:
             raise ValueError(f"`ks` must contain only positive ints, got {k!r} in {ks!r}.")
-    return tuple(sorted(set(ks)))
+    return tuple(sorted({int(k) for k in ks}))
 
 
 def check_embeddings(x: object, name: str) -> Tensor:
@@ -83,53 +249,9 @@ def check_matrix(similarity: Any, name: str = "similarity") -> Tensor:
     return m
 
 
-def check_threshold(t: object) -> float | None:
-    if t is None:
-        return None
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not -1.0 <= float(t) <= 1.0:
-        raise ValueError(f"`near_duplicate_threshold` must be a cosine in [-1, 1] or None (off), got {t!r}.")
-    return float(t)
-
-
-def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
-    if isinstance(top_r, int) and not isinstance(top_r, bool):
-        top_r = (top_r,)
-    if not isinstance(top_r, Sequence) or isinstance(top_r, str) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in top_r):
-        raise ValueError(f"`top_r` must be a sequence of positive ints, got {top_r!r}.")
-    too_big = [v for v in (*top_r, r) if v > num_candidates]
-    if too_big:
-        raise ValueError(f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R.")
-    return tuple(sorted(set(top_r)))
-
-
-def check_rprecision_settings(
-    num_candidates: object,
-    r: object,
-    top_r: object,
-    protocol: object,
-    repeats: object,
-    seed: object,
-    near_duplicate_threshold: object,
-    chunk_size: object,
-) -> tuple[tuple[int, ...], float | None]:
-    """The settings of text-to-image R-precision: ``(top_r, near_duplicate_threshold)`` as the kernel uses them (sorted
-    distinct cut-offs, the threshold as a float or None), after checking every setting."""
-    check_positive_int(num_candidates, "num_candidates")
-    check_positive_int(r, "r")
-    check_positive_int(repeats, "repeats")
-    check_positive_int(chunk_size, "chunk_size")
-    top_r = check_top_r(top_r, r, num_candidates)  # type: ignore[arg-type]
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"`protocol` must be one of {PROTOCOLS}, got {protocol!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
-    return top_r, check_threshold(near_duplicate_threshold)
-
-
 def check_deep_metrics(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"`deep_metrics` must be True or False, got {value!r}.")
-    return value
+    """``deep_metrics``: True or False."""
+    return check_bool(value, "deep_metrics")
 
 
 def check_share(share: object) -> tuple[int, int]:
@@ -139,7 +261,7 @@ def check_share(share: object) -> tuple[int, int]:
     if (
         not isinstance(share, (tuple, list))
         or len(share) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in share)
+        or not all(is_int(v) for v in share)
         or not 0 <= share[0] < share[1]
     ):
         raise ValueError(f"`share` must be (index, count) with 0 <= index < count, got {share!r}.")
@@ -156,8 +278,7 @@ def check_depths(depth: object, n_queries: int, limit: int, device: torch.device
         if n_queries and int(depths.min()) < 1:
             raise ValueError("`depth` must be >= 1 for every query.")
     else:
-        check_positive_int(depth, "depth")
-        depths = torch.full((n_queries,), depth, dtype=torch.long, device=device)
+        depths = torch.full((n_queries,), check_positive_int(depth, "depth"), dtype=torch.long, device=device)
     if n_queries and int(depths.max()) > limit:
         raise ValueError(f"`depth` {int(depths.max())} exceeds the {limit} gallery items available to a query; lower it.")
     return depths

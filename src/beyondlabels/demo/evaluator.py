@@ -63,9 +63,10 @@ from typing import IO, Any
 
 import torch
 
-from beyondlabels.demo.model import tiny_clip_model
+from beyondlabels._internal.checks import check_positive_int, check_seed, is_number
 from beyondlabels._internal.convert import plain
 from beyondlabels._internal.parse import parse_json, read_text
+from beyondlabels.demo.model import tiny_clip_model
 from beyondlabels.io.atomic import atomic_file, save_torch, write_json
 from beyondlabels.io.evaluator import ClipEvaluator
 
@@ -170,10 +171,7 @@ def demo_evaluator(
             differently or a checkpoint without its JSON, the JSON is malformed, names a factory or an argument other
             than the TinyCLIP's, or does not match the checkpoint's shapes, or ``source_checkpoint`` does not exist.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"`epochs` must be a positive int, got {epochs!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    epochs, seed = check_positive_int(epochs, "epochs"), check_seed(seed)
     for name, value in (("model", model), ("data", data)):
         if value is not None and not isinstance(value, Mapping):
             raise ValueError(f"`{name}` must be a mapping of keyword arguments or None, got {type(value).__name__}.")
@@ -283,7 +281,7 @@ def _evaluator_arguments(record: Mapping[str, Any], json_path: Path) -> dict[str
 
 
 def _is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 def _check_fits_checkpoint(model_cfg: Mapping[str, Any], path: Path, json_path: Path) -> None:

@@ -39,14 +39,14 @@ Stability
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.checks import check_bool, check_number, check_positive_int
 from beyondlabels.functional._search import Neighbors
 
 __all__ = ["AuditSettings", "LabelAudit", "audit_neighbors", "join_neighbors", "suspect_overlap"]
@@ -80,13 +80,10 @@ class AuditSettings:
     exclude_suspects: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("k", "top"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"audit `{name}` must be a positive int, got {value!r}.")
+        for name in ("k", "top"):  # stored as Python ints
+            object.__setattr__(self, name, _audit_setting(check_positive_int, getattr(self, name), name))
         _check_thresholds(self.quality_threshold, self.outlier_threshold, self.duplicate_threshold)
-        if not isinstance(self.exclude_suspects, bool):
-            raise ValueError(f"audit `exclude_suspects` must be True or False, got {self.exclude_suspects!r}.")
+        _audit_setting(check_bool, self.exclude_suspects, "exclude_suspects")
 
     @classmethod
     def of(cls, value: AuditSettings | Mapping[str, Any] | bool | None) -> AuditSettings | None:
@@ -109,10 +106,17 @@ class AuditSettings:
         raise ValueError(f"`audit` must be AuditSettings, a mapping of its fields, True or None, got {type(value).__name__}.")
 
 
+def _audit_setting(check: Callable[[Any, str], Any], value: Any, name: str) -> Any:
+    """``check(value, name)`` with the message naming the setting as the audit's (``audit `k` must be ...``)."""
+    try:
+        return check(value, name)
+    except ValueError as exc:
+        raise ValueError(f"audit {exc}") from None
+
+
 def _check_thresholds(quality: object, outlier: object, duplicate: object) -> None:
     for name, value in (("quality_threshold", quality), ("outlier_threshold", outlier), ("duplicate_threshold", duplicate)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
+        check_number(value, name)
 
 
 @dataclass(frozen=True)
@@ -199,8 +203,7 @@ def _check_inputs(neighbors: Neighbors, labels: Tensor, k: int | None) -> tuple[
     depth = idx.shape[1]
     if k is None:
         k = depth
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"`k` must be a positive int, got {k!r}.")
+    k = check_positive_int(k, "k")
     if k > depth:
         raise ValueError(
             f"`k`={k} exceeds the {depth} neighbours searched per item (at most N - 1 = {n - 1}); lower k or search deeper."
@@ -352,8 +355,7 @@ def suspect_overlap(previous: Tensor, current: Tensor, m: int) -> float:
         >>> suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 4, 7]), 2), suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 1]), 3)
         (1.0, 0.3333333333333333)
     """
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"`m` must be a positive int, got {m!r}.")
+    m = check_positive_int(m, "m")
     for name, value in (("previous", previous), ("current", current)):
         if not isinstance(value, Tensor) or value.dim() != 1:
             raise ValueError(f"`{name}` must be a 1-D tensor of ids, ranked, got {type(value).__name__}.")

@@ -68,7 +68,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_positive_int, gain_labels
+from beyondlabels._internal.checks import check_bool, check_number, check_positive_int, gain_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.schema import KeySpec, OutputSchema
 from beyondlabels.taxonomy.text import RULES, TextToNode
@@ -215,8 +215,7 @@ def hierarchical_precision_recall(
             ground truth at the root while the root is excluded (its positions are named), or an
             ``abstention_precision`` outside ``[0, 1]``.
     """
-    if not isinstance(include_root, bool):
-        raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
+    include_root = check_bool(include_root, "include_root")
     abstention_precision = check_abstention_precision(abstention_precision)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     size = len(taxonomy)
@@ -285,12 +284,8 @@ def check_abstention_precision(value: Any) -> float:
         >>> check_abstention_precision(0)
         0.0
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(
-            f"`abstention_precision` must be a number in [0, 1] (the precision of a prediction at the root: 0, the "
-            f"default, gives an abstention no credit; 1 counts it as not wrong), got {value!r}."
-        )
-    return float(value)
+    hint = "the precision of a prediction at the root: 0, the default, gives an abstention no credit; 1 counts it as not wrong"
+    return check_number(value, "abstention_precision", at_least=0.0, at_most=1.0, hint=hint)
 
 
 def taxonomy_class_gains(

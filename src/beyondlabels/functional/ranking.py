@@ -89,7 +89,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_ks
+from beyondlabels._internal.checks import check_choice, check_ks, check_number, check_positive_int, is_number
 from beyondlabels.functional.labels import label_code
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -218,8 +218,7 @@ def ranking_per_query(
         ``{key: float64 [Q]}`` for every per-query key of :func:`ranking_output_schema` except ``query_id``.
     """
     ks = check_ks(ks)
-    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
-        raise ValueError(f"`relevance_level` must be an int >= 1 (the smallest relevant grade), got {relevance_level!r}.")
+    relevance_level = check_positive_int(relevance_level, "relevance_level", hint="the smallest relevant grade")
     ranked, num_retrieved, pool = _check_grades(ranked, num_retrieved, pool)
     q, width = ranked.shape
     device = ranked.device
@@ -406,8 +405,7 @@ class JudgedRun:
     ) -> dict[str, Any]:
         """:func:`ranking_metrics` of the run, its queries evaluated in the groups of :meth:`groups` (peak memory
         bounded by ``max_cells``); the per-query values and the means are those of one dense table."""
-        if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
-            raise ValueError(f"`max_cells` must be a positive int, got {max_cells!r}.")
+        max_cells = check_positive_int(max_cells, "max_cells")
         per_query: dict[str, Tensor] = {}
         for rows, ranked, num_retrieved, pool in self.groups(max_cells):
             values = ranking_per_query(ranked, num_retrieved, pool, ks=ks, relevance_level=relevance_level)
@@ -435,7 +433,7 @@ def _dense(values: Tensor, lengths: Tensor, rows: Tensor) -> Tensor:
 def _ranked_docs(query: str, docs: Any) -> list[str]:
     if isinstance(docs, Mapping):
         for doc, score in docs.items():
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+            if not is_number(score) or math.isnan(score):
                 raise ValueError(f"run: query {query!r}, document {doc!r} has score {score!r}; scores must be numbers.")
         # score descending, ties by document id descending (trec_eval): sort by id descending, then stable by score
         by_id = sorted(docs, key=str, reverse=True)
@@ -457,8 +455,7 @@ def _judged_grades(query: str, judgements: Any) -> dict[str, float]:
     for doc, grade in judgements.items():
         if grade is None:
             continue
-        number = isinstance(grade, (int, float)) and not isinstance(grade, bool)
-        if not number or not math.isfinite(grade) or float(grade) != int(grade):
+        if not is_number(grade) or not math.isfinite(grade) or float(grade) != int(grade):
             raise ValueError(
                 f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints (negative: pooled but "
                 "not judged, as in trec_eval) or None (unjudged)."
@@ -491,8 +488,8 @@ def judge_run(
     """
     if not isinstance(run, Mapping) or not isinstance(qrels, Mapping):
         raise ValueError("`run` and `qrels` must be dicts keyed by query id (see beyondlabels.io.qrels for loaders).")
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
-        raise ValueError(f"`depth` must be a positive int or None, got {depth!r}.")
+    if depth is not None:
+        depth = check_positive_int(depth, "depth", hint="or None: every document")
     qrels_s = {str(q): judgements for q, judgements in qrels.items()}
     run_s = {str(q): docs for q, docs in run.items()}
     queries = [q for q in run_s if q in qrels_s]
@@ -543,8 +540,7 @@ def term_satisfaction(scores: Any, threshold: float = 0.15) -> Tensor:
         >>> term_satisfaction(torch.tensor([[0.9, 0.1, 0.2], [0.05, float("nan"), 0.5]]))
         tensor([0.6667, 0.5000], dtype=torch.float64)
     """
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise ValueError(f"`threshold` must be a number in [0, 1] (default 0.15), got {threshold!r}.")
+    check_number(threshold, "threshold", at_least=0.0, at_most=1.0, hint="default 0.15")
     s = _scores(scores)
     present = ~torch.isnan(s)
     met = (present & (s >= threshold)).sum(dim=-1).to(torch.float64)
@@ -566,10 +562,8 @@ def fuse_term_scores(scores: Any, weights: Any = None, *, method: str = "arithme
         >>> round(100 * fuse_term_scores(s, w).item(), 1), round(100 * fuse_term_scores(s, w, method="geometric").item(), 1)
         (44.4, 2.2)
     """
-    if method not in ("arithmetic", "geometric"):
-        raise ValueError(f"`method` must be 'arithmetic' or 'geometric', got {method!r}.")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        raise ValueError(f"`eps` must be a number in (0, 1) (default 1e-3), got {eps!r}.")
+    check_choice(method, "method", ("arithmetic", "geometric"))
+    check_number(eps, "eps", above=0.0, below=1.0, hint="default 1e-3")
     s = _scores(scores)
     w = torch.ones_like(s) if weights is None else torch.as_tensor(weights, dtype=torch.float64, device=s.device)
     try:

@@ -61,6 +61,7 @@ from beyondlabels._internal.checks import (
     check_non_negative_int,
     check_positive_int,
     check_precision,
+    check_seed,
 )
 from beyondlabels.functional._search import Neighbors, available, search_normalized
 from beyondlabels.functional._topk import mask_excluded, score_block
@@ -172,9 +173,7 @@ def sample_queries(ids: Tensor, max_queries: int, seed: int = 0) -> Tensor:
         >>> sample_queries(ids, 20).tolist() == list(range(10))
         True
     """
-    check_positive_int(max_queries, "max_queries")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    max_queries, seed = check_positive_int(max_queries, "max_queries"), check_seed(seed)
     if max_queries >= ids.numel():
         return torch.arange(ids.numel(), device=ids.device)
     with np.errstate(over="ignore"):

@@ -82,26 +82,78 @@ Example:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_positive_int, check_rprecision_settings, check_threshold
+from beyondlabels._internal.checks import check_choice, check_int, check_number, check_positive_int, check_seed, is_int
 from beyondlabels.functional._topk import MIN_BLOCK, Workspace, exact_topk, score_block
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
+    "PROTOCOLS",
     "CandidateSets",
+    "check_rprecision_settings",
     "draw_candidate_sets",
     "fold_assignment",
     "candidate_scores",
     "rprecision_output_schema",
     "text_image_r_precision",
 ]
+
+# Aggregation protocols of text-to-image R-precision.
+PROTOCOLS = ("folds", "resample")
+
+
+def check_threshold(t: object) -> float | None:
+    """``near_duplicate_threshold``: a cosine in ``[-1, 1]`` as a float, or None (off)."""
+    if t is None:
+        return None
+    return check_number(t, "near_duplicate_threshold", at_least=-1.0, at_most=1.0, what="a cosine in [-1, 1] or None (off)")
+
+
+def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
+    """``top_r`` (a positive int or a sequence of them) as sorted distinct ints, each and ``r`` at most
+    ``num_candidates``."""
+    if is_int(top_r):
+        top_r = (top_r,)
+    if not isinstance(top_r, Sequence) or isinstance(top_r, str) or not all(is_int(v) and v > 0 for v in top_r):
+        raise ValueError(f"`top_r` must be a sequence of positive ints, got {top_r!r}.")
+    too_big = [int(v) for v in (*top_r, r) if v > num_candidates]
+    if too_big:
+        raise ValueError(f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R.")
+    return tuple(sorted({int(v) for v in top_r}))
+
+
+def check_rprecision_settings(
+    num_candidates: object,
+    r: object,
+    top_r: object,
+    protocol: object,
+    repeats: object,
+    seed: object,
+    near_duplicate_threshold: object,
+    chunk_size: object,
+) -> tuple[tuple[int, ...], float | None]:
+    """The settings of text-to-image R-precision: ``(top_r, near_duplicate_threshold)`` as the kernel uses them (sorted
+    distinct cut-offs, the threshold as a float or None), after checking every setting.
+
+    Example:
+        >>> check_rprecision_settings(100, 1, (10, 1, 5), "folds", 10, 0, 0.8, 256)
+        ((1, 5, 10), 0.8)
+    """
+    num_candidates = check_positive_int(num_candidates, "num_candidates")
+    r = check_positive_int(r, "r")
+    check_positive_int(repeats, "repeats")
+    check_positive_int(chunk_size, "chunk_size")
+    top_r = check_top_r(top_r, r, num_candidates)
+    check_choice(protocol, "protocol", PROTOCOLS)
+    check_seed(seed)
+    return top_r, check_threshold(near_duplicate_threshold)
+
 
 _M1 = 0xBF58476D1CE4E5B9 - 2**64
 _M2 = 0x94D049BB133111EB - 2**64
@@ -469,10 +521,7 @@ def draw_candidate_sets(
     """
     check_positive_int(num_candidates, "num_candidates")
     check_positive_int(chunk_size, "chunk_size")
-    for value, name in ((seed, "seed"), (repeat, "repeat")):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"`{name}` must be an int, got {value!r}.")
-    seed, repeat = int(seed), int(repeat)
+    seed, repeat = check_seed(seed), check_int(repeat, "repeat")
     txt, sid, cls, cap, _ = _check_pool(text_embeddings, ids, class_ids, caption_codes)
     pool, threshold = _Pool(sid, cls, cap), check_threshold(near_duplicate_threshold)
     if hard_negatives:
@@ -571,8 +620,7 @@ def candidate_scores(image_embeddings: Tensor, text_embeddings: Tensor, rows: Te
     """
     img = normalize_rows(image_embeddings, "image_embeddings")
     txt = normalize_rows(text_embeddings, "text_embeddings")
-    if direction not in ("image_to_text", "text_to_image"):
-        raise ValueError(f"`direction` must be 'image_to_text' or 'text_to_image', got {direction!r}.")
+    check_choice(direction, "direction", ("image_to_text", "text_to_image"))
     check_positive_int(chunk_size, "chunk_size")
     if not isinstance(rows, Tensor) or rows.dim() != 2 or rows.shape[0] != img.shape[0] or rows.is_floating_point():
         got = f"{tuple(rows.shape)} {rows.dtype}" if isinstance(rows, Tensor) else type(rows).__name__

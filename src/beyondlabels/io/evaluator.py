@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.checks import check_positive_int
 from beyondlabels._internal.convert import plain
 from beyondlabels.io.atomic import save_torch, write_json
 
@@ -204,8 +205,7 @@ class ClipEvaluator:
             )
         if pretrained is not None and model_cfg is not None:
             raise ValueError("`pretrained` tags need `model_name`; with `model_cfg` load weights from `checkpoint`.")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+        batch_size = check_positive_int(batch_size, "batch_size")
         if len(mean) != 3 or len(std) != 3 or any(s <= 0 for s in std):
             raise ValueError(f"`mean` and `std` must hold 3 values (std > 0), got {mean!r} and {std!r}.")
         self.device = torch.device(device)

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.checks import is_int
 from beyondlabels._internal.parse import JSONSyntaxError, parse_json, read_text, text_lines
 from beyondlabels.taxonomy import Taxonomy
 
@@ -95,7 +96,7 @@ def read_hierarchy_predictions(path: str | os.PathLike[str], taxonomy: Taxonomy)
             key = "pred" if has_pred else "pred_text"
             raise ValueError(f"{where}: '{key}' must be a string, got {value!r}")
         sample_id = row.get("id", len(ids))
-        if isinstance(sample_id, bool) or not isinstance(sample_id, int) or not -(1 << 63) <= sample_id < 1 << 63:
+        if not is_int(sample_id) or not -(1 << 63) <= sample_id < 1 << 63:
             raise ValueError(f"{where}: 'id' must be an integer of int64, got {str(sample_id)[:40]}")
         gt_names.append(row["gt"])
         pred_names.append(value if has_pred else None)

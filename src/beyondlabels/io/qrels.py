@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from beyondlabels._internal.checks import check_choice, is_int
 from beyondlabels._internal.parse import decode_text, parse_json, text_lines
 
 __all__ = ["QrelsChange", "QrelsUpdate", "load_qrels", "load_run", "update_qrels"]
@@ -85,7 +86,7 @@ def _grade(value: Any, where: str) -> int | None:
             )
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ValueError(
             f"{where}: grade {value!r} is not an int; grades are ints (0 and up judged, negative pooled but not "
             "judged, as in trec_eval), or null in JSON for a listed but unjudged document."
@@ -241,8 +242,7 @@ def update_qrels(old: Mapping[str, Mapping[str, int | None]], new: Mapping[str, 
         ValueError: for an unknown ``on_change``, or with ``on_change="error"`` when an existing judgement changed
             (the first changes are named).
     """
-    if on_change not in ("warn", "error", "keep"):
-        raise ValueError(f"`on_change` must be 'warn', 'error' or 'keep', got {on_change!r}.")
+    check_choice(on_change, "on_change", ("warn", "error", "keep"))
     merged: Qrels = {str(q): dict(j) for q, j in old.items()}
     changes: list[QrelsChange] = []
     added = 0

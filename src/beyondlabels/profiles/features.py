@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.checks import check_positive_int
 from beyondlabels._internal.names import check_name as _check_name
 from beyondlabels._internal.names import listing as _listing
 
@@ -91,9 +92,7 @@ class FeatureProfiles:
         sets: Mapping[str, Sequence[str]],
         ordinal_max: int = 2,
     ) -> None:
-        if not _is_int(ordinal_max) or ordinal_max < 1:
-            raise ValueError(f"`ordinal_max` must be an int >= 1 (the largest ordinal level), got {ordinal_max!r}")
-        self._ordinal_max = int(ordinal_max)
+        self._ordinal_max = check_positive_int(ordinal_max, "ordinal_max", hint="the largest ordinal level")
         self._descriptions = self._check_ordinal(ordinal)
         self._ordinal: tuple[str, ...] = tuple(self._descriptions)
         self._sets = self._check_sets(sets)

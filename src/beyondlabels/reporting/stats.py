@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from beyondlabels._internal.checks import check_choice
 from beyondlabels.functional.abtest import ab_test
 from beyondlabels.functional.bootstrap import bootstrap_ci
 from beyondlabels.io.run_files import EvaluationRun, query_values
@@ -106,8 +107,7 @@ def ab_comparison(
         ValueError: when the baseline is not among the runs, a key has no per-query values, or the runs do not hold
             the same queries (unless ``intersect``).
     """
-    if which not in ("final", "best"):
-        raise ValueError(f"`which` must be 'final' or 'best', got {which!r}")
+    check_choice(which, "which", ("final", "best"))
     prefix, key = split_key(metric)
     guards = [(g, *split_key(g)) for g in guardrails]
     groups: dict[Path, dict[str, EvaluationRun]] = {}

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from beyondlabels._internal.checks import check_choice, check_number, is_number
 from beyondlabels.functional.multiple_testing import CORRECTION, holm_adjust
 from beyondlabels.functional.sweeps import MIN_BOOTSTRAP_SEEDS, paired_group_difference, pooled_query_interval, seed_summary
 from beyondlabels.io.run_files import EvaluationRun, query_values
@@ -82,7 +83,7 @@ def _record(run: EvaluationRun, key: str, which: str) -> dict[str, Any] | None:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if is_number(value) else None
 
 
 def _direction(jobs: Sequence[SweepJob], prefix: str, key: str) -> str | None:
@@ -202,10 +203,8 @@ def sweep_comparison(
         ValueError: for an unknown ``which``, a ``level`` outside (0, 1), a baseline without ``metric`` (or the
             reverse), a baseline that is no group, keys no job has.
     """
-    if which not in ("final", "best"):
-        raise ValueError(f"`which` must be 'final' or 'best', got {which!r}")
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ValueError(f"`level` must be a number in (0, 1), e.g. 0.05, got {level!r}")
+    check_choice(which, "which", ("final", "best"))
+    check_number(level, "level", above=0.0, below=1.0, hint="e.g. 0.05")
     if (baseline is None) != (metric is None):
         raise ValueError("a test against a baseline needs both baseline=GROUP (or a job folder) and metric=KEY (e.g. retrieval/precision@1)")
     groups = group_jobs(runs, seed_keys)
