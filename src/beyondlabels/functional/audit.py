@@ -265,62 +265,20 @@ def audit_neighbors(
     """
     idx, s, y, k = _check_inputs(neighbors, labels, k)
     _check_thresholds(quality_threshold, outlier_threshold, duplicate_threshold)
-    n = y.shape[0]
-    device = y.device
     classes, y_code = torch.unique(y, return_inverse=True)
     n_classes = classes.numel()
-    nl = y_code[idx]  # [N, k] neighbour class positions
-
-    w = s.clamp(min=0)
-    w = torch.where(w.sum(dim=1, keepdim=True) > 0, w, torch.ones_like(w))
-    w = w / w.sum(dim=1, keepdim=True)
-    own = (w * (nl == y_code[:, None])).sum(dim=1)
-
-    # Weighted share of every (item, label) present among the neighbours, then the largest per item.
-    key = torch.arange(n, device=device)[:, None] * n_classes + nl
-    uniq, inverse = torch.unique(key.flatten(), return_inverse=True)
-    sums = torch.zeros(uniq.numel(), dtype=torch.float64, device=device).index_add_(0, inverse, w.flatten())
-    order = torch.argsort(-sums, stable=True)  # keys ascend, so equal sums keep the smaller label first
-    order = order[torch.argsort(uniq[order] // n_classes, stable=True)]
-    row_of = uniq[order] // n_classes
-    first = torch.ones_like(row_of, dtype=torch.bool)
-    first[1:] = row_of[1:] != row_of[:-1]
-    best = order[first]
-    suggested = classes[uniq[best] % n_classes]
-    suggested_share = sums[best]
-
+    own, suggested, suggested_share = _label_shares(idx, s, y_code, classes)
     counts = torch.bincount(y_code, minlength=n_classes)
-    rate_c = torch.zeros(n_classes, dtype=torch.float64, device=device).index_add_(0, y_code, own) / counts
+    rate_c = torch.zeros(n_classes, dtype=torch.float64, device=y.device).index_add_(0, y_code, own) / counts
     rate = rate_c[y_code]
     quality = torch.where(rate > 0, own / torch.where(rate > 0, rate, torch.ones_like(rate)), torch.ones_like(own))
     is_suspect = (suggested != y) & (quality < quality_threshold)
     rank = torch.argsort(quality, stable=True)
     suspects = rank[is_suspect[rank]]
-
     dist = 1.0 - s[:, k - 1]
-    med = _grouped_median(dist, y_code, n_classes)
-    dev = (dist - med[y_code]).abs()
-    mad = _grouped_median(dev, y_code, n_classes)
-    mean_ad = torch.zeros(n_classes, dtype=torch.float64, device=device).index_add_(0, y_code, dev) / counts
-    mad_i, mean_i = mad[y_code], mean_ad[y_code]
-    centred = dist - med[y_code]
-    z = torch.where(
-        mad_i > 0,
-        0.6745 * centred / torch.where(mad_i > 0, mad_i, torch.ones_like(mad_i)),
-        torch.where(mean_i > 0, centred / (1.2533 * torch.where(mean_i > 0, mean_i, torch.ones_like(mean_i))), torch.zeros_like(centred)),
-    )
+    z = _outlier_scores(dist, y_code, counts)
     is_outlier = z > outlier_threshold
-
-    close = neighbors.scores[:, :k] >= duplicate_threshold
-    qi = torch.arange(n, device=device)[:, None].expand(-1, k)[close]
-    qj = idx[close]
-    found_scores = neighbors.scores[:, :k][close].to(torch.float32)
-    lo, hi = torch.minimum(qi, qj), torch.maximum(qi, qj)
-    pair_key = lo * n + hi
-    pair_uniq, pair_inv = torch.unique(pair_key, return_inverse=True)
-    pair_scores = torch.full((pair_uniq.numel(),), -2.0, dtype=torch.float32, device=device)
-    pair_scores = pair_scores.scatter_reduce(0, pair_inv, found_scores, reduce="amax")
-    pairs = torch.stack([pair_uniq // n, pair_uniq % n], dim=1) if pair_uniq.numel() else torch.zeros((0, 2), dtype=torch.long, device=device)
+    pairs, pair_scores = _duplicate_pairs(neighbors, idx, k, duplicate_threshold)
     cross = y[pairs[:, 0]] != y[pairs[:, 1]]
 
     return LabelAudit(
@@ -342,6 +300,63 @@ def audit_neighbors(
         class_suspects=torch.bincount(y_code[is_suspect], minlength=n_classes),
         class_outliers=torch.bincount(y_code[is_outlier], minlength=n_classes),
     )
+
+
+def _label_shares(idx: Tensor, s: Tensor, y_code: Tensor, classes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each item's weighted share of neighbours with its own label, its suggested label (the label of the largest
+    weighted share, the smaller label on ties) and that share."""
+    n, n_classes, device = y_code.shape[0], classes.numel(), y_code.device
+    nl = y_code[idx]  # [N, k] neighbour class positions
+    w = s.clamp(min=0)
+    w = torch.where(w.sum(dim=1, keepdim=True) > 0, w, torch.ones_like(w))
+    w = w / w.sum(dim=1, keepdim=True)
+    own = (w * (nl == y_code[:, None])).sum(dim=1)
+
+    # Weighted share of every (item, label) present among the neighbours, then the largest per item.
+    key = torch.arange(n, device=device)[:, None] * n_classes + nl
+    uniq, inverse = torch.unique(key.flatten(), return_inverse=True)
+    sums = torch.zeros(uniq.numel(), dtype=torch.float64, device=device).index_add_(0, inverse, w.flatten())
+    order = torch.argsort(-sums, stable=True)  # keys ascend, so equal sums keep the smaller label first
+    order = order[torch.argsort(uniq[order] // n_classes, stable=True)]
+    row_of = uniq[order] // n_classes
+    first = torch.ones_like(row_of, dtype=torch.bool)
+    first[1:] = row_of[1:] != row_of[:-1]
+    best = order[first]
+    return own, classes[uniq[best] % n_classes], sums[best]
+
+
+def _outlier_scores(dist: Tensor, y_code: Tensor, counts: Tensor) -> Tensor:
+    """The robust z-score of each item's k-th neighbour distance within its class (MAD, else mean absolute
+    deviation, else 0)."""
+    n_classes = counts.numel()
+    med = _grouped_median(dist, y_code, n_classes)
+    dev = (dist - med[y_code]).abs()
+    mad = _grouped_median(dev, y_code, n_classes)
+    mean_ad = torch.zeros(n_classes, dtype=torch.float64, device=dist.device).index_add_(0, y_code, dev) / counts
+    mad_i, mean_i = mad[y_code], mean_ad[y_code]
+    centred = dist - med[y_code]
+    return torch.where(
+        mad_i > 0,
+        0.6745 * centred / torch.where(mad_i > 0, mad_i, torch.ones_like(mad_i)),
+        torch.where(mean_i > 0, centred / (1.2533 * torch.where(mean_i > 0, mean_i, torch.ones_like(mean_i))), torch.zeros_like(centred)),
+    )
+
+
+def _duplicate_pairs(neighbors: Neighbors, idx: Tensor, k: int, duplicate_threshold: float) -> tuple[Tensor, Tensor]:
+    """The distinct pairs ``(i, j)``, ``i < j``, found within each other's ``k`` neighbours at a score of at least
+    ``duplicate_threshold``, and the largest score found of each."""
+    n, device = idx.shape[0], idx.device
+    close = neighbors.scores[:, :k] >= duplicate_threshold
+    qi = torch.arange(n, device=device)[:, None].expand(-1, k)[close]
+    qj = idx[close]
+    found_scores = neighbors.scores[:, :k][close].to(torch.float32)
+    lo, hi = torch.minimum(qi, qj), torch.maximum(qi, qj)
+    pair_key = lo * n + hi
+    pair_uniq, pair_inv = torch.unique(pair_key, return_inverse=True)
+    pair_scores = torch.full((pair_uniq.numel(),), -2.0, dtype=torch.float32, device=device)
+    pair_scores = pair_scores.scatter_reduce(0, pair_inv, found_scores, reduce="amax")
+    pairs = torch.stack([pair_uniq // n, pair_uniq % n], dim=1) if pair_uniq.numel() else torch.zeros((0, 2), dtype=torch.long, device=device)
+    return pairs, pair_scores
 
 
 def suspect_overlap(previous: Tensor, current: Tensor, m: int) -> float:
