@@ -218,21 +218,7 @@ def hierarchical_precision_recall(
     include_root = check_bool(include_root, "include_root")
     abstention_precision = check_abstention_precision(abstention_precision)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    size = len(taxonomy)
-    pred = _check_nodes(pred, "pred", size)
-    gt = _check_nodes(gt, "gt", size)
-    if pred.numel() != gt.numel():
-        raise ValueError(f"`pred` has {pred.numel()} entries and `gt` {gt.numel()}; give one prediction per ground truth.")
-    if pred.device != gt.device:
-        raise ValueError(f"`pred` is on {pred.device} and `gt` on {gt.device}; put both on one device.")
-    if pred.numel() == 0:
-        raise ValueError("`pred` and `gt` are empty; hierarchical precision and recall need at least one sample.")
-    if not include_root and bool((gt == 0).any()):
-        where = torch.nonzero(gt == 0).flatten()[:5].tolist()
-        raise ValueError(
-            f"`gt` holds the root {taxonomy.root!r} (positions {where}); with the root excluded a ground truth at the root "
-            "has no ancestors to recall. Label those samples with a more specific node, drop them, or set include_root=True."
-        )
+    pred, gt = _check_pair(pred, gt, taxonomy, include_root)
     device = pred.device
     depth = taxonomy.depth.to(device)
     shared_depth, _ = lca_depth(pred, gt, taxonomy, chunk_size)
@@ -275,6 +261,27 @@ def hierarchical_precision_recall(
         "error_lca_depth_fraction": fraction,
         "per_query": {"hP": p, "hR": r, "hF_sample_mean": f, "exact_match": exact, "lca_depth": shared_depth, "pred": pred, "gt": gt},
     }
+
+
+def _check_pair(pred: Tensor, gt: Tensor, taxonomy: Taxonomy, include_root: bool) -> tuple[Tensor, Tensor]:
+    """``pred`` and ``gt`` as checked node vectors of one length and device, at least one sample, no ground truth at
+    the root while the root is excluded."""
+    size = len(taxonomy)
+    pred = _check_nodes(pred, "pred", size)
+    gt = _check_nodes(gt, "gt", size)
+    if pred.numel() != gt.numel():
+        raise ValueError(f"`pred` has {pred.numel()} entries and `gt` {gt.numel()}; give one prediction per ground truth.")
+    if pred.device != gt.device:
+        raise ValueError(f"`pred` is on {pred.device} and `gt` on {gt.device}; put both on one device.")
+    if pred.numel() == 0:
+        raise ValueError("`pred` and `gt` are empty; hierarchical precision and recall need at least one sample.")
+    if not include_root and bool((gt == 0).any()):
+        where = torch.nonzero(gt == 0).flatten()[:5].tolist()
+        raise ValueError(
+            f"`gt` holds the root {taxonomy.root!r} (positions {where}); with the root excluded a ground truth at the root "
+            "has no ancestors to recall. Label those samples with a more specific node, drop them, or set include_root=True."
+        )
+    return pred, gt
 
 
 def check_abstention_precision(value: Any) -> float:

@@ -292,17 +292,7 @@ def mismatch_analysis(
     out["num_distinct_pairs"] = int(pair_counts.numel())
     out["top5_pair_share"] = float(torch.sort(pair_counts, descending=True).values[:5].sum()) / k if k else math.nan
     null = frequency_null(q[wrong], m, f, num_trials, seed)
-    if k:
-        out["null_mean"], out["null_std"] = float(null.mean()), float(null.std(unbiased=False))
-        out["null_ci95_low"], out["null_ci95_high"] = _quantile(null, 0.025), _quantile(null, 0.975)
-        out["null_max"] = float(null.max())
-        # a trial equal to the observation up to float rounding (sums in another order) counts as reaching it
-        reached = int((null >= out["mean_similarity"] - 1e-12).sum())
-        out["p_value"] = (reached + 1) / (num_trials + 1)
-    else:
-        for key in ("null_mean", "null_std", "null_ci95_low", "null_ci95_high", "null_max", "p_value"):
-            out[key] = math.nan
-    out["num_trials"] = num_trials
+    out.update(_null_statistics(null, out["mean_similarity"], k, num_trials))
     if embeddings is not None:
         if embedding_classes is None:
             raise ValueError("`embedding_classes` is required with `embeddings` (the class index of each embedding).")
@@ -312,6 +302,24 @@ def mismatch_analysis(
     per_sim[wrong], per_rank[wrong] = sims, ranks
     out["per_query"] = {"mismatch": wrong.to(torch.float64), "similarity": per_sim, "percentile_rank": per_rank}
     out["null"] = null
+    return out
+
+
+def _null_statistics(null: Tensor, observed: float, k: int, num_trials: int) -> dict[str, Any]:
+    """The null's mean, sd, 95% range and maximum, and the p-value of the observed mean similarity of ``k``
+    mismatches (NaN without mismatches), then ``num_trials``."""
+    out: dict[str, Any] = {}
+    if k:
+        out["null_mean"], out["null_std"] = float(null.mean()), float(null.std(unbiased=False))
+        out["null_ci95_low"], out["null_ci95_high"] = _quantile(null, 0.025), _quantile(null, 0.975)
+        out["null_max"] = float(null.max())
+        # a trial equal to the observation up to float rounding (sums in another order) counts as reaching it
+        reached = int((null >= observed - 1e-12).sum())
+        out["p_value"] = (reached + 1) / (num_trials + 1)
+    else:
+        for key in ("null_mean", "null_std", "null_ci95_low", "null_ci95_high", "null_max", "p_value"):
+            out[key] = math.nan
+    out["num_trials"] = num_trials
     return out
 
 

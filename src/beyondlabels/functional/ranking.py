@@ -262,28 +262,37 @@ def ranking_per_query(
             ideal_gain = exp_ideal if name == "ndcg" else ideal
             idcg = _dcg(ideal_gain, k)
             out[f"{name}@{k}"] = torch.where(ok & (idcg > 0), _dcg(gain, k) / idcg.clamp(min=1e-300), nan)
-    if width:
-        index = (r.clamp(min=1, max=width) - 1).unsqueeze(1)
-        in_r = torch.gather(cum_rel, 1, index).squeeze(1)
-    else:
-        in_r = torch.zeros(q, dtype=torch.float64, device=device)
-    out["r_precision"] = torch.where(ok, in_r / r_f.clamp(min=1), nan)
+    out["r_precision"] = torch.where(ok, _relevant_within_r(cum_rel, r) / r_f.clamp(min=1), nan)
     rank = torch.arange(1, width + 1, device=device, dtype=torch.float64).unsqueeze(0)
     precision_at_rank = torch.where(relevant, cum_rel / rank, 0.0)
     out["map"] = torch.where(ok, _row_sum(precision_at_rank) / r_f.clamp(min=1), nan)
     first = torch.where(relevant, rank, math.inf).amin(dim=1) if width else torch.full((q,), math.inf, dtype=torch.float64, device=device)
     out["recip_rank"] = torch.where(ok, 1.0 / first, nan)  # 1 / inf = 0: nothing relevant retrieved
-    # bpref: judged non-relevant documents above each relevant one (none sits at a relevant rank), capped at R
-    above = torch.cumsum(non_relevant.to(torch.float64), dim=1)
-    denominator = torch.minimum(r_f, n_non_relevant).clamp(min=1).unsqueeze(1)
-    penalty = torch.where(n_non_relevant.unsqueeze(1) > 0, torch.minimum(above, r_f.unsqueeze(1)) / denominator, 0.0)
-    out["bpref"] = torch.where(ok, _row_sum(torch.where(relevant, 1.0 - penalty, 0.0)) / r_f.clamp(min=1), nan)
+    out["bpref"] = torch.where(ok, _bpref_sum(relevant, non_relevant, r_f, n_non_relevant) / r_f.clamp(min=1), nan)
     out["num_relevant"] = r_f
     out["num_retrieved"] = num_retrieved.to(torch.float64)
     # exposed for aggregate_ranking: unjudged documents within the top max(k)
     top = min(ks[-1], width)
     out["_unjudged_top"] = (inside[:, :top] & ~judged[:, :top]).sum(dim=1).to(torch.float64)
     return out
+
+
+def _relevant_within_r(cum_rel: Tensor, r: Tensor) -> Tensor:
+    """The relevant documents within the top ``R`` of each query (``cum_rel``: their running count by rank)."""
+    q, width = cum_rel.shape
+    if width:
+        index = (r.clamp(min=1, max=width) - 1).unsqueeze(1)
+        return torch.gather(cum_rel, 1, index).squeeze(1)
+    return torch.zeros(q, dtype=torch.float64, device=cum_rel.device)
+
+
+def _bpref_sum(relevant: Tensor, non_relevant: Tensor, r_f: Tensor, n_non_relevant: Tensor) -> Tensor:
+    """bpref's sum over the relevant documents of ``1 - (judged non-relevant documents above it, capped at R) /
+    min(R, N)`` (no non-relevant document sits at a relevant rank)."""
+    above = torch.cumsum(non_relevant.to(torch.float64), dim=1)
+    denominator = torch.minimum(r_f, n_non_relevant).clamp(min=1).unsqueeze(1)
+    penalty = torch.where(n_non_relevant.unsqueeze(1) > 0, torch.minimum(above, r_f.unsqueeze(1)) / denominator, 0.0)
+    return _row_sum(torch.where(relevant, 1.0 - penalty, 0.0))
 
 
 def _mean(values: Tensor) -> Tensor:
