@@ -1,5 +1,5 @@
-"""An audit of a labelled embedding set from its leave-one-out neighbours: suspected label errors, near-duplicates
-(same-label and cross-label) and outliers.
+"""The label audit of a labelled embedding set from its leave-one-out neighbours: suspected label errors,
+near-duplicates (same-label and cross-label) and outliers (importable as :mod:`beyondlabels.functional.audit` too).
 
 Pure torch. The input is the :class:`~beyondlabels.functional.search.Neighbors` of the one leave-one-out search
 (:func:`~beyondlabels.functional.search.search_neighbors`) that the retrieval metrics already run, covering every
@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_bool, check_number, check_positive_int
-from beyondlabels.functional._search import Neighbors
+from beyondlabels.functional._search_paths import Neighbors
 
 __all__ = ["AuditSettings", "LabelAudit", "audit_neighbors", "join_neighbors", "suspect_overlap"]
 

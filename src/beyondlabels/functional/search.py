@@ -54,7 +54,7 @@ from beyondlabels._internal.checks import (
     check_precision,
     check_share,
 )
-from beyondlabels.functional._search import Neighbors, available, search_normalized
+from beyondlabels.functional._search_paths import Neighbors, available, search_normalized
 
 __all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
 

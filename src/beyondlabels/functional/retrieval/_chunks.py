@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._search import Neighbors, search_normalized
+from beyondlabels.functional._search_paths import Neighbors, search_normalized
 from beyondlabels.functional.retrieval._inputs import _Problem
 
 # Shallow mode joins the search's chunks into blocks of up to this many neighbours for the metric code (see `_joined`).

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_int_vector
-from beyondlabels.functional._search import available
+from beyondlabels.functional._search_paths import available
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.search import exclusion_index, normalize_rows
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._search import Neighbors
+from beyondlabels.functional._search_paths import Neighbors
 from beyondlabels.functional._topk import mask_excluded, score_block
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval._chunks import _RowCollector

@@ -34,6 +34,10 @@ comparison and its tests; :mod:`~beyondlabels.reporting.sweeps.console` the term
 :mod:`~beyondlabels.reporting.sweeps.markdown` and :mod:`~beyondlabels.reporting.sweeps.latex` the tables of a
 write-up; :mod:`~beyondlabels.reporting.sweeps.picture` one PNG per metric; :mod:`~beyondlabels.reporting.sweeps.files`
 all of them beside a JSON report.
+
+Three modules are named after sweeps, one per layer: :mod:`beyondlabels.functional.sweeps` the statistics,
+:mod:`beyondlabels.io.sweeps` the reading and grouping of the job folders, :mod:`beyondlabels.reporting.sweeps` the
+tables and pictures; each name reads as what a sweep is to its layer.
 """
 
 from __future__ import annotations
