@@ -139,7 +139,9 @@ def _check_images(image_embeddings: Tensor, text_embeddings: Tensor) -> Tensor:
     return img
 
 
-def _ranked_draws(img: Tensor, txt: Tensor, draws: list[tuple[Tensor, Tensor | None]]) -> tuple[Tensor, Tensor, list[Tensor]]:
+def _ranked_draws(
+    img: Tensor, txt: Tensor, draws: list[tuple[Tensor, Tensor | None]]
+) -> tuple[Tensor, Tensor, list[Tensor]]:
     """The ranks ``[draws, N]`` of each query's ground truth in both directions, and the image -> text scores of
     every draw (``draws``: the distractor rows of each draw and the image -> text scores its filter kept, or None)."""
     t2i_scores = [_candidate_scores(img, txt, d, "text_to_image") for d, _ in draws]

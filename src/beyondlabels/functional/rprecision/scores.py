@@ -1,4 +1,5 @@
-"""The scores of each query's candidates, ground truth first (definitions: :mod:`beyondlabels.functional.rprecision`)."""
+"""The scores of each query's candidates, ground truth first (definitions:
+:mod:`beyondlabels.functional.rprecision`)."""
 
 from __future__ import annotations
 
