@@ -49,15 +49,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_positive_int
+from beyondlabels._internal.checks import check_positive_int, is_int
 from beyondlabels._internal.names import check_name as _check_name
 from beyondlabels._internal.names import listing as _listing
 
 _MAX_PROBLEMS = 10  # how many per-class problems one error lists
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class FeatureProfiles:
@@ -196,7 +192,7 @@ class FeatureProfiles:
             if feature not in raw:
                 continue
             level = raw[feature]
-            if not _is_int(level):
+            if not is_int(level):
                 problems.append(
                     f"{where}, ordinal feature {feature!r}: level {level!r} ({type(level).__name__}) is not an int"
                 )
