@@ -7,7 +7,9 @@
   task or utility;
 - kernels (``functional``) import no metric, callback, file format, task, utility or Lightning package; metrics import
   no callback or Lightning;
-- no module imports an underscored name from a public module (shared helpers live in internal ``_*.py`` modules).
+- no module imports an underscored name from a public module (shared helpers live in internal ``_*.py`` modules);
+- an underscored module (``functional/_topk.py``) is imported only from its own subpackage; what several subpackages
+  share lives in ``beyondlabels._internal``, which imports no other part of beyondlabels.
 """
 
 from __future__ import annotations
@@ -179,3 +181,30 @@ def test_no_underscored_name_is_imported_from_a_public_module():
     assert not PRIVATE, "(importer, public module, private name); declare the helper in an internal module:\n" + "\n".join(
         map(str, sorted(PRIVATE))
     )
+
+
+def _subpackage(module: str) -> str:
+    """``beyondlabels.functional`` for ``beyondlabels.functional._topk``; the module itself for a top-level one."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_underscored_modules_are_private_to_their_subpackage():
+    offenders = sorted(
+        (m, t)
+        for m, targets in EDGES.items()
+        for t in targets
+        if t in MODULES
+        and any(part.startswith("_") and not part.startswith("__") for part in t.split(".")[2:])
+        and _subpackage(t) != _subpackage(m)
+    )
+    assert not offenders, "(importer, module private to another subpackage); move it to beyondlabels._internal:\n" + (
+        "\n".join(map(str, offenders))
+    )
+
+
+def test_the_internal_package_imports_no_other_part_of_beyondlabels():
+    assert any(m.startswith("beyondlabels._internal.") for m in MODULES)
+    offenders = sorted(
+        (m, t) for m, targets in EDGES.items() if _in(m, "_internal") for t in targets if not _in(t, "_internal")
+    )
+    assert not offenders, "beyondlabels._internal importing the rest of the package:\n" + "\n".join(map(str, offenders))

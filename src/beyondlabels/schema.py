@@ -38,6 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from beyondlabels._internal.checks import check_choice
+
 __all__ = ["KeySpec", "OutputSchema"]
 
 Kind = Literal["scalar", "curve", "per_query"]
@@ -59,10 +61,8 @@ class KeySpec:
     count: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"`kind` must be one of {_KINDS}, got {self.kind!r}.")
-        if self.higher_is_better not in (True, False, None):
-            raise ValueError(f"`higher_is_better` must be True, False or None, got {self.higher_is_better!r}.")
+        check_choice(self.kind, "kind", _KINDS)
+        check_choice(self.higher_is_better, "higher_is_better", (True, False, None), what="True, False or None")
 
     @property
     def summary(self) -> str:

@@ -261,7 +261,7 @@ def test_pair_table_counts_directed_pairs():
         ({"similarity": [[1.0, float("nan")], [0.5, 1.0]]}, "NaN"),
         ({"counts": [1, 2]}, r"`counts` must hold 3"),
         ({"counts": [1, 0, 0]}, "no other class has a positive frequency"),
-        ({"num_trials": 0}, r"`num_trials` must be an int >= 1"),
+        ({"num_trials": 0}, r"^`num_trials` must be a positive int, got 0\.$"),
         ({"seed": 1.5}, r"`seed` must be an int"),
         ({"percentile_kind": "loose"}, r"`percentile_kind` must be one of"),
     ],

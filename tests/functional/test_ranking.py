@@ -161,7 +161,7 @@ def test_bad_inputs_are_clear_errors():
         judge_run({"1": ["a", "a"]}, {"1": {"a": 1}})
     with pytest.raises(ValueError, match=r"^no query is in both the run \(2 queries, e\.g\. \['1', '3'\]\) and the qrels \(1, e\.g\. \['2'\]\)"):
         judge_run({"1": ["a"], "3": ["b"]}, {"2": {"a": 1}})
-    with pytest.raises(ValueError, match=r"^`relevance_level` must be an int >= 1 .*got 0\.$"):
+    with pytest.raises(ValueError, match=r"^`relevance_level` must be a positive int .*got 0\.$"):
         ranking_metrics(torch.zeros(1, 1), torch.tensor([1]), torch.zeros(1, 1), relevance_level=0)
 
 

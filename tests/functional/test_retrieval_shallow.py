@@ -28,9 +28,12 @@ from beyondlabels.functional import (  # noqa: E402
 )
 from beyondlabels.functional.retrieval import sample_queries  # noqa: E402
 
-# The kernel module's namespace, taken from the function itself: under --doctest-modules the module may be imported
-# twice, and patching another copy would test nothing.
-KERNEL = embedding_retrieval_metrics.__globals__
+# The kernel modules' namespaces, taken from the functions themselves: under --doctest-modules a module may be
+# imported twice, and patching another copy would test nothing. PER_QUERY holds the join budget, SEARCH the search
+# the chunks come from, VALUES the exact first-rank fallback.
+PER_QUERY = embedding_retrieval_metrics.__globals__["retrieval_per_query"].__globals__
+SEARCH = PER_QUERY["_searched_chunks"].__globals__
+VALUES = PER_QUERY["_put_chunk"].__globals__
 
 # The outputs only deep mode produces (scalars, per-query vectors, standard errors).
 DEEP_ONLY = {
@@ -138,13 +141,13 @@ def test_matches_the_numpy_oracle(gallery):
 def test_the_search_goes_only_to_depth_k(gallery, monkeypatch):
     emb, labels = gallery
     seen = []
-    search = KERNEL["search_normalized"]
+    search = SEARCH["search_normalized"]
 
     def spy(gn, depth, *args):
         seen.append(int(depth.max()) if isinstance(depth, torch.Tensor) else int(depth))
         return search(gn, depth, *args)
 
-    monkeypatch.setitem(KERNEL, "search_normalized", spy)
+    monkeypatch.setitem(SEARCH, "search_normalized", spy)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5), curve_max_k=9, deep_metrics=False)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5), return_neighbors=11, deep_metrics=False)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5))
@@ -161,7 +164,7 @@ def test_no_full_row_fallback_in_shallow_mode(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("full-row fallback called in shallow mode")
 
-    monkeypatch.setitem(KERNEL, "_first_relevant_rank_full", forbidden)
+    monkeypatch.setitem(VALUES, "_first_relevant_rank_full", forbidden)
     out = embedding_retrieval_metrics(emb, labels, ks=(1, 2), deep_metrics=False)
     with pytest.raises(AssertionError, match="full-row fallback"):  # deep mode needs it here: the patch is live
         embedding_retrieval_metrics(emb, labels, ks=(1, 2))
@@ -221,5 +224,5 @@ def test_joining_the_search_chunks_changes_no_value(gallery, monkeypatch, budget
     emb, labels = gallery
     kw = {"ks": (1, 5), "graded": [_gains(10)], "return_neighbors": 6, "chunk_size": 16}
     reference = embedding_retrieval_metrics(emb, labels, deep_metrics=False, **kw)
-    monkeypatch.setitem(KERNEL, "_SHALLOW_JOIN_ELEMENTS", budget)
+    monkeypatch.setitem(PER_QUERY, "_SHALLOW_JOIN_ELEMENTS", budget)
     assert_same_outputs(embedding_retrieval_metrics(emb, labels, deep_metrics=False, **kw), reference)

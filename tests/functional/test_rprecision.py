@@ -278,7 +278,7 @@ def test_scores_are_the_pair_cosine_bitwise_the_same_whatever_the_blocking(monke
     check(i2t, torch.arange(53), cands, "image_to_text")
     check(t2i, torch.arange(53), cands, "text_to_image")
     assert i2t[3, 12] == i2t[3, 0] and t2i[7, 1] == t2i[7, 0]  # the planted ties
-    monkeypatch.setattr(rprecision, "_MAX_PAIRS", 7)
+    monkeypatch.setattr(rprecision._pairs, "_MAX_PAIRS", 7)
     assert torch.equal(candidate_scores(img, txt, rows), i2t) and torch.equal(candidate_scores(img, txt, rows, "text_to_image"), t2i)
     monkeypatch.undo()
     for part in (torch.arange(0, 17), torch.arange(30, 53)):  # other pools and candidate sets: the same bits per pair
@@ -371,7 +371,7 @@ def check_device_against_cpu(device: str, monkeypatch) -> None:
     t2i = candidate_scores(img.to(device), txt.to(device), rows.to(device), "text_to_image")
     np.testing.assert_allclose(i2t.cpu().double().numpy(), np.take_along_axis(sim, cands, axis=1), rtol=0, atol=fp32_bound(32))
     np.testing.assert_allclose(t2i.cpu().double().numpy(), np.take_along_axis(sim.T, cands, axis=1), rtol=0, atol=fp32_bound(32))
-    monkeypatch.setattr(rprecision, "_MAX_PAIRS", 7)  # the products in small pieces: the same bits
+    monkeypatch.setattr(rprecision._pairs, "_MAX_PAIRS", 7)  # the products in small pieces: the same bits
     assert torch.equal(candidate_scores(img.to(device), txt.to(device), rows.to(device)), i2t)
     assert torch.equal(candidate_scores(img.to(device), txt.to(device), rows.to(device), "text_to_image"), t2i)
     monkeypatch.undo()

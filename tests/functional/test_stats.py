@@ -57,7 +57,7 @@ def test_bootstrap_is_seeded_and_drops_nan():
     assert bootstrap_ci([0.4, 0.4, 0.4]).width == 0.0
     assert math.isnan(bootstrap_ci([float("nan")]).low)
     # chunking over rounds does not change the numbers
-    import beyondlabels.functional._stats as st
+    import beyondlabels._internal.stats as st
 
     old, st.CHUNK_VALUES = st.CHUNK_VALUES, 7
     try:
@@ -212,7 +212,7 @@ def test_confidence_interval_keys_and_schema():
     [
         (lambda: bootstrap_ci([1.0], rounds=0), r"^`rounds` must be a positive int .*got 0\.$"),
         (lambda: bootstrap_ci([1.0], confidence=95), r"^`confidence` must be a number strictly between 0 and 1 .*got 95\.$"),
-        (lambda: bootstrap_ci([1.0], method="normal"), r"^`method` must be one of \('percentile', 'bca'\), got 'normal'\.$"),
+        (lambda: bootstrap_ci([1.0], method="normal"), r"^`method` must be one of \['percentile', 'bca'\], got 'normal'\.$"),
         (lambda: bootstrap_ci([[1.0]]), r"^`values` must be a 1-D vector .*got shape \(1, 1\)"),
         (lambda: ab_test([1.0], [1.0], tolerance=-1), r"^`tolerance` must be a number >= 0 .*got -1\.$"),
         (lambda: ab_test([1.0], [1.0], higher_is_better="max"), r"^`higher_is_better` must be True .* or False .*got 'max'\.$"),

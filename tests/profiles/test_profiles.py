@@ -140,8 +140,8 @@ INVALID = [
     (("features", "ordinal", "size"), 3, "description of ordinal feature 'size' must be a string"),
     (("features", "shape"), {}, r"'features' has unknown key\(s\) 'shape'"),
     (("features",), {}, "no features"),
-    (("ordinal_max",), 0, "`ordinal_max` must be an int >= 1"),
-    (("ordinal_max",), True, "`ordinal_max` must be an int >= 1"),
+    (("ordinal_max",), 0, r"`ordinal_max` must be a positive int \(the largest ordinal level\), got 0\."),
+    (("ordinal_max",), True, r"`ordinal_max` must be a positive int \(the largest ordinal level\), got True\."),
     (("colour",), {}, "unknown 'colour'"),
     (("classes",), _DELETE, "missing 'classes'"),
 ]

@@ -9,6 +9,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from beyondlabels._internal.checks import check_choice
 from beyondlabels.demo.shapes import CLASS_NAMES, ShapeSample, class_phrase, compose_caption, render_shapes
 
 SPLITS = ("train", "val", "test")
@@ -120,8 +121,7 @@ class ShapesDataModule(pl.LightningDataModule):
 
     def dataset(self, split: str) -> ShapesDataset:
         """The split's dataset, generated on first use."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        check_choice(split, "split", SPLITS)
         if split not in self.datasets:
             sample = render_shapes(self.per_class[split], split_seed(self.hparams.data_seed, split), self.class_names)
             keep = self.hparams.caption_keep if split == "train" else 1.0

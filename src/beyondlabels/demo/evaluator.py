@@ -63,9 +63,10 @@ from typing import IO, Any
 
 import torch
 
+from beyondlabels._internal.checks import check_positive_int, check_seed, is_number
+from beyondlabels._internal.convert import plain
+from beyondlabels._internal.parse import parse_json, read_text
 from beyondlabels.demo.model import tiny_clip_model
-from beyondlabels.io._convert import plain
-from beyondlabels.io._parse import parse_json, read_text
 from beyondlabels.io.atomic import atomic_file, save_torch, write_json
 from beyondlabels.io.evaluator import ClipEvaluator
 
@@ -170,47 +171,17 @@ def demo_evaluator(
             differently or a checkpoint without its JSON, the JSON is malformed, names a factory or an argument other
             than the TinyCLIP's, or does not match the checkpoint's shapes, or ``source_checkpoint`` does not exist.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"`epochs` must be a positive int, got {epochs!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    epochs, seed = check_positive_int(epochs, "epochs"), check_seed(seed)
     for name, value in (("model", model), ("data", data)):
         if value is not None and not isinstance(value, Mapping):
             raise ValueError(f"`{name}` must be a mapping of keyword arguments or None, got {type(value).__name__}.")
     path, device = Path(path), torch.device(device)
     if path.suffix == ".json":
         raise ValueError(f"`path` {path} must name the state-dict file (e.g. tiny_clip.pt); its JSON is written beside it.")
-    if source_checkpoint is not None:
-        source = Path(source_checkpoint)
-        if not source.is_file():
-            raise ValueError(
-                f"`source_checkpoint` {source} does not exist; pass a Lightning checkpoint of a TinyCLIP (e.g. checkpoints/last.ckpt)."
-            )
-        training: dict[str, Any] = {"source_checkpoint": str(source.resolve())}
-    else:
-        training = {
-            "epochs": epochs, "seed": seed, "model": plain(dict(model or {})), "data": plain(dict(data or {})),
-            "defaults": _FORMAT,
-        }  # fmt: skip
-
+    training = _training_record(epochs, seed, model, data, source_checkpoint)
     json_path = _json_path(path)
-    if json_path.is_file() and path.is_file():
-        record = _read_record(json_path)
-        made = record.get("training", {})
-        # An evaluator trained here must match the training asked for; one the user exported is taken as it is,
-        # unless the request names a source checkpoint it was not made from.
-        user_made = "epochs" not in made and source_checkpoint is None
-        if made != training and not user_made:
-            raise ValueError(
-                f"`path` {path} holds a demo evaluator made with {made}, not {training}; numbers under different "
-                "evaluators do not compare. Delete its two files to remake it, or choose another `path`."
-            )
+    if _reusable(path, json_path, training, source_checkpoint):
         log.info("demo evaluator: reusing %s", path)
-    elif path.is_file():
-        raise ValueError(
-            f"`path` {path} exists without {json_path.name}, so its model config is unknown; write both with "
-            "beyondlabels.demo.export_demo_evaluator(module, path), or delete the file to train a new evaluator there."
-        )
     elif source_checkpoint is not None:
         from beyondlabels.demo.model import TinyCLIP
 
@@ -229,6 +200,48 @@ def demo_evaluator(
         **arguments, model_factory=tiny_clip_model, checkpoint=path, cache_dir=cache_dir, batch_size=batch_size,
         device=device,
     )  # fmt: skip
+
+
+def _training_record(
+    epochs: int,
+    seed: int,
+    model: Mapping[str, Any] | None,
+    data: Mapping[str, Any] | None,
+    source_checkpoint: str | os.PathLike[str] | None,
+) -> dict[str, Any]:
+    """How the evaluator is made, as its JSON records it: exported from ``source_checkpoint``, or trained."""
+    if source_checkpoint is not None:
+        source = Path(source_checkpoint)
+        if not source.is_file():
+            raise ValueError(
+                f"`source_checkpoint` {source} does not exist; pass a Lightning checkpoint of a TinyCLIP (e.g. checkpoints/last.ckpt)."
+            )
+        return {"source_checkpoint": str(source.resolve())}
+    return {
+        "epochs": epochs, "seed": seed, "model": plain(dict(model or {})), "data": plain(dict(data or {})),
+        "defaults": _FORMAT,
+    }  # fmt: skip
+
+
+def _reusable(path: Path, json_path: Path, training: dict[str, Any], source_checkpoint: object) -> bool:
+    """Whether ``path`` holds the evaluator asked for (False: none is there yet); a different one is an error."""
+    if json_path.is_file() and path.is_file():
+        made = _read_record(json_path).get("training", {})
+        # An evaluator trained here must match the training asked for; one the user exported is taken as it is,
+        # unless the request names a source checkpoint it was not made from.
+        user_made = "epochs" not in made and source_checkpoint is None
+        if made != training and not user_made:
+            raise ValueError(
+                f"`path` {path} holds a demo evaluator made with {made}, not {training}; numbers under different "
+                "evaluators do not compare. Delete its two files to remake it, or choose another `path`."
+            )
+        return True
+    if path.is_file():
+        raise ValueError(
+            f"`path` {path} exists without {json_path.name}, so its model config is unknown; write both with "
+            "beyondlabels.demo.export_demo_evaluator(module, path), or delete the file to train a new evaluator there."
+        )
+    return False
 
 
 def _read_record(json_path: Path) -> dict[str, Any]:
@@ -283,7 +296,7 @@ def _evaluator_arguments(record: Mapping[str, Any], json_path: Path) -> dict[str
 
 
 def _is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 def _check_fits_checkpoint(model_cfg: Mapping[str, Any], path: Path, json_path: Path) -> None:

@@ -42,6 +42,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from beyondlabels._internal.checks import check_choice, check_positive_int
 from beyondlabels.demo.optim import adamw_warmup_cosine
 
 __all__ = ["ShapeGenerator", "caption_grams"]
@@ -103,16 +104,14 @@ class ShapeGenerator(pl.LightningModule):
     ) -> None:
         super().__init__()
         for name, value in (("num_buckets", num_buckets), ("text_dim", text_dim), ("hidden_dim", hidden_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+            check_positive_int(value, name)
         try:
             channels = [int(c) for c in channels]
         except (TypeError, ValueError):
             channels = []
         if len(channels) < 1 or any(c < 1 for c in channels):
             raise ValueError(f"`channels` must list at least one positive width (the 4×4 map, then one per stage), got {channels!r}.")
-        if loss not in LOSSES:
-            raise ValueError(f"`loss` must be one of {LOSSES}, got {loss!r}.")
+        check_choice(loss, "loss", LOSSES)
         if not lr > 0 or weight_decay < 0 or warmup_steps < 0:
             raise ValueError(f"`lr` must be > 0, `weight_decay` and `warmup_steps` >= 0; got {lr!r}, {weight_decay!r}, {warmup_steps!r}.")
         self.save_hyperparameters()

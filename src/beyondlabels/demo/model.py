@@ -11,6 +11,7 @@ from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
 from open_clip.tokenizer import SimpleTokenizer
 from torch import nn
 
+from beyondlabels._internal.checks import check_choice
 from beyondlabels.demo.optim import adamw_warmup_cosine
 
 
@@ -91,8 +92,7 @@ class TinyCLIP(pl.LightningModule):
         image_std: Sequence[float] = (0.25, 0.25, 0.25),
     ) -> None:
         super().__init__()
-        if vision not in VISION_TOWERS:
-            raise ValueError(f"vision must be one of {VISION_TOWERS}, got {vision!r}")
+        check_choice(vision, "vision", VISION_TOWERS)
         if image_size % patch_size:
             raise ValueError(f"patch_size ({patch_size}) must divide image_size ({image_size})")
         self.save_hyperparameters()

@@ -109,21 +109,13 @@ def topk_keys(
     """
     rows_view = scores.T if transposed else scores
     c, n = rows_view.shape
-    device = scores.device
-    ws = ws if ws is not None else Workspace(device)
+    ws = ws if ws is not None else Workspace(scores.device)
     groups_n = math.isqrt(n // depth) if depth < n else 1
     if groups_n < 2:
         return _keys_of_rows(rows_view, depth, col0, best)
     w = n // groups_n
-    n0 = w * groups_n
-    if transposed:  # reduce along the contiguous rows of `scores`
-        group_max = ws.get("group_max", (w, c), scores.dtype)
-        torch.amax(scores[:n0].unflatten(0, (groups_n, w)), dim=0, out=group_max)
-        group_max = group_max.T
-    else:
-        group_max = ws.get("group_max", (c, w), scores.dtype)
-        torch.amax(scores[:, :n0].unflatten(1, (groups_n, w)), dim=1, out=group_max)
-    kept = depth
+    group_max = _group_maxima(scores, transposed, c, groups_n, w, ws)
+    kept, need, passing = depth, None, None
     if best is not None:
         # Items scoring below the worst of `best` cannot enter: a row needs only its groups whose maximum reaches it.
         # Keep as many groups as almost every row needs; the few rows needing more are recomputed whole.
@@ -133,17 +125,44 @@ def topk_keys(
         need = passing.sum(dim=1)
         kept = max(1, min(depth, int(torch.sort(need).values[(c * 49) // 50])))
     if kept < depth:
-        # The groups reaching the worst of `best`, packed to the left of `kept` slots in ascending order (a running
-        # count gives each its slot); slots past a row's count are padding, whose items are masked to -inf below.
-        slot = torch.cumsum(passing, dim=1, out=ws.get("slot", (c, w), torch.int64)).sub_(1)
-        slot.masked_fill_(slot >= kept, kept).masked_fill_(~passing, kept)
-        packed = ws.get("packed", (c, kept + 1), torch.int64).fill_(0)
-        packed.scatter_(1, slot, torch.arange(w, device=device).expand(c, w))
-        groups = packed[:, :kept]
-    else:
-        top_groups = ws.get("top_groups", (c, kept), scores.dtype)
-        groups = ws.get("groups", (c, kept), torch.int64)
-        torch.topk(group_max, kept, dim=1, largest=True, sorted=False, out=(top_groups, groups))
+        groups = _packed_groups(passing, kept, ws)
+        cols, cand = _candidates(rows_view, groups, groups_n, w, ws)
+        return _top_of_packed(rows_view, cols, cand, need, groups_n, kept, depth, col0, best, ws)
+    top_groups = ws.get("top_groups", (c, kept), scores.dtype)
+    groups = ws.get("groups", (c, kept), torch.int64)
+    torch.topk(group_max, kept, dim=1, largest=True, sorted=False, out=(top_groups, groups))
+    cols, cand = _candidates(rows_view, groups, groups_n, w, ws)
+    return _top_of_groups(rows_view, cols, cand, group_max, top_groups.amin(dim=1), depth, col0, best, ws)
+
+
+def _group_maxima(scores: Tensor, transposed: bool, c: int, groups_n: int, w: int, ws: Workspace) -> Tensor:
+    """``[c, w]``: the maximum of each row over the group of columns ``j, j + w, ..., j + (groups_n - 1) w``."""
+    n0 = w * groups_n
+    if transposed:  # reduce along the contiguous rows of `scores`
+        group_max = ws.get("group_max", (w, c), scores.dtype)
+        torch.amax(scores[:n0].unflatten(0, (groups_n, w)), dim=0, out=group_max)
+        return group_max.T
+    group_max = ws.get("group_max", (c, w), scores.dtype)
+    torch.amax(scores[:, :n0].unflatten(1, (groups_n, w)), dim=1, out=group_max)
+    return group_max
+
+
+def _packed_groups(passing: Tensor, kept: int, ws: Workspace) -> Tensor:
+    """The groups reaching the worst of `best`, packed to the left of `kept` slots in ascending order (a running
+    count gives each its slot); slots past a row's count are padding, whose items are masked to -inf later."""
+    c, w = passing.shape
+    slot = torch.cumsum(passing, dim=1, out=ws.get("slot", (c, w), torch.int64)).sub_(1)
+    slot.masked_fill_(slot >= kept, kept).masked_fill_(~passing, kept)
+    packed = ws.get("packed", (c, kept + 1), torch.int64).fill_(0)
+    packed.scatter_(1, slot, torch.arange(w, device=passing.device).expand(c, w))
+    return packed[:, :kept]
+
+
+def _candidates(rows_view: Tensor, groups: Tensor, groups_n: int, w: int, ws: Workspace) -> tuple[Tensor, Tensor]:
+    """The columns ``[c, m]`` of the items of the chosen ``groups`` (then the columns past the last whole group) and
+    their scores."""
+    c, n = rows_view.shape
+    kept, n0, device = groups.shape[1], w * groups_n, rows_view.device
     m = groups_n * kept + n - n0
     cols = ws.get("cols", (c, m), torch.int64)
     torch.add(
@@ -151,27 +170,59 @@ def topk_keys(
         torch.arange(0, n0, w, device=device).unsqueeze(1),
         out=cols[:, : groups_n * kept].view(c, groups_n, kept),
     )
-    cand = ws.get("cand", (c, m), scores.dtype)
+    cand = ws.get("cand", (c, m), rows_view.dtype)
     torch.gather(rows_view, 1, cols[:, : groups_n * kept], out=cand[:, : groups_n * kept])
     if n0 < n:
         cols[:, groups_n * kept :] = torch.arange(n0, n, device=device)
         cand[:, groups_n * kept :] = rows_view[:, n0:]
-    if kept < depth:
-        # In a row needing at most `kept` groups every group holding an item >= the worst of `best` is kept, so the
-        # top `depth` of `best` and the kept items is exact (padding items score -inf, below all of `best`).
-        padding = torch.arange(kept, device=device).unsqueeze(0) >= need.unsqueeze(1)
-        cand[:, : groups_n * kept].view(c, groups_n, kept).masked_fill_(padding.unsqueeze(1), float("-inf"))
-        both = ws.get("both", (c, depth + m), torch.int64)
-        both[:, :depth] = best
-        to_keys(cand, cols, col0, out=both[:, depth:], ws=ws)
-        keys = torch.topk(both, depth, dim=1, largest=True, sorted=False).values
-        over = need > kept
-        if bool(over.any()):
-            rows = torch.nonzero(over).flatten()
-            keys[rows] = _keys_of_rows(rows_view[rows], depth, col0, best[rows])
-        return keys
-    floor = top_groups.amin(dim=1)
-    vals = ws.get("vals", (c, depth), scores.dtype)
+    return cols, cand
+
+
+def _top_of_packed(
+    rows_view: Tensor,
+    cols: Tensor,
+    cand: Tensor,
+    need: Tensor,
+    groups_n: int,
+    kept: int,
+    depth: int,
+    col0: int,
+    best: Tensor,
+    ws: Workspace,
+) -> Tensor:
+    """The top ``depth`` of ``best`` and the packed groups' items; rows needing more than ``kept`` groups whole.
+
+    In a row needing at most `kept` groups every group holding an item >= the worst of `best` is kept, so the top
+    `depth` of `best` and the kept items is exact (padding items score -inf, below all of `best`)."""
+    c, m = cand.shape
+    padding = torch.arange(kept, device=cand.device).unsqueeze(0) >= need.unsqueeze(1)
+    cand[:, : groups_n * kept].view(c, groups_n, kept).masked_fill_(padding.unsqueeze(1), float("-inf"))
+    both = ws.get("both", (c, depth + m), torch.int64)
+    both[:, :depth] = best
+    to_keys(cand, cols, col0, out=both[:, depth:], ws=ws)
+    keys = torch.topk(both, depth, dim=1, largest=True, sorted=False).values
+    over = need > kept
+    if bool(over.any()):
+        rows = torch.nonzero(over).flatten()
+        keys[rows] = _keys_of_rows(rows_view[rows], depth, col0, best[rows])
+    return keys
+
+
+def _top_of_groups(
+    rows_view: Tensor,
+    cols: Tensor,
+    cand: Tensor,
+    group_max: Tensor,
+    floor: Tensor,
+    depth: int,
+    col0: int,
+    best: Tensor | None,
+    ws: Workspace,
+) -> Tensor:
+    """The top ``depth`` of the items of each row's ``depth`` best groups (with ``best``, of both together); rows
+    whose cut could miss a tied item (``floor``: the smallest kept group maximum) are recomputed over all their keys."""
+    c, m = cand.shape
+    vals = ws.get("vals", (c, depth), cand.dtype)
     pos = ws.get("pos", (c, depth), torch.int64)
     torch.topk(cand, depth, dim=1, largest=True, sorted=False, out=(vals, pos))
     lowest = vals.amin(dim=1)

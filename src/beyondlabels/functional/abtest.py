@@ -33,7 +33,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._stats import Interval, check_confidence, finite, normal_ppf, point_interval, t_ppf, t_sf, vector
+from beyondlabels._internal.checks import check_bool, check_confidence, check_int, check_number
+from beyondlabels._internal.stats import Interval, finite, normal_ppf, point_interval, t_ppf, t_sf, vector
 from beyondlabels.functional.bootstrap import bootstrap_ci
 
 __all__ = ["DECISIONS", "ABResult", "GuardrailCheck", "ab_test", "paired_differences", "paired_t_ci", "sample_size"]
@@ -191,9 +192,7 @@ def paired_t_ci(differences: Any, *, confidence: float = 0.95) -> tuple[Interval
 
 
 def _check_direction(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True (higher is better) or False (lower is better), got {value!r}.")
-    return value
+    return check_bool(value, name, what="True (higher is better) or False (lower is better)")
 
 
 def ab_test(
@@ -233,10 +232,8 @@ def ab_test(
         ('reject', True)
     """
     higher_is_better = _check_direction(higher_is_better, "higher_is_better")
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or tolerance < 0:
-        raise ValueError(f"`tolerance` must be a number >= 0 (e.g. 0.02), got {tolerance!r}.")
-    if isinstance(min_queries, bool) or not isinstance(min_queries, int) or min_queries < 2:
-        raise ValueError(f"`min_queries` must be an int >= 2, got {min_queries!r}.")
+    check_number(tolerance, "tolerance", at_least=0.0, hint="e.g. 0.02", finite=False)
+    min_queries = check_int(min_queries, "min_queries", minimum=2)
     _, diff, unmatched = paired_differences(a, b, ids_a, ids_b, intersect=intersect)
     d = finite(diff)
     n = d.numel()
@@ -284,9 +281,8 @@ def sample_size(sd: float, half_width: float, confidence: float = 0.95) -> int:
         (50, 200)
     """
     confidence = check_confidence(confidence)
-    for value, name in ((sd, "sd"), (half_width, "half_width")):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    check_number(sd, "sd", at_least=0.0)
+    check_number(half_width, "half_width", at_least=0.0)
     if half_width == 0:
         raise ValueError("`half_width` must be > 0: no finite number of queries gives a zero-width interval.")
     z = float(normal_ppf((1.0 + confidence) / 2.0))

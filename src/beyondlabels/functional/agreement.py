@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._stats import t_sf, vector
+from beyondlabels._internal.stats import t_sf, vector
 from beyondlabels.functional.labels import encode_labels
 
 __all__ = ["Correlation", "cohen_kappa", "kendall_tau", "spearman"]

@@ -27,12 +27,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from beyondlabels.functional._stats import (
+from beyondlabels._internal.checks import check_choice, check_confidence, check_rounds, check_seed
+from beyondlabels._internal.stats import (
     Interval,
     bootstrap_means,
-    check_confidence,
-    check_rounds,
-    check_seed,
     finite,
     interval_from,
     point_interval,
@@ -62,8 +60,7 @@ def bootstrap_ci(
         (0.625, True, 8)
     """
     rounds, seed, confidence = check_rounds(rounds), check_seed(seed), check_confidence(confidence)
-    if method not in METHODS:
-        raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.")
+    check_choice(method, "method", METHODS)
     data = finite(vector(values, "values"))
     n = data.numel()
     if n == 0:

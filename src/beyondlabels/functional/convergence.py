@@ -100,7 +100,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._stats import check_confidence, check_rounds, check_seed, vector
+from beyondlabels._internal.checks import (
+    check_choice,
+    check_confidence,
+    check_int,
+    check_number,
+    check_positive_int,
+    check_rounds,
+    check_seed,
+)
+from beyondlabels._internal.stats import vector
 from beyondlabels.functional.abtest import paired_differences
 from beyondlabels.functional.bootstrap import bootstrap_ci
 
@@ -354,8 +363,7 @@ def ar1_noise(values: Any, window: int) -> dict[str, Any]:
         >>> round(fit["correlation"], 3), round(fit["sd"], 4), fit["covered"]
         (0.011, 0.0198, 1.0)
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-        raise ValueError(f"`window` must be an int >= 2 (values per window), got {window!r}.")
+    window = _check_window(window)
     given = torch.as_tensor(values, dtype=torch.float64)
     single = given.dim() == 1
     v = given.unsqueeze(0) if single else given
@@ -368,11 +376,8 @@ def ar1_noise(values: Any, window: int) -> dict[str, Any]:
     return {key: float(value[0, 0]) if single else value[:, 0] for key, value in fit.items()}
 
 
-def _number(value: Any, name: str, low: float, high: float | None, what: str) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= low
-    if not ok or (high is not None and value >= high):
-        raise ValueError(f"`{name}` must be {what}, got {value!r}.")
-    return float(value)
+def _check_window(window: Any) -> int:
+    return check_int(window, "window", minimum=2, hint="values per window")
 
 
 @dataclass(frozen=True)
@@ -411,25 +416,20 @@ class ConvergenceRule:
     seed: int = 11
 
     def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
-            raise ValueError(f"`window` must be an int >= 2 (values per window), got {self.window!r}.")
-        if self.mode not in ("max", "min"):
-            raise ValueError(f"`mode` must be 'max' (higher is better) or 'min', got {self.mode!r}.")
-        _number(self.min_delta, "min_delta", 0.0, None, "a number >= 0")
-        _number(self.alpha, "alpha", 0.0, 1.0, "a false-alarm rate strictly between 0 and 1 (e.g. 0.05)")
-        if self.alpha == 0:
-            raise ValueError(f"`alpha` must be a false-alarm rate strictly between 0 and 1 (e.g. 0.05), got {self.alpha!r}.")
-        if isinstance(self.max_looks, bool) or not isinstance(self.max_looks, int) or self.max_looks < 1:
-            raise ValueError(f"`max_looks` must be a positive int (the most evaluations a run tests, e.g. 1000), got {self.max_looks!r}.")
-        if self.noise is not None and (
-            isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) or not 0 < self.noise < math.inf
-        ):
-            raise ValueError(f"`noise` must be None (estimated from the series) or the noise sd, a number > 0, got {self.noise!r}.")
-        if self.noise_estimate not in NOISE_ESTIMATES:
-            raise ValueError(f"`noise_estimate` must be one of {list(NOISE_ESTIMATES)}, got {self.noise_estimate!r}.")
+        # The int settings are stored as Python ints (a numpy int from a sweep script stays out of the state files).
+        object.__setattr__(self, "window", _check_window(self.window))
+        check_choice(self.mode, "mode", ("max", "min"), what="'max' (higher is better) or 'min'")
+        check_number(self.min_delta, "min_delta", at_least=0.0)
+        check_number(self.alpha, "alpha", above=0.0, below=1.0, what="a false-alarm rate strictly between 0 and 1", hint="e.g. 0.05")
+        object.__setattr__(
+            self, "max_looks", check_positive_int(self.max_looks, "max_looks", hint="the most evaluations a run tests, e.g. 1000")
+        )
+        if self.noise is not None:
+            check_number(self.noise, "noise", above=0.0, what="None (estimated from the series) or the noise sd, a number > 0")
+        check_choice(self.noise_estimate, "noise_estimate", NOISE_ESTIMATES)
         check_confidence(self.confidence)
-        check_rounds(self.rounds)
-        check_seed(self.seed)
+        object.__setattr__(self, "rounds", check_rounds(self.rounds))
+        object.__setattr__(self, "seed", check_seed(self.seed))
 
     @property
     def sign(self) -> float:
@@ -561,8 +561,7 @@ class ConvergenceRule:
             value: The monitored value.
             per_query: ``(query_ids, values)`` of this evaluation (ids None: matched by position), or None.
         """
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"`value` must be a finite number (the monitored metric), got {value!r}.")
+        check_number(value, "value", hint="the monitored metric")
         paired, evaluation = self._paired(state, step, per_query) if per_query is not None else (None, None)
         state["series"].append([int(step), float(value)])
         values = torch.tensor([v for _, v in state["series"]], dtype=torch.float64)

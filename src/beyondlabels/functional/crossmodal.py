@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_int_vector, check_ks, check_non_negative_int
+from beyondlabels._internal.checks import check_int_vector, check_ks, check_non_negative_int
 from beyondlabels.functional.retrieval import retrieval_per_query
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema

@@ -68,7 +68,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_positive_int, gain_labels
+from beyondlabels._internal.checks import check_bool, check_number, check_positive_int, gain_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.schema import KeySpec, OutputSchema
 from beyondlabels.taxonomy.text import RULES, TextToNode
@@ -215,25 +215,10 @@ def hierarchical_precision_recall(
             ground truth at the root while the root is excluded (its positions are named), or an
             ``abstention_precision`` outside ``[0, 1]``.
     """
-    if not isinstance(include_root, bool):
-        raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
+    include_root = check_bool(include_root, "include_root")
     abstention_precision = check_abstention_precision(abstention_precision)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    size = len(taxonomy)
-    pred = _check_nodes(pred, "pred", size)
-    gt = _check_nodes(gt, "gt", size)
-    if pred.numel() != gt.numel():
-        raise ValueError(f"`pred` has {pred.numel()} entries and `gt` {gt.numel()}; give one prediction per ground truth.")
-    if pred.device != gt.device:
-        raise ValueError(f"`pred` is on {pred.device} and `gt` on {gt.device}; put both on one device.")
-    if pred.numel() == 0:
-        raise ValueError("`pred` and `gt` are empty; hierarchical precision and recall need at least one sample.")
-    if not include_root and bool((gt == 0).any()):
-        where = torch.nonzero(gt == 0).flatten()[:5].tolist()
-        raise ValueError(
-            f"`gt` holds the root {taxonomy.root!r} (positions {where}); with the root excluded a ground truth at the root "
-            "has no ancestors to recall. Label those samples with a more specific node, drop them, or set include_root=True."
-        )
+    pred, gt = _check_pair(pred, gt, taxonomy, include_root)
     device = pred.device
     depth = taxonomy.depth.to(device)
     shared_depth, _ = lca_depth(pred, gt, taxonomy, chunk_size)
@@ -278,6 +263,27 @@ def hierarchical_precision_recall(
     }
 
 
+def _check_pair(pred: Tensor, gt: Tensor, taxonomy: Taxonomy, include_root: bool) -> tuple[Tensor, Tensor]:
+    """``pred`` and ``gt`` as checked node vectors of one length and device, at least one sample, no ground truth at
+    the root while the root is excluded."""
+    size = len(taxonomy)
+    pred = _check_nodes(pred, "pred", size)
+    gt = _check_nodes(gt, "gt", size)
+    if pred.numel() != gt.numel():
+        raise ValueError(f"`pred` has {pred.numel()} entries and `gt` {gt.numel()}; give one prediction per ground truth.")
+    if pred.device != gt.device:
+        raise ValueError(f"`pred` is on {pred.device} and `gt` on {gt.device}; put both on one device.")
+    if pred.numel() == 0:
+        raise ValueError("`pred` and `gt` are empty; hierarchical precision and recall need at least one sample.")
+    if not include_root and bool((gt == 0).any()):
+        where = torch.nonzero(gt == 0).flatten()[:5].tolist()
+        raise ValueError(
+            f"`gt` holds the root {taxonomy.root!r} (positions {where}); with the root excluded a ground truth at the root "
+            "has no ancestors to recall. Label those samples with a more specific node, drop them, or set include_root=True."
+        )
+    return pred, gt
+
+
 def check_abstention_precision(value: Any) -> float:
     """``value`` as a float in ``[0, 1]``, or a ValueError naming ``abstention_precision``.
 
@@ -285,12 +291,8 @@ def check_abstention_precision(value: Any) -> float:
         >>> check_abstention_precision(0)
         0.0
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(
-            f"`abstention_precision` must be a number in [0, 1] (the precision of a prediction at the root: 0, the "
-            f"default, gives an abstention no credit; 1 counts it as not wrong), got {value!r}."
-        )
-    return float(value)
+    hint = "the precision of a prediction at the root: 0, the default, gives an abstention no credit; 1 counts it as not wrong"
+    return check_number(value, "abstention_precision", at_least=0.0, at_most=1.0, hint=hint)
 
 
 def taxonomy_class_gains(

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_matrix
+from beyondlabels._internal.checks import check_choice, check_matrix, check_positive_int, check_seed
 from beyondlabels.functional.profiles import pair_values
 from beyondlabels.functional.agreement import spearman
 from beyondlabels.schema import KeySpec, OutputSchema
@@ -95,8 +95,7 @@ def percentile_ranks(values: Any, reference: Any, kind: str = "weak") -> Tensor:
         >>> percentile_ranks([0.2], [0.1, 0.2, 0.3, 0.4], kind="strict").tolist()
         [25.0]
     """
-    if kind not in PERCENTILE_KINDS:
-        raise ValueError(f"`kind` must be one of {PERCENTILE_KINDS}, got {kind!r}.")
+    check_choice(kind, "kind", PERCENTILE_KINDS)
     ref = torch.sort(torch.as_tensor(reference, dtype=torch.float64).flatten()).values
     if ref.numel() == 0:
         raise ValueError("`reference` is empty; percentile ranks need at least one reference value.")
@@ -136,11 +135,7 @@ def _frequencies(query: Tensor, counts: Any, num_classes: int) -> Tensor:
 
 
 def _check_trials(num_trials: Any, seed: Any) -> tuple[int, int]:
-    if isinstance(num_trials, bool) or not isinstance(num_trials, int) or num_trials < 1:
-        raise ValueError(f"`num_trials` must be an int >= 1, got {num_trials!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
-    return num_trials, seed
+    return check_positive_int(num_trials, "num_trials"), check_seed(seed)
 
 
 def frequency_null(query_classes: Any, similarity: Any, frequencies: Any, num_trials: int = 10_000, seed: int = 0) -> Tensor:
@@ -276,8 +271,7 @@ def mismatch_analysis(
     if q.numel() != r.numel():
         raise ValueError(f"`query_classes` and `retrieved_classes` must have one entry per query, got {q.numel()} and {r.numel()}.")
     num_trials, seed = _check_trials(num_trials, seed)
-    if percentile_kind not in PERCENTILE_KINDS:
-        raise ValueError(f"`percentile_kind` must be one of {PERCENTILE_KINDS}, got {percentile_kind!r}.")
+    check_choice(percentile_kind, "percentile_kind", PERCENTILE_KINDS)
     f = _frequencies(q, counts, c)
     wrong = q != r
     sims = m[q[wrong], r[wrong]]
@@ -298,17 +292,7 @@ def mismatch_analysis(
     out["num_distinct_pairs"] = int(pair_counts.numel())
     out["top5_pair_share"] = float(torch.sort(pair_counts, descending=True).values[:5].sum()) / k if k else math.nan
     null = frequency_null(q[wrong], m, f, num_trials, seed)
-    if k:
-        out["null_mean"], out["null_std"] = float(null.mean()), float(null.std(unbiased=False))
-        out["null_ci95_low"], out["null_ci95_high"] = _quantile(null, 0.025), _quantile(null, 0.975)
-        out["null_max"] = float(null.max())
-        # a trial equal to the observation up to float rounding (sums in another order) counts as reaching it
-        reached = int((null >= out["mean_similarity"] - 1e-12).sum())
-        out["p_value"] = (reached + 1) / (num_trials + 1)
-    else:
-        for key in ("null_mean", "null_std", "null_ci95_low", "null_ci95_high", "null_max", "p_value"):
-            out[key] = math.nan
-    out["num_trials"] = num_trials
+    out.update(_null_statistics(null, out["mean_similarity"], k, num_trials))
     if embeddings is not None:
         if embedding_classes is None:
             raise ValueError("`embedding_classes` is required with `embeddings` (the class index of each embedding).")
@@ -318,6 +302,24 @@ def mismatch_analysis(
     per_sim[wrong], per_rank[wrong] = sims, ranks
     out["per_query"] = {"mismatch": wrong.to(torch.float64), "similarity": per_sim, "percentile_rank": per_rank}
     out["null"] = null
+    return out
+
+
+def _null_statistics(null: Tensor, observed: float, k: int, num_trials: int) -> dict[str, Any]:
+    """The null's mean, sd, 95% range and maximum, and the p-value of the observed mean similarity of ``k``
+    mismatches (NaN without mismatches), then ``num_trials``."""
+    out: dict[str, Any] = {}
+    if k:
+        out["null_mean"], out["null_std"] = float(null.mean()), float(null.std(unbiased=False))
+        out["null_ci95_low"], out["null_ci95_high"] = _quantile(null, 0.025), _quantile(null, 0.975)
+        out["null_max"] = float(null.max())
+        # a trial equal to the observation up to float rounding (sums in another order) counts as reaching it
+        reached = int((null >= observed - 1e-12).sum())
+        out["p_value"] = (reached + 1) / (num_trials + 1)
+    else:
+        for key in ("null_mean", "null_std", "null_ci95_low", "null_ci95_high", "null_max", "p_value"):
+            out[key] = math.nan
+    out["num_trials"] = num_trials
     return out
 
 

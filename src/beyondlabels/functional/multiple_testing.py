@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from beyondlabels._internal.checks import check_rounds, check_seed
+
 __all__ = ["CORRECTION", "holm_adjust", "paired_randomization_test"]
 
 CORRECTION = "Holm–Bonferroni"
@@ -92,23 +94,20 @@ def paired_randomization_test(differences: Any, *, rounds: int = 9999, seed: int
         >>> p == 1 / 1000  # no random assignment reaches |mean| = 0.1: the smallest p that 999 rounds can give
         True
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise ValueError(f"`rounds` must be an int >= 1 (e.g. 9999), got {rounds!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    rounds, seed = check_rounds(rounds, hint="e.g. 9999"), check_seed(seed)
     d = np.asarray(differences, dtype=np.float64)
     if d.ndim == 1:
         d = d[~np.isnan(d)]
         if d.size == 0:
             return math.nan
-        return float(_pvalues(d[None, :], int(rounds), int(seed))[0])
+        return float(_pvalues(d[None, :], rounds, seed)[0])
     if d.ndim != 2:
         raise ValueError(f"`differences` must be 1-D (one test) or 2-D (one test per row), got shape {d.shape}.")
     if np.isnan(d).any():
         raise ValueError("2-D `differences` must not hold NaN (every row is one test on the same pairs); test rows with NaN one by one.")
     if d.shape[1] == 0:
         return np.full(d.shape[0], np.nan)
-    return _pvalues(d, int(rounds), int(seed))
+    return _pvalues(d, rounds, seed)
 
 
 def _pvalues(d: np.ndarray, rounds: int, seed: int) -> np.ndarray:

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_matrix, gain_labels
+from beyondlabels._internal.checks import check_matrix, check_non_negative_int, check_number, check_positive_int, gain_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.profiles import FeatureProfiles
 
@@ -65,8 +65,7 @@ def ordinal_group_score(a: Any, b: Any, ordinal_max: int = 2) -> float:
     x, y = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
     if x.dim() != 1 or x.shape != y.shape or x.numel() == 0:
         raise ValueError(f"`a` and `b` must be non-empty level vectors of one length, got {tuple(x.shape)} and {tuple(y.shape)}.")
-    if isinstance(ordinal_max, bool) or not isinstance(ordinal_max, int) or ordinal_max < 1:
-        raise ValueError(f"`ordinal_max` must be an int >= 1, got {ordinal_max!r}.")
+    ordinal_max = check_positive_int(ordinal_max, "ordinal_max")
     if bool(((x < 0) | (x > ordinal_max) | (y < 0) | (y > ordinal_max)).any()):
         raise ValueError(f"levels must lie within 0..{ordinal_max} (ordinal_max), got {x.tolist()} and {y.tolist()}.")
     return float((1.0 - (x - y).abs() / ordinal_max).mean())
@@ -82,9 +81,7 @@ def _weights(profiles: FeatureProfiles, weights: Mapping[str, float] | None) -> 
     for group, w in weights.items():
         if group not in out:
             raise ValueError(f"`weights` names unknown group {group!r}; the groups are {groups} ('{ORDINAL_GROUP}' = all ordinal features).")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 or w == float("inf"):
-            raise ValueError(f"`weights[{group!r}]` must be a finite number >= 0, got {w!r}.")
-        out[group] = float(w)
+        out[group] = check_number(w, f"weights[{group!r}]", at_least=0.0)
     if sum(out.values()) == 0:
         raise ValueError("`weights` are all 0; give at least one group a positive weight.")
     return out
@@ -202,8 +199,7 @@ def pair_distribution(similarity: Any, classes: Sequence[str] | None = None, top
     classes = list(classes)
     if len(classes) != c:
         raise ValueError(f"`classes` has {len(classes)} names for a {c} x {c} matrix; give one name per row.")
-    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
-        raise ValueError(f"`top` must be an int >= 0 (how many pairs to list), got {top!r}.")
+    top = check_non_negative_int(top, "top", hint="how many pairs to list")
     values = pair_values(m)
     i, j = torch.triu_indices(c, c, offset=1)
     out: dict[str, Any] = {"num_pairs": int(values.numel()), "mean": float(values.mean())}

@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.checks import check_int
+
 __all__ = ["ClassProjection", "class_projection", "pca_projection"]
 
 
@@ -59,8 +61,7 @@ def pca_projection(embeddings: Any, num_components: int = 2) -> tuple[Tensor, Te
     n, d = x.shape
     if n < 2 or d < 1:
         raise ValueError(f"`embeddings` must have at least 2 rows and 1 column for a projection, got shape {(n, d)}.")
-    if isinstance(num_components, bool) or not isinstance(num_components, int) or not 1 <= num_components <= min(n, d):
-        raise ValueError(f"`num_components` must be an int in 1..min(N, D) = 1..{min(n, d)}, got {num_components!r}.")
+    num_components = check_int(num_components, "num_components", minimum=1, maximum=min(n, d), hint="at most min(N, D)")
     x = x.to(torch.float64)
     if not bool(torch.isfinite(x).all()):
         raise ValueError("`embeddings` holds NaN or infinite values; a projection needs finite values.")

@@ -89,7 +89,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_ks
+from beyondlabels._internal.checks import check_choice, check_ks, check_number, check_positive_int, is_number
 from beyondlabels.functional.labels import label_code
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -218,8 +218,7 @@ def ranking_per_query(
         ``{key: float64 [Q]}`` for every per-query key of :func:`ranking_output_schema` except ``query_id``.
     """
     ks = check_ks(ks)
-    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
-        raise ValueError(f"`relevance_level` must be an int >= 1 (the smallest relevant grade), got {relevance_level!r}.")
+    relevance_level = check_positive_int(relevance_level, "relevance_level", hint="the smallest relevant grade")
     ranked, num_retrieved, pool = _check_grades(ranked, num_retrieved, pool)
     q, width = ranked.shape
     device = ranked.device
@@ -263,28 +262,37 @@ def ranking_per_query(
             ideal_gain = exp_ideal if name == "ndcg" else ideal
             idcg = _dcg(ideal_gain, k)
             out[f"{name}@{k}"] = torch.where(ok & (idcg > 0), _dcg(gain, k) / idcg.clamp(min=1e-300), nan)
-    if width:
-        index = (r.clamp(min=1, max=width) - 1).unsqueeze(1)
-        in_r = torch.gather(cum_rel, 1, index).squeeze(1)
-    else:
-        in_r = torch.zeros(q, dtype=torch.float64, device=device)
-    out["r_precision"] = torch.where(ok, in_r / r_f.clamp(min=1), nan)
+    out["r_precision"] = torch.where(ok, _relevant_within_r(cum_rel, r) / r_f.clamp(min=1), nan)
     rank = torch.arange(1, width + 1, device=device, dtype=torch.float64).unsqueeze(0)
     precision_at_rank = torch.where(relevant, cum_rel / rank, 0.0)
     out["map"] = torch.where(ok, _row_sum(precision_at_rank) / r_f.clamp(min=1), nan)
     first = torch.where(relevant, rank, math.inf).amin(dim=1) if width else torch.full((q,), math.inf, dtype=torch.float64, device=device)
     out["recip_rank"] = torch.where(ok, 1.0 / first, nan)  # 1 / inf = 0: nothing relevant retrieved
-    # bpref: judged non-relevant documents above each relevant one (none sits at a relevant rank), capped at R
-    above = torch.cumsum(non_relevant.to(torch.float64), dim=1)
-    denominator = torch.minimum(r_f, n_non_relevant).clamp(min=1).unsqueeze(1)
-    penalty = torch.where(n_non_relevant.unsqueeze(1) > 0, torch.minimum(above, r_f.unsqueeze(1)) / denominator, 0.0)
-    out["bpref"] = torch.where(ok, _row_sum(torch.where(relevant, 1.0 - penalty, 0.0)) / r_f.clamp(min=1), nan)
+    out["bpref"] = torch.where(ok, _bpref_sum(relevant, non_relevant, r_f, n_non_relevant) / r_f.clamp(min=1), nan)
     out["num_relevant"] = r_f
     out["num_retrieved"] = num_retrieved.to(torch.float64)
     # exposed for aggregate_ranking: unjudged documents within the top max(k)
     top = min(ks[-1], width)
     out["_unjudged_top"] = (inside[:, :top] & ~judged[:, :top]).sum(dim=1).to(torch.float64)
     return out
+
+
+def _relevant_within_r(cum_rel: Tensor, r: Tensor) -> Tensor:
+    """The relevant documents within the top ``R`` of each query (``cum_rel``: their running count by rank)."""
+    q, width = cum_rel.shape
+    if width:
+        index = (r.clamp(min=1, max=width) - 1).unsqueeze(1)
+        return torch.gather(cum_rel, 1, index).squeeze(1)
+    return torch.zeros(q, dtype=torch.float64, device=cum_rel.device)
+
+
+def _bpref_sum(relevant: Tensor, non_relevant: Tensor, r_f: Tensor, n_non_relevant: Tensor) -> Tensor:
+    """bpref's sum over the relevant documents of ``1 - (judged non-relevant documents above it, capped at R) /
+    min(R, N)`` (no non-relevant document sits at a relevant rank)."""
+    above = torch.cumsum(non_relevant.to(torch.float64), dim=1)
+    denominator = torch.minimum(r_f, n_non_relevant).clamp(min=1).unsqueeze(1)
+    penalty = torch.where(n_non_relevant.unsqueeze(1) > 0, torch.minimum(above, r_f.unsqueeze(1)) / denominator, 0.0)
+    return _row_sum(torch.where(relevant, 1.0 - penalty, 0.0))
 
 
 def _mean(values: Tensor) -> Tensor:
@@ -406,8 +414,7 @@ class JudgedRun:
     ) -> dict[str, Any]:
         """:func:`ranking_metrics` of the run, its queries evaluated in the groups of :meth:`groups` (peak memory
         bounded by ``max_cells``); the per-query values and the means are those of one dense table."""
-        if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
-            raise ValueError(f"`max_cells` must be a positive int, got {max_cells!r}.")
+        max_cells = check_positive_int(max_cells, "max_cells")
         per_query: dict[str, Tensor] = {}
         for rows, ranked, num_retrieved, pool in self.groups(max_cells):
             values = ranking_per_query(ranked, num_retrieved, pool, ks=ks, relevance_level=relevance_level)
@@ -435,7 +442,7 @@ def _dense(values: Tensor, lengths: Tensor, rows: Tensor) -> Tensor:
 def _ranked_docs(query: str, docs: Any) -> list[str]:
     if isinstance(docs, Mapping):
         for doc, score in docs.items():
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+            if not is_number(score) or math.isnan(score):
                 raise ValueError(f"run: query {query!r}, document {doc!r} has score {score!r}; scores must be numbers.")
         # score descending, ties by document id descending (trec_eval): sort by id descending, then stable by score
         by_id = sorted(docs, key=str, reverse=True)
@@ -457,8 +464,7 @@ def _judged_grades(query: str, judgements: Any) -> dict[str, float]:
     for doc, grade in judgements.items():
         if grade is None:
             continue
-        number = isinstance(grade, (int, float)) and not isinstance(grade, bool)
-        if not number or not math.isfinite(grade) or float(grade) != int(grade):
+        if not is_number(grade) or not math.isfinite(grade) or float(grade) != int(grade):
             raise ValueError(
                 f"qrels: query {query!r}, document {doc!r} has grade {grade!r}; grades are ints (negative: pooled but "
                 "not judged, as in trec_eval) or None (unjudged)."
@@ -491,8 +497,8 @@ def judge_run(
     """
     if not isinstance(run, Mapping) or not isinstance(qrels, Mapping):
         raise ValueError("`run` and `qrels` must be dicts keyed by query id (see beyondlabels.io.qrels for loaders).")
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
-        raise ValueError(f"`depth` must be a positive int or None, got {depth!r}.")
+    if depth is not None:
+        depth = check_positive_int(depth, "depth", hint="or None: every document")
     qrels_s = {str(q): judgements for q, judgements in qrels.items()}
     run_s = {str(q): docs for q, docs in run.items()}
     queries = [q for q in run_s if q in qrels_s]
@@ -543,8 +549,7 @@ def term_satisfaction(scores: Any, threshold: float = 0.15) -> Tensor:
         >>> term_satisfaction(torch.tensor([[0.9, 0.1, 0.2], [0.05, float("nan"), 0.5]]))
         tensor([0.6667, 0.5000], dtype=torch.float64)
     """
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise ValueError(f"`threshold` must be a number in [0, 1] (default 0.15), got {threshold!r}.")
+    check_number(threshold, "threshold", at_least=0.0, at_most=1.0, hint="default 0.15")
     s = _scores(scores)
     present = ~torch.isnan(s)
     met = (present & (s >= threshold)).sum(dim=-1).to(torch.float64)
@@ -566,10 +571,8 @@ def fuse_term_scores(scores: Any, weights: Any = None, *, method: str = "arithme
         >>> round(100 * fuse_term_scores(s, w).item(), 1), round(100 * fuse_term_scores(s, w, method="geometric").item(), 1)
         (44.4, 2.2)
     """
-    if method not in ("arithmetic", "geometric"):
-        raise ValueError(f"`method` must be 'arithmetic' or 'geometric', got {method!r}.")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        raise ValueError(f"`eps` must be a number in (0, 1) (default 1e-3), got {eps!r}.")
+    check_choice(method, "method", ("arithmetic", "geometric"))
+    check_number(eps, "eps", above=0.0, below=1.0, hint="default 1e-3")
     s = _scores(scores)
     w = torch.ones_like(s) if weights is None else torch.as_tensor(weights, dtype=torch.float64, device=s.device)
     try:

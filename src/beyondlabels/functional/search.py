@@ -47,14 +47,14 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import (
+from beyondlabels._internal.checks import (
     check_embeddings,
     check_int_vector,
     check_positive_int,
     check_precision,
     check_share,
 )
-from beyondlabels.functional._search import Neighbors, available, search_normalized
+from beyondlabels.functional._search_paths import Neighbors, available, search_normalized
 
 __all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
 

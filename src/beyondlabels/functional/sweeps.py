@@ -4,6 +4,10 @@ with a baseline setting.
 Pure numpy/torch on arrays: each seed's value (a job's final scalar) and each seed's per-query values with their
 query ids. The grouping of run folders is :mod:`beyondlabels.io.sweeps`.
 
+Three modules are named after sweeps, one per layer: :mod:`beyondlabels.functional.sweeps` the statistics,
+:mod:`beyondlabels.io.sweeps` the reading and grouping of the job folders, :mod:`beyondlabels.reporting.sweeps` the
+tables and pictures; each name reads as what a sweep is to its layer.
+
 Definitions (stated once)
     - **Across seeds** (:func:`seed_summary`): the mean of the seeds' values, their sample standard deviation
       (``n - 1``), ``n``, the t interval ``mean ± t_{n-1,(1+c)/2} sd / sqrt(n)`` (NaN bounds for one seed) and, with at

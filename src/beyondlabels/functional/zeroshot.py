@@ -44,7 +44,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_embeddings, check_ks, check_positive_int
+from beyondlabels._internal.checks import check_embeddings, check_ks, check_positive_int
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 

@@ -3,7 +3,7 @@
 Shared by :mod:`beyondlabels.io.taxonomy_files` and :mod:`beyondlabels.io.profiles_files`. Strict means: the suffix decides the parser
 (``.yaml``/``.yml`` or ``.json``), the top level must be a mapping, and a key repeated inside one mapping is an error
 (plain YAML and JSON loaders silently keep the last one, which would hide a duplicated class or node). Text, nesting
-and YAML aliases follow the rules of :mod:`beyondlabels.io._parse` (UTF-8 with a byte-order mark dropped, nesting
+and YAML aliases follow the rules of :mod:`beyondlabels._internal.parse` (UTF-8 with a byte-order mark dropped, nesting
 and expanded size bounded, errors naming the file).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from beyondlabels.io._parse import parse_json, parse_yaml, read_text
+from beyondlabels._internal.parse import parse_json, parse_yaml, read_text
 
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)

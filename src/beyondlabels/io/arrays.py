@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from beyondlabels.functional.labels import encode_labels, label_code
-from beyondlabels.io._parse import load_npz, parse_json
+from beyondlabels._internal.parse import load_npz, parse_json
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
 
 def read_npz(path: str | Path, required: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
     """Every array of an ``.npz`` (no pickles; a broken archive is a ``ValueError``:
-    :func:`beyondlabels.io._parse.load_npz`), after checking that the file and the ``required`` arrays exist.
+    :func:`beyondlabels._internal.parse.load_npz`), after checking that the file and the ``required`` arrays exist.
 
     Raises:
         FileNotFoundError: if ``path`` does not exist (the message names the arrays expected).

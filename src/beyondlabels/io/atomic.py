@@ -29,6 +29,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from beyondlabels._internal.checks import check_choice
+
 __all__ = [
     "atomic_file",
     "remove_stale_temporaries",
@@ -73,8 +75,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb", encoding: str | 
         mode: ``"wb"`` or ``"w"`` (text; ``encoding`` defaults to UTF-8).
         encoding: Text encoding for ``mode="w"``.
     """
-    if mode not in ("w", "wb"):
-        raise ValueError(f"`mode` must be 'w' or 'wb' (a file is written whole), got {mode!r}.")
+    check_choice(mode, "mode", ("w", "wb"), what="'w' or 'wb'", hint="a file is written whole")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)

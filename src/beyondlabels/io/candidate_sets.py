@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from beyondlabels.functional.rprecision import CandidateSets
-from beyondlabels.io._parse import load_npz
+from beyondlabels._internal.parse import load_npz
 from beyondlabels.io.atomic import save_npz
 
 __all__ = ["load_candidate_sets", "save_candidate_sets"]

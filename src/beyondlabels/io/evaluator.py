@@ -41,7 +41,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.io._convert import plain
+from beyondlabels._internal.checks import check_positive_int
+from beyondlabels._internal.convert import plain
 from beyondlabels.io.atomic import save_torch, write_json
 
 __all__ = ["TINY_CONFIG", "ClipEvaluator", "TextFeatureCache", "file_sha256"]
@@ -192,20 +193,8 @@ class ClipEvaluator:
         from open_clip.model import CLIP
         from open_clip.tokenizer import SimpleTokenizer
 
-        if (model_name is None) == (model_cfg is None):
-            raise ValueError("pass exactly one of `model_name` (an open_clip model name) and `model_cfg` (a CLIP config dict).")
-        if pretrained is not None and checkpoint is not None:
-            raise ValueError("pass `pretrained` (an open_clip tag) or `checkpoint` (a local file), not both.")
-        dotted = isinstance(model_factory, str) and "." in model_factory
-        if model_factory is not None and (model_cfg is None or not (dotted or callable(model_factory))):
-            raise ValueError(
-                "`model_factory` must be a callable or a dotted function path used with `model_cfg`, got "
-                f"{model_factory!r}."
-            )
-        if pretrained is not None and model_cfg is not None:
-            raise ValueError("`pretrained` tags need `model_name`; with `model_cfg` load weights from `checkpoint`.")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+        _check_model_choice(model_name, pretrained, checkpoint, model_cfg, model_factory)
+        batch_size = check_positive_int(batch_size, "batch_size")
         if len(mean) != 3 or len(std) != 3 or any(s <= 0 for s in std):
             raise ValueError(f"`mean` and `std` must hold 3 values (std > 0), got {mean!r} and {std!r}.")
         self.device = torch.device(device)
@@ -231,17 +220,7 @@ class ClipEvaluator:
                     f"model_cfg={model_cfg!r}): {exc}"
                 ) from exc
         if checkpoint is not None:
-            path = Path(checkpoint)
-            if not path.is_file():
-                raise ValueError(f"`checkpoint` {path} does not exist; pass a state-dict file saved with torch.save.")
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            if isinstance(state, Mapping) and "state_dict" in state:
-                state = state["state_dict"]
-            try:
-                self.model.load_state_dict(state)
-            except (RuntimeError, TypeError, AttributeError) as exc:
-                raise ValueError(f"`checkpoint` {path} does not fit the evaluator's model: {exc}") from exc
-            weights = f"checkpoint sha256:{file_sha256(path)}"
+            weights = _load_checkpoint(self.model, checkpoint)
         elif pretrained is not None:
             weights = f"open_clip pretrained {pretrained}"
         else:
@@ -316,3 +295,40 @@ class ClipEvaluator:
             self.cache.store(new, features)
             found.update(zip(new, features.cpu()))
         return torch.stack([found[t] for t in texts]).to(self.device)
+
+
+def _check_model_choice(
+    model_name: str | None,
+    pretrained: str | None,
+    checkpoint: str | os.PathLike[str] | None,
+    model_cfg: Mapping[str, Any] | None,
+    model_factory: str | Callable[..., Any] | None,
+) -> None:
+    """One model (a name or a config), and weights that fit it (a tag with a name, a checkpoint, or neither)."""
+    if (model_name is None) == (model_cfg is None):
+        raise ValueError("pass exactly one of `model_name` (an open_clip model name) and `model_cfg` (a CLIP config dict).")
+    if pretrained is not None and checkpoint is not None:
+        raise ValueError("pass `pretrained` (an open_clip tag) or `checkpoint` (a local file), not both.")
+    dotted = isinstance(model_factory, str) and "." in model_factory
+    if model_factory is not None and (model_cfg is None or not (dotted or callable(model_factory))):
+        raise ValueError(
+            "`model_factory` must be a callable or a dotted function path used with `model_cfg`, got "
+            f"{model_factory!r}."
+        )
+    if pretrained is not None and model_cfg is not None:
+        raise ValueError("`pretrained` tags need `model_name`; with `model_cfg` load weights from `checkpoint`.")
+
+
+def _load_checkpoint(model: Any, checkpoint: str | os.PathLike[str]) -> str:
+    """Load a state-dict file (or a Lightning checkpoint's ``state_dict``) into ``model``; the weights' identity."""
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise ValueError(f"`checkpoint` {path} does not exist; pass a state-dict file saved with torch.save.")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, Mapping) and "state_dict" in state:
+        state = state["state_dict"]
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as exc:
+        raise ValueError(f"`checkpoint` {path} does not fit the evaluator's model: {exc}") from exc
+    return f"checkpoint sha256:{file_sha256(path)}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from beyondlabels.io._parse import load_npz, read_text
+from beyondlabels._internal.parse import load_npz, read_text
 
 __all__ = ["load_mismatch_pairs"]
 

@@ -5,7 +5,7 @@ Format
     (a free-text answer, mapped to a node by :class:`~beyondlabels.taxonomy.text.TextToNode`), with an optional integer
     ``"id"`` (default: the row's position among the rows, from 0). Other keys are ignored. Ids must be unique.
 
-Lines are UTF-8 (a byte-order mark at the start is dropped) and parsed by the rules of :mod:`beyondlabels.io._parse`
+Lines are UTF-8 (a byte-order mark at the start is dropped) and parsed by the rules of :mod:`beyondlabels._internal.parse`
 (a key repeated in one object and nesting deeper than 64 are errors). Errors name the file and line: invalid JSON, a
 missing or non-string ``gt``, neither or both of ``pred`` and ``pred_text``, a bad, repeated or out-of-int64 id, and
 unknown node names (the first few, with their line numbers).
@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from beyondlabels.io._parse import JSONSyntaxError, parse_json, read_text, text_lines
+from beyondlabels._internal.checks import is_int
+from beyondlabels._internal.parse import JSONSyntaxError, parse_json, read_text, text_lines
 from beyondlabels.taxonomy import Taxonomy
 
 __all__ = ["HierarchyPredictions", "read_hierarchy_predictions"]
@@ -95,7 +96,7 @@ def read_hierarchy_predictions(path: str | os.PathLike[str], taxonomy: Taxonomy)
             key = "pred" if has_pred else "pred_text"
             raise ValueError(f"{where}: '{key}' must be a string, got {value!r}")
         sample_id = row.get("id", len(ids))
-        if isinstance(sample_id, bool) or not isinstance(sample_id, int) or not -(1 << 63) <= sample_id < 1 << 63:
+        if not is_int(sample_id) or not -(1 << 63) <= sample_id < 1 << 63:
             raise ValueError(f"{where}: 'id' must be an integer of int64, got {str(sample_id)[:40]}")
         gt_names.append(row["gt"])
         pred_names.append(value if has_pred else None)

@@ -17,7 +17,7 @@ Formats
     so it never becomes part of the first query's id); a grade is a decimal integer (``2``, ``-1``, ``+3``, ``1.0``)
     of at most 2**53 in size, a score a decimal number (``0.5``, ``-1e-3``), never ``1_0`` (which Python reads as
     10), ``0x1`` or non-ASCII digits; a JSON key given twice in one object, and JSON nested deeper than 64, are
-    errors (:mod:`beyondlabels.io._parse`). Every error names the file (and the line).
+    errors (:mod:`beyondlabels._internal.parse`). Every error names the file (and the line).
 
 Append-only qrels
     Judgements are only ever added: :func:`update_qrels` merges a newer version into an older one and *reports* every
@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from beyondlabels.io._parse import decode_text, parse_json, text_lines
+from beyondlabels._internal.checks import check_choice, is_int
+from beyondlabels._internal.parse import decode_text, parse_json, text_lines
 
 __all__ = ["QrelsChange", "QrelsUpdate", "load_qrels", "load_run", "update_qrels"]
 
@@ -85,7 +86,7 @@ def _grade(value: Any, where: str) -> int | None:
             )
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ValueError(
             f"{where}: grade {value!r} is not an int; grades are ints (0 and up judged, negative pooled but not "
             "judged, as in trec_eval), or null in JSON for a listed but unjudged document."
@@ -241,8 +242,7 @@ def update_qrels(old: Mapping[str, Mapping[str, int | None]], new: Mapping[str, 
         ValueError: for an unknown ``on_change``, or with ``on_change="error"`` when an existing judgement changed
             (the first changes are named).
     """
-    if on_change not in ("warn", "error", "keep"):
-        raise ValueError(f"`on_change` must be 'warn', 'error' or 'keep', got {on_change!r}.")
+    check_choice(on_change, "on_change", ("warn", "error", "keep"))
     merged: Qrels = {str(q): dict(j) for q, j in old.items()}
     changes: list[QrelsChange] = []
     added = 0

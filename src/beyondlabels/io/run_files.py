@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from beyondlabels.io._parse import JSONSyntaxError, load_npz, parse_json, parse_yaml, read_text
+from beyondlabels._internal.checks import check_choice, check_positive_int, is_int, is_number
+from beyondlabels._internal.parse import JSONSyntaxError, load_npz, parse_json, parse_yaml, read_text
 from beyondlabels.io.atomic import atomic_file, save_npz
 from beyondlabels.io.paths import inside, is_inside
 from beyondlabels.schema import OutputSchema
@@ -177,10 +178,6 @@ def run_label(run_folder: str | os.PathLike[str]) -> str:
     return f"{name} ({', '.join(overrides)})" if overrides else name
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 @dataclass
 class EvaluationRun:
     """The evaluations of one callback (or one evaluate.py report), read from disk.
@@ -225,7 +222,7 @@ class EvaluationRun:
             return self.schema.scalar_keys()
         keys: dict[str, None] = {}
         for record in self.records:
-            keys.update({k: None for k, v in record.items() if k not in _BOOKKEEPING and _is_number(v)})
+            keys.update({k: None for k, v in record.items() if k not in _BOOKKEEPING and is_number(v)})
         return list(keys)
 
     def last(self) -> dict[str, Any] | None:
@@ -238,7 +235,7 @@ class EvaluationRun:
         record = self.last()
         if record is None:
             return {}
-        return {k: self._value(k, record[k]) for k in self.scalar_keys() if _is_number(record.get(k))}
+        return {k: self._value(k, record[k]) for k in self.scalar_keys() if is_number(record.get(k))}
 
     def best(self, key: str) -> dict[str, Any] | None:
         """The successful record with the best value of ``key`` under the schema's direction (max or min).
@@ -260,7 +257,7 @@ class EvaluationRun:
         best: dict[str, Any] | None = None
         for record in self.records:
             value = record.get(key)
-            if not _is_number(value) or math.isnan(value):
+            if not is_number(value) or math.isnan(value):
                 continue
             if best is None or (value > best[key] if mode == "max" else value < best[key]):
                 best = record
@@ -352,7 +349,7 @@ def _check_history(file: Path, history: Any) -> list[dict[str, Any]]:
         if not isinstance(record, dict):
             raise ValueError(f"{file}: malformed history: record #{index} is not an object (got {type(record).__name__})")
         step = record.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
+        if not is_int(step):
             raise ValueError(f"{file}: malformed history: record #{index} has no integer 'step' (got {step!r})")
     return history
 
@@ -389,7 +386,7 @@ def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 break
             raise ValueError(f"{file}: malformed history: line {number} is not valid JSON ({exc.detail})") from None
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int):
+        if not is_int(step):
             raise ValueError(f"{file}: malformed history: line {number} is not an evaluation record with an integer 'step'")
         records.append(record)
     return records
@@ -481,10 +478,9 @@ class StepRetention:
     """
 
     def __init__(self, every_n: int = 10, best: str | None = None, mode: str | None = None) -> None:
-        if isinstance(every_n, bool) or not isinstance(every_n, int) or every_n < 1:
-            raise ValueError(f"`every_n` must be a positive int (1 keeps every evaluation), got {every_n!r}.")
-        if best is not None and mode not in ("max", "min"):
-            raise ValueError(f"`mode` must be 'max' or 'min' when `best` is set, got {mode!r}.")
+        every_n = check_positive_int(every_n, "every_n", hint="1 keeps every evaluation")
+        if best is not None:
+            check_choice(mode, "mode", ("max", "min"), what="'max' or 'min' when `best` is set")
         self.every_n, self.best, self.mode = every_n, best, mode
         self.count = 0
         self.latest: int | None = None
@@ -499,7 +495,7 @@ class StepRetention:
         periodic = self.count % self.every_n == 0
         self.count += 1
         value = record.get(self.best) if self.best is not None else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+        if is_number(value) and not math.isnan(value):
             better = self.best_value is None or (value > self.best_value if self.mode == "max" else value < self.best_value)
             if better:
                 self.best_step, self.best_value = step, float(value)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from beyondlabels.io._parse import parse_json
+from beyondlabels._internal.parse import parse_json
 from beyondlabels.io.paths import inside, is_inside
 from beyondlabels.io.run_files import HISTORY_FILE, LEGACY_HISTORY_FILE, SCHEMA_FILE, EvaluationRun, read_evaluation_run, run_overrides
 

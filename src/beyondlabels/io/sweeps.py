@@ -1,5 +1,9 @@
 """The jobs of a sweep grouped by setting: a *setting* is a job's Hydra overrides without its seed overrides.
 
+Three modules are named after sweeps, one per layer: :mod:`beyondlabels.functional.sweeps` the statistics,
+:mod:`beyondlabels.io.sweeps` the reading and grouping of the job folders, :mod:`beyondlabels.reporting.sweeps` the
+tables and pictures; each name reads as what a sweep is to its layer.
+
 A Hydra job folder names its command-line overrides in ``.hydra/overrides.yaml`` (:func:`run_overrides`). Two jobs
 belong to one *group* when their overrides, the seed keys (default ``seed``) and the keys of where a job runs and
 logs (:data:`RUN_KEYS`: a resumed job's ``ckpt_path``, ``paths.*``, ``logger``, the device count, ...) left out, are

@@ -33,10 +33,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from beyondlabels._internal.checks import check_non_negative_int
+from beyondlabels._internal.names import listing
+from beyondlabels._internal.parse import read_text, text_lines
 from beyondlabels.io._mappings import read_mapping
-from beyondlabels.io._parse import read_text, text_lines
 from beyondlabels.taxonomy import Taxonomy, dag_to_tree, taxonomy_from_edges
-from beyondlabels.taxonomy._names import listing
 
 __all__ = [
     "WORDNET_ROOT",
@@ -404,8 +405,7 @@ def wordnet_mapping_cases(
     unknown = [k for k in kinds if k not in WORDNET_CASE_KINDS]
     if unknown or not kinds:
         raise ValueError(f"`kinds` must be a non-empty list of {WORDNET_CASE_KINDS}, got {kinds!r}")
-    if isinstance(max_synonyms, bool) or not isinstance(max_synonyms, int) or max_synonyms < 0:
-        raise ValueError(f"`max_synonyms` must be an int >= 0, got {max_synonyms!r}")
+    max_synonyms = check_non_negative_int(max_synonyms, "max_synonyms")
     lemmas = wordnet_lemmas(directory, nodes=taxonomy)
     glosses = wordnet_glosses(directory, nodes=taxonomy)
     names = {node_text(n) for n in taxonomy.nodes}

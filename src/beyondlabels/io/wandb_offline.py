@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from beyondlabels._internal.checks import check_number
+
 __all__ = [
     "IncompleteRunError",
     "OfflineRun",
@@ -402,10 +404,8 @@ def read_offline_run(
             is False. The message names the file.
         ValueError: for a file that is not a W&B log, or a corrupt one (see :func:`iter_record_bytes`).
     """
-    if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool)) or wait_s < 0:
-        raise ValueError(f"`wait_s` must be a number of seconds >= 0, got {wait_s!r}.")
-    if not (isinstance(poll_s, (int, float)) and not isinstance(poll_s, bool)) or poll_s <= 0:
-        raise ValueError(f"`poll_s` must be a number of seconds > 0, got {poll_s!r}.")
+    check_number(wait_s, "wait_s", at_least=0.0, finite=False, what="a number of seconds >= 0")
+    check_number(poll_s, "poll_s", above=0.0, what="a number of seconds > 0")
     path = _resolve_log(path_or_run_dir)
     deadline = time.monotonic() + wait_s
     size = os.path.getsize(path)

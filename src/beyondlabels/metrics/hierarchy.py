@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_positive_int
+from beyondlabels._internal.checks import check_positive_int
 from beyondlabels.functional.hierarchy import (
     DEFAULT_CHUNK,
     check_abstention_precision,

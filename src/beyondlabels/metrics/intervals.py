@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._stats import (
+from beyondlabels._internal.stats import (
     Interval,
     check_confidence,
     check_rounds,

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_ks
+from beyondlabels._internal.checks import check_ks
 from beyondlabels.functional.ranking import aggregate_ranking, ranking_output_schema, ranking_per_query
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import (
+from beyondlabels._internal.checks import (
     check_deep_metrics,
     check_ks,
     check_non_negative_int,

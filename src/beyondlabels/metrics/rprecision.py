@@ -8,9 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_rprecision_settings
 from beyondlabels.functional.labels import label_code
-from beyondlabels.functional.rprecision import CandidateSets, rprecision_output_schema, text_image_r_precision
+from beyondlabels.functional.rprecision import (
+    CandidateSets,
+    check_rprecision_settings,
+    rprecision_output_schema,
+    text_image_r_precision,
+)
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 

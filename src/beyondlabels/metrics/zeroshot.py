@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_ks, check_positive_int
+from beyondlabels._internal.checks import check_ks, check_positive_int
 from beyondlabels.functional.zeroshot import classification_metrics, topk_classes, zeroshot_output_schema
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema

@@ -49,14 +49,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.taxonomy._names import check_name as _check_name
-from beyondlabels.taxonomy._names import listing as _listing
+from beyondlabels._internal.checks import check_positive_int, is_int
+from beyondlabels._internal.names import check_name as _check_name
+from beyondlabels._internal.names import listing as _listing
 
 _MAX_PROBLEMS = 10  # how many per-class problems one error lists
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class FeatureProfiles:
@@ -91,9 +88,7 @@ class FeatureProfiles:
         sets: Mapping[str, Sequence[str]],
         ordinal_max: int = 2,
     ) -> None:
-        if not _is_int(ordinal_max) or ordinal_max < 1:
-            raise ValueError(f"`ordinal_max` must be an int >= 1 (the largest ordinal level), got {ordinal_max!r}")
-        self._ordinal_max = int(ordinal_max)
+        self._ordinal_max = check_positive_int(ordinal_max, "ordinal_max", hint="the largest ordinal level")
         self._descriptions = self._check_ordinal(ordinal)
         self._ordinal: tuple[str, ...] = tuple(self._descriptions)
         self._sets = self._check_sets(sets)
@@ -197,7 +192,7 @@ class FeatureProfiles:
             if feature not in raw:
                 continue
             level = raw[feature]
-            if not _is_int(level):
+            if not is_int(level):
                 problems.append(
                     f"{where}, ordinal feature {feature!r}: level {level!r} ({type(level).__name__}) is not an int"
                 )

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from beyondlabels._internal.checks import is_number
 from beyondlabels.io import find_evaluation_runs, read_evaluation_run
 from beyondlabels.io.atomic import write_text
 from beyondlabels.io.run_files import EvaluationRun
@@ -116,12 +117,8 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _format(value: Any, count: bool = False) -> str:
-    if not _is_number(value):
+    if not is_number(value):
         return "—"
     if math.isnan(value):
         return "nan"
@@ -150,7 +147,7 @@ def interval_keys(family: FamilyFolder) -> list[str]:
     last = family.run.last() if family.run is not None else None
     if last is None:
         return []
-    return [k for k in headline_keys(family) if all(_is_number(last.get(f"{k}{s}")) for s in _INTERVAL_SUFFIXES)]
+    return [k for k in headline_keys(family) if all(is_number(last.get(f"{k}{s}")) for s in _INTERVAL_SUFFIXES)]
 
 
 def _value_cell(record: dict[str, Any], key: str, count: bool, label: str) -> str:
@@ -159,9 +156,9 @@ def _value_cell(record: dict[str, Any], key: str, count: bool, label: str) -> st
     low, high = record.get(f"{key}_ci_low"), record.get(f"{key}_ci_high")
     text = _format(value, count)
     attrs = f' data-key="{_e(label)}"'
-    if _is_number(value):
+    if is_number(value):
         attrs += f' data-value="{value!r}"'
-    if _is_number(low) and _is_number(high):
+    if is_number(low) and is_number(high):
         text += f" [{_format(low)}, {_format(high)}]"
         attrs += f' data-low="{low!r}" data-high="{high!r}"'
     return f'<td class="num"{attrs}>{_e(text)}</td>'
@@ -256,7 +253,7 @@ def _cell(cell: Any, problems: list[str]) -> str:
         return f"<td>{_png(cell.path, cell.path.name, problems)}</td>"
     if cell is None:
         return '<td class="muted">—</td>'
-    if _is_number(cell):
+    if is_number(cell):
         return f'<td class="num">{_e(_format(cell) if isinstance(cell, float) else cell)}</td>'
     return f"<td>{_e(cell)}</td>"
 
@@ -332,7 +329,7 @@ def _final_values(run: RunFolder) -> tuple[dict[str, dict[str, Any]], list[str]]
         if last is None:
             continue
         for key, value in last.items():
-            if _is_number(value) and not key.endswith(_INTERVAL_SUFFIXES):
+            if is_number(value) and not key.endswith(_INTERVAL_SUFFIXES):
                 records[f"{family.prefix}/{key}"] = {"value": value, "low": last.get(f"{key}_ci_low"), "high": last.get(f"{key}_ci_high")}
         keys.extend(f"{family.prefix}/{key}" for key in interval_keys(family))
     return records, keys
@@ -384,7 +381,7 @@ def _sweep_runs(sweep: MultirunFolder, notes: list[str]) -> list[EvaluationRun]:
 def _bounds(interval: Mapping[str, Any] | None) -> tuple[Any, Any]:
     interval = interval or {}
     low, high = interval.get("low"), interval.get("high")
-    return (low, high) if _is_number(low) and _is_number(high) and not (math.isnan(low) or math.isnan(high)) else (None, None)
+    return (low, high) if is_number(low) and is_number(high) and not (math.isnan(low) or math.isnan(high)) else (None, None)
 
 
 def _group_cell(key: str, metric: Mapping[str, Any], survives: bool) -> str:
@@ -395,7 +392,7 @@ def _group_cell(key: str, metric: Mapping[str, Any], survives: bool) -> str:
     low, high = _bounds(seeds.get("t"))
     text = _format(mean) + (f" [{_format(low)}, {_format(high)}]" if low is not None else "")
     attrs = f' data-key="{_e(key)}" data-n="{_e(n)}"'
-    if _is_number(mean):
+    if is_number(mean):
         attrs += f' data-mean="{mean!r}"'
     if low is not None:
         attrs += f' data-low="{low!r}" data-high="{high!r}"'
@@ -410,7 +407,7 @@ def _group_cell(key: str, metric: Mapping[str, Any], survives: bool) -> str:
 
 
 def _signed(value: Any) -> str:
-    return f"{value:+.4f}" if _is_number(value) and math.isfinite(value) else "—"
+    return f"{value:+.4f}" if is_number(value) and math.isfinite(value) else "—"
 
 
 def _tests_html(table: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from beyondlabels._internal.checks import check_positive_int
 from beyondlabels.io.atomic import save_figure
 
 
@@ -192,8 +193,7 @@ def save_image_grid_png(images: object, titles: Sequence[str], path: str | Path,
         raise ValueError("`images` must hold finite values in [0, 1].")
     if len(titles) != pictures.shape[0]:
         raise ValueError(f"`titles` must hold one title per picture ({pictures.shape[0]}), got {len(titles)}.")
-    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
-        raise ValueError(f"`columns` must be an int >= 1, got {columns!r}.")
+    columns = check_positive_int(columns, "columns")
     import matplotlib
 
     matplotlib.use("Agg", force=False)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from beyondlabels._internal.checks import check_choice
 from beyondlabels.functional.abtest import ab_test
 from beyondlabels.functional.bootstrap import bootstrap_ci
 from beyondlabels.io.run_files import EvaluationRun, query_values
@@ -106,8 +107,7 @@ def ab_comparison(
         ValueError: when the baseline is not among the runs, a key has no per-query values, or the runs do not hold
             the same queries (unless ``intersect``).
     """
-    if which not in ("final", "best"):
-        raise ValueError(f"`which` must be 'final' or 'best', got {which!r}")
+    check_choice(which, "which", ("final", "best"))
     prefix, key = split_key(metric)
     guards = [(g, *split_key(g)) for g in guardrails]
     groups: dict[Path, dict[str, EvaluationRun]] = {}
@@ -117,33 +117,11 @@ def ab_comparison(
     if not folders:
         raise ValueError(f"no run has evaluations under {prefix!r} (prefixes found: {sorted({p for g in groups.values() for p in g})})")
     labels = _unique([groups[f][prefix].name for f in folders])
-    base_path = Path(baseline).resolve()
-    matches = [i for i, f in enumerate(folders) if base_path == f or base_path in f.parents or f in base_path.parents or str(baseline) == labels[i]]
-    if len(matches) != 1:
-        raise ValueError(
-            f"baseline={baseline!r} matches {len(matches)} of the runs ({[labels[i] for i in matches] or [str(f) for f in folders]}); "
-            "pass the baseline's run folder (one of the runs compared)"
-        )
-    b = matches[0]
+    b = _baseline_index(baseline, folders, labels)
     direction = groups[folders[b]][prefix].schema.mode(key) if groups[folders[b]][prefix].schema is not None else None
     if direction is None:
         raise ValueError(f"{metric!r} has no direction in the schema (a count or setting); choose a metric that is better when higher or lower")
-
-    def read(folder: Path) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
-        group = groups[folder]
-        primary = _values(group[prefix], key, which)
-        out = {metric: primary}
-        for name, gprefix, gkey in guards:
-            if gprefix not in group:
-                raise ValueError(f"guardrail {name!r}: run {group[prefix].name} has no evaluations under {gprefix!r}")
-            grun = group[gprefix]
-            if which == "best" and primary[0] in grun.steps:  # the guardrail at the primary's best evaluation
-                out[name] = (primary[0], *_at(grun, gkey, primary[0]))
-            else:
-                out[name] = _values(grun, gkey, "final")
-        return out
-
-    data = {f: read(f) for f in folders}
+    data = {f: _read_run(groups[f], metric, guards, which) for f in folders}
     base = data[folders[b]]
     table: dict[str, Any] = {
         "metric": metric,
@@ -176,6 +154,37 @@ def ab_comparison(
             entry["vs_baseline"] = result.to_json()
         table["runs"][labels[i]] = entry
     return table
+
+
+def _baseline_index(baseline: str | Path, folders: list[Path], labels: list[str]) -> int:
+    """The position of the baseline among the run folders: its folder, a path inside it, or its label."""
+    base_path = Path(baseline).resolve()
+    matches = [i for i, f in enumerate(folders) if base_path == f or base_path in f.parents or f in base_path.parents or str(baseline) == labels[i]]
+    if len(matches) != 1:
+        raise ValueError(
+            f"baseline={baseline!r} matches {len(matches)} of the runs ({[labels[i] for i in matches] or [str(f) for f in folders]}); "
+            "pass the baseline's run folder (one of the runs compared)"
+        )
+    return matches[0]
+
+
+def _read_run(
+    group: Mapping[str, EvaluationRun], metric: str, guards: Sequence[tuple[str, str, str]], which: str
+) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+    """``(step, ids, values)`` of the metric and of each guardrail in one run folder's evaluations (by prefix); with
+    ``which="best"`` a guardrail is read at the metric's best step when its callback evaluated then."""
+    prefix, key = split_key(metric)
+    primary = _values(group[prefix], key, which)
+    out = {metric: primary}
+    for name, gprefix, gkey in guards:
+        if gprefix not in group:
+            raise ValueError(f"guardrail {name!r}: run {group[prefix].name} has no evaluations under {gprefix!r}")
+        grun = group[gprefix]
+        if which == "best" and primary[0] in grun.steps:  # the guardrail at the primary's best evaluation
+            out[name] = (primary[0], *_at(grun, gkey, primary[0]))
+        else:
+            out[name] = _values(grun, gkey, "final")
+    return out
 
 
 def _at(run: EvaluationRun, key: str, step: int) -> tuple[np.ndarray, np.ndarray]:

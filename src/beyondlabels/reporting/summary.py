@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len, set_cell_size
 
+from beyondlabels._internal.checks import is_number
 from beyondlabels.io.atomic import write_text
 from beyondlabels.io.metrics_csv import read_convergence_events
 from beyondlabels.io.run_files import EvaluationRun, find_evaluation_runs, read_evaluation_run
@@ -90,7 +91,7 @@ _EVENTS_SHOWN = 3
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if is_number(value) else None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from beyondlabels._internal.checks import check_choice, is_number
 from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.wandb_offline import OfflineRun
 from beyondlabels.reporting._console import print_fitting
@@ -48,10 +49,6 @@ _MISSING = "—"
 _LABEL_WIDTH = 14  # run labels longer than this wrap inside their column header
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def format_value(value: Any, count: bool = False) -> str:
     """How a table shows one value: ``—`` when missing, ``nan``, an int for counts, else 4 decimals.
 
@@ -59,7 +56,7 @@ def format_value(value: Any, count: bool = False) -> str:
         >>> format_value(None), format_value(float("nan")), format_value(12.0, count=True), format_value(0.123456)
         ('—', 'nan', '12', '0.1235')
     """
-    if not _is_number(value):
+    if not is_number(value):
         return _MISSING
     if math.isnan(value):
         return "nan"
@@ -98,7 +95,7 @@ def print_metrics_table(
     if schema is not None:
         rows = [(k, schema.mode(k), schema[k].count) for k in schema.scalar_keys() if k in metrics]
     else:
-        rows = [(k, None, isinstance(v, int)) for k, v in metrics.items() if _is_number(v)]
+        rows = [(k, None, isinstance(v, int)) for k, v in metrics.items() if is_number(v)]
     present = {k for k, _, _ in rows}
     bounds = {k for k, _, _ in rows if f"{k}_ci_low" in present and f"{k}_ci_high" in present}
     shown = {f"{k}_ci_{side}" for k in bounds for side in ("low", "high")}
@@ -146,8 +143,7 @@ class _Column:
 
 
 def _check_which(which: str) -> None:
-    if which not in WHICH:
-        raise ValueError(f"`which` must be one of {WHICH}, got {which!r}")
+    check_choice(which, "which", WHICH)
 
 
 def _files_column(path: Path, runs: Sequence[EvaluationRun], which: str) -> _Column:
@@ -291,12 +287,12 @@ def compare_wandb_runs(
         )
         summary = run.summary
         if schema is not None:
-            column.default_keys = [k for k in schema.scalar_keys() if _is_number(summary.get(k))]
+            column.default_keys = [k for k in schema.scalar_keys() if is_number(summary.get(k))]
         else:
-            column.default_keys = sorted(k for k, v in summary.items() if k.startswith(tuple(prefixes)) and _is_number(v))
+            column.default_keys = sorted(k for k, v in summary.items() if k.startswith(tuple(prefixes)) and is_number(v))
         final_step = summary.get("trainer/global_step", summary.get("_step"))
         for key, value in summary.items():
-            if not _is_number(value):
+            if not is_number(value):
                 continue
             mode = schema.mode(key) if schema is not None else None
             column.directions[key] = mode
@@ -306,11 +302,11 @@ def compare_wandb_runs(
                 value, step = None, None
                 for row in run.history:
                     v = row.get(key)
-                    if not _is_number(v) or math.isnan(v):
+                    if not is_number(v) or math.isnan(v):
                         continue
                     if value is None or (v > value if mode == "max" else v < value):
                         value, step = v, row.get("trainer/global_step", row.get("_step"))
-            column.values[key] = (float(value) if _is_number(value) and not column.counts[key] else value, step)
+            column.values[key] = (float(value) if is_number(value) and not column.counts[key] else value, step)
         columns.append(column)
     return _assemble(columns, keys, which)
 

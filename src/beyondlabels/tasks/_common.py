@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels.io import save_per_query
-from beyondlabels.io._convert import plain
+from beyondlabels._internal.convert import plain
 from beyondlabels.io.atomic import write_json
 from beyondlabels.metrics.intervals import add_confidence_intervals
 from beyondlabels.schema import OutputSchema

@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels.io import find_evaluation_runs, read_evaluation_run
-from beyondlabels.io._convert import plain
+from beyondlabels._internal.convert import plain
 from beyondlabels.tasks._common import ReportFiles, path_list
 
 __all__ = ["run"]

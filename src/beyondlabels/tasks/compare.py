@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels.io import evaluation_schema, find_evaluation_runs, find_offline_runs, read_evaluation_run, read_offline_run, run_overrides
-from beyondlabels.io._convert import plain
+from beyondlabels._internal.convert import plain
 from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison
 from beyondlabels.reporting.summary import print_summary, resolve_headline, summarize_runs
 from beyondlabels.schema import OutputSchema

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from beyondlabels.io._convert import plain
+from beyondlabels._internal.convert import plain
 from beyondlabels.tasks._common import ReportFiles, scalar_report, with_intervals
 
 __all__ = ["run"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from beyondlabels.io._convert import plain
+from beyondlabels._internal.convert import plain
 from beyondlabels.io.run_folders import is_multirun_folder, is_run_folder
 from beyondlabels.reporting.html_report import write_report
 from beyondlabels.reporting.summary import print_summary, summarize_run_folder

@@ -79,7 +79,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import math
 import re
 import zlib
 from collections import OrderedDict
@@ -90,6 +89,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.checks import (
+    check_choice,
+    check_int,
+    check_non_negative_int,
+    check_number,
+    check_positive_int,
+    is_int,
+)
 from beyondlabels.taxonomy.tree import Taxonomy
 
 __all__ = [
@@ -170,9 +177,7 @@ class HashingTextEncoder:
     """
 
     def __init__(self, dim: int = 512) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 8:
-            raise ValueError(f"`dim` must be an int >= 8, got {dim!r}.")
-        self.dim = dim
+        self.dim = check_int(dim, "dim", minimum=8)
 
     def _features(self, text: str) -> list[str]:
         feats = []
@@ -281,9 +286,7 @@ class NodeMatch:
 
 
 def _positive(value: Any, name: str, hint: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"`{name}` must be a number > 0 ({hint}), got {value!r}.")
-    return float(value)
+    return check_number(value, name, above=0.0, hint=hint)
 
 
 def _check_rules(rules: Any) -> tuple[str, ...]:
@@ -351,26 +354,20 @@ class TextToNode:
     ) -> None:
         if not isinstance(taxonomy, Taxonomy):
             raise ValueError(f"`taxonomy` must be a Taxonomy, got {type(taxonomy).__name__}; see load_taxonomy().")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"`top_k` must be a positive int, got {top_k!r}.")
+        top_k = check_positive_int(top_k, "top_k")
         orders = tuple(ngram_orders)
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in orders) or len(set(orders)) != len(orders):
+        if any(not is_int(n) or n < 2 for n in orders) or len(set(orders)) != len(orders):
             raise ValueError(f"`ngram_orders` must be distinct ints >= 2 (e.g. (4, 3, 2)), got {ngram_orders!r}.")
-        if context not in ("parent", "both", None):
-            raise ValueError(
-                f"`context` must be 'both' (node texts embedded alone and with their parent's), 'parent' or None "
-                f"(alone), got {context!r}."
-            )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(f"`cache_size` must be an int >= 0 (distinct answers kept), got {cache_size!r}.")
+        what = "'both' (node texts embedded alone and with their parent's), 'parent' or None (alone)"
+        check_choice(context, "context", ("parent", "both", None), what=what)
+        batch_size = check_positive_int(batch_size, "batch_size")
+        cache_size = check_non_negative_int(cache_size, "cache_size", hint="distinct answers kept")
         self.taxonomy = taxonomy
         self.rules = _check_rules(rules)
         self.lca_gap = _positive(lca_gap, "lca_gap", "standard deviations of the answer's scores")
         self.temperature = _positive(temperature, "temperature", "standard deviations of the answer's scores")
         self.top_k = min(top_k, len(taxonomy))
-        self.ngram_orders = tuple(sorted(orders, reverse=True))
+        self.ngram_orders = tuple(sorted((int(n) for n in orders), reverse=True))
         self.context = context
         self.batch_size = batch_size
         self.cache_size = cache_size

@@ -45,9 +45,9 @@ import torch
 from torch import Tensor
 
 from beyondlabels.taxonomy._dag import dag_to_tree, parents_from_mapping
-from beyondlabels.taxonomy._names import SHOW as _SHOW
-from beyondlabels.taxonomy._names import check_name as _check_name
-from beyondlabels.taxonomy._names import listing as _listing
+from beyondlabels._internal.names import SHOW as _SHOW
+from beyondlabels._internal.names import check_name as _check_name
+from beyondlabels._internal.names import listing as _listing
 
 
 class Taxonomy:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from beyondlabels._internal.checks import is_number
 from beyondlabels.io.atomic import write_json
 from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.sweeps import SEED_KEYS
@@ -41,7 +42,7 @@ def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     for key, value in metrics.items():
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             out[key] = float(value)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif is_number(value):
             out[key] = float(value)
     return dict(sorted(out.items()))
 

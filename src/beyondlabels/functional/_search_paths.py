@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._checks import check_depths
+from beyondlabels._internal.checks import check_depths
 from beyondlabels.functional._leave_one_out import block_search
 from beyondlabels.functional._low_precision import Gallery, search_chunk
 from beyondlabels.functional._topk import Workspace

@@ -1,8 +1,8 @@
 """Primitives shared by the statistics modules (internal: not part of the public API).
 
-:class:`Interval` (public at :mod:`beyondlabels.functional.bootstrap`), the argument checks, the normal and Student t
-quantiles, and the seeded resampling every bootstrap interval is drawn from (definitions:
-:mod:`beyondlabels.functional.bootstrap`).
+:class:`Interval` (public at :mod:`beyondlabels.functional.bootstrap`), the normal and Student t quantiles, and the
+seeded resampling every bootstrap interval is drawn from (definitions: :mod:`beyondlabels.functional.bootstrap`). The
+checks of ``confidence``, ``rounds`` and ``seed`` are :mod:`beyondlabels._internal.checks`' (importable from here too).
 """
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+# Re-exported: the statistics modules import their argument checks with the primitives.
+from beyondlabels._internal.checks import check_confidence as check_confidence
+from beyondlabels._internal.checks import check_rounds as check_rounds
+from beyondlabels._internal.checks import check_seed as check_seed
 
 # Resampled values held at once by the bootstrap (rounds are processed in chunks of at most this many values).
 CHUNK_VALUES = 1 << 22
@@ -64,24 +69,6 @@ def vector(values: Any, name: str) -> Tensor:
     if tensor.dim() != 1 or tensor.is_complex() or tensor.dtype == torch.bool:
         raise ValueError(f"`{name}` must be a 1-D vector of real numbers (one per query), got shape {tuple(tensor.shape)} {tensor.dtype}.")
     return tensor.to(torch.float64)
-
-
-def check_confidence(confidence: Any) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
-        raise ValueError(f"`confidence` must be a number strictly between 0 and 1 (e.g. 0.95), got {confidence!r}.")
-    return float(confidence)
-
-
-def check_rounds(rounds: Any) -> int:
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"`rounds` must be a positive int (e.g. 2000 bootstrap resamples), got {rounds!r}.")
-    return rounds
-
-
-def check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
-    return seed
 
 
 def finite(values: Tensor) -> Tensor:
