@@ -21,7 +21,7 @@ Headline and notes
     are declared where the family declares its schema and travel with it (``schema.json``), so a reader of a run
     folder needs no list of families.
 
-Example:
+Examples:
     >>> keys = {"precision@1": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True)}
     >>> schema = OutputSchema(keys, headline=["precision@1"], notes={"num_queries": "queries"})
     >>> schema.scalar_keys(), schema["precision@1"].summary, schema["num_queries"].summary

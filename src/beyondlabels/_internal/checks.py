@@ -8,7 +8,7 @@ Numbers: an *int* is any integral number (Python or numpy) but never a bool, ret
 *number* is any real number but never a bool, returned as a Python ``float``. Checks of one family's settings live in
 that family's kernel package (e.g. :mod:`beyondlabels.functional.rprecision.settings`).
 
-Example:
+Examples:
     >>> check_int(3, "window", minimum=2, hint="values per window")
     3
     >>> check_int(1, "window", minimum=2, hint="values per window")
@@ -41,7 +41,7 @@ def _must(name: str, what: str, hint: str | None, value: object) -> ValueError:
 def is_int(value: object) -> bool:
     """Whether ``value`` is an integral number (Python or numpy) and not a bool.
 
-    Example:
+    Examples:
         >>> is_int(3), is_int(True), is_int(3.0)
         (True, False, False)
     """
@@ -51,7 +51,7 @@ def is_int(value: object) -> bool:
 def is_number(value: object) -> bool:
     """Whether ``value`` is a real number (int or float, Python or numpy) and not a bool; NaN and infinities count.
 
-    Example:
+    Examples:
         >>> is_number(0.5), is_number(float("nan")), is_number(False), is_number("1")
         (True, True, False, False)
     """
@@ -73,7 +73,7 @@ def check_int(
 ) -> int:
     """``value`` as a Python int, checked to lie in ``[minimum, maximum]`` (either bound optional).
 
-    Example:
+    Examples:
         >>> check_int(0, "top", minimum=0), check_int(5, "num_components", minimum=1, maximum=8)
         (0, 5)
     """
@@ -95,7 +95,7 @@ def check_non_negative_int(value: object, name: str, hint: str | None = None) ->
 def check_seed(value: object, name: str = "seed") -> int:
     """A seed: any int (negative ones included), as a Python int.
 
-    Example:
+    Examples:
         >>> check_seed(-3)
         -3
     """
@@ -135,7 +135,7 @@ def check_number(
     against the bounds given (``above`` and ``below`` exclusive, ``at_least`` and ``at_most`` inclusive). ``what``
     replaces the phrase the bounds give.
 
-    Example:
+    Examples:
         >>> check_number(0, "min_delta", at_least=0), check_number(2, "noise", above=0)
         (0.0, 2.0)
         >>> check_number(float("inf"), "noise", above=0)
@@ -165,7 +165,7 @@ def check_confidence(value: object, name: str = "confidence") -> float:
 def check_bool(value: object, name: str, *, hint: str | None = None, what: str | None = None) -> bool:
     """``value`` when it is True or False (no other truthy or falsy value); ``what`` replaces "True or False".
 
-    Example:
+    Examples:
         >>> check_bool(True, "include_root")
         True
     """
@@ -180,7 +180,7 @@ def check_choice(
     """``value`` when it is one of ``choices`` (compared by equality, a bool never equal to an int); ``what``
     replaces the phrase "one of [...]".
 
-    Example:
+    Examples:
         >>> check_choice("weak", "percentile_kind", ("weak", "strict"))
         'weak'
     """

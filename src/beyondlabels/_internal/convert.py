@@ -10,7 +10,7 @@ def plain(value: Any) -> Any:
     """Nested mappings and sequences (also Hydra's DictConfig / ListConfig) as plain dicts (string keys) and lists;
     other values as they are.
 
-    Example:
+    Examples:
         >>> plain({"a": (1, 2), 3: {"b": "c"}})
         {'a': [1, 2], '3': {'b': 'c'}}
     """

@@ -13,7 +13,7 @@ Rules (every reader of the package follows them through these functions):
   :data:`MAX_VALUES` values once its aliases are expanded (a "billion laughs"), or that contains itself, is an
   error, found in time linear in the file.
 
-Example:
+Examples:
     >>> parse_json('\\ufeff{"a": [1, 2]}', "x.json")
     {'a': [1, 2]}
     >>> parse_json('{"a": 1, "a": 2}', "x.json")
@@ -79,7 +79,7 @@ def text_lines(text: str) -> list[str]:
     """The lines of ``text`` as a file opened in text mode gives them: ``\\n``, ``\\r\\n`` or ``\\r`` ends a line
     (not the other separators of ``str.splitlines``, which may sit inside a name); no line ends are kept.
 
-    Example:
+    Examples:
         >>> text_lines("a\\tb\\r\\nc\\u2028d\\n")
         ['a\\tb', 'c\\u2028d', '']
     """
@@ -153,7 +153,7 @@ def check_structure(data: Any, where: str, max_depth: int = MAX_DEPTH, max_value
     Iterative, and linear in the number of distinct containers: a container met again (a YAML alias) adds its
     known count instead of being walked again.
 
-    Example:
+    Examples:
         >>> shared = [1, 2, 3]
         >>> check_structure([shared] * 2, "x.yaml", max_values=12)  # 1 + 2 * (1 + 3) values
         >>> check_structure([shared] * 3, "x.yaml", max_values=12)

@@ -40,7 +40,7 @@ Your own TinyCLIP
     ``python train.py experiment=t2i_demo t2i_evaluator.source_checkpoint=logs/train/runs/<time>/checkpoints/last.ckpt
     t2i_evaluator.path=logs/t2i_evaluator/my_clip.pt`` (the Lightning checkpoint is unpickled: only pass your own files).
 
-Example:
+Examples:
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> tiny = dict(embed_dim=8, vision_width=16, vision_layers=1, vision_head_width=8, text_width=16, text_heads=2,

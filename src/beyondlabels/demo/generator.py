@@ -19,7 +19,7 @@ Decoder
     → 32 px with the default three stages) → 1×1 convolution to RGB → sigmoid, so pictures lie in ``[0, 1]``.
     GroupNorm has no running statistics: training and evaluation modes compute the same function.
 
-Example:
+Examples:
     >>> import torch
     >>> _ = torch.manual_seed(0)
     >>> model = ShapeGenerator()
@@ -54,7 +54,7 @@ LOSSES = ("l1", "mse")
 def caption_grams(text: str) -> list[str]:
     """The words and neighbouring word pairs of ``text`` that the generator's text encoder embeds.
 
-    Example:
+    Examples:
         >>> caption_grams("A red, right triangle")
         ['a', 'red', 'right', 'triangle', 'a red', 'red right', 'right triangle']
     """

@@ -6,7 +6,7 @@ metrics can be tested on the same fixture the demo trains on. They load through 
 (:func:`demo_taxonomy`, :func:`demo_profiles`: the objects configs and metrics take); :func:`taxonomy_dict` and
 :func:`profiles_dict` are plain-dict views of those.
 
-Example:
+Examples:
     >>> taxonomy = taxonomy_dict()
     >>> ancestors("square", taxonomy)
     ['square', 'parallelogram_family', 'quadrilateral', 'polygon', 'shape']
@@ -31,7 +31,7 @@ from beyondlabels.taxonomy import Taxonomy
 def demo_taxonomy() -> Taxonomy:
     """The demo class tree (``data/taxonomy.yaml``); its leaves are exactly the demo classes.
 
-    Example:
+    Examples:
         >>> tax = demo_taxonomy()
         >>> tax.root, set(tax.leaves) == set(CLASS_NAMES)
         ('shape', True)
@@ -44,7 +44,7 @@ def demo_taxonomy() -> Taxonomy:
 def demo_profiles() -> FeatureProfiles:
     """The demo classes' feature profiles (``data/profiles.yaml``), checked to cover every demo class.
 
-    Example:
+    Examples:
         >>> profiles = demo_profiles()
         >>> profiles.ordinal_matrix().shape, profiles.set_groups["edge_kinds"]
         (torch.Size([16, 5]), ('straight', 'curved'))
@@ -58,7 +58,7 @@ def demo_profiles() -> FeatureProfiles:
 def taxonomy_dict() -> dict[str, Any]:
     """The demo class tree as ``{"root": str, "parent": {node: parent}}`` (a fresh copy).
 
-    Example:
+    Examples:
         >>> taxonomy_dict()["parent"]["square"]
         'parallelogram_family'
     """
@@ -75,7 +75,7 @@ def ancestors(node: str, taxonomy: Taxonomy | dict[str, Any] | None = None) -> l
     Raises:
         ValueError: if ``node`` is not in the taxonomy or the parent links are not a tree.
 
-    Example:
+    Examples:
         >>> ancestors("circle")
         ['circle', 'curved', 'shape']
     """
@@ -88,7 +88,7 @@ def profiles_dict() -> dict[str, Any]:
 
     A fresh copy; set values are listed in each group's allowed order.
 
-    Example:
+    Examples:
         >>> profiles_dict()["features"]["sets"]["edge_kinds"]
         ['straight', 'curved']
     """
@@ -99,7 +99,7 @@ def profiles_dict() -> dict[str, Any]:
 def leaf_classes() -> tuple[str, ...]:
     """The demo classes, in label order.
 
-    Example:
+    Examples:
         >>> leaf_classes()[:2]
         ('square', 'rectangle')
     """

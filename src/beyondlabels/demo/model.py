@@ -24,7 +24,7 @@ class ConvTower(nn.Module):
     ``embed_dim``. Unlike a ViT with 8 px patches it sees edges and corners at full resolution, which is what tells
     a pentagon from a hexagon at 32 px.
 
-    Example:
+    Examples:
         >>> ConvTower(embed_dim=8, width=4)(torch.zeros(2, 3, 32, 32)).shape
         torch.Size([2, 8])
     """
@@ -177,7 +177,7 @@ def tiny_clip_model(**architecture: Any) -> CLIP:
     """The bare open_clip ``CLIP`` of a :class:`TinyCLIP` with these architecture arguments (:data:`ARCHITECTURE_KEYS`):
     the ``model_factory`` with which :class:`~beyondlabels.io.evaluator.ClipEvaluator` rebuilds a saved TinyCLIP.
 
-    Example:
+    Examples:
         >>> tiny_clip_model(embed_dim=8, conv_width=4, text_width=16, text_heads=2, text_layers=1).encode_text(
         ...     torch.zeros(1, 16, dtype=torch.long)).shape
         torch.Size([1, 8])

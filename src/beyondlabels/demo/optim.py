@@ -24,7 +24,7 @@ def adamw_warmup_cosine(
     per-step schedule that rises linearly over ``min(warmup_steps, total_steps // 10)`` steps (at least 1), then
     follows a half cosine from ``lr`` to 0 at ``total_steps``.
 
-    Example:
+    Examples:
         >>> out = adamw_warmup_cosine(torch.nn.Linear(2, 2).named_parameters(), lr=1.0, weight_decay=0.1,
         ...                           warmup_steps=2, total_steps=40)
         >>> [round(out["lr_scheduler"]["scheduler"].lr_lambdas[0](s), 3) for s in (0, 1, 2, 21, 40)]

@@ -13,7 +13,7 @@ retrieval, text-image retrieval and text-to-image generation.
 Generation is a pure function of the seed: the same seed gives the same pictures, captions and
 attributes on any machine (numpy's PCG64 generator, float64 geometry).
 
-Example:
+Examples:
     >>> sample = render_shapes(num_per_class=2, seed=0)
     >>> sample.images.shape, sample.images.dtype
     ((32, 3, 32, 32), dtype('uint8'))
@@ -84,7 +84,7 @@ def class_phrase(name: str) -> str:
 def compose_caption(shape: str, size: str | None = None, color: str | None = None, position: str | None = None) -> str:
     """The caption of a picture, leading with its shape; attributes given as None are left out.
 
-    Example:
+    Examples:
         >>> compose_caption("octagon", "small", "red", "upper left")
         'an octagon, small red, in the upper left'
         >>> compose_caption("right_triangle", color="blue"), compose_caption("square")

@@ -12,7 +12,7 @@ Definitions (stated once)
       ``"better"`` or ``"worse"`` for B under the primary metric's direction.
     - **Sample size** (:func:`sample_size`): ``n = ceil((z sd / half_width)^2)`` with ``z = Phi^-1((1+c)/2)``.
 
-Example:
+Examples:
     >>> a = torch.tensor([0.2, 0.4, 0.1, 0.5, 0.3, 0.6, 0.2, 0.4, 0.5, 0.3])
     >>> result = ab_test(a, a + 0.1)
     >>> result.decision, round(result.difference, 3), result.n
@@ -108,8 +108,10 @@ def paired_differences(
     """Per-query differences ``b - a``, matched by query id.
 
     Args:
-        a, b: Per-query values of the two runs.
-        ids_a, ids_b: Their query ids (ints); without them the vectors are matched by position (same length).
+        a: Per-query values of run A.
+        b: Per-query values of run B.
+        ids_a: The query ids (ints) of ``a``; without ids the vectors are matched by position (same length).
+        ids_b: The query ids (ints) of ``b``.
         intersect: Leave out ids only one run has (counted) instead of raising.
 
     Returns:
@@ -120,7 +122,7 @@ def paired_differences(
         ValueError: for ids given on one side only, duplicate ids, or unmatched ids without ``intersect`` (naming
             how many and some of them).
 
-    Example:
+    Examples:
         >>> ids, d, left = paired_differences([0.1, 0.5], [0.3, 0.5, 0.9], [7, 3], [3, 7, 9], intersect=True)
         >>> ids.tolist(), [round(v, 2) for v in d.tolist()], left
         ([3, 7], [-0.2, 0.4], 1)
@@ -168,7 +170,7 @@ def paired_t_ci(differences: Any, *, confidence: float = 0.95) -> tuple[Interval
     Returns:
         ``(interval, statistic, pvalue)``.
 
-    Example:
+    Examples:
         >>> ci, t, p = paired_t_ci([0.1, 0.2, 0.0, 0.3, 0.1])
         >>> round(ci.estimate, 2), round(t, 3), round(p, 4)
         (0.14, 2.746, 0.0516)
@@ -215,17 +217,21 @@ def ab_test(
     module docstring.
 
     Args:
-        a, b: Per-query values of the primary metric for runs A (baseline) and B.
-        ids_a, ids_b: Their query ids (default: match by position).
+        a: Per-query values of the primary metric for run A (the baseline).
+        b: Per-query values of the primary metric for run B.
+        ids_a: The query ids of ``a`` (default: match by position).
+        ids_b: The query ids of ``b``.
         higher_is_better: Direction of the primary metric.
         guardrails: ``{name: (values_a, values_b, higher_is_better)}``, paired with ``ids_a`` / ``ids_b`` unless
             ``guardrail_ids`` gives their own ``(ids_a, ids_b)``.
         tolerance: How much worse (mean difference) a guardrail may get before B is rejected.
         min_queries: Fewer paired queries than this give ``"no conclusion"``.
         intersect: Compare the queries both runs hold instead of raising on unmatched ids.
-        rounds, confidence, seed: Of the paired bootstrap.
+        rounds: Resamples of the paired bootstrap.
+        confidence: Level of its intervals.
+        seed: Seed of its resampling.
 
-    Example:
+    Examples:
         >>> a = torch.linspace(0.2, 0.8, 12)
         >>> r = ab_test(a, a + 0.05, guardrails={"latency": (a, a + 0.5, False)})
         >>> r.decision, r.guardrails["latency"].breached
@@ -276,7 +282,7 @@ def sample_size(sd: float, half_width: float, confidence: float = 0.95) -> int:
     """Queries needed for a confidence interval of the mean of half-width ``half_width`` when per-query values (or
     differences) have standard deviation ``sd``: ``ceil((z sd / half_width)^2)``.
 
-    Example:
+    Examples:
         >>> sample_size(0.18, 0.05), sample_size(0.18, 0.025)
         (50, 200)
     """

@@ -8,9 +8,9 @@ Definitions (stated once; missing values as in :mod:`beyondlabels.functional.boo
       ``S / sqrt((n0-n1)(n0-n2))`` with the tie-corrected normal approximation of the variance of ``S`` (Kendall
       1970); two-sided p-values.
 
-Example:
+Examples:
 
-Example:
+Examples:
     >>> round(spearman([1, 2, 3, 4], [1, 3, 2, 4]).statistic, 2)
     0.8
 """
@@ -43,10 +43,11 @@ def cohen_kappa(rater_a: Any, rater_b: Any, weights: str | None = None) -> float
     """Cohen's kappa between two raters' labels of the same items (definition: the module docstring).
 
     Args:
-        rater_a, rater_b: One label per item: ints, strings or booleans-as-ints, same length.
+        rater_a: One label per item: ints, strings or booleans-as-ints.
+        rater_b: The other rater's labels of the same items, same length.
         weights: None (unweighted), ``"linear"`` or ``"quadratic"`` (ordinal categories, sorted by code).
 
-    Example:
+    Examples:
         >>> round(cohen_kappa([1, 1, 0, 0, 1, 0], [1, 0, 0, 0, 1, 1]), 4)
         0.3333
         >>> round(cohen_kappa(["good", "bad", "ok", "good"], ["good", "ok", "ok", "good"]), 4)
@@ -109,7 +110,7 @@ def _pairs(x: Any, y: Any) -> tuple[Tensor, Tensor]:
 def spearman(x: Any, y: Any) -> Correlation:
     """Spearman's rank correlation with its two-sided p-value (t approximation; pairs with a NaN left out).
 
-    Example:
+    Examples:
         >>> r = spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
         >>> round(r.statistic, 2), r.n
         (0.8, 5)
@@ -139,7 +140,7 @@ def _tie_sums(x: Tensor) -> tuple[float, float, float]:
 def kendall_tau(x: Any, y: Any, chunk_size: int = 1024) -> Correlation:
     """Kendall's tau-b with its two-sided p-value (normal approximation with tie corrections; NaN pairs left out).
 
-    Example:
+    Examples:
         >>> r = kendall_tau([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
         >>> round(r.statistic, 2), r.n
         (0.6, 5)

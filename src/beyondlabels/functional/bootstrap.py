@@ -16,7 +16,7 @@ Definitions (stated once)
       ``Phi(z0 + (z0 + z) / (1 - a (z0 + z)))`` for ``z = Phi^-1`` of each percentile level. ``n == 1`` or constant
       values give the point interval; ``n == 0`` gives NaN.
 
-Example:
+Examples:
     >>> ci = bootstrap_ci([0.2, 0.4, 0.1, 0.5, 0.3, 0.6, 0.2, 0.4], rounds=500, seed=0)
     >>> ci.method, ci.n, ci.low < ci.estimate < ci.high
     ('percentile', 8, True)
@@ -54,7 +54,7 @@ def bootstrap_ci(
         method: ``"percentile"`` or ``"bca"``.
         seed: Seed of the resampling generator.
 
-    Example:
+    Examples:
         >>> ci = bootstrap_ci([0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0], rounds=1000, seed=0)
         >>> ci.estimate, ci.low < 0.625 < ci.high, ci.n
         (0.625, True, 8)
@@ -79,7 +79,7 @@ def bootstrap_difference_ci(
     """Percentile bootstrap interval of ``mean(b) - mean(a)`` for two *independent* samples (each resampled on its
     own; NaN left out). Used to compare two windows of a training curve.
 
-    Example:
+    Examples:
         >>> ci = bootstrap_difference_ci([0.1, 0.2, 0.15, 0.12], [0.5, 0.55, 0.6, 0.52], rounds=500, seed=0)
         >>> round(ci.estimate, 4), ci.low > 0
         (0.4, True)

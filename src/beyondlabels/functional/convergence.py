@@ -80,7 +80,7 @@ not AR(1) (fast noise plus a component slower than the trend band) can exceed th
 ``docs/convergence.md``. ``noise_estimate="differences"`` assumes independent noise (at lag-1 correlation 0.5 it
 flags most flat runs); ``noise=`` keeps the bound when the given sd is right.
 
-Example:
+Examples:
     >>> rule = ConvergenceRule(window=5, min_delta=0.01)
     >>> state = rule.new_state()
     >>> noise = torch.randn(72, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -126,7 +126,7 @@ SERIES_KEYS = ("downturn_p", "plateau_p", "downturn", "plateau", "noise", "corre
 def noise_scale(values: Any) -> float:
     """Root mean square successive difference ``sqrt(sum (v[i+1] - v[i])^2 / (2 (n-1)))`` (NaN below 2 values).
 
-    Example:
+    Examples:
         >>> noise_scale([0.0, 1.0, 0.0, 1.0])  # successive differences of 1: s^2 = 3 / 6
         0.7071067811865476
     """
@@ -139,7 +139,7 @@ def noise_scale(values: Any) -> float:
 def noise_df(n: Any) -> Any:
     """Degrees of freedom of :func:`noise_scale` over ``n`` values: ``2 (n-1)^2 / (3n - 4)``.
 
-    Example:
+    Examples:
         >>> noise_df(20)
         12.892857142857142
     """
@@ -150,7 +150,7 @@ def sign_flip_bound(differences: Any) -> float:
     """``exp(-S^2 / (2 sum d^2))`` for ``S = sum d > 0``, else 1: a bound on ``P(sum eps_i |d_i| >= S)`` over random
     signs ``eps_i`` (NaN left out; no differences or all zero give 1).
 
-    Example:
+    Examples:
         >>> round(sign_flip_bound([1.0, 1.0, 1.0, 1.0]), 6)  # exp(-16 / 8)
         0.135335
     """
@@ -186,7 +186,7 @@ def covered_correlation(window: int) -> float:
     """The largest lag-1 noise correlation the AR(1) noise model covers: ``exp(-1 / window)`` (a correlation time
     ``-1 / log(rho)`` of at most one window).
 
-    Example:
+    Examples:
         >>> round(covered_correlation(10), 4)
         0.9048
     """
@@ -199,7 +199,7 @@ def transient_end(values: Any, window: int) -> int:
     (n_w - d)^2`` for ``d = 0 .. min(n_w // 2, n_w - 2)`` (``Zbar_d`` the mean of ``Z_b, b >= d``; the first of equal
     values), as ``d* window`` values (0 below two windows).
 
-    Example:
+    Examples:
         >>> rise = [0.1 * i for i in range(10)] + [1.0, 1.02, 0.98, 1.01, 0.99] * 6  # a rise, then flat
         >>> transient_end(rise, window=5)
         10
@@ -357,7 +357,7 @@ def ar1_noise(values: Any, window: int) -> dict[str, Any]:
     ``covered``; NaN where the noise is not estimated. ``values`` ``[t]`` gives floats, ``[runs, t]`` tensors
     ``[runs]`` (many curves at once).
 
-    Example:
+    Examples:
         >>> noise = torch.randn(420, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         >>> fit = ar1_noise(0.5 + 0.02 * noise, window=10)  # independent noise of sd 0.02
         >>> round(fit["correlation"], 3), round(fit["sd"], 4), fit["covered"]
@@ -399,7 +399,7 @@ class ConvergenceRule:
         rounds: Bootstrap resamples of the window band.
         seed: Seed of the window band's bootstrap.
 
-    Example:
+    Examples:
         >>> ConvergenceRule(window=5).per_look_level()
         5e-05
     """
@@ -449,7 +449,7 @@ class ConvergenceRule:
         ``noise_start`` (``s``), ``best`` (``B`` in the metric's units), ``best_index`` (start of the best window) and
         ``candidates`` (``k``).
 
-        Example:
+        Examples:
             >>> noise = torch.randn(72, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
             >>> curve = torch.cat([0.5 + 0.01 * noise[:60], 0.5 - 0.02 * torch.arange(1, 13) + 0.01 * noise[60:]])
             >>> out = ConvergenceRule(window=5).series_tests(curve)

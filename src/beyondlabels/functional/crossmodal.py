@@ -33,7 +33,7 @@ Per-query values
     rows and on lone images) and ``text_to_image_recall@k`` / ``text_to_image_rank`` (NaN on image rows). The NaN-free
     mean of a per-query vector is the scalar of the same name.
 
-Example:
+Examples:
     >>> images = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     >>> texts = torch.tensor([[0.9, 0.1], [0.1, 0.9], [1.0, 0.9], [0.6, 1.0]])
     >>> m = crossmodal_retrieval_metrics(images, texts, torch.tensor([0, 1, 1, 2]), ks=(1, 2))
@@ -71,7 +71,7 @@ _KEPT = ("query_index", "num_relevant", "hits", "first_relevant_rank", "neighbor
 def crossmodal_output_schema(ks: Sequence[int]) -> OutputSchema:
     """The output schema of :func:`crossmodal_retrieval_metrics` for cut-offs ``ks``.
 
-    Example:
+    Examples:
         >>> s = crossmodal_output_schema((1, 5))
         >>> s["text_to_image_recall@5"].higher_is_better, s["image_to_text_median_rank"].higher_is_better
         (True, False)
@@ -177,7 +177,8 @@ def aggregate_crossmodal(
         rows: Every query's rows, in any order.
         text_image_index: The ``[N_txt]`` image row of each caption (as given to :func:`crossmodal_per_query`).
         ks: As given to it.
-        image_ids, text_ids: Optional ids reported as ``per_query["query_id"]`` (default: the rows).
+        image_ids: Optional image ids reported as ``per_query["query_id"]`` (default: the rows).
+        text_ids: Optional caption ids, likewise.
 
     Returns:
         The dict described in :func:`crossmodal_retrieval_metrics`.
@@ -258,7 +259,8 @@ def crossmodal_retrieval_metrics(
         ks: Cut-offs of the ``recall@k`` keys; at most ``N_img`` and ``N_txt``.
         chunk_size: Queries scored per block; peak memory is ``O(chunk_size * max(N_img, N_txt))`` scores.
         precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (fast candidate search, identical values).
-        image_ids, text_ids: Optional ``[N_img]`` / ``[N_txt]`` ids reported in ``per_query["query_id"]``.
+        image_ids: Optional ``[N_img]`` ids reported in ``per_query["query_id"]``.
+        text_ids: Optional ``[N_txt]`` ids, likewise.
         return_neighbors: When ``n > 0`` also return ``neighbors``: the top ``n`` image rows (``indices``) and
             ``scores`` of every caption, ``[N_txt, n]`` (text → image; for tables of misses).
 
@@ -271,7 +273,7 @@ def crossmodal_retrieval_metrics(
             one integer image row per caption, or bad ``ks`` (larger than either gallery), ``chunk_size``,
             ``precision`` or ``return_neighbors``.
 
-    Example:
+    Examples:
         >>> images = torch.eye(3)
         >>> texts = torch.tensor([[1.0, 0.1, 0.0], [1.0, 0.0, 0.2], [0.0, 1.0, 0.0]])
         >>> m = crossmodal_retrieval_metrics(images, texts, torch.tensor([0, 2, 1]), ks=(1,))

@@ -48,7 +48,7 @@ Graded retrieval credit (:func:`taxonomy_class_gains`)
     depth 3 earns 2/3, a cousin 1/3. Pass the :class:`~beyondlabels.functional.relevance.ClassGains` it returns to
     :func:`~beyondlabels.functional.retrieval.embedding_retrieval_metrics` (``graded=[...]``).
 
-Example:
+Examples:
     >>> from beyondlabels.taxonomy import Taxonomy
     >>> tax = Taxonomy({"object": "entity", "artifact": "object", "transport": "artifact", "train": "transport",
     ...                 "activity": "entity", "sport": "activity", "pool": "sport", "high_jump": "sport"}, root="entity")
@@ -92,7 +92,7 @@ DEFAULT_CHUNK = 1 << 20
 def hierarchy_output_schema() -> OutputSchema:
     """The output schema of :func:`hierarchical_precision_recall` (and of the metric built on it).
 
-    Example:
+    Examples:
         >>> schema = hierarchy_output_schema()
         >>> schema.mode("hF"), schema["num_samples"].count, schema.curve_keys(), schema.headline
         ('max', True, ['error_lca_depth_fraction'], ['hP', 'hR', 'hF'])
@@ -148,14 +148,15 @@ def lca_depth(a: Tensor, b: Tensor, taxonomy: Taxonomy, chunk_size: int = DEFAUL
     the sparse table. Five gathers per pair, chunked over pairs, on the device of ``a``.
 
     Args:
-        a, b: int64 ``[N]`` node indices (validated by the callers), on one device.
+        a: int64 ``[N]`` node indices (validated by the callers).
+        b: int64 ``[N]`` node indices, on the device of ``a``.
         taxonomy: the tree.
         chunk_size: pairs per block (peak memory ``~ 64 * chunk_size`` bytes).
 
     Returns:
         ``(depth, index)``: int64 ``[N]`` each.
 
-    Example:
+    Examples:
         >>> from beyondlabels.taxonomy import Taxonomy
         >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
         >>> lca_depth(tax.indices(["d", "d", "e"]), tax.indices(["e", "c", "e"]), tax)
@@ -287,7 +288,7 @@ def _check_pair(pred: Tensor, gt: Tensor, taxonomy: Taxonomy, include_root: bool
 def check_abstention_precision(value: Any) -> float:
     """``value`` as a float in ``[0, 1]``, or a ValueError naming ``abstention_precision``.
 
-    Example:
+    Examples:
         >>> check_abstention_precision(0)
         0.0
     """
@@ -318,7 +319,7 @@ def taxonomy_class_gains(
         ValueError: for a ``taxonomy`` that is not a Taxonomy, unknown or repeated class names, a class at the root
             with the root excluded, or ``labels`` of the wrong length.
 
-    Example:
+    Examples:
         >>> from beyondlabels.taxonomy import Taxonomy
         >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
         >>> gains = taxonomy_class_gains(tax, ["d", "b"])
@@ -366,14 +367,15 @@ def mistake_lca_depth(
     A mistake is a pair of different nodes; a deeper LCA is a nearer miss (a sibling class shares its parent).
 
     Args:
-        query_nodes, retrieved_nodes: int ``[N]`` node indices of the queries' classes and of what was retrieved.
+        query_nodes: int ``[N]`` node indices of the queries' classes.
+        retrieved_nodes: int ``[N]`` node indices of what was retrieved.
         taxonomy: the tree.
 
     Returns:
         ``mean_mistake_lca_depth`` (float64, NaN without mistakes), ``num_mistakes`` and ``lca_depth`` (int64 ``[N]``,
         every pair, mistakes or not).
 
-    Example:
+    Examples:
         >>> from beyondlabels.taxonomy import Taxonomy
         >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
         >>> out = mistake_lca_depth(tax.indices(["d", "d", "d"]), tax.indices(["e", "c", "d"]), tax)
@@ -409,7 +411,7 @@ def mapping_quality(
         ``abstention_rate`` (floats), ``num_samples``, ``abstentions``, ``rules`` (``{rule: count}``) and ``matches``
         (the :class:`~beyondlabels.taxonomy.text.NodeMatch` of every answer).
 
-    Example:
+    Examples:
         >>> from beyondlabels.taxonomy import Taxonomy, TextToNode
         >>> tax = Taxonomy({"conifer": "tree", "spruce": "conifer", "oak": "tree"}, root="tree")
         >>> q = mapping_quality(TextToNode(tax), ["a spruce", "conifer"], ["spruce", "spruce"])
@@ -442,7 +444,7 @@ def mapping_quality(
 def node_indices(taxonomy: Taxonomy, nodes: Any, name: str) -> Tensor:
     """Node indices from names (a list of strings) or from an integer tensor / sequence of indices.
 
-    Example:
+    Examples:
         >>> from beyondlabels.taxonomy import Taxonomy
         >>> node_indices(Taxonomy({"b": "a"}, root="a"), ["b", "a"], "pred")
         tensor([1, 0])
@@ -469,7 +471,7 @@ def per_class_means(per_query: dict[str, Tensor], keys: Sequence[str] = ("hP", "
     Returns:
         ``node`` (int64 ``[C]``, ascending), ``count`` (int64 ``[C]``) and one float64 ``[C]`` mean per key.
 
-    Example:
+    Examples:
         >>> pq = {"gt": torch.tensor([3, 1, 3]), "hP": torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)}
         >>> out = per_class_means(pq, ["hP"])
         >>> out["node"].tolist(), out["count"].tolist(), out["hP"].tolist()

@@ -67,7 +67,7 @@ class AuditSettings:
             (:func:`suspect_overlap`) measures stability.
         exclude_suspects: Also compute the retrieval metrics without the items of cross-label duplicate pairs.
 
-    Example:
+    Examples:
         >>> AuditSettings.of({"k": 5}).k, AuditSettings.of(None)
         (5, None)
     """
@@ -166,7 +166,7 @@ def join_neighbors(chunks: Iterable[Neighbors], n: int) -> Neighbors:
     Raises:
         ValueError: If the chunks do not hold every query exactly once or have different depths below the deepest.
 
-    Example:
+    Examples:
         >>> a = Neighbors(torch.tensor([1]), torch.tensor([[0.5]]), torch.tensor([[0]]))
         >>> b = Neighbors(torch.tensor([0]), torch.tensor([[0.5]]), torch.tensor([[1]]))
         >>> join_neighbors([a, b], 2).indices.tolist()
@@ -251,7 +251,7 @@ def audit_neighbors(
         ValueError: On neighbours that do not cover every item in order, bad labels, ``k`` beyond the searched depth,
             or non-finite thresholds.
 
-    Example:
+    Examples:
         Items 0-2 form a cluster labelled 0, item 3 sits in it with label 1, items 4-6 are labelled 1 elsewhere:
 
         >>> from beyondlabels.functional.search import search_neighbors
@@ -366,7 +366,7 @@ def suspect_overlap(previous: Tensor, current: Tensor, m: int) -> float:
     Raises:
         ValueError: If ``m`` is not a positive int or a list is not 1-D.
 
-    Example:
+    Examples:
         >>> suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 4, 7]), 2), suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 1]), 3)
         (1.0, 0.3333333333333333)
     """

@@ -10,7 +10,7 @@ Rule
     probability about ``2**-63`` per pair. So ``1`` and ``"1"`` (or ``"1"`` and ``" 1"``) are two classes; a list
     that mixes such spellings of one label gets a warning (:func:`encode_labels`).
 
-Example:
+Examples:
     >>> codes, names = encode_labels(["gothic", "baroque", "gothic"])
     >>> codes[0] == codes[2], codes[0] != codes[1]
     (tensor(True), tensor(True))
@@ -39,7 +39,7 @@ _SIGN_CLEAR = (1 << 63) - 1
 def label_code(label: Hashable) -> int:
     """The int64 code of one label under the module's rule.
 
-    Example:
+    Examples:
         >>> label_code(7), label_code("7") == label_code("7"), label_code("7") == 7
         (7, True, False)
     """

@@ -30,7 +30,7 @@ Definitions (stated once)
       the dot product of their mean unit vectors.
     - No mismatches: the similarity statistics, percentile ranks, null and p-value are NaN; counts are 0.
 
-Example:
+Examples:
     >>> m = [[1.0, 0.8, 0.1], [0.8, 1.0, 0.2], [0.1, 0.2, 1.0]]
     >>> out = mismatch_analysis(torch.tensor([0, 0, 1, 2]), torch.tensor([1, 0, 0, 2]), m, num_trials=200, seed=0)
     >>> out["num_mismatches"], out["mean_similarity"], out["mean_percentile_rank"]
@@ -89,7 +89,7 @@ def mismatch_output_schema(spearman: bool = False) -> OutputSchema:
 def percentile_ranks(values: Any, reference: Any, kind: str = "weak") -> Tensor:
     """Percentile rank (percent) of each of ``values`` within ``reference`` (definitions: the module docstring).
 
-    Example:
+    Examples:
         >>> percentile_ranks([0.2, 0.5], [0.1, 0.2, 0.3, 0.4]).tolist()
         [50.0, 100.0]
         >>> percentile_ranks([0.2], [0.1, 0.2, 0.3, 0.4], kind="strict").tolist()
@@ -146,7 +146,7 @@ def frequency_null(query_classes: Any, similarity: Any, frequencies: Any, num_tr
         ValueError: for indices outside the matrix, bad frequencies, or a query class with no alternative class of
             positive frequency.
 
-    Example:
+    Examples:
         >>> m = [[1.0, 0.3], [0.3, 1.0]]
         >>> frequency_null(torch.tensor([0, 1]), m, torch.tensor([5.0, 5.0]), num_trials=3).tolist()
         [0.3, 0.3, 0.3]
@@ -185,7 +185,7 @@ def class_mean_cosine(embeddings: Any, class_index: Any, num_classes: int) -> tu
     ``x`` of class ``a`` and ``y`` of class ``b`` (self-pairs included on the diagonal), computed as the dot product
     of the classes' mean unit vectors; NaN for a class without samples.
 
-    Example:
+    Examples:
         >>> x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
         >>> cos, n = class_mean_cosine(x, torch.tensor([0, 0, 1]), 2)
         >>> cos.tolist(), n.tolist()
@@ -212,7 +212,7 @@ def class_pair_spearman(similarity: Any, embeddings: Any, class_index: Any) -> d
     """``spearman_rho``, ``spearman_p`` (:func:`beyondlabels.functional.agreement.spearman`) and ``spearman_pairs``
     between ``similarity`` and the mean embedding cosine over the distinct pairs of classes that have embeddings.
 
-    Example:
+    Examples:
         >>> m = [[1.0, 0.9, 0.1], [0.9, 1.0, 0.5], [0.1, 0.5, 1.0]]
         >>> x = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
         >>> out = class_pair_spearman(m, x, torch.tensor([0, 1, 2]))
@@ -248,13 +248,15 @@ def mismatch_analysis(
     ``num_queries`` and, without ``counts``, the class frequencies).
 
     Args:
-        query_classes, retrieved_classes: ``[N]`` class indices (rows of ``similarity``) of each query and of what
-            it retrieved at rank 1.
+        query_classes: ``[N]`` class indices (rows of ``similarity``) of each query.
+        retrieved_classes: ``[N]`` class indices of what each query retrieved at rank 1.
         similarity: ``[C, C]`` class similarity (finite; ``M_feature`` or any other).
         counts: optional ``[C]`` class counts for the null (default: the query classes' counts).
-        num_trials, seed: the null's ``B`` and seed.
+        num_trials: the null's ``B``.
+        seed: the null's seed.
         percentile_kind: ``"weak"`` (default), ``"strict"``, ``"mean"`` or ``"rank"``.
-        embeddings, embedding_classes: optional ``[N_e, D]`` embeddings and their class indices: adds Spearman.
+        embeddings: optional ``[N_e, D]`` embeddings: adds Spearman.
+        embedding_classes: the class indices of ``embeddings`` (given with them).
 
     Returns:
         The scalars of :func:`mismatch_output_schema`, ``per_query`` (``mismatch`` 0/1, ``similarity`` and
@@ -329,7 +331,7 @@ def mismatch_pair_table(
     """The ``top`` most frequent directed mismatch pairs as rows ``{query, retrieved, count, share, similarity}``
     (by count, descending; ties by query then retrieved class index).
 
-    Example:
+    Examples:
         >>> m = [[1.0, 0.4], [0.4, 1.0]]
         >>> mismatch_pair_table(torch.tensor([0, 0, 1]), torch.tensor([1, 1, 1]), m, ["a", "b"])
         [{'query': 'a', 'retrieved': 'b', 'count': 2, 'share': 1.0, 'similarity': 0.4}]

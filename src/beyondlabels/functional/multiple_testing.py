@@ -18,7 +18,7 @@ Definitions (stated once)
       rejection) at most ``level`` under any dependence between the tests. NaN p-values stay NaN and are not counted
       in ``m``.
 
-Example:
+Examples:
     >>> p = paired_randomization_test([0.3, 0.1, 0.2, 0.25, 0.15, 0.05])
     >>> round(p, 4)  # exact: only the all-positive and the all-negative assignments reach |mean| = 0.175
     0.0312
@@ -51,7 +51,7 @@ def holm_adjust(pvalues: Any) -> np.ndarray:
     Raises:
         ValueError: for a p-value outside [0, 1] or input that is not 1-D.
 
-    Example:
+    Examples:
         >>> holm_adjust([0.02, float("nan"), 0.001]).tolist()
         [0.02, nan, 0.002]
     """
@@ -87,7 +87,7 @@ def paired_randomization_test(differences: Any, *, rounds: int = 9999, seed: int
     Raises:
         ValueError: for ``rounds`` < 1, a non-int ``seed``, input that is not 1-D or 2-D, or NaN in 2-D input.
 
-    Example:
+    Examples:
         >>> paired_randomization_test([0.2, -0.1, 0.05, 0.0, 0.1])  # n = 5: all 32 assignments
         0.5
         >>> p = paired_randomization_test(np.full(20, 0.1), rounds=999, seed=0)

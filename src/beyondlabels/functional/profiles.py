@@ -99,7 +99,7 @@ def feature_similarity(profiles: FeatureProfiles, weights: Mapping[str, float] |
         ValueError: for ``profiles`` that are not FeatureProfiles, an unknown group in ``weights``, a negative or non-finite weight, or all weights 0 (invalid
             profiles raise in :class:`~beyondlabels.profiles.FeatureProfiles`, naming class and feature).
 
-    Example:
+    Examples:
         >>> from beyondlabels.profiles import FeatureProfiles
         >>> p = FeatureProfiles({"a": {"x": 0, "g": ["u"]}, "b": {"x": 2, "g": ["u", "v"]}}, ordinal=["x"],
         ...                     sets={"g": ["u", "v"]})
@@ -155,7 +155,7 @@ def profile_class_gains(
     Raises:
         ValueError: for ``labels`` of the wrong length or kind (and what :func:`feature_similarity` raises).
 
-    Example:
+    Examples:
         >>> from beyondlabels.profiles import FeatureProfiles
         >>> p = FeatureProfiles({"a": {"x": 0}, "b": {"x": 1}}, ordinal=["x"], sets={})
         >>> gains = profile_class_gains(p, labels="index")
@@ -169,7 +169,7 @@ def profile_class_gains(
 def pair_values(similarity: Any) -> Tensor:
     """The ``C (C - 1) / 2`` distinct-pair values (above the diagonal, row by row), float64.
 
-    Example:
+    Examples:
         >>> pair_values([[1.0, 0.2, 0.5], [0.2, 1.0, 0.7], [0.5, 0.7, 1.0]]).tolist()
         [0.2, 0.5, 0.7]
     """
@@ -187,7 +187,7 @@ def pair_distribution(similarity: Any, classes: Sequence[str] | None = None, top
         ValueError: for a matrix that is not square ``C >= 2`` and finite, ``classes`` of the wrong length, or a bad
             ``top``.
 
-    Example:
+    Examples:
         >>> d = pair_distribution([[1.0, 0.2, 0.5], [0.2, 1.0, 0.7], [0.5, 0.7, 1.0]], ["a", "b", "c"], top=1)
         >>> d["num_pairs"], round(d["mean"], 4), d["median"], d["top_pairs"]
         (3, 0.4667, 0.5, [['b', 'c', 0.7]])

@@ -13,7 +13,7 @@ Definitions (stated once)
       is positive (the first such entry on exact ties), so one input gives one output. Components of equal variance
       span a plane in which no single direction is preferred: only the plane is determined then.
 
-Example:
+Examples:
     >>> x = torch.tensor([[2.0, 0.0, 1.0], [-2.0, 0.0, 1.0], [0.0, 1.0, 1.0], [0.0, -1.0, 1.0]])
     >>> coords, ratio = pca_projection(x)
     >>> (coords.round(decimals=6) + 0.0).tolist(), ratio.round(decimals=6).tolist()
@@ -48,7 +48,7 @@ def pca_projection(embeddings: Any, num_components: int = 2) -> tuple[Tensor, Te
         ValueError: naming the argument, for a non-2-D, empty, one-row, complex, boolean or non-finite
             ``embeddings`` or a ``num_components`` outside ``1..min(N, D)``.
 
-    Example:
+    Examples:
         >>> coords, ratio = pca_projection(torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]), num_components=1)
         >>> (coords.flatten().round(decimals=4) + 0.0).tolist(), ratio.round(decimals=6).tolist()
         ([-1.4142, 0.0, 1.4142], [1.0])
@@ -96,7 +96,7 @@ class ClassProjection(NamedTuple):
 def class_projection(embeddings: Tensor, labels: Tensor) -> ClassProjection:
     """The 2-component PCA of ``embeddings`` ``[N, D]`` (N, D >= 2) with each row's class position.
 
-    Example:
+    Examples:
         >>> emb = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [3.0, 0.0, 0.0]])
         >>> p = class_projection(emb, torch.tensor([7, 3, 7, 3]))
         >>> p.coords.shape, p.classes.tolist(), p.class_index.tolist()

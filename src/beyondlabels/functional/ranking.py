@@ -59,7 +59,7 @@ Term satisfaction (multi-term queries)
     arithmetic ``sum w s / sum w``; geometric ``exp(sum w log(max(s, eps)) / sum w)`` with ``eps = 1e-3``. NaN scores
     mark absent terms (queries with fewer terms) and are left out.
 
-Example:
+Examples:
     >>> ranked = torch.tensor([[2.0, float("nan"), 0.0, 1.0]])      # grades in rank order, NaN = unjudged
     >>> pool = torch.tensor([[2.0, 1.0, 1.0, 0.0]])                 # every judged grade of the query
     >>> m = ranking_metrics(ranked, torch.tensor([4]), pool, ks=(2, 4))
@@ -115,7 +115,7 @@ def query_code(query_id: Any) -> int:
     """The int64 id of a query in per-query files: decimal ids (``"301"``) keep their value, ints stay ints, other
     names get the stable hash code of :func:`~beyondlabels.functional.labels.label_code`.
 
-    Example:
+    Examples:
         >>> query_code("301"), query_code(7), query_code("q1") == query_code("q1")
         (301, 7, True)
     """
@@ -127,7 +127,7 @@ def query_code(query_id: Any) -> int:
 def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
     """The output schema of :func:`ranking_metrics` for cut-offs ``ks``.
 
-    Example:
+    Examples:
         >>> s = ranking_output_schema((5,))
         >>> s["ndcg@5"].higher_is_better, s["judged@5"].higher_is_better, s["num_lone_queries"].count
         (True, None, True)
@@ -490,7 +490,7 @@ def judge_run(
         ValueError: for malformed runs (non-numeric scores, repeated documents), non-integer grades, or
             when no query is in both the run and the qrels.
 
-    Example:
+    Examples:
         >>> j = judge_run({"1": {"a": 0.9, "b": 0.5, "z": 0.9}, "2": ["x"]}, {"1": {"a": 1, "b": None}, "3": {"c": 1}})
         >>> j.queries, j.ranked.tolist(), j.queries_without_qrels, j.queries_without_run
         (['1'], [[nan, 1.0, nan]], ['2'], ['3'])
@@ -545,7 +545,7 @@ def _scores(scores: Any) -> Tensor:
 def term_satisfaction(scores: Any, threshold: float = 0.15) -> Tensor:
     """Share of a query's terms whose score is ``>= threshold`` (NaN scores = absent terms, left out).
 
-    Example:
+    Examples:
         >>> term_satisfaction(torch.tensor([[0.9, 0.1, 0.2], [0.05, float("nan"), 0.5]]))
         tensor([0.6667, 0.5000], dtype=torch.float64)
     """
@@ -566,7 +566,7 @@ def fuse_term_scores(scores: Any, weights: Any = None, *, method: str = "arithme
         method: ``"arithmetic"`` or ``"geometric"``.
         eps: Floor of the scores before the log (geometric).
 
-    Example:
+    Examples:
         >>> s, w = torch.tensor([1.0, 0.0]), torch.tensor([0.8, 1.0])
         >>> round(100 * fuse_term_scores(s, w).item(), 1), round(100 * fuse_term_scores(s, w, method="geometric").item(), 1)
         (44.4, 2.2)

@@ -6,7 +6,7 @@ Definition
     relevance (same label) is the identity matrix: metrics computed with :meth:`ClassGains.identity` equal the binary
     ones. Taxonomy- and profile-derived matrices plug in here; any hand-made matrix does too.
 
-Example:
+Examples:
     >>> gains = ClassGains(torch.tensor([[1.0, 0.5], [0.5, 1.0]]), ["square", "rectangle"], name="shape")
     >>> codes, _ = encode_labels(["rectangle", "square"])
     >>> gains.class_index(codes)

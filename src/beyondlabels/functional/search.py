@@ -83,7 +83,7 @@ def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
     Raises:
         ValueError: If ``x`` is not 2-D, is empty, contains non-finite values, or has a row that is exactly zero.
 
-    Example:
+    Examples:
         >>> normalize_rows(torch.tensor([[3.0, 4.0], [3e30, 4e30], [3e-30, 4e-30]]))
         tensor([[0.6000, 0.8000],
                 [0.6000, 0.8000],
@@ -131,7 +131,7 @@ def exclusion_index(
     Raises:
         ValueError: If only one of the two is given, or ``gallery_ids`` holds duplicates.
 
-    Example:
+    Examples:
         >>> exclusion_index(torch.tensor([7, 3, 9]), torch.tensor([3, 5, 7]))
         tensor([ 2,  0, -1])
     """
@@ -191,7 +191,7 @@ def search_neighbors(
         ValueError: On bad embeddings, depths larger than the available gallery, or bad ``share`` / ``chunk_size`` /
             ``precision``.
 
-    Example:
+    Examples:
         >>> g = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
         >>> [(c.rows.tolist(), c.indices.tolist()) for c in search_neighbors(g, 2)]
         [([0, 1, 2, 3], [[3, 2], [2, 0], [0, 1], [0, 2]])]
@@ -246,7 +246,7 @@ def cosine_topk(
             ``gallery_ids``, a non-positive ``k`` or one larger than the available gallery, or a bad ``chunk_size``
             or ``precision``.
 
-    Example:
+    Examples:
         >>> g = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
         >>> scores, idx = cosine_topk(g, g, 2, query_ids=torch.arange(4), gallery_ids=torch.arange(4))
         >>> idx  # query 0 ties with item 3 (score 1): excluded itself, it retrieves 3, then 2

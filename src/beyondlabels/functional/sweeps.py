@@ -33,7 +33,7 @@ Definitions (stated once)
       the query-level test keeps it from resting on a few lucky queries. With one shared seed there is no seed-level
       test and ``pvalue`` is the query-level one (``method`` says so).
 
-Example:
+Examples:
     >>> s = seed_summary([0.70, 0.72, 0.74])
     >>> round(s.mean, 2), round(s.sd, 2), s.n, s.bootstrap is None
     (0.72, 0.02, 3, True)
@@ -111,7 +111,7 @@ def seed_summary(
 def pooled_query_interval(per_query: Sequence[Any], *, confidence: float = 0.95, rounds: int = 2000, seed: int = 11) -> Interval:
     """Percentile bootstrap interval of the mean over every job's per-query values together (NaN left out).
 
-    Example:
+    Examples:
         >>> ci = pooled_query_interval([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0]], rounds=500, seed=0)
         >>> round(ci.estimate, 4), ci.n
         (0.7143, 7)
@@ -185,16 +185,19 @@ def paired_group_difference(
     """Compare ``other`` with ``baseline`` over the seeds both hold (definitions: the module docstring).
 
     Args:
-        baseline, other: ``{seed: (query ids, per-query values)}`` of each group's jobs.
+        baseline: ``{seed: (query ids, per-query values)}`` of the baseline group's jobs.
+        other: The same of the other group's jobs.
         intersect: Within a seed, compare the queries both hold instead of raising on unmatched ids.
         permutations: Random sign assignments of the randomization test (exact enumeration when ``2^n`` is smaller).
-        rounds, confidence, seed: Of the bootstrap interval and the test's seed.
+        rounds: Resamples of the bootstrap interval.
+        confidence: Level of the interval.
+        seed: Seed of the bootstrap and of the test.
 
     Raises:
         ValueError: when the groups share no seed, or (without ``intersect``) a shared seed's jobs do not hold the
             same queries.
 
-    Example:
+    Examples:
         >>> ids = np.arange(12)
         >>> base = {"seed=1": (ids, np.linspace(0.2, 0.7, 12)), "seed=2": (ids, np.linspace(0.25, 0.75, 12))}
         >>> better = {s: (i, v + 0.1) for s, (i, v) in base.items()}

@@ -22,7 +22,7 @@ Metrics (:func:`classification_metrics`, over the samples given)
       true class, columns the top-1 prediction) and ``per_query`` (``query_id``, ``label``, ``prediction`` (the top-1
       class) and 0/1 ``top{k}`` per sample; the mean of a ``top{k}`` vector is the scalar).
 
-Example:
+Examples:
     >>> prompts = class_prompts(["cat", "dog"], ["a {}", "a photo of a {}"])
     >>> prompts
     ['a cat', 'a photo of a cat', 'a dog', 'a photo of a dog']
@@ -89,7 +89,7 @@ def class_prompts(class_names: Sequence[str], templates: Sequence[str]) -> list[
     Raises:
         ValueError: on empty or duplicated class names, or templates without exactly one ``{}``.
 
-    Example:
+    Examples:
         >>> class_prompts(["red square"], ["a {}", "{} on a plain background"])
         ['a red square', 'red square on a plain background']
     """
@@ -107,7 +107,7 @@ def prompt_ensemble(prompt_embeddings: Tensor, num_classes: int) -> Tensor:
         ValueError: if the rows are not ``num_classes`` times a whole number of templates, are not finite or are zero;
             or if a class's prompt embeddings cancel out (their mean is zero).
 
-    Example:
+    Examples:
         >>> prompt_ensemble(torch.tensor([[3.0, 0.0], [0.0, 5.0]]), num_classes=1)
         tensor([[0.7071, 0.7071]])
     """
@@ -130,7 +130,7 @@ def zeroshot_scores(image_embeddings: Tensor, class_embeddings: Tensor) -> Tenso
     Raises:
         ValueError: on non-finite or zero rows, different widths or devices.
 
-    Example:
+    Examples:
         >>> zeroshot_scores(torch.tensor([[2.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 3.0]]))
         tensor([[1., 0.]])
     """
@@ -149,7 +149,7 @@ def topk_classes(scores: Tensor, k: int) -> Tensor:
     Raises:
         ValueError: if ``scores`` is not a 2-D float tensor, holds NaN, or ``k`` is not in ``[1, C]``.
 
-    Example:
+    Examples:
         >>> topk_classes(torch.tensor([[0.2, 0.5, 0.5], [0.9, 0.1, 0.3]]), 2)
         tensor([[1, 2],
                 [0, 2]])
@@ -168,7 +168,7 @@ def topk_classes(scores: Tensor, k: int) -> Tensor:
 def zeroshot_output_schema(ks: Sequence[int]) -> OutputSchema:
     """The output schema of :func:`classification_metrics` for cut-offs ``ks``.
 
-    Example:
+    Examples:
         >>> s = zeroshot_output_schema((1, 5))
         >>> s.scalar_keys(), s.headline
         (['top1', 'top5', 'balanced_accuracy', 'num_samples', 'num_classes'], ['top1', 'balanced_accuracy'])
@@ -199,7 +199,7 @@ def classification_metrics(
         ValueError: on shapes that do not match, ``max(ks)`` larger than ``K`` or ``num_classes``, or labels or
             predictions outside ``[0, num_classes)``.
 
-    Example:
+    Examples:
         >>> m = classification_metrics(torch.tensor([[0, 1], [0, 2], [2, 1]]), torch.tensor([0, 1, 2]), num_classes=3, ks=(1, 2))
         >>> m["top1"], m["top2"], m["confusion_matrix"][1].tolist()
         (tensor(0.6667, dtype=torch.float64), tensor(0.6667, dtype=torch.float64), [1, 0, 0])

@@ -56,7 +56,7 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
         ValueError: for an unsupported suffix, a parse error, a duplicated key, or a top level that is not a mapping.
         FileNotFoundError: if the file does not exist.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     file = pathlib.Path(tmp, "t.json")

@@ -44,7 +44,7 @@ def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
         ValueError: if a required array is missing, shapes disagree, or labels are floats or booleans; the message
             names the array.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "e.npz")
         >>> np.savez(path, embeddings=np.eye(3, dtype=np.float32), labels=np.array(["b", "a", "b"]))

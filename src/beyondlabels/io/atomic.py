@@ -10,7 +10,7 @@ against failing writes and killed processes, not against a power cut of the mach
 The one file the project appends to instead, an evaluation history (``history.jsonl``), is written by
 :class:`beyondlabels.io.run_files.HistoryLog`, whose reader ignores a cut last line.
 
-Example:
+Examples:
     >>> import json, tempfile
     >>> path = Path(tempfile.mkdtemp()) / "report.json"
     >>> write_json(path, {"map@r": 0.5})

@@ -19,7 +19,7 @@ __all__ = ["load_candidate_sets", "save_candidate_sets"]
 def save_candidate_sets(sets: CandidateSets, path: str | Path) -> None:
     """Write candidate sets to an ``.npz`` (arrays ``query_ids``, ``distractor_ids``) to pin a protocol.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> s = CandidateSets(torch.tensor([0, 1]), torch.tensor([[1], [0]]))
         >>> p = os.path.join(tempfile.mkdtemp(), "sets.npz"); save_candidate_sets(s, p)

@@ -22,7 +22,7 @@ Text-feature cache
     SHA-256 of the UTF-8 text; re-evaluation encodes only texts not seen before. A changed evaluator (other weights,
     config, preprocessing) has another identity hash, so it never reads a stale entry. Files are written atomically.
 
-Example:
+Examples:
     >>> ev = ClipEvaluator(model_cfg=TINY_CONFIG, init_seed=0)
     >>> ev.encode_texts(["a red square", "a blue circle"]).shape, ev.identity["weights"]
     (torch.Size([2, 16]), 'random init seed 0')

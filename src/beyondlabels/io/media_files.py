@@ -20,7 +20,7 @@ so files of earlier evaluations that the new manifest does not name are gone, an
 folder as it was. Only a folder that holds ``media.json`` (or an empty one) is ever replaced: a ``media/`` of the
 user's own, or a symbolic link in its place, is refused and left untouched.
 
-Example:
+Examples:
     >>> import json, tempfile
     >>> import numpy as np
     >>> folder = Path(tempfile.mkdtemp()) / "media"
@@ -69,7 +69,7 @@ def check_media_name(name: Any, what: str) -> str:
 def table_image_path(table: str, row: int, column: str) -> str:
     """Where the image cell of ``row`` (0-based) and ``column`` of ``table`` lies, relative to the ``media/`` folder.
 
-    Example:
+    Examples:
         >>> table_image_path("worst_mismatches", 0, "query_image")
         'tables/worst_mismatches/r000_query_image.png'
     """

@@ -6,7 +6,7 @@
 logged 1 whose previous logged value in that column was not 1 (the first value counts), exactly as the monitor's own
 ``events`` record them. Cells left empty (rows of other keys) are not observations.
 
-Example:
+Examples:
     >>> import tempfile
     >>> from pathlib import Path
     >>> file = Path(tempfile.mkdtemp()) / "metrics.csv"

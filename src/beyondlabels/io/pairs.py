@@ -19,7 +19,7 @@ def load_mismatch_pairs(path: str | Path, rank_max: int = 1) -> tuple[list[str],
     ``rank`` every row is one query at rank 1; with it, rows of rank <= ``rank_max`` are analysed and the rank-1 rows
     give one query each (the class frequencies).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> path = Path(tempfile.mkdtemp()) / "pairs.csv"
         >>> _ = path.write_text("query_label,retrieved_label,rank\\ncat,cat,1\\ncat,dog,2\\ndog,cat,1\\n")

@@ -14,7 +14,7 @@ Inside
     from one file of the folder to another stays inside; a link (or a linked sub-folder) to anywhere else does not.
     :func:`inside` returns the path or raises :class:`UnsafePathError` (a ``ValueError``) naming ``what`` it was.
 
-Example:
+Examples:
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
     >>> inside(root, "media/a.png").relative_to(root).as_posix()
@@ -47,7 +47,7 @@ class UnsafePathError(ValueError):
 def check_name(name: Any, what: str) -> str:
     """``name`` when it is one file name (the module's definition), else an :class:`UnsafePathError` naming ``what``.
 
-    Example:
+    Examples:
         >>> check_name("retrieval", "prefix")
         'retrieval'
     """
@@ -112,7 +112,7 @@ def inside(folder: str | os.PathLike[str], relative: Any, what: str = "path") ->
 def is_inside(folder: str | os.PathLike[str], relative: Any) -> bool:
     """Whether :func:`inside` accepts ``relative`` under ``folder``.
 
-    Example:
+    Examples:
         >>> is_inside("/tmp", "a/b"), is_inside("/tmp", "/etc/passwd")
         (True, False)
     """

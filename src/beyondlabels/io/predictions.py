@@ -10,7 +10,7 @@ Lines are UTF-8 (a byte-order mark at the start is dropped) and parsed by the ru
 missing or non-string ``gt``, neither or both of ``pred`` and ``pred_text``, a bad, repeated or out-of-int64 id, and
 unknown node names (the first few, with their line numbers).
 
-Example:
+Examples:
     >>> import tempfile, pathlib
     >>> from beyondlabels.taxonomy import Taxonomy
     >>> tax = Taxonomy({"b": "a", "c": "b"}, root="a")

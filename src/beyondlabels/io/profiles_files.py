@@ -24,7 +24,7 @@ def read_profiles(path: str | os.PathLike[str]) -> FeatureProfiles:
             profiles.
         FileNotFoundError: if the file does not exist.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     file = pathlib.Path(tmp, "profiles.yaml")
@@ -45,7 +45,7 @@ def load_profiles(source: FeatureProfiles | Mapping[str, Any] | str | os.PathLik
     Raises:
         ValueError: if ``source`` is none of these, or the data is invalid.
 
-    Example:
+    Examples:
         >>> load_profiles({"features": {"ordinal": {"size": "0 small, 2 big"}}, "classes": {"ant": {"size": 0}}})
         FeatureProfiles(classes=1, ordinal_features=1, set_groups=0, ordinal_max=2)
     """

@@ -26,7 +26,7 @@ Append-only qrels
     ``on_change="warn"`` (default) the newer judgement is kept and every change is logged and returned; with
     ``"error"`` a change raises; with ``"keep"`` the older judgement is kept.
 
-Example:
+Examples:
     >>> old = {"1": {"a": 1, "b": None}}
     >>> update = update_qrels(old, {"1": {"a": 2, "b": 0, "c": 1}}, on_change="keep")
     >>> update.qrels, [(c.query, c.document, c.old, c.new) for c in update.changes], update.added

@@ -18,7 +18,7 @@ writes the same information for one offline evaluation as a JSON report (``repor
 entry, scalars and curves at the top level, ``per_query_file`` beside it); it reads back as a run with one record at
 step 0.
 
-Example:
+Examples:
     >>> import json, tempfile
     >>> from beyondlabels.schema import KeySpec, OutputSchema
     >>> folder = Path(tempfile.mkdtemp()) / "3" / "retrieval"
@@ -402,7 +402,7 @@ class HistoryLog:
     kill) leaves at most a partial last line, which :func:`read_history` ignores and the next write cuts away; no
     record already on disk is touched, and the records that failed stay pending in memory for the next write.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> log = HistoryLog(Path(tempfile.mkdtemp()) / "history.jsonl")
         >>> log.write([{"step": 10, "map@r": 0.4}])
@@ -470,7 +470,7 @@ class StepRetention:
     or ``"min"``; ties keep the earlier; NaN never counts as best), and every ``every_n``-th successful evaluation
     counting from the first (the 1st, the ``every_n + 1``-th, ...). ``every_n=1`` keeps everything.
 
-    Example:
+    Examples:
         >>> keep = StepRetention(every_n=3, best="map@r", mode="max")
         >>> dropped = [keep.add(step, {"map@r": v}) for step, v in [(1, 0.2), (2, 0.9), (3, 0.5), (4, 0.4), (5, 0.3)]]
         >>> dropped, sorted(keep.kept)
@@ -609,7 +609,7 @@ def query_values(arrays: Mapping[str, np.ndarray], key: str, file: str | os.Path
     Raises:
         ValueError: if ``key`` or ``query_id`` is not in the arrays (naming ``file`` and what it holds).
 
-    Example:
+    Examples:
         >>> arrays = {"query_id": np.array([0, 1, 0, 1, 2]), "direction": np.array([0, 0, 1, 1, 1]),
         ...           "image_to_text_recall@1": np.array([1.0, 0.0, np.nan, np.nan, np.nan]),
         ...           "text_to_image_recall@1": np.array([np.nan, np.nan, 1.0, 1.0, 0.0])}

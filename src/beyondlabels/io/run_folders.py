@@ -23,7 +23,7 @@ job folder that is a symbolic link out of it, a manifest entry with ``..`` or an
 not read. A PNG is read only up to :data:`MAX_PNG_BYTES` and :data:`MAX_PNG_PIXELS`, a config text up to
 :data:`MAX_TEXT_BYTES` (longer ones are cut, and say so).
 
-Example:
+Examples:
     >>> import json, tempfile
     >>> run = Path(tempfile.mkdtemp())
     >>> (run / "retrieval").mkdir()

@@ -11,7 +11,7 @@ the same set; the seed overrides tell the group's jobs apart (``"seed=2"``; ``""
 (:func:`sweep_group`) is the setting as one stable string: its overrides sorted and joined by ``,`` (the same jobs give
 the same key in whatever order the command line named them); train.py gives it to W&B as the run's ``group``.
 
-Example:
+Examples:
     >>> sweep_group(["seed=2", "model.lr=0.003", "experiment=shapes_smoke"])
     'experiment=shapes_smoke,model.lr=0.003'
     >>> split_overrides(["+seed=2", "model.lr=0.003"])
@@ -43,7 +43,7 @@ def _is_run_key(key: str) -> bool:
 def override_name(override: str) -> str:
     """The config key an override sets: ``"model.lr"`` for ``"model.lr=0.003"``, ``"+seed=1"`` or ``"~seed"``.
 
-    Example:
+    Examples:
         >>> override_name("++trainer.max_epochs=3"), override_name("~logger"), override_name("data@x=y")
         ('trainer.max_epochs', 'logger', 'data@x')
     """
@@ -97,7 +97,7 @@ def group_jobs(runs: Sequence[EvaluationRun], seed_keys: Sequence[str] = SEED_KE
     run folder) grouped by setting: ``{group key: [SweepJob, ...]}`` in the order the runs are given. A job without
     a seed override is a group of its own, keyed by its folder.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> def job(n, overrides):

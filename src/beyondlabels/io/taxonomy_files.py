@@ -19,7 +19,7 @@ WordNet 3.0 nouns
     the sense number being the synset's position in that lemma's list of synset offsets in ``index.noun`` (e.g.
     ``train.n.01``, ``conveyance.n.03``). No file is downloaded.
 
-Example:
+Examples:
     >>> load_taxonomy({"root": "shape", "parent": {"polygon": "shape", "square": "polygon"}}).ancestors("square")
     ['square', 'polygon', 'shape']
 """
@@ -64,7 +64,7 @@ def read_tsv(path: str | os.PathLike[str], root: str | None = None) -> Taxonomy:
         ValueError: naming the file and line for a line without exactly two tab-separated non-empty names; naming
             the file for an empty list or an invalid graph.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     file = pathlib.Path(tmp, "tree.tsv")
@@ -102,7 +102,7 @@ def read_taxonomy(path: str | os.PathLike[str]) -> Taxonomy:
             invalid tree.
         FileNotFoundError: if the file does not exist.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     file = pathlib.Path(tmp, "tree.yaml")
@@ -316,7 +316,7 @@ def wordnet_lemmas(directory: str | os.PathLike[str] | None = None, nodes: Any =
     Raises:
         ValueError: naming the nodes that are not noun synsets.
 
-    Example:
+    Examples:
         >>> wordnet_lemmas(nodes=["car.n.01"])  # doctest: +SKIP
         {'car.n.01': ['car', 'auto', 'automobile', 'machine', 'motorcar']}
     """
@@ -344,7 +344,7 @@ def load_node_texts(spec: Any, taxonomy: Taxonomy) -> dict[str, list[str]] | Non
         ValueError: naming the file or the nodes, for nodes that are not WordNet synsets (``"wordnet_lemmas"``), a file
             that is not such a mapping, or anything else.
 
-    Example:
+    Examples:
         >>> load_node_texts({"b": ["bee"]}, Taxonomy({"b": "a"}, root="a"))
         {'b': ['bee']}
     """
@@ -395,7 +395,7 @@ def wordnet_mapping_cases(
     Raises:
         ValueError: for a node that is not a noun synset, an unknown kind or a bad ``max_synonyms``.
 
-    Example:
+    Examples:
         >>> wordnet_mapping_cases(load_wordnet(root="car.n.01"), kinds=["gloss"])[:1]  # doctest: +SKIP
         [('a vehicle that takes people to and from hospitals', 'ambulance.n.01', 'gloss')]
     """
@@ -434,7 +434,7 @@ def load_taxonomy(source: Taxonomy | Mapping[str, Any] | str | os.PathLike[str],
     Raises:
         ValueError: if ``source`` is none of these, the data is invalid, or ``root`` is not an inner node.
 
-    Example:
+    Examples:
         >>> load_taxonomy({"root": "a", "parent": {"b": "a", "c": "b", "d": "c"}}, root="b")
         Taxonomy(root='b', nodes=3, leaves=1, max_depth=2)
     """

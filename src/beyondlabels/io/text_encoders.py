@@ -44,7 +44,7 @@ def text_encoder(spec: Any) -> tuple[Callable[[list[str]], Any], Any]:
     Raises:
         ValueError: for anything else, or an encoder that cannot be built (the message says why and what to do).
 
-    Example:
+    Examples:
         >>> encode, key = text_encoder("hashing")
         >>> encode(["a cat"]).shape, key
         (torch.Size([1, 512]), ('hashing', 512))

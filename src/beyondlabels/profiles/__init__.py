@@ -5,7 +5,7 @@ files (YAML, JSON) are read by :mod:`beyondlabels.io.profiles_files`.
 Similarity between profiles is computed in :mod:`beyondlabels.functional.profiles`
 (:func:`~beyondlabels.functional.profiles.feature_similarity`, :func:`~beyondlabels.functional.profiles.profile_class_gains`). Torch only: no file formats, no Lightning, no torchmetrics.
 
-Example:
+Examples:
     >>> from beyondlabels.profiles import FeatureProfiles
     >>> profiles = FeatureProfiles.from_dict({
     ...     "features": {"ordinal": {"corners": "0 none .. 2 many"}, "sets": {"edges": ["straight", "curved"]}},

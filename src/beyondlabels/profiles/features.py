@@ -27,7 +27,7 @@ Data format (:meth:`FeatureProfiles.from_dict`; the YAML / JSON files of :mod:`b
     classes:
       square: {symmetry: 2, corners: 1, edge_kinds: [straight]}
 
-Example:
+Examples:
     >>> profiles = FeatureProfiles(
     ...     {"square": {"corners": 1, "edges": ["straight"]}, "circle": {"corners": 0, "edges": ["curved"]}},
     ...     ordinal={"corners": "0 = none, 1 = four, 2 = more"},
@@ -71,7 +71,7 @@ class FeatureProfiles:
             empty ``classes``, no features at all, a name used both as ordinal feature and set group, an empty or
             repeating allowed list, a bad ``ordinal_max``, or a name that is not a non-empty string.
 
-    Example:
+    Examples:
         >>> profiles = FeatureProfiles({"a": {"size": 1}, "b": {"size": 2}}, ordinal=["size"], sets={})
         >>> profiles.classes, profiles.ordinal_features, profiles.ordinal_max, len(profiles)
         (('a', 'b'), ('size',), 2, 2)
@@ -236,7 +236,7 @@ class FeatureProfiles:
         Raises:
             ValueError: for missing or unknown keys, or invalid profiles.
 
-        Example:
+        Examples:
             >>> data = {"features": {"sets": {"color": ["red", "blue"]}}, "classes": {"sky": {"color": ["blue"]}}}
             >>> FeatureProfiles.from_dict(data).profile("sky")
             {'color': ['blue']}
@@ -272,7 +272,7 @@ class FeatureProfiles:
     def to_dict(self) -> dict[str, Any]:
         """The :meth:`from_dict` format, set values in allowed order (a fresh copy).
 
-        Example:
+        Examples:
             >>> FeatureProfiles({"a": {"n": 1}}, ordinal={"n": "count"}, sets={}).to_dict()
             {'ordinal_max': 2, 'features': {'ordinal': {'n': 'count'}, 'sets': {}}, 'classes': {'a': {'n': 1}}}
         """
@@ -317,7 +317,7 @@ class FeatureProfiles:
     def ordinal_matrix(self) -> Tensor:
         """LongTensor ``[C, F]``: the level of each class (rows, class order) on each ordinal feature (columns).
 
-        Example:
+        Examples:
             >>> FeatureProfiles({"a": {"x": 0, "y": 2}}, ordinal=["x", "y"], sets={}).ordinal_matrix()
             tensor([[0, 2]])
         """
@@ -329,7 +329,7 @@ class FeatureProfiles:
         Raises:
             ValueError: if ``group`` is not a set group.
 
-        Example:
+        Examples:
             >>> p = FeatureProfiles({"a": {"g": ["v"]}, "b": {"g": []}}, ordinal=[], sets={"g": ["u", "v"]})
             >>> p.set_membership("g")
             tensor([[False,  True],
@@ -345,7 +345,7 @@ class FeatureProfiles:
         Raises:
             ValueError: if ``name`` is not a class.
 
-        Example:
+        Examples:
             >>> FeatureProfiles({"a": {"x": 1, "g": ["v"]}}, ordinal=["x"], sets={"g": ["u", "v"]}).profile("a")
             {'x': 1, 'g': ['v']}
         """
@@ -358,7 +358,7 @@ class FeatureProfiles:
         Raises:
             ValueError: naming the classes that have no profile.
 
-        Example:
+        Examples:
             >>> p = FeatureProfiles({"a": {"x": 1}, "b": {"x": 0}}, ordinal=["x"], sets={})
             >>> p.require_classes(["b", "a"])
             tensor([1, 0])

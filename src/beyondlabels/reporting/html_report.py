@@ -19,7 +19,7 @@ that someone else sent carries nothing from outside that folder: PNGs inside it 
 most ``MAX_PNG_BYTES`` and ``MAX_PNG_PIXELS``), never one that a symbolic link or a manifest entry leads to
 elsewhere; those are listed as problems. See SECURITY.md.
 
-Example:
+Examples:
     >>> import json, tempfile
     >>> from pathlib import Path
     >>> run = Path(tempfile.mkdtemp())
@@ -448,7 +448,7 @@ def grouped_sweep_html(table: Mapping[str, Any]) -> str:
     per-query interval ``q [low, high]``, :data:`~beyondlabels.reporting.sweeps.DAGGER` where the difference to
     the baseline survives the Holm–Bonferroni correction; then the tests against the baseline and the warnings.
 
-    Example:
+    Examples:
         >>> t = {"confidence": 0.95, "baseline": None, "metrics": {"r/p@1": {"direction": "max"}}, "groups": {
         ...     "lr=1": {"jobs": [{}, {}], "metrics": {"r/p@1": {"seeds": {"mean": 0.5, "n": 2, "t": {"low": 0.4, "high": 0.6}},
         ...                                                 "pooled": None}}}}}

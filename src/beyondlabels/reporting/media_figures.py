@@ -3,7 +3,7 @@
 :func:`figure_png` renders one to PNG bytes), and the pictures of a table with their row's other cells as captions
 (:func:`table_images_grid`, an image drawn with PIL).
 
-Example:
+Examples:
     >>> fig = confusion_matrix_figure([[3, 1], [0, 2]], ["cat", "dog"], title="confusion")
     >>> figure_png(fig)[:8]
     b'\\x89PNG\\r\\n\\x1a\\n'
@@ -133,7 +133,7 @@ def table_images_grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], tit
     Raises:
         ValueError: for a row whose length is not ``len(columns)``, or a table without an image cell.
 
-    Example:
+    Examples:
         >>> grid = table_images_grid(["query_image", "label"], [[np.zeros((4, 4, 3), np.uint8), "cat"]], size=32)
         >>> grid.dtype, grid.shape[2], grid.shape[1] >= 32
         (dtype('uint8'), 3, True)

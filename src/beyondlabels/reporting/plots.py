@@ -114,7 +114,7 @@ def save_embedding_projection_png(
         ValueError: naming the argument, for coords not ``[N, 2]`` with N >= 1, labels of another length or outside
             ``0..len(class_names) - 1``, or an ``explained`` that is not two numbers.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from PIL import Image
         >>> with tempfile.TemporaryDirectory() as tmp:
@@ -176,7 +176,7 @@ def save_image_grid_png(images: object, titles: Sequence[str], path: str | Path,
         ValueError: for pictures not ``[N, 3, H, W]`` with N >= 1, values outside [0, 1], a ``titles`` of another
             length, or ``columns`` < 1.
 
-    Example:
+    Examples:
         >>> import tempfile, torch
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     save_image_grid_png(torch.zeros(2, 3, 8, 8), ["a square", "a star"], f"{tmp}/g.png").name

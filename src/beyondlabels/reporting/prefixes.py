@@ -4,7 +4,7 @@ Each evaluation callback logs ``<prefix>/<key>``; its default prefix is the fami
 validation keys are logged under ``val/``. Tables that pick scalars out of a run's logged keys (run summaries, W&B
 comparisons without a schema) select the keys starting with one of :data:`LOGGED_PREFIXES`.
 
-Example:
+Examples:
     >>> LOGGED_PREFIXES[:3]
     ('val/', 'retrieval/', 'crossmodal/')
 """

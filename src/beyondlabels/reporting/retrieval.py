@@ -37,7 +37,7 @@ def retrieval_report(
     ``num_items``, ``num_labels`` (distinct labels), ``label_names`` (``{code: name}``, only when some label is not
     an integer, so hashed codes can be read), ``per_query_file`` (when given) and ``settings``.
 
-    Example:
+    Examples:
         >>> from beyondlabels.schema import KeySpec
         >>> schema = OutputSchema({"precision@1": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True),
         ...                        "precision_curve": KeySpec("curve", True)})

@@ -21,7 +21,7 @@ locations and the exact ``wandb sync`` command of the offline W&B run (:func:`ru
 The lines fit 80 columns for the project's families; they are printed through a rich ``Console``, which writes colour
 codes only to a terminal.
 
-Example:
+Examples:
     >>> import io, json, tempfile
     >>> from pathlib import Path
     >>> from rich.console import Console
@@ -160,7 +160,7 @@ class RunSummary:
 def resolve_headline(schema: OutputSchema | None, logged: Sequence[str]) -> list[str]:
     """The headline keys of a family that logged the scalar keys ``logged`` (see the module docstring).
 
-    Example:
+    Examples:
         >>> from beyondlabels.schema import KeySpec, OutputSchema
         >>> up = KeySpec("scalar", True)
         >>> resolve_headline(OutputSchema({"a": up, "b": up}, headline=["b"]), ["a", "b"])
@@ -446,7 +446,7 @@ def run_locations(folder: str | os.PathLike[str]) -> list[tuple[str, str]]:
     checkpoints, and the ``wandb sync`` command of its offline W&B run. Paths are absolute; commands are quoted for a
     POSIX shell.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> folder = Path(tempfile.mkdtemp())
         >>> (folder / "wandb" / "offline-run-20260101_120000-ab12cd34").mkdir(parents=True)

@@ -52,7 +52,7 @@ _LABEL_WIDTH = 14  # run labels longer than this wrap inside their column header
 def format_value(value: Any, count: bool = False) -> str:
     """How a table shows one value: ``—`` when missing, ``nan``, an int for counts, else 4 decimals.
 
-    Example:
+    Examples:
         >>> format_value(None), format_value(float("nan")), format_value(12.0, count=True), format_value(0.123456)
         ('—', 'nan', '12', '0.1235')
     """
@@ -80,7 +80,7 @@ def print_metrics_table(
     without, every numeric entry of ``metrics``. A key whose ``<key>_ci_low`` and ``<key>_ci_high`` are both there
     shows them in its own row, ``value  [low, high]`` (as ``train.py``'s summary does), not as rows of their own.
 
-    Example:
+    Examples:
         >>> import io
         >>> from rich.console import Console
         >>> console = Console(width=60, record=True, file=io.StringIO(), color_system=None)

@@ -7,7 +7,7 @@ mapped to nodes in :mod:`beyondlabels.taxonomy.text`. The files (YAML, JSON, TSV
 (those that read a taxonomy, such as :func:`~beyondlabels.functional.hierarchy.taxonomy_class_gains` and
 :func:`~beyondlabels.functional.hierarchy.mapping_quality`, live in :mod:`beyondlabels.functional`).
 
-Example:
+Examples:
     >>> from beyondlabels.taxonomy import Taxonomy
     >>> tax = Taxonomy.from_dict({"root": "shape", "parent": {"polygon": "shape", "square": "polygon"}})
     >>> tax.ancestors("square")

@@ -27,7 +27,7 @@ def dag_to_tree(parents: Mapping[str, Iterable[str]], root: str | None = None) -
         ValueError: for a cycle (its nodes are named), several roots (named), a ``root`` that has parents or is not
             a node, or a name that is not a non-empty string.
 
-    Example:
+    Examples:
         >>> dag_to_tree({"b": ["a"], "c": ["a", "b"]})
         ({'b': 'a', 'c': 'b'}, 'a')
     """
@@ -108,7 +108,7 @@ def parents_from_mapping(parent: Mapping[str, Any]) -> dict[str, list[str]] | No
 def edges_to_tree(edges: Iterable[tuple[str, str]], root: str | None = None) -> tuple[dict[str, str], str]:
     """``(parent, root)`` of ``(child, parent)`` pairs; a child with several parents follows the DAG rule.
 
-    Example:
+    Examples:
         >>> edges_to_tree([("b", "a"), ("c", "b")])
         ({'b': 'a', 'c': 'b'}, 'a')
     """

@@ -8,7 +8,7 @@ DAG to tree
     only on the graph, never on the order in which edges were read. Cycles (a self-loop included), several roots, or a
     requested root that is not the only node without parents are errors naming the nodes.
 
-Example:
+Examples:
     >>> tax = taxonomy_from_edges([("dog", "canine"), ("dog", "pet"), ("canine", "mammal"), ("pet", "animal"),
     ...                            ("mammal", "animal")])
     >>> tax.ancestors("dog")   # 'canine' is on the longer chain dog -> canine -> mammal -> animal
@@ -28,7 +28,7 @@ __all__ = ["dag_to_tree", "taxonomy_from_edges"]
 def taxonomy_from_edges(edges: Iterable[tuple[str, str]], root: str | None = None) -> Taxonomy:
     """A :class:`Taxonomy` from ``(child, parent)`` pairs; a child with several parents follows the DAG rule.
 
-    Example:
+    Examples:
         >>> taxonomy_from_edges([("b", "a"), ("c", "b")]).nodes
         ('a', 'b', 'c')
     """

@@ -68,7 +68,7 @@ vector). Encoders named by a string (``"hashing"``, ``"sentence-transformers:<na
 ``"open_clip:<model>[:<pretrained>]"``) or a Hydra ``_target_`` are built by
 :func:`beyondlabels.io.text_encoders.text_encoder`.
 
-Example:
+Examples:
     >>> from beyondlabels.taxonomy import Taxonomy
     >>> tax = Taxonomy({"conifer": "tree", "norway_spruce": "conifer", "oak": "tree"}, root="tree")
     >>> mapper = TextToNode(tax)
@@ -130,7 +130,7 @@ _SCORE_BLOCK = 1 << 22  # answer x node-text scores per block: peak memory ~ 16 
 def normalize_text(text: str) -> str:
     """The normalised form of an answer or node text (rule: the module docstring).
 
-    Example:
+    Examples:
         >>> normalize_text("  The Norway-Spruce! "), normalize_text("high_jump")
         ('norway spruce', 'high jump')
     """
@@ -147,7 +147,7 @@ def normalize_text(text: str) -> str:
 def node_text(name: str) -> str:
     """The normalised text of a node name (a WordNet ``.n.01`` suffix dropped).
 
-    Example:
+    Examples:
         >>> node_text("norway_spruce.n.01")
         'norway spruce'
     """
@@ -169,7 +169,7 @@ class HashingTextEncoder:
     Args:
         dim: output width.
 
-    Example:
+    Examples:
         >>> enc = HashingTextEncoder(dim=64)
         >>> e = enc(["norway spruce", "spruce", "oak"])
         >>> e.shape, bool(e[0] @ e[1] > e[0] @ e[2])
@@ -231,7 +231,7 @@ def as_encoder(encoder: Any = None) -> tuple[Callable[[list[str]], Any], Any]:
     Raises:
         ValueError: for anything else (a name included).
 
-    Example:
+    Examples:
         >>> encode, key = as_encoder()
         >>> encode(["a cat"]).shape, key
         (torch.Size([1, 512]), ('hashing', 512))
@@ -331,7 +331,7 @@ class TextToNode:
         ValueError: naming the argument, for a bad ``top_k``, ``rules``, ``ngram_orders``, ``context``, ``lca_gap``,
             ``temperature``, ``batch_size``, ``cache_size`` or ``node_texts``.
 
-    Example:
+    Examples:
         >>> tax = Taxonomy({"oak": "tree", "pine": "tree", "fir": "tree"}, root="tree")
         >>> TextToNode(tax, rules=["exact"]).map(["an oak"])[0].rule
         'exact'

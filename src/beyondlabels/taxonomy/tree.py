@@ -26,7 +26,7 @@ Lowest common ancestor (LCA)
 Leaves
     Nodes that are nobody's parent.
 
-Example:
+Examples:
     >>> tax = Taxonomy({"dog": "mammal", "cat": "mammal", "mammal": "animal", "bird": "animal"}, root="animal")
     >>> tax.nodes
     ('animal', 'bird', 'mammal', 'cat', 'dog')
@@ -62,7 +62,7 @@ class Taxonomy:
             neither a child nor the root (a second root; its descendants do not reach ``root``), the parent links
             form a cycle, or a name is not a non-empty string.
 
-    Example:
+    Examples:
         >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b"}, root="a")
         >>> len(tax), "d" in tax, tax.leaves
         (4, True, ('c', 'd'))
@@ -153,7 +153,7 @@ class Taxonomy:
         Raises:
             ValueError: if ``data`` is not such a mapping (missing or unknown keys), or the tree is invalid.
 
-        Example:
+        Examples:
             >>> Taxonomy.from_dict({"root": "a", "parent": {"b": "a"}}).nodes
             ('a', 'b')
         """
@@ -178,7 +178,7 @@ class Taxonomy:
     def to_dict(self) -> dict[str, Any]:
         """The :meth:`from_dict` format, children listed in node order (a fresh copy).
 
-        Example:
+        Examples:
             >>> Taxonomy({"c": "a", "b": "a"}, root="a").to_dict()
             {'root': 'a', 'parent': {'b': 'a', 'c': 'a'}}
         """
@@ -224,7 +224,7 @@ class Taxonomy:
         Raises:
             ValueError: if ``name`` is not a node.
 
-        Example:
+        Examples:
             >>> Taxonomy({"b": "a"}, root="a").index("b")
             1
         """
@@ -239,7 +239,7 @@ class Taxonomy:
         Raises:
             ValueError: listing the first few unknown names, if any name is not a node.
 
-        Example:
+        Examples:
             >>> Taxonomy({"b": "a", "c": "a"}, root="a").indices(["c", "a", "c"])
             tensor([2, 0, 2])
         """
@@ -265,7 +265,7 @@ class Taxonomy:
         Raises:
             ValueError: if ``name`` is not a node.
 
-        Example:
+        Examples:
             >>> Taxonomy({"b": "a", "c": "b"}, root="a").ancestors("c")
             ['c', 'b', 'a']
         """
@@ -287,7 +287,7 @@ class Taxonomy:
                 column 0, as hierarchical precision / recall usually do; the shape stays ``[V, V]``.
             device: where to build the matrix (default CPU). It takes ``V * V`` bytes.
 
-        Example:
+        Examples:
             >>> Taxonomy({"b": "a", "c": "b"}, root="a").ancestor_matrix(include_root=True).int()
             tensor([[1, 0, 0],
                     [1, 1, 0],
@@ -313,7 +313,7 @@ class Taxonomy:
         and LCAs of many pairs into one gather and compare (:mod:`beyondlabels.functional.hierarchy`). It takes
         ``4 * V * (max_depth + 1)`` bytes (6.6 MB for WordNet's nouns); the CPU copy is built once and kept.
 
-        Example:
+        Examples:
             >>> Taxonomy({"b": "a", "c": "b", "d": "a"}, root="a").ancestor_table()
             tensor([[ 0, -1, -1],
                     [ 0,  1, -1],
@@ -346,7 +346,7 @@ class Taxonomy:
         bytes (24 MB for WordNet's nouns); the CPU copy is built once and kept. ``copy=False`` returns it (or, on
         another device, the moved tensors) without a defensive copy: read it, never write it.
 
-        Example:
+        Examples:
             >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b"}, root="a")
             >>> first, sparse, log2 = tax.lca_structure()
             >>> first.tolist(), (sparse[0] % len(tax)).tolist()
@@ -404,7 +404,7 @@ class Taxonomy:
             ValueError: if an input is not an integer tensor, holds an index outside ``[0, V)``, or the two do not
                 broadcast.
 
-        Example:
+        Examples:
             >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
             >>> tax.lowest_common_ancestor(tax.indices(["d", "d", "d"]), tax.indices(["e", "c", "b"]))
             tensor([1, 0, 1])
@@ -437,7 +437,7 @@ class Taxonomy:
         Raises:
             ValueError: for an empty set or an index outside ``[0, V)``.
 
-        Example:
+        Examples:
             >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a")
             >>> [tax.nodes[tax.common_ancestor(tax.indices(s).tolist())] for s in (["d", "e"], ["d", "e", "c"], ["e"])]
             ['b', 'a', 'e']
@@ -458,7 +458,7 @@ class Taxonomy:
         Raises:
             ValueError: if ``root`` is not a node, or is a leaf (a tree needs at least one link).
 
-        Example:
+        Examples:
             >>> Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b"}, root="a").subtree("b").nodes
             ('b', 'd', 'e')
         """

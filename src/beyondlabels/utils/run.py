@@ -34,7 +34,7 @@ WANDB_RUN_FILE = "wandb_run.json"
 def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     """Plain floats of every scalar entry (tensors of one element or numbers), sorted by key.
 
-    Example:
+    Examples:
         >>> scalar_metrics({"b": torch.tensor(0.5), "a": 2, "curve": torch.ones(3)})
         {'a': 2.0, 'b': 0.5}
     """
@@ -123,7 +123,7 @@ def wandb_run_id(run_folder: str | os.PathLike[str]) -> str | None:
     """The id of the W&B run a run folder belongs to, as :func:`keep_wandb_run_id` wrote it to
     ``<run_folder>/wandb_run.json``; None when there is none (or it is unreadable, with a warning).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> folder = tempfile.mkdtemp()
         >>> keep_wandb_run_id(folder, "3x9kq2ab"); wandb_run_id(folder)
@@ -171,7 +171,7 @@ def apply_sweep_group(cfg: Any, overrides: Sequence[str] | None = None, seed_key
     Returns:
         The group key.
 
-    Example:
+    Examples:
         >>> from omegaconf import OmegaConf
         >>> cfg = OmegaConf.create({"task_name": "train", "logger": {"wandb": {"_target_": "x.WandbLogger", "group": None}}})
         >>> apply_sweep_group(cfg, ["seed=2", "model.lr=0.003"]), cfg.logger.wandb.group, cfg.sweep_group

@@ -40,7 +40,7 @@ Per-query values
     ``per_query`` holds one float64 vector per metric (NaN for lone queries), plus ``query_id``, ``label`` and
     ``num_relevant``: the input of confidence intervals and paired tests.
 
-Example:
+Examples:
     >>> import torch
     >>> emb = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]])
     >>> labels = torch.tensor([0, 0, 1, 1, 2])
@@ -84,7 +84,7 @@ def retrieval_output_schema(
     every micro-averaged metric; without ``deep_metrics`` (see :func:`embedding_retrieval_metrics`) none of the
     keys that need a search past ``max(ks)``.
 
-    Example:
+    Examples:
         >>> s = retrieval_output_schema((1, 5))
         >>> s["precision@5"].higher_is_better, s["mean_first_relevant_rank"].higher_is_better, s["num_queries"].count
         (True, False, True)

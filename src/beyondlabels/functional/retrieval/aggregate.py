@@ -44,7 +44,8 @@ def aggregate_retrieval(
     Args:
         per_query: The (concatenated) output of :func:`retrieval_per_query`; rows in any order.
         query_labels: Int tensor ``[Q]`` of the labels of the whole query set (indexed by ``query_index``).
-        ks, curve_max_k: As given to :func:`retrieval_per_query`.
+        ks: As given to :func:`retrieval_per_query`.
+        curve_max_k: As given to :func:`retrieval_per_query`.
         graded: Names of the graded matrices given to it.
         query_ids: Optional ``[Q]`` ids reported as ``per_query["query_id"]`` (default: the query position).
         deep_metrics: As given to :func:`retrieval_per_query`.

@@ -80,7 +80,7 @@ def embedding_retrieval_metrics(
             gallery available to a query); labels missing from a gain matrix; bad ``chunk_size``, ``precision``,
             ``return_neighbors`` or ``deep_metrics`` (not a bool).
 
-    Example:
+    Examples:
         >>> emb = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
         >>> m = embedding_retrieval_metrics(emb, torch.tensor([0, 0, 1, 1]), ks=(1, 2))
         >>> m["precision@1"], m["precision@2"], m["ndcg@2"]

@@ -27,7 +27,7 @@ def sample_queries(ids: Tensor, max_queries: int, seed: int = 0) -> Tensor:
     Returns:
         int64 positions into ``ids``, ascending.
 
-    Example:
+    Examples:
         >>> ids = torch.arange(100, 110)
         >>> chosen = ids[sample_queries(ids, 3, seed=1)]
         >>> shuffled = ids[torch.randperm(10, generator=torch.Generator().manual_seed(0))]

@@ -75,7 +75,7 @@ checks of the settings; :mod:`~beyondlabels.functional.rprecision.candidates` th
 :mod:`~beyondlabels.functional.rprecision.r_precision` the metric and its folds; the output keys are declared here
 (:func:`rprecision_output_schema`).
 
-Example:
+Examples:
     >>> import torch
     >>> texts = torch.eye(4)
     >>> out = text_image_r_precision(texts.clone(), texts, torch.arange(4), num_candidates=3, top_r=(1, 2), repeats=2)
@@ -111,7 +111,7 @@ __all__ = [
 def rprecision_output_schema(top_r: Sequence[int] = (1, 5, 10), hard_negatives: bool = False) -> OutputSchema:
     """The output schema of :func:`text_image_r_precision`.
 
-    Example:
+    Examples:
         >>> s = rprecision_output_schema((1, 5), hard_negatives=True)
         >>> s["r_precision@5"].higher_is_better, s["chance"].higher_is_better, s["num_samples"].count
         (True, None, True)

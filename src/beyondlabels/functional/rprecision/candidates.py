@@ -32,8 +32,10 @@ def draw_candidate_sets(
         text_embeddings: Float ``[N, D]`` prompt embeddings (used by the near-duplicate filter and hard negatives).
         ids: Int ``[N]`` unique sample ids (default ``0..N−1``).
         num_candidates: ``R``, ground truth included.
-        seed, repeat: The draw (``repeat`` numbers the redraws of ``protocol="resample"``).
-        class_ids, caption_codes: Optional int ``[N]``: same-class and same-caption samples are never distractors.
+        seed: The draw's seed.
+        repeat: The redraw's number (the redraws of ``protocol="resample"``).
+        class_ids: Optional int ``[N]``: same-class samples are never distractors.
+        caption_codes: Optional int ``[N]``: same-caption samples are never distractors.
         near_duplicate_threshold: Text score at or above which a caption is no distractor (None: off).
         hard_negatives: Nearest eligible captions instead of a seeded draw.
         chunk_size: Queries per block (the result does not depend on it; hard negatives hold ``chunk_size × N``
@@ -42,7 +44,7 @@ def draw_candidate_sets(
     Returns:
         :class:`CandidateSets` in ascending id order.
 
-    Example:
+    Examples:
         >>> import torch
         >>> t = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
         >>> a = draw_candidate_sets(t, torch.arange(6), num_candidates=3, near_duplicate_threshold=None)

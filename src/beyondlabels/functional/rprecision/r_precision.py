@@ -23,7 +23,7 @@ def fold_assignment(ids: Tensor, seed: int, folds: int) -> Tensor:
     """The fold (``0..folds−1``) of each sample under ``protocol="folds"``: samples ordered by a hash of
     ``(seed, id)`` (a bijection of the id, so no ties) and split into ``folds`` near-equal runs (sizes differ by <= 1).
 
-    Example:
+    Examples:
         >>> f = fold_assignment(torch.arange(10), seed=0, folds=3)
         >>> torch.bincount(f).tolist(), torch.equal(fold_assignment(torch.arange(10).flip(0), 0, 3), f.flip(0))
         ([4, 3, 3], True)

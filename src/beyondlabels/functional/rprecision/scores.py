@@ -19,7 +19,7 @@ def candidate_scores(image_embeddings: Tensor, text_embeddings: Tensor, rows: Te
     ...`` with ``s(i, t)`` the score of image ``i`` and text ``t`` (inputs in pool order; rows index the pool).
     ``chunk_size`` is accepted for compatibility: scores never depend on a blocking.
 
-    Example:
+    Examples:
         >>> candidate_scores(torch.eye(2), torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[1], [0]]))
         tensor([[1.0000, 0.7071],
                 [0.7071, 0.0000]])

@@ -46,7 +46,7 @@ def check_rprecision_settings(
     """The settings of text-to-image R-precision: ``(top_r, near_duplicate_threshold)`` as the kernel uses them (sorted
     distinct cut-offs, the threshold as a float or None), after checking every setting.
 
-    Example:
+    Examples:
         >>> check_rprecision_settings(100, 1, (10, 1, 5), "folds", 10, 0, 0.8, 256)
         ((1, 5, 10), 0.8)
     """

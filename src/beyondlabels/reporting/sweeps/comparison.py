@@ -32,7 +32,7 @@ def sweep_headline_keys(runs: Sequence[EvaluationRun]) -> list[str]:
     """The keys :func:`sweep_comparison` tabulates by default: the scalars with a direction that have per-query
     values, prefixed as logged (``retrieval/precision@1``), in the order of ``runs`` and their schemas.
 
-    Example:
+    Examples:
         >>> from beyondlabels.schema import KeySpec, OutputSchema
         >>> schema = OutputSchema({"map@r": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True)},
         ...                       per_query={"map@r": KeySpec("per_query", True)})

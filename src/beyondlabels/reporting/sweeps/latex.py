@@ -22,7 +22,7 @@ def sweep_latex(table: Mapping[str, Any]) -> str:
     """The grouped table as a LaTeX ``table`` with booktabs rules (``\\usepackage{booktabs}``), formatted as
     :func:`sweep_markdown` (bold: ``\\textbf``; the mark: ``$^\\dagger$``), the footnote under the tabular.
 
-    Example:
+    Examples:
         >>> t = {"confidence": 0.95, "baseline": None, "metrics": {"r/p_1": {"direction": "min"}},
         ...      "groups": {"a": {"jobs": [{}], "metrics": {"r/p_1": {"seeds": {"mean": 0.5, "n": 1, "t": {}}}}},
         ...                 "b": {"jobs": [{}], "metrics": {"r/p_1": {"seeds": {"mean": 0.7, "n": 1, "t": {}}}}}}}

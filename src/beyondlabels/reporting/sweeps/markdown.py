@@ -15,7 +15,7 @@ def sweep_markdown(table: Mapping[str, Any]) -> str:
     mean of each column (under the key's direction) in bold, :data:`DAGGER` where the difference to the baseline
     survives the correction, and a footnote naming it.
 
-    Example:
+    Examples:
         >>> t = {"confidence": 0.95, "baseline": None, "metrics": {"r/p@1": {"direction": "max"}},
         ...      "groups": {"lr=1": {"jobs": [{}], "metrics": {"r/p@1": {"seeds": {"mean": 0.5, "n": 1, "t": {}}}}},
         ...                 "lr=2": {"jobs": [{}], "metrics": {"r/p@1": {"seeds": {"mean": 0.7, "n": 1, "t": {}}}}}}}
