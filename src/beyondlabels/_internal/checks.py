@@ -36,14 +36,14 @@ def check_precision(precision: object) -> torch.dtype | None:
     return PRECISIONS[precision]  # type: ignore[index]
 
 
-def check_ks(ks: object) -> tuple[int, ...]:
+def check_ks(ks: object, name: str = "ks") -> tuple[int, ...]:
     if isinstance(ks, int) and not isinstance(ks, bool):
         ks = (ks,)
     if not isinstance(ks, Sequence) or isinstance(ks, str) or len(ks) == 0:
-        raise ValueError(f"`ks` must be a non-empty sequence of positive ints, got {ks!r}.")
+        raise ValueError(f"`{name}` must be a non-empty sequence of positive ints, got {ks!r}.")
     for k in ks:
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-            raise ValueError(f"`ks` must contain only positive ints, got {k!r} in {ks!r}.")
+            raise ValueError(f"`{name}` must contain only positive ints, got {k!r} in {ks!r}.")
     return tuple(sorted(set(ks)))
 
 
@@ -176,3 +176,123 @@ def gain_labels(labels: Any, classes: Sequence[Any]) -> list[Any]:
     if len(labels) != len(classes):
         raise ValueError(f"`labels` has {len(labels)} entries for {len(classes)} classes; give one label per class.")
     return labels
+
+
+# ---- Checks of the callbacks, metrics, tasks and entry points -----------------------------------------------------
+# One message style: "`<name>` must be <what>, got <value>." with an optional hint in parentheses that says what a value
+# means or what to pass. ``name`` is the argument, or the config key of an entry point (``eval.curve_max_k``).
+
+
+def _refuse(name: str, what: str, value: object, hint: str = "") -> ValueError:
+    return ValueError(f"`{name}` must be {what}, got {value!r}{f' ({hint})' if hint else ''}.")
+
+
+def check_int(value: object, name: str, hint: str = "") -> int:
+    """An int (not a bool), e.g. a seed.
+
+    Example:
+        >>> check_int(3, "seed")
+        3
+        >>> check_int(1.0, "seed")
+        Traceback (most recent call last):
+        ValueError: `seed` must be an int, got 1.0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _refuse(name, "an int", value, hint)
+    return value
+
+
+def check_int_at_least(value: object, name: str, low: int, hint: str = "") -> int:
+    """An int (not a bool) of at least ``low``.
+
+    Example:
+        >>> check_int_at_least(0, "num_examples", 0, hint="0 turns the table off")
+        0
+        >>> check_int_at_least(-1, "num_examples", 0, hint="0 turns the table off")
+        Traceback (most recent call last):
+        ValueError: `num_examples` must be an int >= 0, got -1 (0 turns the table off).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _refuse(name, f"an int >= {low}", value, hint)
+    return value
+
+
+def check_optional_positive_int(value: object, name: str, hint: str = "") -> int | None:
+    """None, or an int >= 1.
+
+    Example:
+        >>> check_optional_positive_int(None, "limit_batches"), check_optional_positive_int(2, "limit_batches")
+        (None, 2)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _refuse(name, "a positive int or None", value, hint)
+    return value
+
+
+def check_bool(value: object, name: str, hint: str = "") -> bool:
+    """True or False (not 0, 1 or a string).
+
+    Example:
+        >>> check_bool("yes", "strict")
+        Traceback (most recent call last):
+        ValueError: `strict` must be True or False, got 'yes'.
+    """
+    if not isinstance(value, bool):
+        raise _refuse(name, "True or False", value, hint)
+    return value
+
+
+def check_optional_bool(value: object, name: str, hint: str = "") -> bool | None:
+    """None, True or False."""
+    if value is not None and not isinstance(value, bool):
+        raise _refuse(name, "None, True or False", value, hint)
+    return value
+
+
+def check_number_between(value: object, name: str, low: float, high: float, hint: str = "") -> float:
+    """A real number (not a bool) strictly between ``low`` and ``high``, as a float.
+
+    Example:
+        >>> check_number_between(0.05, "level", 0, 1)
+        0.05
+        >>> check_number_between(1.5, "level", 0, 1)
+        Traceback (most recent call last):
+        ValueError: `level` must be a number in (0, 1), got 1.5.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
+        raise _refuse(name, f"a number in ({low:g}, {high:g})", value, hint)
+    return float(value)
+
+
+def check_text(value: object, name: str, optional: bool = False, hint: str = "") -> str | None:
+    """A non-empty string (a method name, a batch key, a logged key); None too when ``optional``.
+
+    Example:
+        >>> check_text("encode_image", "encode_method"), check_text(None, "tokenizer", optional=True)
+        ('encode_image', None)
+        >>> check_text("", "encode_method")
+        Traceback (most recent call last):
+        ValueError: `encode_method` must be a non-empty string, got ''.
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _refuse(name, "a non-empty string" + (" or None" if optional else ""), value, hint)
+    return value
+
+
+def check_choice(value: object, name: str, choices: Sequence[object], hint: str = "") -> object:
+    """One of ``choices`` (compared with ``==``; a bool never stands for 0 or 1).
+
+    Example:
+        >>> check_choice("text", "source", ("labels", "text"))
+        'text'
+        >>> check_choice("words", "source", ("labels", "text"))
+        Traceback (most recent call last):
+        ValueError: `source` must be one of ('labels', 'text'), got 'words'.
+    """
+    if not any(value == c and isinstance(value, bool) == isinstance(c, bool) for c in choices):
+        raise _refuse(name, f"one of {tuple(choices)}", value, hint)
+    return value
