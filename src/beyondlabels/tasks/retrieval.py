@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from beyondlabels._internal.checks import check_bool, check_optional_positive_int
 from beyondlabels.functional import retrieval_output_schema
 from beyondlabels.functional.mismatch import mismatch_output_schema
 from beyondlabels.io.arrays import load_embeddings_npz
@@ -34,8 +35,7 @@ def curve_max_k(value: Any, ks: list[int], n: int) -> int:
     """
     if value is None:
         return max(ks)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"eval.curve_max_k must be a positive int or null (= max(k)), got {value!r}")
+    check_optional_positive_int(value, "eval.curve_max_k", hint="null: max(k)")
     return max(max(ks), min(value, n - 1))
 
 
@@ -50,9 +50,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     n = len(data.labels)
     max_k = curve_max_k(cfg.eval.get("curve_max_k"), ks, n)
     max_queries = cfg.eval.get("max_queries")
-    deep_metrics = cfg.eval.get("deep_metrics", True)
-    if not isinstance(deep_metrics, bool):
-        raise ValueError(f"eval.deep_metrics must be true or false, got {deep_metrics!r}")
+    deep_metrics = check_bool(cfg.eval.get("deep_metrics", True), "eval.deep_metrics")
     gains = _profile_gains(cfg, data) if cfg.get("profiles") else None
     options = dict(ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision), curve_max_k=max_k,
                    max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)), deep_metrics=deep_metrics)  # fmt: skip
