@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from beyondlabels._internal.checks import check_int_at_least
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia
@@ -91,8 +92,6 @@ class RetrievalEvalCore(EvaluationCore):
         ('max', 'min')
     """
 
-    callback_name = "RetrievalEvalCallback"
-
     def __init__(
         self,
         encode_method: str = "encode_image",
@@ -123,10 +122,8 @@ class RetrievalEvalCore(EvaluationCore):
         prefix: str = "retrieval",
         **kwargs: Any,
     ) -> None:
-        if isinstance(num_mismatches, bool) or not isinstance(num_mismatches, int) or num_mismatches < 0:
-            raise ValueError(f"`num_mismatches` must be an int >= 0, got {num_mismatches!r}.")
-        if isinstance(projection_points, bool) or not isinstance(projection_points, int) or projection_points < 0:
-            raise ValueError(f"`projection_points` must be an int >= 0 (0 turns the projection off), got {projection_points!r}.")
+        check_int_at_least(num_mismatches, "num_mismatches", 0)
+        check_int_at_least(projection_points, "projection_points", 0, hint="0 turns the projection off")
         check_names(encode_method=encode_method, input_key=input_key, label_key=label_key, id_key=id_key)
         self.encode_method = encode_method
         self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
@@ -182,6 +179,10 @@ class RetrievalEvalCore(EvaluationCore):
         previous = state_dict.get("audit_previous_suspects")
         if self.audit is not None and isinstance(previous, list) and all(isinstance(i, int) for i in previous):
             self.metric.previous_suspects = torch.tensor(previous, dtype=torch.long)
+
+    @classmethod
+    def examples(cls) -> list[dict[str, Any]]:
+        return [{}, {"encode_method": "encode_text"}]
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"encode_method": self.encode_method}

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from beyondlabels._internal.checks import (
     check_deep_metrics,
+    check_int,
     check_ks,
     check_non_negative_int,
     check_positive_int,
@@ -28,7 +29,16 @@ from beyondlabels.functional.search import Neighbors
 from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
 from beyondlabels.schema import KeySpec, OutputSchema
 
-__all__ = ["EmbeddingRetrieval"]
+__all__ = ["EmbeddingRetrieval", "example_embeddings"]
+
+
+def example_embeddings(n: int = 24, dim: int = 6, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """``(embeddings [n, dim], labels [n])`` of the retrieval examples: 3 seeded class centres, unit noise of scale
+    0.7, label ``i % 3``."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % 3
+    centres = torch.randn(3, dim, generator=g)
+    return centres[labels] + 0.7 * torch.randn(n, dim, generator=g), labels
 
 
 class EmbeddingRetrieval(PerSampleMetric):
@@ -133,8 +143,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         check_non_negative_int(return_neighbors, "return_neighbors")
         if max_queries is not None:
             check_positive_int(max_queries, "max_queries")
-        if isinstance(query_seed, bool) or not isinstance(query_seed, int):
-            raise ValueError(f"`query_seed` must be an int, got {query_seed!r}.")
+        check_int(query_seed, "query_seed")
         check_deep_metrics(deep_metrics)
         graded = tuple(graded)
         for g in graded:
@@ -154,6 +163,13 @@ class EmbeddingRetrieval(PerSampleMetric):
         self._label_names: dict[int, str] = {}  # code -> string label seen by this process (kept until `reset`)
         self.add_sample_state("embeddings")
         self.add_sample_state("labels", agree=True)
+
+    @classmethod
+    def example(cls) -> EmbeddingRetrieval:
+        """24 seeded embeddings of 3 classes, ``ks=(1, 3)`` (see :meth:`PerSampleMetric.example`)."""
+        metric = cls(ks=(1, 3))
+        metric.update(*example_embeddings())
+        return metric
 
     def output_schema(self) -> OutputSchema:
         schema = retrieval_output_schema(
