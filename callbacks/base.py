@@ -369,6 +369,12 @@ class EvaluationCore:
         self.metric = self.build_metric()
         return self.metric.output_schema()
 
+    def after_compute(self, results: dict[str, Any]) -> dict[str, Any]:
+        """The metric's results of this evaluation, completed with what needs the callback's own state across
+        evaluations (the metric's ``compute()`` depends on its states alone); called on every rank with the same
+        results. By default, ``results`` unchanged."""
+        return results
+
     def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Called on every rank before an evaluation feeds its first batch (an error here fails the evaluation)."""
 
@@ -611,7 +617,7 @@ class EvaluationCore:
         if trainer.strategy.reduce_boolean_decision(error is None, all=True):
             try:
                 mark = time.perf_counter()
-                results = self.metric.compute()
+                results = self.after_compute(self.metric.compute())
                 timings["compute"] = time.perf_counter() - mark
                 if self.ci_keys:
                     mark = time.perf_counter()

@@ -14,7 +14,7 @@ from beyondlabels._internal.checks import check_int_at_least
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia
-from beyondlabels.functional.audit import AuditSettings
+from beyondlabels.functional.audit import AuditSettings, suspect_overlap
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 
@@ -142,6 +142,7 @@ class RetrievalEvalCore(EvaluationCore):
         self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by write_step_files for describe_media
         self._heatmap_logged = False  # the profile similarity heatmap is the same at every evaluation: once per fit
         self._heatmap_png: bytes | None = None
+        self.previous_suspects: torch.Tensor | None = None  # ids of the last evaluation's top audit suspects
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
     def build_metric(self) -> EmbeddingRetrieval:
@@ -167,9 +168,22 @@ class RetrievalEvalCore(EvaluationCore):
             audit=self.audit,
         )
 
+    def after_compute(self, results: dict[str, Any]) -> dict[str, Any]:
+        """With the audit: ``audit_suspect_overlap``, the share of the previous evaluation's top ``audit.top``
+        suspects among this one's (:func:`~beyondlabels.functional.audit.suspect_overlap`; NaN the first time);
+        this evaluation's top suspects become the previous ones (checkpointed)."""
+        if self.audit is None or "audit" not in results:
+            return results
+        top = results["audit"]["suspects"]["ids"][: self.audit.top].cpu()
+        previous = self.previous_suspects
+        overlap = float("nan") if previous is None else suspect_overlap(previous, top, self.audit.top)
+        results["audit_suspect_overlap"] = torch.tensor(overlap, dtype=torch.float64, device=results["audit_k"].device)
+        self.previous_suspects = top
+        return results
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        previous = getattr(self.metric, "previous_suspects", None)
+        previous = self.previous_suspects
         if self.audit is not None:
             state["audit_previous_suspects"] = None if previous is None else [int(i) for i in previous]
         return state
@@ -178,7 +192,7 @@ class RetrievalEvalCore(EvaluationCore):
         super().load_state_dict(state_dict)
         previous = state_dict.get("audit_previous_suspects")
         if self.audit is not None and isinstance(previous, list) and all(isinstance(i, int) for i in previous):
-            self.metric.previous_suspects = torch.tensor(previous, dtype=torch.long)
+            self.previous_suspects = torch.tensor(previous, dtype=torch.long)
 
     @classmethod
     def examples(cls) -> list[dict[str, Any]]:

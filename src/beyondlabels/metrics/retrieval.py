@@ -16,7 +16,7 @@ from beyondlabels._internal.checks import (
     check_positive_int,
     check_precision,
 )
-from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
+from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
@@ -81,10 +81,12 @@ class EmbeddingRetrieval(PerSampleMetric):
             :mod:`beyondlabels.functional.audit`); see :meth:`audit_schema` for the keys. ``k`` is capped at
             ``N - 1``. Needs every sample as a query (not with ``max_queries``). With ``exclude_suspects`` the scalar
             retrieval metrics are computed again without the items of cross-label duplicate pairs (a second search
-            of the remaining items), as ``clean/<key>``. None (default): off, and nothing else changes. The ids of
-            the top ``audit.top`` suspects of the last :meth:`compute` are kept in ``previous_suspects`` (also
-            through :meth:`reset`); the next compute reports their overlap with its own
-            (``audit_suspect_overlap``, :func:`~beyondlabels.functional.audit.suspect_overlap`; NaN the first time).
+            of the remaining items), as ``clean/<key>``. None (default): off, and nothing else changes. The
+            search's neighbours are handed to :func:`~beyondlabels.functional.audit.audit_neighbors` (one search for
+            both). ``compute()`` is a function of the states alone, so ``audit_suspect_overlap`` (the stability of
+            the top suspects against the previous evaluation's) is NaN here: whoever keeps the previous list fills
+            it in with :func:`~beyondlabels.functional.audit.suspect_overlap` (the retrieval callback does, and
+            checkpoints the list).
         kwargs: Passed to :class:`torchmetrics.Metric` (e.g. ``sync_on_compute``, ``process_group``).
 
     Inputs of :meth:`update`:
@@ -131,7 +133,6 @@ class EmbeddingRetrieval(PerSampleMetric):
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
         self.audit = AuditSettings.of(audit)
-        self.previous_suspects: Tensor | None = None  # ids of the last compute's top suspects (kept through reset)
         if self.audit is not None and max_queries is not None:
             raise ValueError("`audit` needs every sample as a query; drop `max_queries` or the audit.")
         self.ks = check_ks(ks)
@@ -327,10 +328,8 @@ class EmbeddingRetrieval(PerSampleMetric):
         out["audit_num_cross_label_duplicates"] = count(a.cross_label.sum())
         out["audit_num_same_label_duplicates"] = count((~a.cross_label).sum())
         out["audit_k"] = count(k)
-        top = ids[a.suspects][: settings.top].cpu()
-        overlap = float("nan") if self.previous_suspects is None else suspect_overlap(self.previous_suspects, top, settings.top)
-        out["audit_suspect_overlap"] = torch.tensor(overlap, dtype=torch.float64, device=device)
-        self.previous_suspects = top
+        # Against the previous evaluation's suspects: not in the states, so left to whoever keeps that list.
+        out["audit_suspect_overlap"] = torch.tensor(float("nan"), dtype=torch.float64, device=device)
         out["per_query"].update(_audit_per_query(a))
         top_outliers = torch.argsort(-a.outlier_score, stable=True)[: settings.top]
         pairs = a.duplicate_pairs
