@@ -24,15 +24,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from beyondlabels.callbacks._names import EXPORTED
+from beyondlabels.callbacks._names import exported
 from beyondlabels.families import deprecated_callbacks
 
-__all__ = list(EXPORTED)
+__all__ = exported()
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in exported():  # a family registered after this module was imported (beyondlabels.families.register)
         from beyondlabels.callbacks import pytorch_lightning
+
+        globals()["__all__"] = exported()
 
         return getattr(pytorch_lightning, name)
     if name in deprecated_callbacks():
@@ -43,4 +45,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *exported()})

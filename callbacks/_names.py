@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from beyondlabels.families import callback_families
 
-__all__ = ["EXPORTED"]
+__all__ = ["exported"]
 
-# Beside each family's <Name>EvalCallback: the base of every family and of one of your own, the convergence monitor,
-# and the loader sharding the evaluations use under DDP.
-EXPORTED = sorted(["ConvergenceMonitor", "EvaluationCallback", *(f.callback for f in callback_families()), "shard_loader"])
+
+def exported() -> list[str]:
+    """Beside each registered family's ``<Name>EvalCallback``: the base of every family and of one of your own, the
+    convergence monitor, and the loader sharding the evaluations use under DDP (sorted)."""
+    names = ["ConvergenceMonitor", "EvaluationCallback", *(f.callback for f in callback_families()), "shard_loader"]
+    return sorted(names)

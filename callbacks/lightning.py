@@ -28,12 +28,12 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     ) from exc
 
 from beyondlabels.callbacks._classes import deprecated_alias, package_classes
-from beyondlabels.callbacks._names import EXPORTED
+from beyondlabels.callbacks._names import exported
 from beyondlabels.callbacks.base import shard_loader
 
 globals().update(package_classes(lightning.pytorch.Callback, __name__))
 
-__all__ = list(EXPORTED)  # the names of beyondlabels.callbacks, all defined here
+__all__ = exported()  # the names of beyondlabels.callbacks, all defined here
 
 
 def __getattr__(name: str) -> Any:

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "FAMILIES", "TOOLS", "Family", "Task", "callback_families", "deprecated_callbacks", "family", "resolve", "tasks",
+    "FAMILIES", "TOOLS", "Family", "Task", "callback_families", "deprecated_callbacks", "family", "register", "resolve",
+    "tasks",
 ]  # fmt: skip
 
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -286,6 +287,40 @@ def _check_unique() -> None:
 
 
 _check_unique()
+
+
+# The modules whose names, classes or tasks are made from the registry when they are imported.
+_DERIVED = ("beyondlabels.callbacks.pytorch_lightning", "beyondlabels.callbacks.lightning", "beyondlabels.tasks",
+            "beyondlabels.reporting.prefixes")  # fmt: skip
+
+
+def register(record: Family) -> None:
+    """Add a family of your own (its modules outside beyondlabels) to the registry, before anything made from it is
+    imported: its callback then comes with the others from both Lightning package modules, its task from
+    ``evaluate.py``, its prefix from the prefix list. A family of beyondlabels itself is a record in
+    :data:`FAMILIES` instead.
+
+    Raises:
+        ValueError: for a record that is not a :class:`Family`, or a name already taken.
+        RuntimeError: when a module made from the registry is already imported (it would not see the family).
+    """
+    global FAMILIES
+    if not isinstance(record, Family):
+        raise ValueError(f"`record` must be a beyondlabels.families.Family, got {type(record).__name__}.")
+    import sys
+
+    early = [name for name in _DERIVED if name in sys.modules]
+    if early:
+        raise RuntimeError(
+            f"register family {record.name!r} before importing {early}: they are made from the registry at import."
+        )
+    previous = FAMILIES
+    FAMILIES = (*FAMILIES, record)
+    try:
+        _check_unique()
+    except ValueError:
+        FAMILIES = previous
+        raise
 
 
 def family(name: str) -> Family:
