@@ -153,7 +153,8 @@ class RetrievalEvalCore(EvaluationCore):
         self.max_queries, self.query_seed = options["max_queries"], options["query_seed"]
         self.deep_metrics = options["deep_metrics"]
         self.audit = AuditSettings.of(options["audit"])
-        self.profile_gains = options.get("profile_gains") or _profile_gains(options["profiles"], options["profile_labels"])
+        given_gains = options.get("profile_gains")
+        self.profile_gains = given_gains or _profile_gains(options["profiles"], options["profile_labels"])
         self.mismatch_trials, self.mismatch_seed = options["mismatch_trials"], options["mismatch_seed"]
         self.projection_points = options["projection_points"]
         self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by write_step_files for describe_media

@@ -145,8 +145,10 @@ class RPrecisionCore(EvaluationCore):
         ``encode_texts`` and the ``identity_hash`` that names it in the state key."""
 
         def evaluator(name: str) -> SimpleNamespace:
-            return SimpleNamespace(identity={"evaluator": name}, identity_hash=name, encode_images=lambda x: x.flatten(1),
-                                   encode_texts=lambda texts: torch.zeros(len(texts), 3))  # fmt: skip
+            return SimpleNamespace(
+                identity={"evaluator": name}, identity_hash=name, encode_images=lambda x: x.flatten(1),
+                encode_texts=lambda texts: torch.zeros(len(texts), 3),
+            )
 
         plain = {"evaluator": evaluator("example-a"), "num_prompts": 8, "num_candidates": 4, "top_r": (1,), "r": 1}
         return [plain, {**plain, "generate_method": "sample"}, {**plain, "evaluator": evaluator("example-b")}]

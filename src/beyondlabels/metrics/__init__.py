@@ -15,9 +15,8 @@ from beyondlabels.metrics.mismatch import RetrievalWithMismatch, retrieval_metri
 
 globals().update({f.metric.rpartition(":")[2]: resolve(f.metric) for f in FAMILIES})
 
-__all__ = sorted(
-    ["GatheredSamples", "PerSampleMetric", "RetrievalWithMismatch", "retrieval_metric", *(f.metric.rpartition(":")[2] for f in FAMILIES)]
-)
+_FAMILY_METRICS = [f.metric.rpartition(":")[2] for f in FAMILIES]
+__all__ = sorted(["GatheredSamples", "PerSampleMetric", "RetrievalWithMismatch", "retrieval_metric", *_FAMILY_METRICS])
 
 
 def __getattr__(name: str) -> Any:
