@@ -1,30 +1,26 @@
 """Offline evaluation of saved outputs, and comparison of runs (Hydra entry point).
 
-    python evaluate.py task=retrieval input=embeddings.npz output=report.json k=[1,5,10]
-    python evaluate.py task=retrieval input=embeddings.npz wandb=true     # also log an offline W&B run
-    python evaluate.py task=audit input=embeddings.npz output=audit.json   # suspected label errors, duplicates, outliers
-    python evaluate.py task=crossmodal input=pairs.npz output=report.json    # image<->text recall@k and ranks
-    python evaluate.py task=hierarchy taxonomy=tree.yaml predictions=preds.jsonl output=report.json   # hP / hR / hF
-    python evaluate.py task=ranking run=run.txt qrels=qrels.txt k=[5,10] output=report.json   # graded qrels, unjudged
-    python evaluate.py task=rprecision input=gen.npz num_candidates=100 top_r=[1,5,10] output=report.json
-    python evaluate.py task=mismatch pairs=pairs.csv profiles=profiles.yaml output=mismatch.json   # null, p-value
-    python evaluate.py task=profiles profiles=profiles.yaml output=profiles.json   # class similarity matrix, heatmap
-    python evaluate.py task=compare runs=[logs/train/runs/a,logs/train/runs/b] which=best output=cmp.json
-    python evaluate.py task=abtest runs=[A,B,C] baseline=A metric=retrieval/precision@1 guardrails=[retrieval/map@r]
-    python evaluate.py task=report runs=[logs/train/multiruns/<date>] output=report.html   # self-contained HTML
+{tasks}
 
 ``task=<name>`` selects a task of :data:`beyondlabels.tasks.TASKS` and its settings ``conf/task/<name>.yaml``; what
-each task reads and writes is described in its module, ``beyondlabels.tasks.<name>``.
+each task reads and writes is described in its module, ``beyondlabels.tasks.<name>``. The command lines above come
+from the task registry (:mod:`beyondlabels.families`: each family's task, then the tools); ``python evaluate.py
+--tasks`` prints them.
 """
 
 from __future__ import annotations
+
+import sys
+import textwrap
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from beyondlabels.tasks import run_task
+from beyondlabels.tasks import run_task, usage
 from beyondlabels.utils import close_wandb
+
+__doc__ = __doc__.format(tasks=textwrap.indent(usage(), "    "))
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
@@ -36,4 +32,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--tasks"]:
+        print(usage())
+    else:
+        main()

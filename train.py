@@ -18,6 +18,7 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from beyondlabels._internal.checks import check_bool
 from beyondlabels.callbacks.base import EvaluationCore
 from beyondlabels.callbacks.convergence import ConvergenceMonitorCore
 from beyondlabels.callbacks.packages import is_lightning_instance
@@ -38,9 +39,7 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """Instantiate data, model, callbacks, loggers and trainer from ``cfg``; fit; return metrics and objects."""
-    full_table = cfg.get("full_table", False)
-    if not isinstance(full_table, bool):
-        raise ValueError(f"full_table must be true (every key at the end) or false (the summary), got {full_table!r}")
+    check_bool(cfg.get("full_table", False), "full_table", hint="true: every key at the end; false: the summary")
     pl.seed_everything(cfg.seed, workers=True)
     log.info("data: %s", cfg.data._target_)
     datamodule: pl.LightningDataModule = hydra.utils.instantiate(cfg.data)

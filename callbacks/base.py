@@ -118,6 +118,7 @@ from beyondlabels.callbacks.packages import (
     runs_validation,
     trainer_stage,
 )
+from beyondlabels._internal.checks import check_int, check_optional_positive_int, check_positive_int, check_text
 from beyondlabels.io.paths import check_name
 from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.metrics.base import PerSampleMetric
@@ -139,23 +140,51 @@ Trainer = Any
 LightningModule = Any
 
 
-def _check_optional_positive(value: Any, name: str, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int{' or None' if optional else ''}, got {value!r}.")
-
-
 def check_names(**values: Any) -> None:
     """Raise a ``ValueError`` naming the first argument that is not a non-empty string (a method name, a batch key).
     A name given as ``None`` is allowed only for arguments listed in ``optional=(...)``."""
     optional = values.pop("optional", ())
     for name, value in values.items():
-        if value is None and name in optional:
-            continue
-        if not isinstance(value, str) or not value:
-            allowed = " or None" if name in optional else ""
-            raise ValueError(f"`{name}` must be a non-empty string{allowed}, got {value!r}.")
+        check_text(value, name, optional=name in optional)
+
+
+def _check_evaluation_options(
+    every_n_epochs: int | None,
+    every_n_steps: int | None,
+    prefix: str,
+    limit_batches: int | None,
+    prog_bar: Sequence[str],
+    save_dir: Any,
+    save_per_query: Any,
+    keep_every_n: int,
+    plot_every_n: int,
+    bootstrap_rounds: int,
+    ci_seed: int,
+) -> int | None:
+    """Check the schedule, file and interval options of :class:`EvaluationCore`; ``every_n_epochs`` as used (1 when
+    neither schedule is set)."""
+    check_optional_positive_int(bootstrap_rounds, "bootstrap_rounds")
+    check_int(ci_seed, "ci_seed")
+    if every_n_epochs is not None and every_n_steps is not None:
+        raise ValueError(
+            f"set at most one of every_n_epochs and every_n_steps (got every_n_epochs={every_n_epochs!r}, "
+            f"every_n_steps={every_n_steps!r}); set the other to None."
+        )
+    if every_n_epochs is None and every_n_steps is None:
+        every_n_epochs = 1
+    check_optional_positive_int(every_n_epochs, "every_n_epochs")
+    check_optional_positive_int(every_n_steps, "every_n_steps")
+    check_optional_positive_int(limit_batches, "limit_batches")
+    check_name(prefix, "prefix")  # it names the default file folder <default_root_dir>/<prefix>
+    if isinstance(prog_bar, str) or not all(isinstance(k, str) for k in prog_bar):
+        raise ValueError(f"`prog_bar` must be a list of metric names, got {prog_bar!r}.")
+    if save_dir is True:
+        raise ValueError("`save_dir` must be a folder, None (the default folder) or False (no files), not True.")
+    if save_per_query not in (True, False, "all"):
+        raise ValueError(f"`save_per_query` must be True (the retained evaluations), 'all' or False, got {save_per_query!r}.")
+    check_positive_int(keep_every_n, "keep_every_n")
+    check_positive_int(plot_every_n, "plot_every_n")
+    return every_n_epochs
 
 
 def _check_loader_options(dataloader: Any, dataloader_idx: Any, test_dataloader: Any) -> None:
@@ -274,28 +303,10 @@ class EvaluationCore:
         ci_seed: int = 11,
     ) -> None:
         super().__init__()
-        _check_optional_positive(bootstrap_rounds, "bootstrap_rounds")
-        if isinstance(ci_seed, bool) or not isinstance(ci_seed, int):
-            raise ValueError(f"`ci_seed` must be an int, got {ci_seed!r}.")
-        if every_n_epochs is not None and every_n_steps is not None:
-            raise ValueError(
-                f"set at most one of every_n_epochs and every_n_steps (got every_n_epochs={every_n_epochs!r}, "
-                f"every_n_steps={every_n_steps!r}); set the other to None."
-            )
-        if every_n_epochs is None and every_n_steps is None:
-            every_n_epochs = 1
-        _check_optional_positive(every_n_epochs, "every_n_epochs")
-        _check_optional_positive(every_n_steps, "every_n_steps")
-        _check_optional_positive(limit_batches, "limit_batches")
-        check_name(prefix, "prefix")  # it names the default file folder <default_root_dir>/<prefix>
-        if isinstance(prog_bar, str) or not all(isinstance(k, str) for k in prog_bar):
-            raise ValueError(f"`prog_bar` must be a list of metric names, got {prog_bar!r}.")
-        if save_dir is True:
-            raise ValueError("`save_dir` must be a folder, None (the default folder) or False (no files), not True.")
-        if save_per_query not in (True, False, "all"):
-            raise ValueError(f"`save_per_query` must be True (the retained evaluations), 'all' or False, got {save_per_query!r}.")
-        _check_optional_positive(keep_every_n, "keep_every_n", optional=False)
-        _check_optional_positive(plot_every_n, "plot_every_n", optional=False)
+        every_n_epochs = _check_evaluation_options(
+            every_n_epochs, every_n_steps, prefix, limit_batches, prog_bar, save_dir, save_per_query, keep_every_n,
+            plot_every_n, bootstrap_rounds, ci_seed,
+        )  # fmt: skip
         _check_loader_options(dataloader, dataloader_idx, test_dataloader)
         self.every_n_epochs = every_n_epochs
         self.every_n_steps = every_n_steps
@@ -323,6 +334,10 @@ class EvaluationCore:
         if keep_best is not None and self.schema.mode(keep_best) is None:
             with_direction = [k for k in self.schema.scalar_keys() if self.schema.mode(k)]
             raise ValueError(f"`keep_best` must be a key with a direction that this evaluation logs, got {keep_best!r}; choose from {with_direction}.")
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """The state an evaluation run fills in (history, the last evaluation, what the fit has said and logged)."""
         self.history: list[dict[str, Any]] = []
         self.last_per_query: tuple[int, Any] | None = None  # (step, the per_query dict) of the last evaluation
         self._last_step_evaluated = -1
@@ -354,6 +369,12 @@ class EvaluationCore:
         self.metric = self.build_metric()
         return self.metric.output_schema()
 
+    def after_compute(self, results: dict[str, Any]) -> dict[str, Any]:
+        """The metric's results of this evaluation, completed with what needs the callback's own state across
+        evaluations (the metric's ``compute()`` depends on its states alone); called on every rank with the same
+        results. By default, ``results`` unchanged."""
+        return results
+
     def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Called on every rank before an evaluation feeds its first batch (an error here fails the evaluation)."""
 
@@ -373,6 +394,15 @@ class EvaluationCore:
         """Family-specific files of one evaluation on rank 0 (e.g. a picture of its samples), each written to
         ``files.step_path(kind, step, suffix)`` so that the retention policy keeps and removes it with the step's
         per-query file."""
+
+    @classmethod
+    def examples(cls) -> list[dict[str, Any]]:
+        """Keyword arguments of small instances of the family's callback, built without a Trainer: the first plain,
+        each other differing from it in one part of the checkpoint state key (:meth:`state_key_parts`). Every
+        family's core defines them; the contract tests over the families of :mod:`beyondlabels.families` build
+        them (state keys under both Lightning packages, default prefixes), so a new family is checked the moment it
+        is registered."""
+        raise NotImplementedError(f"{cls.__name__} defines no examples(): a family's core lists small instances")
 
     def state_key_parts(self) -> dict[str, Any]:
         """What distinguishes two instances of the family besides the prefix (e.g. the encode method)."""
@@ -587,7 +617,7 @@ class EvaluationCore:
         if trainer.strategy.reduce_boolean_decision(error is None, all=True):
             try:
                 mark = time.perf_counter()
-                results = self.metric.compute()
+                results = self.after_compute(self.metric.compute())
                 timings["compute"] = time.perf_counter() - mark
                 if self.ci_keys:
                     mark = time.perf_counter()

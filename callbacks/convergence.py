@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from beyondlabels._internal.checks import check_bool, check_optional_bool
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer
 from beyondlabels.callbacks.packages import check_same_package, lightning_state_key, logging_step, trainer_stage
 from beyondlabels.functional.convergence import STATE_VERSION, ConvergenceRule, covered_correlation
@@ -63,6 +64,10 @@ class ConvergenceMonitorCore:
     """Watch a logged metric for a plateau or a downturn (what is logged: the module docstring; the rule:
     :mod:`beyondlabels.functional.convergence`). Package-neutral: a Trainer gets it as ``ConvergenceMonitor`` of
     :mod:`beyondlabels.callbacks` or :mod:`beyondlabels.callbacks.lightning`.
+
+    Named as Lightning names its callbacks that watch what others log (``LearningRateMonitor``,
+    ``DeviceStatsMonitor``), not ``*EvalCallback``: it evaluates nothing and has no family, metric or loader; it reads
+    values already logged, by any evaluation callback or by the module itself.
 
     Args:
         monitor: The logged key, e.g. ``"retrieval/precision@1"`` or ``"val/loss"``.
@@ -124,13 +129,8 @@ class ConvergenceMonitorCore:
             raise ValueError(f"`stop_on` may hold {list(EVENTS)}, got {unknown}.")
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"`prefix` must be a non-empty name, got {prefix!r}.")
-        if not isinstance(paired, bool):
-            raise ValueError(f"`paired` must be True (use per-query values when the evaluation keeps them) or False, got {paired!r}.")
-        if synced is not None and not isinstance(synced, bool):
-            raise ValueError(
-                "`synced` must be None (the evaluation callbacks' keys), True (the same on every rank) or False, "
-                f"got {synced!r}."
-            )
+        check_bool(paired, "paired", hint="True: per-query values when the evaluation keeps them")
+        check_optional_bool(synced, "synced", hint="None: the evaluation callbacks' keys; True: the same on every rank")
         self.rule = ConvergenceRule(
             window=window, mode=mode, min_delta=min_delta, alpha=alpha, max_looks=max_looks, noise=noise,
             noise_estimate=noise_estimate, confidence=confidence, rounds=rounds, seed=seed,

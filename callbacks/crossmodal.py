@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from beyondlabels._internal.checks import check_int_at_least
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.metrics import CrossModalRetrieval
@@ -56,8 +57,6 @@ class CrossModalEvalCore(EvaluationCore):
         ('max', 'min')
     """
 
-    callback_name = "CrossModalEvalCallback"
-
     def __init__(
         self,
         image_method: str = "encode_image",
@@ -81,9 +80,8 @@ class CrossModalEvalCore(EvaluationCore):
     ) -> None:
         check_names(image_method=image_method, text_method=text_method, tokenizer=tokenizer, image_key=image_key,
                     caption_key=caption_key, id_key=id_key, optional=("tokenizer",))  # fmt: skip
-        for name, value, low in (("max_captions_per_image", max_captions_per_image, 1), ("num_misses", num_misses, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}.")
+        check_int_at_least(max_captions_per_image, "max_captions_per_image", 1)
+        check_int_at_least(num_misses, "num_misses", 0)
         self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
         self.image_key, self.caption_key, self.id_key = image_key, caption_key, id_key
         self.max_captions_per_image = max_captions_per_image
@@ -101,6 +99,10 @@ class CrossModalEvalCore(EvaluationCore):
             return_neighbors=1 if self.num_misses else 0,
             distributed_search=self.distributed_search,
         )
+
+    @classmethod
+    def examples(cls) -> list[dict[str, Any]]:
+        return [{}, {"image_method": "embed_image"}, {"text_method": "embed_text"}]
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"image_method": self.image_method, "text_method": self.text_method}

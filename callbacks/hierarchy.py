@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from beyondlabels._internal.checks import check_int_at_least
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.hierarchy import check_abstention_precision, per_class_means
@@ -75,8 +76,6 @@ class HierarchyEvalCore(EvaluationCore):
         ('max', ['error_lca_depth_fraction'])
     """
 
-    callback_name = "HierarchyEvalCallback"
-
     def __init__(
         self,
         taxonomy: Any,
@@ -114,8 +113,7 @@ class HierarchyEvalCore(EvaluationCore):
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
         check_names(predict_method=predict_method, text_method=text_method, input_key=input_key, label_key=label_key, id_key=id_key)
-        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 0:
-            raise ValueError(f"`num_examples` must be an int >= 0, got {num_examples!r}.")
+        check_int_at_least(num_examples, "num_examples", 0)
         self.source = source
         self.predict_method, self.text_method = predict_method, text_method
         self.class_names = list(class_names) if class_names is not None else None
@@ -148,6 +146,11 @@ class HierarchyEvalCore(EvaluationCore):
         return HierarchicalPrecisionRecall(
             self.taxonomy, include_root=self.include_root, abstention_precision=self.abstention_precision
         )
+
+    @classmethod
+    def examples(cls) -> list[dict[str, Any]]:
+        plain = {"taxonomy": Taxonomy({"A": "root", "a0": "A", "a1": "A"}, root="root")}
+        return [plain, {**plain, "predict_method": "classify"}, {**plain, "source": "text"}]
 
     def state_key_parts(self) -> dict[str, Any]:
         method = self.predict_method if self.source == "labels" else self.text_method

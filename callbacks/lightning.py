@@ -1,7 +1,9 @@
 """The evaluation callbacks as ``lightning.pytorch`` callbacks (``import lightning.pytorch as pl``, or ``import lightning as L``).
 
 Each class is its package-neutral core (the logic, in :mod:`beyondlabels.callbacks.base` and the family modules)
-with ``lightning.pytorch.Callback`` as a base; nothing else. :mod:`beyondlabels.callbacks.pytorch_lightning` (also
+with ``lightning.pytorch.Callback`` as a base; nothing else. The classes are made from the family registry
+(:mod:`beyondlabels.families`, :mod:`beyondlabels.callbacks._classes`): ``EvaluationCallback``, one
+``<Name>EvalCallback`` per family, ``ConvergenceMonitor``. :mod:`beyondlabels.callbacks.pytorch_lightning` (also
 exported by :mod:`beyondlabels.callbacks`) holds the same classes for ``pytorch_lightning``. Subclass
 :class:`EvaluationCallback` here for a new family of your own.
 
@@ -14,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
     import lightning.pytorch
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the package
@@ -23,40 +27,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "beyondlabels.callbacks"
     ) from exc
 
-from beyondlabels.callbacks.base import EvaluationCore, shard_loader
-from beyondlabels.callbacks.convergence import ConvergenceMonitorCore
-from beyondlabels.callbacks.crossmodal import CrossModalEvalCore
-from beyondlabels.callbacks.hierarchy import HierarchyEvalCore
-from beyondlabels.callbacks.retrieval import RetrievalEvalCore
-from beyondlabels.callbacks.rprecision import RPrecisionCore
-from beyondlabels.callbacks.zeroshot import ZeroShotEvalCore
+from beyondlabels.callbacks._classes import deprecated_alias, package_classes
+from beyondlabels.callbacks._names import exported
+from beyondlabels.callbacks.base import shard_loader
 
-__all__ = ["ConvergenceMonitor", "CrossModalEvalCallback", "EvaluationCallback", "HierarchyEvalCallback", "RPrecisionCallback", "RetrievalEvalCallback", "ZeroShotEvalCallback", "shard_loader"]
+globals().update(package_classes(lightning.pytorch.Callback, __name__))
+
+__all__ = exported()  # the names of beyondlabels.callbacks, all defined here
 
 
-class EvaluationCallback(EvaluationCore, lightning.pytorch.Callback):
-    __doc__ = EvaluationCore.__doc__
-
-
-class RetrievalEvalCallback(RetrievalEvalCore, EvaluationCallback):
-    __doc__ = RetrievalEvalCore.__doc__
-
-
-class CrossModalEvalCallback(CrossModalEvalCore, EvaluationCallback):
-    __doc__ = CrossModalEvalCore.__doc__
-
-
-class ZeroShotEvalCallback(ZeroShotEvalCore, EvaluationCallback):
-    __doc__ = ZeroShotEvalCore.__doc__
-
-
-class HierarchyEvalCallback(HierarchyEvalCore, EvaluationCallback):
-    __doc__ = HierarchyEvalCore.__doc__
-
-
-class RPrecisionCallback(RPrecisionCore, EvaluationCallback):
-    __doc__ = RPrecisionCore.__doc__
-
-
-class ConvergenceMonitor(ConvergenceMonitorCore, lightning.pytorch.Callback):
-    __doc__ = ConvergenceMonitorCore.__doc__
+def __getattr__(name: str) -> Any:
+    return deprecated_alias(globals(), name, __name__)

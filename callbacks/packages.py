@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from beyondlabels.families import callback_families
+
 __all__ = [
     "CALLBACK_MODULES",
     "PACKAGES",
+    "callback_name",
     "check_same_package",
     "is_lightning_instance",
     "lightning_package",
@@ -129,9 +132,30 @@ def logging_step(trainer: Any, in_batch: bool) -> int:
     return max(counted if in_batch else counted - 1, 0)
 
 
+def callback_name(cls: type) -> str:
+    """The name a Trainer gets a callback class under, for error messages: the exported class's own name (its
+    ``callback_name``), the registered name of a family's core (:mod:`beyondlabels.families`), else the class name.
+
+    Example:
+        >>> from beyondlabels.callbacks.retrieval import RetrievalEvalCore
+        >>> callback_name(RetrievalEvalCore), callback_name(int)
+        ('RetrievalEvalCallback', 'int')
+    """
+    for base in cls.__mro__:
+        if "callback_name" in vars(base):
+            return vars(base)["callback_name"]
+        reference = f"{base.__module__}:{base.__qualname__}"
+        named = [f.callback for f in callback_families() if f.core == reference]
+        if named:
+            return named[0]
+    return cls.__name__
+
+
 def lightning_state_key(callback: Any, **parts: Any) -> str:
     """The key of ``callback``'s state in a checkpoint, in Lightning's format (class name, then ``parts``): the same
-    under both packages, so a checkpoint written under one resumes under the other.
+    under both packages, so a checkpoint written under one resumes under the other. The class name is the class's
+    ``checkpoint_name`` when the class itself sets one (a renamed callback keeps its earlier name, so that earlier
+    checkpoints resume; :mod:`beyondlabels.families`), else its ``__qualname__`` (subclasses included).
 
     Example:
         >>> class RetrievalEvalCallback:
@@ -139,7 +163,8 @@ def lightning_state_key(callback: Any, **parts: Any) -> str:
         >>> lightning_state_key(RetrievalEvalCallback(), prefix="retrieval")
         "RetrievalEvalCallback{'prefix': 'retrieval'}"
     """
-    return f"{type(callback).__qualname__}{parts!r}"
+    cls = type(callback)
+    return f"{vars(cls).get('checkpoint_name') or cls.__qualname__}{parts!r}"
 
 
 def check_same_package(callback: Any, trainer: Any) -> None:
@@ -156,7 +181,7 @@ def check_same_package(callback: Any, trainer: Any) -> None:
     ours = lightning_package(callback)
     if ours == theirs:
         return
-    name = getattr(type(callback), "callback_name", type(callback).__name__)
+    name = callback_name(type(callback))
     fix = f"use `from {CALLBACK_MODULES[theirs]} import {name}`, the same callback for {theirs}"
     if ours is None:
         raise TypeError(

@@ -10,12 +10,13 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from beyondlabels._internal.checks import check_int_at_least
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia
-from beyondlabels.functional.audit import AuditSettings
+from beyondlabels.functional.audit import AuditSettings, suspect_overlap
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
+from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch, retrieval_metric
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,10 @@ class RetrievalEvalCore(EvaluationCore):
             (thumbnail, id, given and suggested label, the suggested label's share, the label quality) and
             ``audit_duplicates`` (cross-label pairs). ``exclude_suspects`` also logs ``clean/<key>``: the retrieval
             metrics without the items of cross-label duplicate pairs. Needs ``max_queries=None``.
+        metric: The metric itself, instead of its options (as torchmetrics' ``MetricTracker`` takes one): an
+            :class:`~beyondlabels.metrics.EmbeddingRetrieval` or :class:`~beyondlabels.metrics.RetrievalWithMismatch`
+            (the callback evaluates its own copy). It then brings every metric option (``ks`` to
+            ``projection_points`` above, ``profiles`` as its gains); giving one to the callback too is an error.
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
@@ -89,9 +94,10 @@ class RetrievalEvalCore(EvaluationCore):
         >>> callback = RetrievalEvalCallback(every_n_steps=500, ks=(1, 10), prog_bar=["precision@1"])
         >>> callback.schema.mode("r_precision"), callback.schema.mode("mean_first_relevant_rank")
         ('max', 'min')
+        >>> from beyondlabels.metrics import EmbeddingRetrieval
+        >>> RetrievalEvalCallback(metric=EmbeddingRetrieval(ks=(1, 10), deep_metrics=False)).ks
+        (1, 10)
     """
-
-    callback_name = "RetrievalEvalCallback"
 
     def __init__(
         self,
@@ -116,6 +122,7 @@ class RetrievalEvalCore(EvaluationCore):
         projection_points: int = 5000,
         deep_metrics: bool = True,
         audit: Any = None,
+        metric: EmbeddingRetrieval | None = None,
         *,
         every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
@@ -123,56 +130,68 @@ class RetrievalEvalCore(EvaluationCore):
         prefix: str = "retrieval",
         **kwargs: Any,
     ) -> None:
-        if isinstance(num_mismatches, bool) or not isinstance(num_mismatches, int) or num_mismatches < 0:
-            raise ValueError(f"`num_mismatches` must be an int >= 0, got {num_mismatches!r}.")
-        if isinstance(projection_points, bool) or not isinstance(projection_points, int) or projection_points < 0:
-            raise ValueError(f"`projection_points` must be an int >= 0 (0 turns the projection off), got {projection_points!r}.")
+        check_int_at_least(num_mismatches, "num_mismatches", 0)
+        check_int_at_least(projection_points, "projection_points", 0, hint="0 turns the projection off")
         check_names(encode_method=encode_method, input_key=input_key, label_key=label_key, id_key=id_key)
         self.encode_method = encode_method
         self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
-        self.ks = tuple(ks) if isinstance(ks, (list, tuple)) else ks
-        self.chunk_size, self.precision, self.distributed_search = chunk_size, precision, distributed_search
-        self.curve_max_k = curve_max_k
-        self.graded = tuple(graded)
-        self.max_queries, self.query_seed = max_queries, query_seed
-        self.deep_metrics = deep_metrics
-        self.audit = AuditSettings.of(audit)
         self.num_mismatches = num_mismatches
         self.class_names = list(class_names) if class_names is not None else None
-        self.profile_gains = _profile_gains(profiles, profile_labels)
-        self.mismatch_trials, self.mismatch_seed = mismatch_trials, mismatch_seed
-        self.projection_points = projection_points
+        options = dict(
+            ks=ks, chunk_size=chunk_size, precision=precision, distributed_search=distributed_search,
+            curve_max_k=curve_max_k, graded=graded, max_queries=max_queries, query_seed=query_seed,
+            deep_metrics=deep_metrics, audit=audit, profiles=profiles, profile_labels=profile_labels,
+            mismatch_trials=mismatch_trials, mismatch_seed=mismatch_seed, projection_points=projection_points,
+        )  # fmt: skip
+        self._given_metric = None if metric is None else _own_copy(metric, options, num_mismatches)
+        if self._given_metric is not None:
+            options = _options_of(self._given_metric)
+        self.ks = tuple(options["ks"]) if isinstance(options["ks"], (list, tuple)) else options["ks"]
+        self.chunk_size, self.precision = options["chunk_size"], options["precision"]
+        self.distributed_search, self.curve_max_k = options["distributed_search"], options["curve_max_k"]
+        self.graded = tuple(options["graded"])
+        self.max_queries, self.query_seed = options["max_queries"], options["query_seed"]
+        self.deep_metrics = options["deep_metrics"]
+        self.audit = AuditSettings.of(options["audit"])
+        given_gains = options.get("profile_gains")
+        self.profile_gains = given_gains or _profile_gains(options["profiles"], options["profile_labels"])
+        self.mismatch_trials, self.mismatch_seed = options["mismatch_trials"], options["mismatch_seed"]
+        self.projection_points = options["projection_points"]
         self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by write_step_files for describe_media
         self._heatmap_logged = False  # the profile similarity heatmap is the same at every evaluation: once per fit
         self._heatmap_png: bytes | None = None
+        self.previous_suspects: torch.Tensor | None = None  # ids of the last evaluation's top audit suspects
         super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
 
     def build_metric(self) -> EmbeddingRetrieval:
-        if self.profile_gains is not None:
-            return RetrievalWithMismatch(
-                self.profile_gains, num_trials=self.mismatch_trials, seed=self.mismatch_seed, ks=self.ks,
-                projection_points=self.projection_points,
-                chunk_size=self.chunk_size, precision=self.precision, curve_max_k=self.curve_max_k, graded=self.graded,
-                max_queries=self.max_queries, query_seed=self.query_seed, distributed_search=self.distributed_search,
-                deep_metrics=self.deep_metrics, audit=self.audit,
-            )
-        return EmbeddingRetrieval(
-            ks=self.ks,
-            chunk_size=self.chunk_size,
-            precision=self.precision,
-            curve_max_k=self.curve_max_k,
-            graded=self.graded,
-            max_queries=self.max_queries,
-            query_seed=self.query_seed,
-            return_neighbors=1 if self.num_mismatches else 0,
-            distributed_search=self.distributed_search,
-            deep_metrics=self.deep_metrics,
-            audit=self.audit,
-        )
+        """The given metric (the callback's own copy), else the one the options describe, chosen where
+        ``task=retrieval`` chooses it (:func:`~beyondlabels.metrics.retrieval_metric`)."""
+        if self._given_metric is not None:
+            return self._given_metric
+        return retrieval_metric(
+            self.profile_gains, num_trials=self.mismatch_trials, seed=self.mismatch_seed,
+            projection_points=self.projection_points, ks=self.ks, chunk_size=self.chunk_size, precision=self.precision,
+            curve_max_k=self.curve_max_k, graded=self.graded, max_queries=self.max_queries, query_seed=self.query_seed,
+            return_neighbors=1 if self.num_mismatches else 0, distributed_search=self.distributed_search,
+            deep_metrics=self.deep_metrics, audit=self.audit,
+        )  # fmt: skip
+
+    def after_compute(self, results: dict[str, Any]) -> dict[str, Any]:
+        """With the audit: ``audit_suspect_overlap``, the share of the previous evaluation's top ``audit.top``
+        suspects among this one's (:func:`~beyondlabels.functional.audit.suspect_overlap`; NaN the first time);
+        this evaluation's top suspects become the previous ones (checkpointed)."""
+        if self.audit is None or "audit" not in results:
+            return results
+        top = results["audit"]["suspects"]["ids"][: self.audit.top].cpu()
+        previous = self.previous_suspects
+        overlap = float("nan") if previous is None else suspect_overlap(previous, top, self.audit.top)
+        results["audit_suspect_overlap"] = torch.tensor(overlap, dtype=torch.float64, device=results["audit_k"].device)
+        self.previous_suspects = top
+        return results
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        previous = getattr(self.metric, "previous_suspects", None)
+        previous = self.previous_suspects
         if self.audit is not None:
             state["audit_previous_suspects"] = None if previous is None else [int(i) for i in previous]
         return state
@@ -181,7 +200,11 @@ class RetrievalEvalCore(EvaluationCore):
         super().load_state_dict(state_dict)
         previous = state_dict.get("audit_previous_suspects")
         if self.audit is not None and isinstance(previous, list) and all(isinstance(i, int) for i in previous):
-            self.metric.previous_suspects = torch.tensor(previous, dtype=torch.long)
+            self.previous_suspects = torch.tensor(previous, dtype=torch.long)
+
+    @classmethod
+    def examples(cls) -> list[dict[str, Any]]:
+        return [{}, {"encode_method": "encode_text"}]
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"encode_method": self.encode_method}
@@ -350,3 +373,52 @@ def _profile_gains(profiles: Any, labels: Any) -> ClassGains | None:
     profiles = load_profiles(profiles)  # a path or a mapping in the profiles file format (FeatureProfiles as is)
     return profile_class_gains(profiles, name="profile", labels=labels)
 
+
+
+# The metric options of the retrieval callback and their defaults (a metric given as `metric=` brings its own).
+_METRIC_OPTIONS = {
+    "ks": (1, 5, 10), "chunk_size": 1024, "precision": "fp32", "distributed_search": True, "curve_max_k": None,
+    "graded": (), "max_queries": None, "query_seed": 0, "deep_metrics": True, "audit": None, "profiles": None,
+    "profile_labels": None, "mismatch_trials": 10_000, "mismatch_seed": 0, "projection_points": 5000,
+}  # fmt: skip
+
+
+def _own_copy(metric: Any, options: dict[str, Any], num_mismatches: int) -> EmbeddingRetrieval:
+    """The callback's copy of a given metric (``metric=``), which then brings every metric option: options also
+    given to the callback are an error naming them. The copy returns the neighbours the mismatch table needs."""
+    if not isinstance(metric, EmbeddingRetrieval):
+        raise ValueError(
+            f"`metric` must be an EmbeddingRetrieval (or RetrievalWithMismatch), got {type(metric).__name__}; "
+            "or leave it None and give the metric's options to the callback."
+        )
+    both = [name for name, value in options.items() if not _same(value, _METRIC_OPTIONS[name])]
+    if both:
+        raise ValueError(
+            f"`metric` brings its own options; {both} were given to the callback too. Set them on the metric "
+            "(e.g. EmbeddingRetrieval(ks=...)) or drop `metric`."
+        )
+    own = metric.clone()
+    own.reset()
+    if num_mismatches and not own.return_neighbors:
+        own.return_neighbors = 1  # the worst-mismatch table (num_mismatches=0 turns it off)
+    return own
+
+
+def _same(value: Any, default: Any) -> bool:
+    if isinstance(default, tuple) and isinstance(value, (list, tuple)):
+        return tuple(value) == default
+    return value is default or (type(value) is type(default) and value == default)
+
+
+def _options_of(metric: EmbeddingRetrieval) -> dict[str, Any]:
+    """The callback's metric options as ``metric`` holds them."""
+    mismatch = isinstance(metric, RetrievalWithMismatch)
+    return {
+        "ks": metric.ks, "chunk_size": metric.chunk_size, "precision": metric.precision,
+        "distributed_search": metric.distributed_search, "curve_max_k": metric.curve_max_k, "graded": metric.graded,
+        "max_queries": metric.max_queries, "query_seed": metric.query_seed, "deep_metrics": metric.deep_metrics,
+        "audit": metric.audit, "profiles": None, "profile_labels": None,
+        "profile_gains": metric.mismatch_gains if mismatch else None,
+        "mismatch_trials": metric.num_trials if mismatch else 10_000, "mismatch_seed": metric.seed if mismatch else 0,
+        "projection_points": metric.projection_points if mismatch else 0,
+    }  # fmt: skip

@@ -6,12 +6,13 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from beyondlabels._internal.checks import check_positive_int
+from beyondlabels._internal.checks import check_int_at_least, check_positive_int
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia
@@ -89,8 +90,6 @@ class RPrecisionCore(EvaluationCore):
         kwargs: The options of :class:`~beyondlabels.callbacks.base.EvaluationCore` (schedule, files, strict, ...).
     """
 
-    callback_name = "RPrecisionCallback"
-
     def __init__(
         self,
         evaluator: Any,
@@ -119,8 +118,7 @@ class RPrecisionCore(EvaluationCore):
                 raise ValueError(f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got {type(evaluator).__name__}.")
         check_positive_int(num_prompts, "num_prompts")
         check_positive_int(batch_size, "batch_size")
-        if isinstance(num_table_rows, bool) or not isinstance(num_table_rows, int) or num_table_rows < 0:
-            raise ValueError(f"`num_table_rows` must be an int >= 0, got {num_table_rows!r}.")
+        check_int_at_least(num_table_rows, "num_table_rows", 0)
         check_names(generate_method=generate_method)
         self.evaluator = evaluator
         self.prompts = prompts if isinstance(prompts, str) else list(prompts)
@@ -140,6 +138,20 @@ class RPrecisionCore(EvaluationCore):
 
     def build_metric(self) -> TextImageRPrecision:
         return TextImageRPrecision(**self._metric_args)
+
+    @classmethod
+    def examples(cls) -> list[dict[str, Any]]:
+        """(See :meth:`EvaluationCore.examples`.) The evaluator is a stand-in: an object with ``encode_images``,
+        ``encode_texts`` and the ``identity_hash`` that names it in the state key."""
+
+        def evaluator(name: str) -> SimpleNamespace:
+            return SimpleNamespace(
+                identity={"evaluator": name}, identity_hash=name, encode_images=lambda x: x.flatten(1),
+                encode_texts=lambda texts: torch.zeros(len(texts), 3),
+            )
+
+        plain = {"evaluator": evaluator("example-a"), "num_prompts": 8, "num_candidates": 4, "top_r": (1,), "r": 1}
+        return [plain, {**plain, "generate_method": "sample"}, {**plain, "evaluator": evaluator("example-b")}]
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"generate_method": self.generate_method, "evaluator": getattr(self.evaluator, "identity_hash", type(self.evaluator).__name__)}
@@ -181,7 +193,7 @@ class RPrecisionCore(EvaluationCore):
 
     def _loader(self) -> DataLoader:
         if self._prompt_set is None:
-            raise RuntimeError("RPrecisionCallback evaluates only after setup (the prompt set is chosen there).")
+            raise RuntimeError("RPrecisionEvalCallback evaluates only after setup (the prompt set is chosen there).")
         return DataLoader(self._prompt_set, batch_size=self.batch_size, shuffle=False)
 
     # ---- one batch -------------------------------------------------------------------------------------------------

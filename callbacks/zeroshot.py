@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from beyondlabels._internal.checks import check_positive_int
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.zeroshot import check_class_names, check_templates, class_prompts, prompt_ensemble, zeroshot_scores
@@ -73,8 +74,6 @@ class ZeroShotEvalCore(EvaluationCore):
         (1,)
     """
 
-    callback_name = "ZeroShotEvalCallback"
-
     def __init__(
         self,
         class_names: Sequence[str] | None = None,
@@ -100,8 +99,7 @@ class ZeroShotEvalCore(EvaluationCore):
         self.templates = check_templates(list(templates) if not isinstance(templates, str) else templates)
         check_names(class_names_from=class_names_from, image_method=image_method, text_method=text_method,
                     tokenizer=tokenizer, input_key=input_key, label_key=label_key, id_key=id_key, optional=("tokenizer",))  # fmt: skip
-        if isinstance(text_batch_size, bool) or not isinstance(text_batch_size, int) or text_batch_size < 1:
-            raise ValueError(f"`text_batch_size` must be a positive int, got {text_batch_size!r}.")
+        check_positive_int(text_batch_size, "text_batch_size")
         self.class_names_from = class_names_from
         self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
         self.text_batch_size = text_batch_size
@@ -124,6 +122,11 @@ class ZeroShotEvalCore(EvaluationCore):
         if self._names is not None:
             return super().output_schema()  # builds the metric: ks above the number of classes fail now
         return ZeroShotClassification.schema_for(self.ks)
+
+    @classmethod
+    def examples(cls) -> list[dict[str, Any]]:
+        plain = {"templates": ["a {}"]}
+        return [plain, {**plain, "image_method": "embed_image"}, {"templates": ["a {}", "the {}"]}]
 
     def state_key_parts(self) -> dict[str, Any]:
         return {"image_method": self.image_method, "templates": "|".join(self.templates)}

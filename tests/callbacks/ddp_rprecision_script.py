@@ -1,4 +1,4 @@
-"""Run RPrecisionCallback under Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump what each rank saw.
+"""Run RPrecisionEvalCallback under Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump what each rank saw.
 
 Usage: python ddp_rprecision_script.py OUT_JSON DEVICES
 
@@ -69,13 +69,13 @@ class ToyGenerator(pl.LightningModule):
 
 
 def main() -> None:
-    from beyondlabels.callbacks import RPrecisionCallback
+    from beyondlabels.callbacks import RPrecisionEvalCallback
 
     out, devices = Path(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)
     # Lightning's DDP launcher re-runs this script for rank 1 with LOCAL_RANK set; the first process is rank 0.
     launch_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    callback = RPrecisionCallback(
+    callback = RPrecisionEvalCallback(
         make_evaluator(), prompts=POOL, num_prompts=NUM_PROMPTS, prompt_seed=PROMPT_SEED, batch_size=BATCH_SIZE,
         every_n_epochs=1, strict=True, bootstrap_rounds=200, save_dir=str(out.parent / f"files.rank{launch_rank}"),
         **SETTINGS,

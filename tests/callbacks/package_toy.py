@@ -138,7 +138,7 @@ def all_callbacks(package: str, checkpoint_dir: str) -> list[Any]:
         ours.CrossModalEvalCallback(ks=(1, 3), max_captions_per_image=1, strict=True, bootstrap_rounds=200),
         ours.ZeroShotEvalCallback(class_names=list(CLASS_NAMES), templates=["a {}"], ks=(1, 2), strict=True, bootstrap_rounds=200),
         ours.HierarchyEvalCallback(tree, class_names=list(CLASS_NAMES), strict=True, bootstrap_rounds=200),
-        ours.RPrecisionCallback(ColourEvaluator(), num_prompts=12, num_candidates=4, top_r=(1, 2), every_n_steps=2,
+        ours.RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=4, top_r=(1, 2), every_n_steps=2,
                                 near_duplicate_threshold=None, strict=True, bootstrap_rounds=200),  # fmt: skip
         ours.ConvergenceMonitor("retrieval/precision@1", window=2, rounds=100),
         lightning_callbacks.ModelCheckpoint(dirpath=checkpoint_dir, monitor="retrieval/precision@1", mode="max", save_top_k=1),

@@ -130,8 +130,8 @@ def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
         ({"max_looks": 0}, r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$"),
         ({"noise": -0.1}, r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got -0\.1\.$"),
         ({"noise_estimate": "mad"}, r"^`noise_estimate` must be one of \['ar1', 'differences', 'windows'\], got 'mad'\.$"),
-        ({"synced": "yes"}, r"^`synced` must be None \(the evaluation callbacks' keys\), True \(the same on every rank\) or False, got 'yes'\.$"),
-        ({"paired": "yes"}, r"^`paired` must be True \(use per-query values when the evaluation keeps them\) or False, got 'yes'\.$"),
+        ({"synced": "yes"}, r"^`synced` must be None, True or False \(None: the evaluation callbacks' keys; True: the same on every rank\), got 'yes'\.$"),
+        ({"paired": "yes"}, r"^`paired` must be True or False \(True: per-query values when the evaluation keeps them\), got 'yes'\.$"),
     ],
 )
 def test_bad_arguments_are_clear_errors(kwargs, match):

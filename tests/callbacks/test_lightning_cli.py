@@ -35,7 +35,7 @@ def _config(package: str, tmp_path: Path) -> dict:
         callback("CrossModalEvalCallback", ks=[1, 3], max_captions_per_image=1, strict=True, confidence_intervals=False),
         callback("ZeroShotEvalCallback", class_names=list(CLASS_NAMES), templates=["a {}"], ks=[1, 2], strict=True),
         callback("HierarchyEvalCallback", taxonomy=str(tmp_path / "tree.yaml"), class_names=list(CLASS_NAMES), strict=True),
-        callback("RPrecisionCallback", evaluator={"class_path": "cli_toy.ColourEvaluator"}, num_prompts=12, num_candidates=4,
+        callback("RPrecisionEvalCallback", evaluator={"class_path": "cli_toy.ColourEvaluator"}, num_prompts=12, num_candidates=4,
                  top_r=[1, 2], near_duplicate_threshold=None, every_n_steps=2, strict=True, bootstrap_rounds=50),
         callback("ConvergenceMonitor", monitor="retrieval/precision@1", window=2, rounds=100),
         {"class_path": f"{package}.callbacks.ModelCheckpoint",
@@ -63,7 +63,7 @@ def test_a_yaml_config_with_every_family_fits(package: str, tmp_path: Path):
                          "--trainer.callbacks.prefix=cli", "--trainer.callbacks.ks=[1]"])  # fmt: skip
     kinds = [type(c).__name__ for c in cli.trainer.callbacks if _ours(c)]
     assert kinds == ["RetrievalEvalCallback", "CrossModalEvalCallback", "ZeroShotEvalCallback", "HierarchyEvalCallback",
-                     "RPrecisionCallback", "ConvergenceMonitor", "RetrievalEvalCallback"]  # fmt: skip
+                     "RPrecisionEvalCallback", "ConvergenceMonitor", "RetrievalEvalCallback"]  # fmt: skip
     retrieval = cli.trainer.callbacks[0]
     assert retrieval.ks == (1, 3) and retrieval.prog_bar == ("precision@1",) and retrieval.strict
     added = next(c for c in cli.trainer.callbacks if getattr(c, "prefix", None) == "cli")

@@ -91,12 +91,12 @@ def test_per_query_file_holds_the_audit_values(tmp_path: Path) -> None:
 
 def test_previous_suspects_survive_a_resume() -> None:
     callback = RetrievalEvalCallback(audit={"k": 3})
-    callback.metric.previous_suspects = torch.tensor([4, 1, 9])
+    callback.previous_suspects = torch.tensor([4, 1, 9])
     state = callback.state_dict()
     assert state["audit_previous_suspects"] == [4, 1, 9]
     other = RetrievalEvalCallback(audit={"k": 3})
     other.load_state_dict(state)
-    assert other.metric.previous_suspects.tolist() == [4, 1, 9]
+    assert other.previous_suspects.tolist() == [4, 1, 9]
     assert "audit_previous_suspects" not in RetrievalEvalCallback().state_dict()
 
 
@@ -105,3 +105,20 @@ def test_audit_options_are_validated() -> None:
         RetrievalEvalCallback(audit={"depth": 3})
     with pytest.raises(ValueError, match="`audit` needs every sample as a query"):
         RetrievalEvalCallback(audit={"k": 3}, max_queries=10)
+
+
+def test_the_callback_fills_in_the_overlap_with_the_previous_evaluation() -> None:
+    """``audit_suspect_overlap``: the share of the previous evaluation's top suspects among this one's (worked
+    example: top 4, one of four in common is 0.25), NaN the first time; the metric's own value is NaN."""
+    callback = RetrievalEvalCallback(audit={"k": 3, "top": 4})
+
+    def results(ids):
+        return {"audit": {"suspects": {"ids": torch.tensor(ids)}}, "audit_k": torch.tensor(3),
+                "audit_suspect_overlap": torch.tensor(float("nan"), dtype=torch.float64)}  # fmt: skip
+
+    assert math.isnan(float(callback.after_compute(results([7, 3, 5, 2, 8]))["audit_suspect_overlap"]))
+    assert callback.previous_suspects.tolist() == [7, 3, 5, 2]
+    assert float(callback.after_compute(results([5, 2, 7, 3]))["audit_suspect_overlap"]) == 1.0
+    callback.previous_suspects = torch.tensor([5, -5, -6, -7])
+    assert float(callback.after_compute(results([5, 2, 7, 3]))["audit_suspect_overlap"]) == 0.25
+    assert float(RetrievalEvalCallback().after_compute({"x": 1})["x"]) == 1  # without the audit: unchanged

@@ -1,4 +1,4 @@
-"""RPrecisionCallback in a real Trainer: a generator whose pictures carry their prompt's colour, a colour evaluator
+"""RPrecisionEvalCallback in a real Trainer: a generator whose pictures carry their prompt's colour, a colour evaluator
 (analytic: a faithful generator scores 1, a constant one 0 under the strict tie rule), the tiny open_clip evaluator,
 the evaluator identity in the run files, and the media table rows."""
 
@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from beyondlabels.callbacks import RPrecisionCallback
+from beyondlabels.callbacks import RPrecisionEvalCallback
 from beyondlabels.callbacks.rprecision import select_prompts
 from beyondlabels.io.evaluator import TINY_CONFIG, ClipEvaluator
 
@@ -70,7 +70,7 @@ def _fit(tmp_path, module, callback, steps=4):
                                                         (False, "text_to_image_r_precision", 0.0)])  # fmt: skip
 def test_analytic_generators(tmp_path, faithful, key, expected):
     """A faithful generator ranks every own caption first; identical pictures tie, and ties are misses."""
-    cb = RPrecisionCallback(ColourEvaluator(), num_prompts=24, num_candidates=10, top_r=(1, 5), every_n_steps=2, strict=True,
+    cb = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=24, num_candidates=10, top_r=(1, 5), every_n_steps=2, strict=True,
                             near_duplicate_threshold=None, confidence_intervals=False)  # fmt: skip
     trainer = _fit(tmp_path, Generator(faithful), cb)
     assert [h["step"] for h in cb.history] == [2, 4]
@@ -116,7 +116,7 @@ def test_tiny_open_clip_evaluator_and_table_rows(tmp_path):
     import numpy as np
 
     evaluator = ClipEvaluator(model_cfg=TINY_CONFIG, init_seed=0, cache_dir=tmp_path / "cache")
-    cb = RPrecisionCallback(evaluator, num_prompts=20, num_candidates=8, top_r=(1,), every_n_steps=4, strict=True,
+    cb = RPrecisionEvalCallback(evaluator, num_prompts=20, num_candidates=8, top_r=(1,), every_n_steps=4, strict=True,
                             num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
     captured = []
 
@@ -173,14 +173,14 @@ def test_sample_pictures_are_written_beside_the_history(tmp_path):
     """Without W&B the generated samples still land on disk: one grid per evaluation, titled with prompt and rank."""
     from PIL import Image
 
-    cb = RPrecisionCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=2, strict=True,
+    cb = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=2, strict=True,
                             num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
     _fit(tmp_path, Generator(True), cb)
     grids = sorted((tmp_path / "rprecision" / "samples").glob("step_*.png"))
     assert [g.name for g in grids] == ["step_000000002.png", "step_000000004.png"]
     width, height = Image.open(grids[0]).size
     assert width > 4 * 100 and height > 2 * 100  # 5 pictures: a 4-column grid of 2 rows
-    cb_off = RPrecisionCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=4, strict=True,
+    cb_off = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=4, strict=True,
                                 num_table_rows=0, confidence_intervals=False, near_duplicate_threshold=None,
                                 save_dir=tmp_path / "off")  # fmt: skip
     _fit(tmp_path, Generator(True), cb_off)
@@ -196,7 +196,7 @@ class _Media:
 
 
 def test_table_rows_hold_prompt_image_and_rank(tmp_path):
-    cb = RPrecisionCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=100, strict=True,
+    cb = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=100, strict=True,
                             num_table_rows=4, confidence_intervals=False, near_duplicate_threshold=None, save_dir=False)  # fmt: skip
     module = Generator(True)
     trainer = _fit(tmp_path, module, cb, steps=1)  # fit end evaluates once
@@ -220,9 +220,9 @@ def test_table_rows_hold_prompt_image_and_rank(tmp_path):
 
 def test_bad_settings():
     with pytest.raises(ValueError, match="`evaluator` must have an `encode_images`"):
-        RPrecisionCallback(object())
+        RPrecisionEvalCallback(object())
     with pytest.raises(ValueError, match="`num_prompts` 16 is below `num_candidates` 100"):
-        RPrecisionCallback(ColourEvaluator(), num_prompts=16)
+        RPrecisionEvalCallback(ColourEvaluator(), num_prompts=16)
     with pytest.raises(ValueError, match="`num_prompts` 50 exceeds the 40 prompts"):
         select_prompts(POOL, 50, 0)
 
@@ -231,7 +231,7 @@ def test_hydra_config_instantiates_with_a_local_evaluator(tmp_path):
     import hydra
     from omegaconf import OmegaConf
 
-    from beyondlabels.callbacks import RPrecisionCallback as Exported
+    from beyondlabels.callbacks import RPrecisionEvalCallback as Exported
 
     node = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "rprecision.yaml")
     root = OmegaConf.create({"strict": True, "paths": {"log_dir": str(tmp_path)}, "callbacks": node})

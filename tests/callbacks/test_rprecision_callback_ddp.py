@@ -1,4 +1,4 @@
-"""RPrecisionCallback under two-process gloo DDP through the Trainer: the same numbers as world size 1 and as the kernel
+"""RPrecisionEvalCallback under two-process gloo DDP through the Trainer: the same numbers as world size 1 and as the kernel
 fed the same embeddings in one process, the sampler's padding copy dropped by id, files written by rank 0 alone."""
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ To extend: a new block runs as written when it needs nothing; else give it ``fix
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -212,8 +213,84 @@ PYTHON: dict[str, PythonFixture] = {
 # docs/adding_a_metric_family.md: the family's callback class is written inside callbacks/pytorch_lightning.py
 PYTHON["family_callback"] = PythonFixture(
     prelude="from beyondlabels.callbacks.pytorch_lightning import EvaluationCallback\n",
-    check=lambda ns, cwd: issubclass(ns["MyFamilyCallback"], ns["EvaluationCallback"]) or _fail("not a callback"),
+    check=lambda ns, cwd: issubclass(ns["MyFamilyEvalCallback"], ns["EvaluationCallback"]) or _fail("not a callback"),
 )
+
+# A fresh process: the doc's toy family module registered, a Trainer with its callback, evaluate.py with its task.
+_TOY_RUN = """
+import json, runpy, sys
+from pathlib import Path
+import numpy as np, torch
+cwd, repo = Path(sys.argv[1]), Path(sys.argv[2])
+sys.path.insert(0, str(cwd))
+torch.set_num_threads(1)
+import agreement_family
+from beyondlabels.families import register
+register(agreement_family.AGREEMENT)
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader, TensorDataset
+from beyondlabels.callbacks import AgreementEvalCallback, __all__ as exported
+from beyondlabels.callbacks.lightning import AgreementEvalCallback as for_lightning
+from beyondlabels.reporting.prefixes import FAMILY_PREFIXES
+from beyondlabels.tasks import TASKS
+assert "AgreementEvalCallback" in exported and "agreement" in FAMILY_PREFIXES and "agreement" in TASKS
+keys = {AgreementEvalCallback(**kw).state_key for kw in agreement_family.AgreementCore.examples()}
+assert len(keys) == 2 and {for_lightning(**kw).state_key for kw in agreement_family.AgreementCore.examples()} == keys
+x = torch.randn(24, 4, generator=torch.Generator().manual_seed(0))
+y = torch.arange(24) % 3
+
+class Module(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 3)
+    def training_step(self, batch, index):
+        return torch.nn.functional.cross_entropy(self.layer(batch[0]), batch[1])
+    def predict_labels(self, inputs):
+        return self.layer(inputs).argmax(1)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(x, y), batch_size=8)
+    def val_dataloader(self):
+        return DataLoader(TensorDataset(x, y), batch_size=8)
+
+module = Module()
+callback = AgreementEvalCallback(strict=True, bootstrap_rounds=50)
+trainer = pl.Trainer(max_epochs=1, limit_val_batches=0, callbacks=[callback], default_root_dir=str(cwd / "fit"),
+                     logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(module)
+with torch.no_grad():
+    expected = float((module.predict_labels(x) == y).double().mean())
+assert callback.history and abs(callback.history[-1]["accuracy"] - expected) < 1e-12, (callback.history, expected)
+assert (cwd / "fit" / "agreement" / "history.jsonl").is_file()
+predictions = np.array([0, 1, 2, 2, 1, 0]); labels = np.array([0, 1, 1, 2, 1, 2])
+np.savez(cwd / "predictions.npz", predictions=predictions, labels=labels)
+(cwd / "conf" / "task").mkdir(parents=True, exist_ok=True)
+(cwd / "conf" / "task" / "agreement.yaml").write_text("# @package _global_\\ninput: null\\n")
+sys.argv = ["evaluate.py", "task=agreement", f"input={cwd / 'predictions.npz'}", f"output={cwd / 'report.json'}",
+            f"hydra.searchpath=[file://{cwd / 'conf'}]", f"hydra.run.dir={cwd / 'job'}", "bootstrap_rounds=50"]
+runpy.run_path(str(repo / "evaluate.py"), run_name="__main__")
+report = json.loads((cwd / "report.json").read_text())
+assert report["accuracy"] == 4 / 6 and report["num_samples"] == 6, report
+print("toy family ok")
+"""
+
+
+def _check_toy_family(ns: dict, cwd: Path) -> None:
+    """The doc's module, as written, registered in a fresh process and run through a Trainer and evaluate.py."""
+    from readme_blocks import read_file
+
+    doc = read_file(REPO_ROOT / "docs" / "adding_a_metric_family.md", REPO_ROOT)
+    (block,) = [b for b in doc.blocks if b.marker is not None and b.marker.get("fixture") == "toy_family"]
+    (cwd / "agreement_family.py").write_text(block.text, encoding="utf-8")
+    (cwd / "toy_run.py").write_text(_TOY_RUN, encoding="utf-8")
+    result = subprocess.run([sys.executable, str(cwd / "toy_run.py"), str(cwd), str(REPO_ROOT)], capture_output=True,
+                            text=True, timeout=600, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert result.returncode == 0 and "toy family ok" in result.stdout, result.stdout[-3000:] + result.stderr[-6000:]
+    assert ns["AGREEMENT"].callback == "AgreementEvalCallback"
+
+
+PYTHON["toy_family"] = PythonFixture(check=_check_toy_family)
 
 
 def _fail(message: str) -> None:

@@ -180,7 +180,7 @@ def test_k_may_be_a_single_int(tmp_path: Path):
 def test_k_that_is_not_a_positive_int_is_a_clear_error(tmp_path: Path, k: str):
     x, cls = _clusters(n=24)
     cfg = _cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", f"k={k}")
-    with pytest.raises(ValueError, match=r"^k must be a positive int or a list of positive ints"):
+    with pytest.raises(ValueError, match=r"^`k` must (be a non-empty sequence of|contain only) positive ints"):
         tasks.retrieval.run(cfg)
     assert not (tmp_path / "r.json").exists()
 

@@ -76,7 +76,7 @@ def test_report_errors_name_the_argument_and_what_to_pass(tmp_path: Path):
     run = _run_folder(tmp_path / "run", 0.5)
     with pytest.raises(ValueError, match=r"needs both baseline=GROUP .* and metric=KEY"):
         tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "baseline='model.lr=0.001'"))
-    with pytest.raises(ValueError, match=r"level must be a number in \(0, 1\).*got 1.5"):
+    with pytest.raises(ValueError, match=r"`level` must be a number in \(0, 1\) \(e\.g\. 0\.05, the family-wise error rate .*\), got 1\.5\.$"):
         tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "level=1.5"))
     with pytest.raises(ValueError, match=r"seed_keys must be a list of keys.*got \[3\]"):
         tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "seed_keys=[3]"))

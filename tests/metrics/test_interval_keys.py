@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from beyondlabels.families import FAMILIES
 from beyondlabels.metrics.intervals import confidence_interval_keys
 from beyondlabels.metrics import (
     CrossModalRetrieval,
@@ -44,6 +45,19 @@ def _crossmodal():
     m = CrossModalRetrieval(ks=(1, 3))
     m.update(torch.randn(12, 6, generator=g), torch.arange(12), torch.randn(24, 6, generator=g), torch.arange(24) // 2, torch.arange(24))
     return m
+
+
+def _registered(name: str):
+    """The family's own example (``example()`` of its metric): every family of the registry is checked here."""
+    return lambda: next(f for f in FAMILIES if f.name == name).load("metric").example()
+
+
+@pytest.mark.parametrize("family", [f.name for f in FAMILIES])
+def test_every_registered_family_s_interval_keys_are_means_of_their_per_query_vectors(family):
+    metric = _registered(family)()
+    if not confidence_interval_keys(metric.output_schema()):
+        pytest.skip(f"{family}: no headline key has per-query values (no bootstrap interval to check)")
+    test_every_interval_key_is_the_mean_of_its_per_query_vector(lambda: metric)
 
 
 @pytest.mark.parametrize("build", [_retrieval, _hierarchy, _zeroshot, _crossmodal])

@@ -7,65 +7,25 @@ import math
 
 import matplotlib
 import pytest
-import torch
 
-from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.metrics import (
-    CrossModalRetrieval,
-    EmbeddingRetrieval,
-    HierarchicalPrecisionRecall,
-    LabelMismatchAnalysis,
-    RankingAudit,
-    RetrievalWithMismatch,
-    TextImageRPrecision,
-    ZeroShotClassification,
-)
-from beyondlabels.taxonomy import Taxonomy
+from beyondlabels.families import FAMILIES as REGISTRY
+from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
+from beyondlabels.metrics.retrieval import example_embeddings
 
 matplotlib.use("Agg")
 
-TAXONOMY = Taxonomy({"object": "entity", "vehicle": "object", "train": "vehicle", "bus": "vehicle", "animal": "object", "dog": "animal"}, root="entity")
-GAINS = ClassGains([[1.0, 0.6, 0.1], [0.6, 1.0, 0.3], [0.1, 0.3, 1.0]], [0, 1, 2], name="profile")
-
-
-def _embeddings(n: int = 24, d: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.arange(n) % 3
-    centres = torch.randn(3, d, generator=g)
-    return centres[labels] + 0.7 * torch.randn(n, d, generator=g), labels
+# Every family's metric of the registry (its own example()), and the retrieval family's variant with the mismatch
+# analysis: a family registered in beyondlabels.families is drawn here from then on.
+METRICS = {family.name: family.load("metric") for family in REGISTRY} | {"retrieval_with_mismatch": RetrievalWithMismatch}
 
 
 def _fed(name: str):
-    emb, labels = _embeddings()
-    if name == "retrieval":
-        metric = EmbeddingRetrieval(ks=(1, 3))
-        metric.update(emb, labels)
-    elif name == "retrieval_with_mismatch":
-        metric = RetrievalWithMismatch(GAINS, ks=(1,), num_trials=50, projection_points=0)
-        metric.update(emb, labels)
-    elif name == "mismatch":
-        metric = LabelMismatchAnalysis(GAINS, num_trials=50)
-        metric.update(labels, (labels + 1) % 3)
-    elif name == "crossmodal":
-        metric = CrossModalRetrieval(ks=(1, 2))
-        ids = torch.arange(emb.shape[0])
-        metric.update(emb, ids, emb + 0.3 * torch.randn_like(emb), ids)
-    elif name == "zeroshot":
-        metric = ZeroShotClassification(num_classes=3, ks=(1, 2))
-        metric.update(torch.randn(emb.shape[0], 3, generator=torch.Generator().manual_seed(1)), labels)
-    elif name == "hierarchy":
-        metric = HierarchicalPrecisionRecall(TAXONOMY)
-        metric.update(["train", "bus", "dog", "vehicle"], ["train", "train", "dog", "bus"])
-    elif name == "rprecision":
-        metric = TextImageRPrecision(num_candidates=4, top_r=(1, 2), repeats=2)
-        metric.update(emb, emb + 0.5 * torch.randn_like(emb), torch.arange(emb.shape[0]))
-    else:
-        metric = RankingAudit(ks=(2,))
-        metric.update(torch.tensor([[0.9, 0.8, 0.1], [0.2, 0.7, 0.3]]), torch.tensor([[2.0, 0.0, 1.0], [1.0, 0.0, 1.0]]), torch.tensor([5, 6]))
+    metric = METRICS[name].example()
+    assert isinstance(metric, METRICS[name]), "example() returns an updated instance of the metric"
     return metric
 
 
-FAMILIES = ["retrieval", "retrieval_with_mismatch", "mismatch", "crossmodal", "zeroshot", "hierarchy", "rprecision", "ranking"]
+FAMILIES = sorted(METRICS)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -87,7 +47,7 @@ def test_plot_draws_the_headline_values_of_compute(family):
 
 def test_plot_of_several_results_draws_a_line_per_key_over_the_evaluations():
     first, second = _fed("retrieval"), EmbeddingRetrieval(ks=(1, 3))
-    emb, labels = _embeddings(seed=3)
+    emb, labels = example_embeddings(seed=3)
     second.update(emb, labels)
     results = [first.compute(), second.compute()]
     fig, ax = first.plot(results, keys=["precision@1", "r_precision"])

@@ -1,4 +1,4 @@
-"""RankingAudit: against trec_eval (pytrec-eval-terrier) on score/grade rows, split updates and forward, validation,
+"""GradedRanking: against trec_eval (pytrec-eval-terrier) on score/grade rows, split updates and forward, validation,
 and a two-process gloo run equal to one process."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ddp import gloo_store, init_gloo  # noqa: E402
 
-from beyondlabels.metrics import RankingAudit
+from beyondlabels.metrics import GradedRanking
 
 KS = (1, 5, 10)
 WIDTH = 30
@@ -52,7 +52,7 @@ def _rows(num_queries: int = 48, seed: int = 0):
 
 def test_matches_trec_eval_per_query():
     scores, grades, ids, qrels, run = _rows()
-    metric = RankingAudit(ks=KS)
+    metric = GradedRanking(ks=KS)
     metric.update(scores, grades, ids)
     out = metric.compute()
     reference = pytrec_eval.RelevanceEvaluator(qrels, {"P.1,5,10", "ndcg_cut.1,5,10", "Rprec"}).evaluate(run)
@@ -95,10 +95,10 @@ def assert_same(a, b):
 
 def test_split_updates_forward_and_order_agree_with_one_update():
     scores, grades, ids, _, _ = _rows(seed=2)
-    one = RankingAudit(ks=KS)
+    one = GradedRanking(ks=KS)
     one.update(scores, grades, ids)
     ref = one.compute()
-    split = RankingAudit(ks=KS)
+    split = GradedRanking(ks=KS)
     perm = torch.randperm(len(ids), generator=torch.Generator().manual_seed(0))
     for s in range(0, len(ids), 7):
         part = perm[s : s + 7]
@@ -108,7 +108,7 @@ def test_split_updates_forward_and_order_agree_with_one_update():
 
 
 def test_ties_go_to_the_earlier_column():
-    metric = RankingAudit(ks=(1,))
+    metric = GradedRanking(ks=(1,))
     metric.update(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, 1.0]]))
     assert metric.compute()["precision@1"].item() == 0.0
 
@@ -125,7 +125,7 @@ def test_ties_go_to_the_earlier_column():
 )
 def test_bad_arguments_are_clear_errors(kwargs, update, match):
     with pytest.raises(ValueError, match=match):
-        metric = RankingAudit(**kwargs)
+        metric = GradedRanking(**kwargs)
         metric.update(*update)
 
 
@@ -133,7 +133,7 @@ def _worker(rank, world, store, shards, out_path):
     init_gloo(rank, world, store)
     try:
         scores, grades, ids = shards[rank]
-        metric = RankingAudit(ks=KS)
+        metric = GradedRanking(ks=KS)
         for s in range(0, len(ids), 5):
             metric.update(scores[s : s + 5], grades[s : s + 5], ids[s : s + 5])
         torch.save(metric.compute(), f"{out_path}.{rank}")
@@ -147,7 +147,7 @@ def test_two_process_gloo_equals_single_process(tmp_path):
     perm = torch.randperm(len(ids), generator=torch.Generator().manual_seed(1))
     r0, r1 = perm[:25], torch.cat([perm[25:], perm[:1]])  # a sampler's repeat of one query
     shards = [(scores[r], grades[r], ids[r]) for r in (r0, r1)]
-    single = RankingAudit(ks=KS)
+    single = GradedRanking(ks=KS)
     single.update(scores, grades, ids)
     ref = single.compute()
     mp.spawn(_worker, args=(2, gloo_store(tmp_path), shards, str(tmp_path / "out")), nprocs=2, join=True)

@@ -201,15 +201,15 @@ def check_precision(precision: object) -> torch.dtype | None:
     return PRECISIONS[check_choice(precision, "precision", sorted(PRECISIONS))]
 
 
-def check_ks(ks: object) -> tuple[int, ...]:
+def check_ks(ks: object, name: str = "ks") -> tuple[int, ...]:
     """Cut-offs: a positive int or a non-empty sequence of them, as sorted distinct Python ints."""
     if is_int(ks):
         ks = (ks,)
     if not isinstance(ks, Sequence) or isinstance(ks, str) or len(ks) == 0:
-        raise ValueError(f"`ks` must be a non-empty sequence of positive ints, got {ks!r}.")
+        raise ValueError(f"`{name}` must be a non-empty sequence of positive ints, got {ks!r}.")
     for k in ks:
         if not is_int(k) or k <= 0:
-            raise ValueError(f"`ks` must contain only positive ints, got {k!r} in {ks!r}.")
+            raise ValueError(f"`{name}` must contain only positive ints, got {k!r} in {ks!r}.")
     return tuple(sorted({int(k) for k in ks}))
 
 
@@ -297,3 +297,72 @@ def gain_labels(labels: Any, classes: Sequence[Any]) -> list[Any]:
     if len(labels) != len(classes):
         raise ValueError(f"`labels` has {len(labels)} entries for {len(classes)} classes; give one label per class.")
     return labels
+
+
+# ---- Checks of the callbacks, metrics, tasks and entry points -----------------------------------------------------
+# In the message style of every check above; ``name`` is the argument, or the config key of an entry point
+# (``eval.curve_max_k``).
+
+
+def check_int_at_least(value: object, name: str, low: int, hint: str | None = None) -> int:
+    """An int (not a bool) of at least ``low``, as a Python int.
+
+    Examples:
+        >>> check_int_at_least(0, "num_examples", 0, hint="0 turns the table off")
+        0
+        >>> check_int_at_least(-1, "num_examples", 0, hint="0 turns the table off")
+        Traceback (most recent call last):
+        ValueError: `num_examples` must be an int >= 0 (0 turns the table off), got -1.
+    """
+    return check_int(value, name, minimum=low, hint=hint)
+
+
+def check_optional_positive_int(value: object, name: str, hint: str | None = None) -> int | None:
+    """None, or an int >= 1 as a Python int.
+
+    Examples:
+        >>> check_optional_positive_int(None, "limit_batches"), check_optional_positive_int(2, "limit_batches")
+        (None, 2)
+    """
+    if value is None:
+        return None
+    if not is_int(value) or value < 1:  # type: ignore[operator]
+        raise _must(name, "a positive int or None", hint, value)
+    return int(value)  # type: ignore[call-overload]
+
+
+def check_optional_bool(value: object, name: str, hint: str | None = None) -> bool | None:
+    """None, True or False."""
+    if value is not None and not isinstance(value, bool):
+        raise _must(name, "None, True or False", hint, value)
+    return value
+
+
+def check_number_between(value: object, name: str, low: float, high: float, hint: str | None = None) -> float:
+    """A real number (not a bool) strictly between ``low`` and ``high``, as a float.
+
+    Examples:
+        >>> check_number_between(0.05, "level", 0, 1)
+        0.05
+        >>> check_number_between(1.5, "level", 0, 1)
+        Traceback (most recent call last):
+        ValueError: `level` must be a number in (0, 1), got 1.5.
+    """
+    return check_number(value, name, above=low, below=high, what=f"a number in ({low:g}, {high:g})", hint=hint)
+
+
+def check_text(value: object, name: str, optional: bool = False, hint: str | None = None) -> str | None:
+    """A non-empty string (a method name, a batch key, a logged key); None too when ``optional``.
+
+    Examples:
+        >>> check_text("encode_image", "encode_method"), check_text(None, "tokenizer", optional=True)
+        ('encode_image', None)
+        >>> check_text("", "encode_method")
+        Traceback (most recent call last):
+        ValueError: `encode_method` must be a non-empty string, got ''.
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _must(name, "a non-empty string" + (" or None" if optional else ""), hint, value)
+    return value

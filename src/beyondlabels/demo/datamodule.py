@@ -116,7 +116,8 @@ class ShapesDataModule(pl.LightningDataModule):
 
     @property
     def prompts(self) -> list[str]:
-        """The validation captions in id order: the prompt pool of text-to-image evaluation (``RPrecisionCallback``)."""
+        """The validation captions in id order: the prompt pool of text-to-image evaluation
+        (``RPrecisionEvalCallback``)."""
         return list(self.dataset("val").sample.captions)
 
     def dataset(self, split: str) -> ShapesDataset:

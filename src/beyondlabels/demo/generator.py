@@ -1,7 +1,7 @@
 """A tiny text-to-image generator for the demo shapes: captions → 32×32 pictures, trained with a pixel loss.
 
 :class:`ShapeGenerator` is the demo model of the text-to-image R-precision family
-(:class:`~beyondlabels.callbacks.RPrecisionCallback`, ``python train.py experiment=t2i_demo``). It is a *regression*
+(:class:`~beyondlabels.callbacks.RPrecisionEvalCallback`, ``python train.py experiment=t2i_demo``). It is a *regression*
 generator: one deterministic picture per caption, fitted to the real picture of that caption with an L1 (or MSE) loss.
 Its pictures are blurry — shape outlines average out over random rotations — but a blob of the right colour, size and
 position already ranks its own caption high among 99 distractors, which is what the evaluation measures.
@@ -76,7 +76,7 @@ class ShapeGenerator(pl.LightningModule):
     Trained on the demo datamodule's items (dicts with ``image``, ``caption``, ``label``, ``id``): the picture
     generated from ``caption`` is compared with ``image`` by the pixel loss. ``training_step`` logs ``train/loss``,
     ``validation_step`` logs ``val/loss``. :meth:`generate` is what
-    :class:`~beyondlabels.callbacks.RPrecisionCallback` calls.
+    :class:`~beyondlabels.callbacks.RPrecisionEvalCallback` calls.
 
     Args:
         num_buckets: Rows of the hashed word / word-pair embedding table.

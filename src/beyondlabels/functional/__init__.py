@@ -62,6 +62,7 @@ from beyondlabels.functional.retrieval import (
     retrieval_output_schema,
     retrieval_per_query,
 )
+from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
 from beyondlabels.functional.sweeps import GroupDifference, SeedSummary, paired_group_difference, pooled_query_interval, seed_summary
 from beyondlabels.functional.zeroshot import (
@@ -74,6 +75,10 @@ from beyondlabels.functional.zeroshot import (
 )
 
 __all__ = [
+    "AuditSettings",
+    "LabelAudit",
+    "audit_neighbors",
+    "suspect_overlap",
     "ConvergenceRule",
     "GroupDifference",
     "SeedSummary",

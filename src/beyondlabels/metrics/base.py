@@ -36,6 +36,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat, rank_zero_warn
 from torchmetrics.utilities.distributed import gather_all_tensors
 
+from beyondlabels._internal.checks import check_bool
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = ["GatheredSamples", "PerSampleMetric"]
@@ -84,8 +85,7 @@ class PerSampleMetric(Metric):
 
     def __init__(self, validate_args: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(validate_args, bool):
-            raise ValueError(f"`validate_args` must be True or False, got {validate_args!r}.")
+        check_bool(validate_args, "validate_args")
         self.validate_args = validate_args
         self._sample_states: list[str] = []
         self._agreeing_states: list[str] = []
@@ -104,6 +104,13 @@ class PerSampleMetric(Metric):
         self._sample_states.append(name)
         if agree:
             self._agreeing_states.append(name)
+
+    @classmethod
+    def example(cls) -> PerSampleMetric:
+        """A small evaluation of this metric: an instance updated with a few seeded samples, ready for ``compute()``.
+        Every family's metric defines one; the contract tests over the families of :mod:`beyondlabels.families` run
+        it (``plot()``, intervals, headline keys), so a new family is checked the moment it is registered."""
+        raise NotImplementedError(f"{cls.__name__} defines no example(): a family's metric returns a small updated instance")
 
     def output_schema(self) -> OutputSchema:
         """Kind and direction of every key :meth:`compute` returns."""

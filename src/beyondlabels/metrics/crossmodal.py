@@ -86,6 +86,16 @@ class CrossModalRetrieval(PerSampleMetric):
         self.add_sample_state("embeddings")
         self.add_sample_state("image_ids", agree=True)  # an image's own id; a caption's image
 
+    @classmethod
+    def example(cls) -> CrossModalRetrieval:
+        """12 seeded images with two captions each, ``ks=(1, 3)`` (see :meth:`PerSampleMetric.example`)."""
+        g = torch.Generator().manual_seed(3)
+        metric = cls(ks=(1, 3))
+        images = torch.randn(12, 6, generator=g)
+        texts = images.repeat_interleave(2, dim=0) + 0.8 * torch.randn(24, 6, generator=g)
+        metric.update(images, torch.arange(12), texts, torch.arange(24) // 2, torch.arange(24))
+        return metric
+
     def output_schema(self) -> OutputSchema:
         return crossmodal_output_schema(self.ks).merged(OutputSchema({"num_duplicates": self.count_spec()}))
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_positive_int
+from beyondlabels._internal.checks import check_bool, check_positive_int
 from beyondlabels.functional.hierarchy import (
     DEFAULT_CHUNK,
     check_abstention_precision,
@@ -76,13 +76,21 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
             self.taxonomy: Taxonomy = load_taxonomy(taxonomy)
         except ValueError as err:
             raise ValueError(f"`taxonomy`: {err}") from None
-        if not isinstance(include_root, bool):
-            raise ValueError(f"`include_root` must be True or False, got {include_root!r}.")
+        check_bool(include_root, "include_root")
         self.include_root = include_root
         self.abstention_precision = check_abstention_precision(abstention_precision)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
         self.add_sample_state("pred")
         self.add_sample_state("gt", agree=True)
+
+    @classmethod
+    def example(cls) -> HierarchicalPrecisionRecall:
+        """Seeded predictions of 30 samples on a tree of 6 nodes (see :meth:`PerSampleMetric.example`)."""
+        tree = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b", "f": "c"}, root="a")
+        g = torch.Generator().manual_seed(1)
+        metric = cls(tree)
+        metric.update(torch.randint(0, 6, (30,), generator=g), torch.randint(1, 6, (30,), generator=g), torch.arange(30))
+        return metric
 
     def output_schema(self) -> OutputSchema:
         return hierarchy_output_schema().merged(OutputSchema({"num_duplicates": self.count_spec()}))

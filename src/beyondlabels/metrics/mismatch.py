@@ -23,16 +23,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.checks import check_bool, check_int, check_int_at_least
 from beyondlabels.functional.mismatch import PERCENTILE_KINDS, mismatch_analysis, mismatch_output_schema
 from beyondlabels.functional.profiles import profile_class_gains
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import sample_queries
 from beyondlabels.metrics.base import PerSampleMetric
-from beyondlabels.metrics.retrieval import EmbeddingRetrieval
+from beyondlabels.metrics.retrieval import EmbeddingRetrieval, example_embeddings
 from beyondlabels.profiles import FeatureProfiles
 from beyondlabels.schema import KeySpec, OutputSchema
 
-__all__ = ["LabelMismatchAnalysis", "RetrievalWithMismatch"]
+__all__ = ["LabelMismatchAnalysis", "RetrievalWithMismatch", "retrieval_metric"]
+
+# The class similarity of the examples: classes 0 and 1 alike, 2 apart.
+_EXAMPLE_GAINS = ClassGains([[1.0, 0.6, 0.1], [0.6, 1.0, 0.3], [0.1, 0.3, 1.0]], [0, 1, 2], name="profile")
 
 
 def _as_gains(similarity: Any, labels: Any) -> ClassGains:
@@ -94,14 +98,11 @@ class LabelMismatchAnalysis(PerSampleMetric):
     ) -> None:
         super().__init__(**kwargs)
         self.gains = _as_gains(similarity, labels)
-        if isinstance(num_trials, bool) or not isinstance(num_trials, int) or num_trials < 1:
-            raise ValueError(f"`num_trials` must be an int >= 1, got {num_trials!r}.")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"`seed` must be an int, got {seed!r}.")
+        check_int_at_least(num_trials, "num_trials", 1)
+        check_int(seed, "seed")
         if percentile_kind not in PERCENTILE_KINDS:
             raise ValueError(f"`percentile_kind` must be one of {PERCENTILE_KINDS}, got {percentile_kind!r}.")
-        if not isinstance(with_embeddings, bool):
-            raise ValueError(f"`with_embeddings` must be True or False, got {with_embeddings!r}.")
+        check_bool(with_embeddings, "with_embeddings")
         if counts is not None:
             c = torch.as_tensor(counts, dtype=torch.float64).flatten()
             if c.numel() != self.gains.num_classes or not bool(torch.isfinite(c).all()) or bool((c < 0).any()):
@@ -114,6 +115,17 @@ class LabelMismatchAnalysis(PerSampleMetric):
         self.add_sample_state("labels_retrieved", agree=True)
         if with_embeddings:
             self.add_sample_state("embeddings")
+
+    @classmethod
+    def example(cls) -> LabelMismatchAnalysis:
+        """The top-1 labels of 24 seeded queries of 3 classes, a 3-class similarity, 200 trials (see
+        :meth:`PerSampleMetric.example`)."""
+        g = torch.Generator().manual_seed(5)
+        labels = torch.arange(24) % 3
+        retrieved = torch.where(torch.rand(24, generator=g) < 0.4, (labels + 1) % 3, labels)
+        metric = cls(_EXAMPLE_GAINS, num_trials=200)
+        metric.update(labels, retrieved, torch.arange(24))
+        return metric
 
     def output_schema(self) -> OutputSchema:
         extra = OutputSchema({"num_duplicates": self.count_spec()}, {"query_id": KeySpec("per_query", None)})
@@ -211,18 +223,23 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
     ) -> None:
         if not isinstance(gains, ClassGains):
             raise ValueError(f"`gains` must be a ClassGains (e.g. profile_class_gains(profiles)), got {type(gains).__name__}.")
-        if isinstance(num_trials, bool) or not isinstance(num_trials, int) or num_trials < 1:
-            raise ValueError(f"`num_trials` must be an int >= 1, got {num_trials!r}.")
-        for name, value in (("seed", seed), ("projection_seed", projection_seed)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"`{name}` must be an int, got {value!r}.")
-        if isinstance(projection_points, bool) or not isinstance(projection_points, int) or projection_points < 0:
-            raise ValueError(f"`projection_points` must be an int >= 0 (0: no projection sample), got {projection_points!r}.")
+        check_int_at_least(num_trials, "num_trials", 1)
+        check_int(seed, "seed")
+        check_int(projection_seed, "projection_seed")
+        check_int_at_least(projection_points, "projection_points", 0, hint="0: no projection sample")
         kwargs["graded"] = (*tuple(kwargs.get("graded", ())), gains)
         kwargs["return_neighbors"] = max(1, int(kwargs.get("return_neighbors", 0)))
         super().__init__(**kwargs)
         self.mismatch_gains, self.num_trials, self.seed = gains, num_trials, seed
         self.projection_points, self.projection_seed = projection_points, projection_seed
+
+    @classmethod
+    def example(cls) -> RetrievalWithMismatch:
+        """24 seeded embeddings of 3 classes graded by a 3-class similarity, ``ks=(1,)`` (see
+        :meth:`PerSampleMetric.example`)."""
+        metric = cls(_EXAMPLE_GAINS, ks=(1,), num_trials=50, projection_points=0)
+        metric.update(*example_embeddings())
+        return metric
 
     def output_schema(self) -> OutputSchema:
         mismatch = mismatch_output_schema(spearman=True)
@@ -248,3 +265,28 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
             value = analysis[key]
             out[f"mismatch_{key}"] = torch.tensor(value, dtype=torch.long if isinstance(value, int) else torch.float64)
         return out
+
+
+def retrieval_metric(
+    gains: ClassGains | None = None,
+    *,
+    num_trials: int = 10_000,
+    seed: int = 0,
+    projection_points: int = 5000,
+    **options: Any,
+) -> EmbeddingRetrieval:
+    """The retrieval family's metric, chosen in this one place (the retrieval callback and ``task=retrieval`` both
+    ask here): :class:`~beyondlabels.metrics.EmbeddingRetrieval` with ``options``, or, given the class ``gains`` of
+    feature profiles, :class:`RetrievalWithMismatch` (graded credit and the label-mismatch analysis from the same
+    search; ``num_trials``, ``seed`` and ``projection_points`` are its null's and its projection sample's).
+
+    Example:
+        >>> type(retrieval_metric(ks=(1,))).__name__
+        'EmbeddingRetrieval'
+        >>> gains = ClassGains([[1.0, 0.6], [0.6, 1.0]], [0, 1], name="profile")
+        >>> type(retrieval_metric(gains, ks=(1,), num_trials=100)).__name__
+        'RetrievalWithMismatch'
+    """
+    if gains is None:
+        return EmbeddingRetrieval(**options)
+    return RetrievalWithMismatch(gains, num_trials=num_trials, seed=seed, projection_points=projection_points, **options)

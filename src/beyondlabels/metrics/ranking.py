@@ -1,22 +1,27 @@
-"""torchmetrics class for ranking metrics over graded judgements with unjudged items."""
+"""torchmetrics class for ranking metrics over graded judgements with unjudged items.
+
+``GradedRanking`` was called ``RankingAudit`` (a name that read like the label audit of
+:mod:`beyondlabels.functional.audit`); the old name still imports, with a ``FutureWarning``.
+"""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_ks
+from beyondlabels._internal.checks import check_int_at_least, check_ks
 from beyondlabels.functional.ranking import aggregate_ranking, ranking_output_schema, ranking_per_query
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
-__all__ = ["RankingAudit"]
+__all__ = ["GradedRanking"]
 
 
-class RankingAudit(PerSampleMetric):
+class GradedRanking(PerSampleMetric):
     """Ranking quality when only some results are judged: P@k, recall@k, success@k, MAP, MRR, bpref, judged-only and
     condensed P@k, nDCG (exponential and linear gain), R-precision, judged@k and coverage@k, with per-query values.
 
@@ -41,7 +46,7 @@ class RankingAudit(PerSampleMetric):
         (ints; NaN or negative = unjudged), optional ``ids`` ``[B]`` (query ids; required under distributed training).
 
     Example:
-        >>> metric = RankingAudit(ks=(2,))
+        >>> metric = GradedRanking(ks=(2,))
         >>> nan = float("nan")
         >>> metric.update(torch.tensor([[0.9, 0.8, 0.1]]), torch.tensor([[2.0, nan, 0.0]]), torch.tensor([5]))
         >>> metric.update(torch.tensor([[0.2, 0.7, -float("inf")]]), torch.tensor([[1.0, 0.0, 1.0]]), torch.tensor([6]))
@@ -58,11 +63,21 @@ class RankingAudit(PerSampleMetric):
     def __init__(self, ks: Sequence[int] = (5, 10), relevance_level: int = 1, validate_args: bool = True, **kwargs: Any) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
         self.ks = check_ks(ks)
-        if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
-            raise ValueError(f"`relevance_level` must be an int >= 1 (the smallest relevant grade), got {relevance_level!r}.")
+        check_int_at_least(relevance_level, "relevance_level", 1, hint="the smallest relevant grade")
         self.relevance_level = relevance_level
         self.add_sample_state("scores")
         self.add_sample_state("grades", agree=True)
+
+    @classmethod
+    def example(cls) -> GradedRanking:
+        """12 seeded queries of 8 candidates with graded and unjudged judgements, ``ks=(2, 5)`` (see
+        :meth:`PerSampleMetric.example`)."""
+        g = torch.Generator().manual_seed(4)
+        grades = torch.randint(0, 3, (12, 8), generator=g).to(torch.float64)
+        grades[torch.rand(12, 8, generator=g) < 0.25] = float("nan")
+        metric = cls(ks=(2, 5))
+        metric.update(torch.randn(12, 8, generator=g, dtype=torch.float64), grades, torch.arange(12))
+        return metric
 
     def output_schema(self) -> OutputSchema:
         return ranking_output_schema(self.ks).merged(OutputSchema({"num_duplicates": self.count_spec()}))
@@ -98,3 +113,31 @@ class RankingAudit(PerSampleMetric):
         out = aggregate_ranking(per_query, self.ks, samples.ids)
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=scores.device)
         return out
+
+
+_RENAMED = {"RankingAudit": "GradedRanking"}
+_warned: set[str] = set()
+
+
+def renamed(name: str) -> Any:
+    """The class an earlier name of this module stands for (``RankingAudit``), with a ``FutureWarning`` once per
+    process; None for any other name."""
+    current = _RENAMED.get(name)
+    if current is None:
+        return None
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"{name} is now called {current} (`from beyondlabels.metrics import {current}`); the old name will be "
+            "removed in a later release.",
+            FutureWarning,
+            stacklevel=3,
+        )
+    return globals()[current]
+
+
+def __getattr__(name: str) -> Any:
+    found = renamed(name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return found

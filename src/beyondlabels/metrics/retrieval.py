@@ -10,12 +10,13 @@ from torch import Tensor
 
 from beyondlabels._internal.checks import (
     check_deep_metrics,
+    check_int,
     check_ks,
     check_non_negative_int,
     check_positive_int,
     check_precision,
 )
-from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
+from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
@@ -28,7 +29,16 @@ from beyondlabels.functional.search import Neighbors
 from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
 from beyondlabels.schema import KeySpec, OutputSchema
 
-__all__ = ["EmbeddingRetrieval"]
+__all__ = ["EmbeddingRetrieval", "example_embeddings"]
+
+
+def example_embeddings(n: int = 24, dim: int = 6, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """``(embeddings [n, dim], labels [n])`` of the retrieval examples: 3 seeded class centres, unit noise of scale
+    0.7, label ``i % 3``."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % 3
+    centres = torch.randn(3, dim, generator=g)
+    return centres[labels] + 0.7 * torch.randn(n, dim, generator=g), labels
 
 
 class EmbeddingRetrieval(PerSampleMetric):
@@ -71,10 +81,12 @@ class EmbeddingRetrieval(PerSampleMetric):
             :mod:`beyondlabels.functional.audit`); see :meth:`audit_schema` for the keys. ``k`` is capped at
             ``N - 1``. Needs every sample as a query (not with ``max_queries``). With ``exclude_suspects`` the scalar
             retrieval metrics are computed again without the items of cross-label duplicate pairs (a second search
-            of the remaining items), as ``clean/<key>``. None (default): off, and nothing else changes. The ids of
-            the top ``audit.top`` suspects of the last :meth:`compute` are kept in ``previous_suspects`` (also
-            through :meth:`reset`); the next compute reports their overlap with its own
-            (``audit_suspect_overlap``, :func:`~beyondlabels.functional.audit.suspect_overlap`; NaN the first time).
+            of the remaining items), as ``clean/<key>``. None (default): off, and nothing else changes. The
+            search's neighbours are handed to :func:`~beyondlabels.functional.audit.audit_neighbors` (one search for
+            both). ``compute()`` is a function of the states alone, so ``audit_suspect_overlap`` (the stability of
+            the top suspects against the previous evaluation's) is NaN here: whoever keeps the previous list fills
+            it in with :func:`~beyondlabels.functional.audit.suspect_overlap` (the retrieval callback does, and
+            checkpoints the list).
         kwargs: Passed to :class:`torchmetrics.Metric` (e.g. ``sync_on_compute``, ``process_group``).
 
     Inputs of :meth:`update`:
@@ -121,7 +133,6 @@ class EmbeddingRetrieval(PerSampleMetric):
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
         self.audit = AuditSettings.of(audit)
-        self.previous_suspects: Tensor | None = None  # ids of the last compute's top suspects (kept through reset)
         if self.audit is not None and max_queries is not None:
             raise ValueError("`audit` needs every sample as a query; drop `max_queries` or the audit.")
         self.ks = check_ks(ks)
@@ -133,8 +144,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         check_non_negative_int(return_neighbors, "return_neighbors")
         if max_queries is not None:
             check_positive_int(max_queries, "max_queries")
-        if isinstance(query_seed, bool) or not isinstance(query_seed, int):
-            raise ValueError(f"`query_seed` must be an int, got {query_seed!r}.")
+        check_int(query_seed, "query_seed")
         check_deep_metrics(deep_metrics)
         graded = tuple(graded)
         for g in graded:
@@ -154,6 +164,13 @@ class EmbeddingRetrieval(PerSampleMetric):
         self._label_names: dict[int, str] = {}  # code -> string label seen by this process (kept until `reset`)
         self.add_sample_state("embeddings")
         self.add_sample_state("labels", agree=True)
+
+    @classmethod
+    def example(cls) -> EmbeddingRetrieval:
+        """24 seeded embeddings of 3 classes, ``ks=(1, 3)`` (see :meth:`PerSampleMetric.example`)."""
+        metric = cls(ks=(1, 3))
+        metric.update(*example_embeddings())
+        return metric
 
     def output_schema(self) -> OutputSchema:
         schema = retrieval_output_schema(
@@ -311,10 +328,8 @@ class EmbeddingRetrieval(PerSampleMetric):
         out["audit_num_cross_label_duplicates"] = count(a.cross_label.sum())
         out["audit_num_same_label_duplicates"] = count((~a.cross_label).sum())
         out["audit_k"] = count(k)
-        top = ids[a.suspects][: settings.top].cpu()
-        overlap = float("nan") if self.previous_suspects is None else suspect_overlap(self.previous_suspects, top, settings.top)
-        out["audit_suspect_overlap"] = torch.tensor(overlap, dtype=torch.float64, device=device)
-        self.previous_suspects = top
+        # Against the previous evaluation's suspects: not in the states, so left to whoever keeps that list.
+        out["audit_suspect_overlap"] = torch.tensor(float("nan"), dtype=torch.float64, device=device)
         out["per_query"].update(_audit_per_query(a))
         top_outliers = torch.argsort(-a.outlier_score, stable=True)[: settings.top]
         pairs = a.duplicate_pairs

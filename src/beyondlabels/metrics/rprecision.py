@@ -105,6 +105,15 @@ class TextImageRPrecision(PerSampleMetric):
         self.add_sample_state("class_ids", agree=True)
         self.add_sample_state("caption_codes", agree=True)
 
+    @classmethod
+    def example(cls) -> TextImageRPrecision:
+        """24 seeded image and prompt embeddings, ``R = 4`` (see :meth:`PerSampleMetric.example`)."""
+        g = torch.Generator().manual_seed(0)
+        images = torch.randn(24, 6, generator=g)
+        metric = cls(num_candidates=4, top_r=(1, 2), repeats=2)
+        metric.update(images, images + 0.5 * torch.randn(24, 6, generator=g), torch.arange(24))
+        return metric
+
     def output_schema(self) -> OutputSchema:
         return rprecision_output_schema(self.top_r, self.hard_negatives).merged(OutputSchema({"num_duplicates": self.count_spec()}))
 

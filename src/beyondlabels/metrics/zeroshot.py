@@ -59,6 +59,16 @@ class ZeroShotClassification(PerSampleMetric):
         self.add_sample_state("predictions")
         self.add_sample_state("labels", agree=True)
 
+    @classmethod
+    def example(cls) -> ZeroShotClassification:
+        """Seeded scores of 30 samples for 5 classes, ``ks=(1, 3)`` (see :meth:`PerSampleMetric.example`)."""
+        g = torch.Generator().manual_seed(2)
+        labels = torch.randint(0, 5, (30,), generator=g)
+        scores = torch.randn(30, 5, generator=g) + 1.5 * torch.nn.functional.one_hot(labels, 5)
+        metric = cls(num_classes=5, ks=(1, 3))
+        metric.update(scores, labels, torch.arange(30))
+        return metric
+
     def output_schema(self) -> OutputSchema:
         return self.schema_for(self.ks)
 

@@ -1,9 +1,11 @@
 """The offline evaluation tasks of ``evaluate.py``: one module per task, each with ``run(cfg) -> report``.
 
-:data:`TASKS` maps each ``task=<name>`` to its function; its settings are the config group option
-``conf/task/<name>.yaml``. Every task that evaluates per-query values adds bootstrap intervals of its headline keys
-(:func:`beyondlabels.metrics.intervals.add_confidence_intervals`, as the callbacks do) and writes its report through
-one writer (JSON, per-query file beside it, PNGs, a terminal table).
+:data:`TASKS` maps each ``task=<name>`` to its function, for every task of the registry
+(:func:`beyondlabels.families.tasks`: the families' tasks, then the tools); its settings are the config group option
+``conf/task/<name>.yaml``, and :func:`usage` is the help ``evaluate.py`` prints. Every task that evaluates per-query
+values adds bootstrap intervals of its headline keys (:func:`beyondlabels.metrics.intervals.add_confidence_intervals`,
+as the callbacks do) and writes its report through one writer (JSON, per-query file beside it, PNGs, a terminal
+table).
 """
 
 from __future__ import annotations
@@ -13,23 +15,21 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from beyondlabels.tasks import abtest, audit, compare, crossmodal, hierarchy, mismatch, profiles, ranking, report, retrieval, rprecision
+from beyondlabels.families import tasks
 
-__all__ = ["TASKS", "run_task"]
+__all__ = ["TASKS", "run_task", "usage"]
 
-TASKS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
-    "retrieval": retrieval.run,
-    "crossmodal": crossmodal.run,
-    "hierarchy": hierarchy.run,
-    "ranking": ranking.run,
-    "rprecision": rprecision.run,
-    "mismatch": mismatch.run,
-    "profiles": profiles.run,
-    "compare": compare.run,
-    "abtest": abtest.run,
-    "report": report.run,
-    "audit": audit.run,
-}
+TASKS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {task.name: task.run for task in tasks()}
+
+
+def usage() -> str:
+    """A command line of every task, one per line (the registry's ``usage``), as ``evaluate.py --help`` shows them.
+
+    Example:
+        >>> usage().splitlines()[0]
+        'python evaluate.py task=retrieval input=embeddings.npz output=report.json k=[1,5,10]'
+    """
+    return "\n".join(line for task in tasks() for line in task.usage)
 
 
 def run_task(name: str, cfg: DictConfig) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from beyondlabels._internal.checks import check_bool, check_ks
 from beyondlabels.io import save_per_query
 from beyondlabels._internal.convert import plain
 from beyondlabels.io.atomic import write_json
@@ -19,22 +20,19 @@ from beyondlabels.schema import OutputSchema
 log = logging.getLogger(__name__)
 
 
-def parse_ks(value: Any) -> list[int]:
-    """``k`` from the command line: one positive int (``k=5``) or a list of them (``k=[1,5,10]``); sorted, unique.
+def parse_ks(value: Any, name: str = "k") -> list[int]:
+    """Cut-offs from the command line (``k``, ``top_r``): one positive int (``k=5``) or a list of them
+    (``k=[1,5,10]``); sorted, unique (:func:`~beyondlabels._internal.checks.check_ks` on the plain value).
 
     Raises:
         ValueError: for anything else (floats such as ``1.5``, strings, booleans, ``k <= 0``, an empty list),
-            naming ``k``.
+            naming ``name``.
 
     Example:
         >>> parse_ks(5), parse_ks([10, 1, 5, 1])
         ([5], [1, 5, 10])
     """
-    value = plain(value)
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not items or any(isinstance(k, bool) or not isinstance(k, int) or k <= 0 for k in items):
-        raise ValueError(f"k must be a positive int or a list of positive ints (k=5 or k=[1,5,10]), got {value!r}")
-    return sorted(set(items))
+    return list(check_ks(plain(value), name))
 
 
 def path_list(value: Any) -> list[str]:
@@ -68,10 +66,7 @@ def full_table(cfg: DictConfig) -> bool:
     Raises:
         ValueError: for anything but true or false.
     """
-    value = cfg.get("full_table", False)
-    if not isinstance(value, bool):
-        raise ValueError(f"full_table must be true (every key) or false (the summary's headline keys), got {value!r}")
-    return value
+    return check_bool(cfg.get("full_table", False), "full_table", hint="true: every key; false: the summary's headline keys")
 
 
 def report_path(cfg: DictConfig, default_name: str = "report.json") -> Path:

@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from beyondlabels._internal.checks import check_int_at_least
 from beyondlabels.io import evaluation_schema, find_evaluation_runs, find_offline_runs, read_evaluation_run, read_offline_run, run_overrides
 from beyondlabels._internal.convert import plain
 from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison
@@ -120,8 +121,7 @@ def _grouped(cfg: DictConfig, runs: list[Any], keys: list[str] | None, which: st
     if guardrails and cfg.get("metric") is None:
         raise ValueError("guardrails= are tested against the baseline beside metric=KEY: give baseline= and metric= too")
     permutations = cfg.get("permutations", 9999)
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise ValueError(f"permutations must be an int >= 1 (random sign assignments of each test, e.g. 9999), got {permutations!r}")
+    check_int_at_least(permutations, "permutations", 1, hint="random sign assignments of each test, e.g. 9999")
     table = sweep_comparison(
         runs, seed_keys=_seed_keys(cfg), keys=keys, which=which,
         baseline=cfg.get("baseline"), metric=None if cfg.get("metric") is None else str(cfg.metric), guardrails=guardrails,

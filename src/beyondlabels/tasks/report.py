@@ -19,6 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from beyondlabels._internal.checks import check_int, check_int_at_least, check_number_between
 from beyondlabels._internal.convert import plain
 from beyondlabels.io.run_folders import is_multirun_folder, is_run_folder
 from beyondlabels.reporting.html_report import write_report
@@ -67,16 +68,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     keys = _key_list(cfg, "metrics")
     full = full_table(cfg)
     level = cfg.get("level", 0.05)
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ValueError(f"level must be a number in (0, 1), e.g. 0.05 (the family-wise error rate of the tests against baseline=), got {level!r}")
+    check_number_between(level, "level", 0, 1, hint="e.g. 0.05, the family-wise error rate of the tests against baseline=")
     baseline, metric = cfg.get("baseline"), cfg.get("metric")
     if (baseline is None) != (metric is None):
         raise ValueError("the test against a baseline needs both baseline=GROUP (e.g. \"baseline='model.lr=0.001'\") and metric=KEY (e.g. retrieval/precision@1)")
     rounds, seed = cfg.get("bootstrap_rounds", 2000), cfg.get("ci_seed", 11)
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"bootstrap_rounds must be an int >= 1 (resamples of every interval of a sweep's groups, e.g. 2000), got {rounds!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"ci_seed must be an int (the seed of a sweep's bootstrap intervals and tests), got {seed!r}")
+    check_int_at_least(rounds, "bootstrap_rounds", 1, hint="resamples of every interval of a sweep's groups, e.g. 2000")
+    check_int(seed, "ci_seed", hint="the seed of a sweep's bootstrap intervals and tests")
     output = report_path(cfg, "report.html")
     path = write_report(
         roots, output, title=cfg.get("title"), keys=keys, seed_keys=_key_list(cfg, "seed_keys") or ["seed"],

@@ -14,10 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from beyondlabels._internal.checks import check_bool, check_optional_positive_int
 from beyondlabels.functional import retrieval_output_schema
 from beyondlabels.functional.mismatch import mismatch_output_schema
 from beyondlabels.io.arrays import load_embeddings_npz
-from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
+from beyondlabels.metrics import retrieval_metric
 from beyondlabels.reporting import retrieval_report, save_precision_curve_png
 from beyondlabels.schema import OutputSchema
 from beyondlabels.tasks._common import ReportFiles, mismatch_json, parse_ks, profile_labels, with_intervals
@@ -34,13 +35,13 @@ def curve_max_k(value: Any, ks: list[int], n: int) -> int:
     """
     if value is None:
         return max(ks)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"eval.curve_max_k must be a positive int or null (= max(k)), got {value!r}")
+    check_optional_positive_int(value, "eval.curve_max_k", hint="null: max(k)")
     return max(max(ks), min(value, n - 1))
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Evaluate ``input`` with the retrieval callback's metric (:class:`~beyondlabels.metrics.EmbeddingRetrieval`, or
+    """Evaluate ``input`` with the retrieval callback's metric, chosen where the callback chooses it
+    (:func:`~beyondlabels.metrics.retrieval_metric`: :class:`~beyondlabels.metrics.EmbeddingRetrieval`, or
     :class:`~beyondlabels.metrics.RetrievalWithMismatch` with ``profiles``; definitions:
     :mod:`beyondlabels.functional.retrieval`) and write the report."""
     if not cfg.get("input"):
@@ -50,16 +51,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     n = len(data.labels)
     max_k = curve_max_k(cfg.eval.get("curve_max_k"), ks, n)
     max_queries = cfg.eval.get("max_queries")
-    deep_metrics = cfg.eval.get("deep_metrics", True)
-    if not isinstance(deep_metrics, bool):
-        raise ValueError(f"eval.deep_metrics must be true or false, got {deep_metrics!r}")
+    deep_metrics = check_bool(cfg.eval.get("deep_metrics", True), "eval.deep_metrics")
     gains = _profile_gains(cfg, data) if cfg.get("profiles") else None
     options = dict(ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision), curve_max_k=max_k,
                    max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)), deep_metrics=deep_metrics)  # fmt: skip
-    if gains is None:
-        metric: EmbeddingRetrieval = EmbeddingRetrieval(**options)
-    else:
-        metric = RetrievalWithMismatch(gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)), projection_points=0, **options)
+    metric = retrieval_metric(gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)), projection_points=0, **options)
     metric.update(data.embeddings, data.labels, data.ids)
     metrics = metric.compute()
     graded_names = [gains.name] if gains is not None else []

@@ -26,7 +26,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError("task=rprecision needs input=PATH.npz (arrays image_embeddings, text_embeddings)")
     data = load_rprecision_npz(cfg.input)
     extra = cfg.get("rprecision") or {}
-    top_r = parse_ks(cfg.top_r)
+    top_r = parse_ks(cfg.top_r, "top_r")
     settings = {
         "num_candidates": int(cfg.num_candidates),
         "r": int(extra.get("r", 1)),
