@@ -9,6 +9,10 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# The child processes the tests start (DDP workers, scripts given to `python -c`) import the test helpers as the
+# package `tests` too, as pytest's `pythonpath` lets this process do.
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
 
 @pytest.fixture(autouse=True)
 def _offline_wandb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:

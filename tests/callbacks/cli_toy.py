@@ -4,13 +4,7 @@ path (LightningCLI's ``class_path``): ``cli_toy.LightningDualEncoder`` / ``cli_t
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).parent) not in sys.path:  # imported by its name (class_path) or collected by pytest
-    sys.path.insert(0, str(Path(__file__).parent))
-
-from package_toy import ColourEvaluator, toy_classes  # noqa: E402
+from tests.callbacks.package_toy import ColourEvaluator, toy_classes
 
 __all__ = ["ColourEvaluator", "LightningDualEncoder", "LightningPairData", "PLDualEncoder", "PLPairData"]
 

@@ -20,12 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
-from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
+from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 MAX_EPOCHS = 40
 WINDOW, ROUNDS = 5, 500

@@ -14,13 +14,20 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import (  # noqa: E402
+    CrossModalEvalCallback,
+    HierarchyEvalCallback,
+    RetrievalEvalCallback,
+    ZeroShotEvalCallback,
+)
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_crossmodal_callback import CLASS_NAMES, DualEncoder, PairDataModule  # noqa: E402
-
-from beyondlabels.callbacks import CrossModalEvalCallback, HierarchyEvalCallback, RetrievalEvalCallback, ZeroShotEvalCallback  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 from beyondlabels.taxonomy import Taxonomy  # noqa: E402
+from tests.callbacks.test_crossmodal_callback import (
+    CLASS_NAMES,
+    DualEncoder,
+    PairDataModule,
+)
 
 TAXONOMY = Taxonomy({"alpha": "first", "beta": "first", "gamma": "second", "delta": "second", "first": "letter",
                      "second": "letter"}, root="letter")  # fmt: skip

@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import lightning_classes  # noqa: E402
+from tests.callbacks.toy import lightning_classes
 
 CALLBACKS = {"pytorch_lightning": "beyondlabels.callbacks", "lightning.pytorch": "beyondlabels.callbacks.lightning"}
 

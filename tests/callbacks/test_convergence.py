@@ -6,29 +6,22 @@ tests/functional/test_convergence.py; here its numpy reading (tests/oracles/conv
 from __future__ import annotations
 
 import copy
-
 import json
 import logging
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
-from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from bootstrap import numpy_percentile_bootstrap  # noqa: E402
-from convergence_oracle import paired_p, series_run  # noqa: E402
-
+from tests.callbacks.toy import LinearEncoder, PointDataModule
+from tests.oracles.bootstrap import numpy_percentile_bootstrap
+from tests.oracles.convergence_oracle import paired_p, series_run
 
 RNG = np.random.default_rng(0)
 NOISE = RNG.normal(0, 0.01, size=60)

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).parent))
-import ddp_convergence_script as script  # noqa: E402
-from ddp import child_env  # noqa: E402
-from test_convergence import reference_events  # noqa: E402
+import tests.callbacks.ddp_convergence_script as script
+from tests.callbacks.test_convergence import reference_events
+from tests.ddp import child_env
 
 SCRIPT = Path(__file__).with_name("ddp_convergence_script.py")
 

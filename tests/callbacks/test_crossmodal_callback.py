@@ -4,7 +4,6 @@ per image, thumbnails and captions of the worst misses, the W&B table under stri
 from __future__ import annotations
 
 import json
-import sys
 import zlib
 from pathlib import Path
 
@@ -12,14 +11,12 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import CrossModalEvalCallback  # noqa: E402
 from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import clustered_points  # noqa: E402
-
-from beyondlabels.callbacks import CrossModalEvalCallback  # noqa: E402
 from beyondlabels.functional import crossmodal_retrieval_metrics  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
+from tests.callbacks.toy import clustered_points
 
 CLASS_NAMES = ("alpha", "beta", "gamma", "delta")
 

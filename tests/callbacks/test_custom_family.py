@@ -4,21 +4,18 @@ docs/adding_a_metric_family.md describes: the bases must carry schedule, dedup, 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
 from beyondlabels.callbacks import EvaluationCallback  # noqa: E402
+
+from beyondlabels.io.run_files import read_history  # noqa: E402
 from beyondlabels.metrics import PerSampleMetric  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
-from beyondlabels.io.run_files import read_history  # noqa: E402
+from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 
 def nearest_centre_accuracy(predictions: torch.Tensor, labels: torch.Tensor) -> dict:

@@ -3,21 +3,22 @@ monitors, and the DDP loader rebuild."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import RetrievalEvalCallback, shard_loader  # noqa: E402
+from beyondlabels.callbacks.media import thumbnail  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule, brute_force_precision_at_1_and_r_precision  # noqa: E402
-
-from beyondlabels.callbacks import RetrievalEvalCallback, shard_loader  # noqa: E402
-from beyondlabels.callbacks.media import thumbnail  # noqa: E402
+from tests.callbacks.toy import (
+    LinearEncoder,
+    PointDataModule,
+    brute_force_precision_at_1_and_r_precision,
+)
 
 
 def _fit(tmp_path: Path, callback, model=None, dm=None, **kwargs) -> pl.Trainer:

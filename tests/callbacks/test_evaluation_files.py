@@ -6,21 +6,17 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from faults import disk_full  # noqa: E402
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
 from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
+
 from beyondlabels.io import read_evaluation_run  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
+from tests.callbacks.toy import LinearEncoder, PointDataModule
+from tests.faults import disk_full
 
 
 def _fit(tmp_path: Path, callback, max_epochs: int = 2, **kwargs) -> pl.Trainer:

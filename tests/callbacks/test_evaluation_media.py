@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from beyondlabels.callbacks.media import EvaluationMedia
+from PIL import Image
 
 
 def test_names_cells_and_sources_are_checked():

@@ -5,16 +5,13 @@ not end the fit (strict=False) but is logged."""
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
 from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
+
+from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 
 def _fit(root: Path, callback) -> pl.Trainer:

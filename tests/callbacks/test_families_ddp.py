@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import child_env  # noqa: E402
+from tests.ddp import child_env
 
 SCRIPT = Path(__file__).with_name("ddp_families_script.py")
 

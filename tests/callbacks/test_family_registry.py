@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from beyondlabels.families import FAMILIES, Family, Task, family, register, resolve, tasks
+from beyondlabels.families import (
+    FAMILIES,
+    Family,
+    Task,
+    family,
+    register,
+    resolve,
+    tasks,
+)
 
 
 def test_records_check_their_fields():

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import json
-import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
 from beyondlabels.callbacks import HierarchyEvalCallback  # noqa: E402
+
 from beyondlabels.functional import hierarchical_precision_recall  # noqa: E402
-from beyondlabels.taxonomy import Taxonomy  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
+from beyondlabels.taxonomy import Taxonomy  # noqa: E402
+from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 TREE = Taxonomy({"A": "root", "B": "root", "a0": "A", "a1": "A", "b0": "B", "b1": "B"}, root="root")
 CLASSES = ["a0", "a1", "b0", "b1"]  # node of class index 0..3 (the toy data has 4 classes)

@@ -5,20 +5,18 @@ callbacks again."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-from package_toy import CLASS_NAMES, callbacks_module
+from tests.callbacks.package_toy import CLASS_NAMES, callbacks_module
 
 pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the `test` extra)")
 pytest.importorskip("lightning", reason="the `lightning` package is part of the test extras")
 
-PACKAGES = {"lightning.pytorch": ("cli_toy.LightningDualEncoder", "cli_toy.LightningPairData"),
-            "pytorch_lightning": ("cli_toy.PLDualEncoder", "cli_toy.PLPairData")}  # fmt: skip
+PACKAGES = {"lightning.pytorch": ("tests.callbacks.cli_toy.LightningDualEncoder", "tests.callbacks.cli_toy.LightningPairData"),
+            "pytorch_lightning": ("tests.callbacks.cli_toy.PLDualEncoder", "tests.callbacks.cli_toy.PLPairData")}  # fmt: skip
 TAXONOMY = {"AB": "root", "CD": "root", "alpha": "AB", "beta": "AB", "gamma": "CD", "delta": "CD"}
 
 
@@ -35,7 +33,7 @@ def _config(package: str, tmp_path: Path) -> dict:
         callback("CrossModalEvalCallback", ks=[1, 3], max_captions_per_image=1, strict=True, confidence_intervals=False),
         callback("ZeroShotEvalCallback", class_names=list(CLASS_NAMES), templates=["a {}"], ks=[1, 2], strict=True),
         callback("HierarchyEvalCallback", taxonomy=str(tmp_path / "tree.yaml"), class_names=list(CLASS_NAMES), strict=True),
-        callback("RPrecisionEvalCallback", evaluator={"class_path": "cli_toy.ColourEvaluator"}, num_prompts=12, num_candidates=4,
+        callback("RPrecisionEvalCallback", evaluator={"class_path": "tests.callbacks.cli_toy.ColourEvaluator"}, num_prompts=12, num_candidates=4,
                  top_r=[1, 2], near_duplicate_threshold=None, every_n_steps=2, strict=True, bootstrap_rounds=50),
         callback("ConvergenceMonitor", monitor="retrieval/precision@1", window=2, rounds=100),
         {"class_path": f"{package}.callbacks.ModelCheckpoint",

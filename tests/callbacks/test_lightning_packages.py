@@ -14,12 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import child_env  # noqa: E402
-from package_toy import all_callbacks, callbacks_module, toy_classes  # noqa: E402
-
 from beyondlabels.io import read_offline_run  # noqa: E402
+from tests.callbacks.package_toy import all_callbacks, callbacks_module, toy_classes
+from tests.ddp import child_env
 
 pytest.importorskip("lightning", reason="the `lightning` package is part of the test extras")
 
@@ -138,7 +135,7 @@ def test_a_checkpoint_of_one_package_resumes_under_the_other(tmp_path: Path):
 
 def _run_without(package: str, script: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """Run ``script`` in a fresh interpreter in which ``import <package>`` fails, as if it were not installed."""
-    code = f"import sys\nsys.modules[{package!r}] = None\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n" + textwrap.dedent(script)
+    code = f"import sys\nsys.modules[{package!r}] = None\n" + textwrap.dedent(script)
     return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
 
 
@@ -148,7 +145,7 @@ def test_only_pytorch_lightning_installed(tmp_path: Path):
     done = _run_without("lightning", """
         import json
         import pytorch_lightning as pl
-        from package_toy import all_callbacks, toy_classes
+        from tests.callbacks.package_toy import all_callbacks, toy_classes
         DualEncoder, _, PairData = toy_classes("pytorch_lightning")
         callbacks = all_callbacks("pytorch_lightning", "ckpt")
         trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks, logger=pl.loggers.CSVLogger("."),
@@ -171,7 +168,7 @@ def test_lightning_callbacks_never_import_pytorch_lightning(tmp_path: Path):
     done = _run_without("pytorch_lightning", """
         import json
         import lightning as L
-        from package_toy import all_callbacks, toy_classes
+        from tests.callbacks.package_toy import all_callbacks, toy_classes
         DualEncoder, _, PairData = toy_classes("lightning.pytorch")
         callbacks = all_callbacks("lightning.pytorch", "ckpt")
         trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks, logger=L.pytorch.loggers.CSVLogger("."),

@@ -17,15 +17,13 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import clustered_points  # noqa: E402
-
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 from beyondlabels.utils import close_wandb  # noqa: E402
+from tests.callbacks.toy import clustered_points
 
 PROFILES = FeatureProfiles(
     {"a": {"size": 0, "parts": ["x"]}, "b": {"size": 1, "parts": ["x", "y"]}, "c": {"size": 2, "parts": ["y"]}, "d": {"size": 2, "parts": []}},
@@ -323,7 +321,12 @@ def test_every_logger_gets_the_same_figures_and_tables(tmp_path: Path):
     pytest.importorskip("tensorboard", reason="needs the `tensorboard` extra")
     pytest.importorskip("mlflow", reason="needs the `mlflow` extra")
     from mlflow.tracking import MlflowClient
-    from pytorch_lightning.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
+    from pytorch_lightning.loggers import (
+        CSVLogger,
+        MLFlowLogger,
+        TensorBoardLogger,
+        WandbLogger,
+    )
 
     from beyondlabels.io import read_offline_run
 
@@ -352,9 +355,8 @@ def test_every_logger_gets_the_same_figures_and_tables(tmp_path: Path):
 # ---- a failing logger ------------------------------------------------------------------------------------------------
 def test_a_failing_logger_does_not_stop_the_run_or_the_others(tmp_path: Path, monkeypatch, caplog):
     pytest.importorskip("tensorboard", reason="needs the `tensorboard` extra")
-    from pytorch_lightning.loggers import TensorBoardLogger
-
     from beyondlabels.callbacks import _sinks
+    from pytorch_lightning.loggers import TensorBoardLogger
 
     def broken(self, media, folder):
         raise OSError("disk full")
@@ -372,9 +374,8 @@ def test_a_failing_logger_does_not_stop_the_run_or_the_others(tmp_path: Path, mo
 
 def test_a_logger_failing_at_every_evaluation_logs_its_traceback_once(tmp_path: Path, monkeypatch, caplog):
     pytest.importorskip("tensorboard", reason="needs the `tensorboard` extra")
-    from pytorch_lightning.loggers import TensorBoardLogger
-
     from beyondlabels.callbacks import _sinks
+    from pytorch_lightning.loggers import TensorBoardLogger
 
     def broken(self, media, folder):
         raise OSError("disk full")
@@ -401,10 +402,9 @@ def test_the_media_need_neither_tensorboard_nor_mlflow(tmp_path: Path):
 import sys
 for name in ("tensorboard", "tensorboardX", "mlflow"):
     sys.modules[name] = None  # import raises ImportError
-sys.path.insert(0, {str(Path(__file__).parent)!r})
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import CSVLogger
-from test_media_loggers import PictureData, PictureEncoder, _callback
+from tests.callbacks.test_media_loggers import PictureData, PictureEncoder, _callback
 callback = _callback()
 trainer = pl.Trainer(default_root_dir={str(tmp_path)!r}, max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback],
                      logger=CSVLogger({str(tmp_path)!r}), enable_progress_bar=False, enable_model_summary=False,
@@ -423,7 +423,12 @@ def test_one_sink_per_media_logger_of_either_package(tmp_path: Path, package: st
     import importlib
     from types import SimpleNamespace
 
-    from beyondlabels.callbacks._sinks import MLflowSink, TensorBoardSink, WandbSink, media_sinks
+    from beyondlabels.callbacks._sinks import (
+        MLflowSink,
+        TensorBoardSink,
+        WandbSink,
+        media_sinks,
+    )
 
     loggers = importlib.import_module(f"{package}.loggers")
     made = [loggers.CSVLogger(str(tmp_path)), loggers.WandbLogger(save_dir=str(tmp_path), offline=True)]

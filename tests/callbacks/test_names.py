@@ -68,6 +68,7 @@ def test_earlier_metric_name_is_the_same_class_and_warns_once():
 
 def test_unknown_names_are_attribute_errors():
     import beyondlabels.callbacks as callbacks
+
     import beyondlabels.metrics as metrics
 
     for module in (callbacks, metrics):

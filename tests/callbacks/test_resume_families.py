@@ -4,18 +4,23 @@ run logs equal those of a run that never stopped."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from beyondlabels.callbacks import (  # noqa: E402
+    CrossModalEvalCallback,
+    RetrievalEvalCallback,
+    ZeroShotEvalCallback,
+)
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_crossmodal_callback import DualEncoder, PairDataModule, _trainer  # noqa: E402
-
-from beyondlabels.callbacks import CrossModalEvalCallback, RetrievalEvalCallback, ZeroShotEvalCallback  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
+from tests.callbacks.test_crossmodal_callback import (
+    DualEncoder,
+    PairDataModule,
+    _trainer,
+)
 
 TEMPLATES = ["a {}", "a picture of a {}"]
 

@@ -5,21 +5,17 @@ final model; stability and its resume."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from pytorch_lightning.loggers import CSVLogger
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from audit_oracle import audit_oracle, brute_neighbors  # noqa: E402
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
+from tests.callbacks.toy import LinearEncoder, PointDataModule
+from tests.oracles.audit_oracle import audit_oracle, brute_neighbors
 
 K = 5
 

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import RetrievalEvalCallback
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule, brute_force_precision_at_1_and_r_precision  # noqa: E402
-
-from beyondlabels.callbacks import RetrievalEvalCallback
 from beyondlabels.io import read_offline_run
 from beyondlabels.io.run_files import read_history
+from tests.callbacks.toy import (
+    LinearEncoder,
+    PointDataModule,
+    brute_force_precision_at_1_and_r_precision,
+)
 
 
 def _trainer(tmp_path: Path, callbacks: list, max_epochs: int = 2, logger=False, **kwargs) -> pl.Trainer:

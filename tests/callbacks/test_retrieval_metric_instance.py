@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from beyondlabels.callbacks import RetrievalEvalCallback
+
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 from beyondlabels.metrics.retrieval import example_embeddings

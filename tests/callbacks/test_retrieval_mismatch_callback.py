@@ -3,24 +3,21 @@ against a numpy oracle on the final model; W&B media (heatmap, null histogram, p
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from PIL import Image
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 from scipy.stats import spearmanr
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy import LinearEncoder, PointDataModule  # noqa: E402
-
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
-from beyondlabels.io import read_offline_run  # noqa: E402
 from beyondlabels.functional import feature_similarity  # noqa: E402
+from beyondlabels.io import read_offline_run  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
+from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 PROFILES = FeatureProfiles(
     {"a": {"size": 0, "parts": ["x"]}, "b": {"size": 1, "parts": ["x", "y"]}, "c": {"size": 2, "parts": ["y"]}, "d": {"size": 2, "parts": []}},

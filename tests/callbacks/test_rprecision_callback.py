@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, TensorDataset
-
 from beyondlabels.callbacks import RPrecisionEvalCallback
 from beyondlabels.callbacks.rprecision import select_prompts
+from torch.utils.data import DataLoader, TensorDataset
+
 from beyondlabels.io.evaluator import TINY_CONFIG, ClipEvaluator
 
 POOL = [f"shape number {i}" for i in range(40)]
@@ -229,9 +229,8 @@ def test_bad_settings():
 
 def test_hydra_config_instantiates_with_a_local_evaluator(tmp_path):
     import hydra
-    from omegaconf import OmegaConf
-
     from beyondlabels.callbacks import RPrecisionEvalCallback as Exported
+    from omegaconf import OmegaConf
 
     node = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "rprecision.yaml")
     root = OmegaConf.create({"strict": True, "paths": {"log_dir": str(tmp_path)}, "callbacks": node})

@@ -13,18 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ddp import child_env  # noqa: E402
-
-import ddp_rprecision_script as script  # noqa: E402
-
 from beyondlabels.callbacks.rprecision import select_prompts  # noqa: E402
+
+import tests.callbacks.ddp_rprecision_script as script
 from beyondlabels.functional.labels import label_code  # noqa: E402
 from beyondlabels.functional.rprecision import text_image_r_precision  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
+from tests.ddp import child_env
 
 SCRIPT = Path(script.__file__)
 FILES = ("evaluator.json", "history.jsonl", "schema.json", "r_precision_curve.png", "confidence_intervals.png")

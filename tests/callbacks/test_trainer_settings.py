@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import csv
 import logging
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).parent))
-from package_toy import PairDataset, all_callbacks, callbacks_module, toy_classes
-from toy import brute_force_precision_at_1_and_r_precision
+from tests.callbacks.package_toy import (
+    PairDataset,
+    all_callbacks,
+    callbacks_module,
+    toy_classes,
+)
+from tests.callbacks.toy import brute_force_precision_at_1_and_r_precision
 
 pytest.importorskip("lightning", reason="the `lightning` package is part of the test extras")
 

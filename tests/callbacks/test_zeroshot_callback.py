@@ -4,16 +4,19 @@ datamodule, string labels, the W&B confusion matrix under strict mode, clear err
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_crossmodal_callback import CLASS_NAMES, DualEncoder, PairDataModule, _trainer, offline_run_table  # noqa: E402
-
 from beyondlabels.callbacks import ZeroShotEvalCallback  # noqa: E402
+
+from tests.callbacks.test_crossmodal_callback import (
+    CLASS_NAMES,
+    DualEncoder,
+    PairDataModule,
+    _trainer,
+    offline_run_table,
+)
 
 TEMPLATES = ["a {}", "a picture of a {}"]
 

@@ -5,7 +5,6 @@ datamodule's prompt pool, and ``train.py experiment=t2i_demo`` end to end (slow)
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +12,15 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from beyondlabels.demo import ShapeGenerator, ShapesDataModule, TinyCLIP, demo_evaluator, export_demo_evaluator
-from beyondlabels.io.evaluator import file_sha256
+from beyondlabels.demo import (
+    ShapeGenerator,
+    ShapesDataModule,
+    TinyCLIP,
+    demo_evaluator,
+    export_demo_evaluator,
+)
 from beyondlabels.demo.evaluator import _FORMAT
+from beyondlabels.io.evaluator import file_sha256
 from beyondlabels.io.run_files import read_history
 
 PROMPTS = ["a small red square in the center", "a large blue circle in the upper left", "a medium white star at the bottom"]
@@ -187,10 +192,8 @@ def test_demo_evaluator_refuses_bad_input(tmp_path):
 # ---- train.py experiment=t2i_demo -------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_t2i_demo_experiment_logs_r_precision(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints"))
-    from helpers import run_script
-
     from beyondlabels.io import find_offline_runs, read_offline_run
+    from tests.entrypoints.helpers import run_script
 
     tiny_clip = "{" + ",".join(f"{k}:{v}" for k, v in TINY_CLIP.items()) + "}"
     run_script(

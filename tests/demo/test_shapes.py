@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from beyondlabels.demo import CLASS_NAMES, ShapesDataModule, ancestors, profiles_dict, render_shapes, taxonomy_dict
+from beyondlabels.demo import (
+    CLASS_NAMES,
+    ShapesDataModule,
+    ancestors,
+    profiles_dict,
+    render_shapes,
+    taxonomy_dict,
+)
 from beyondlabels.demo.shapes import COLORS, POSITIONS, SIZES, class_phrase
 
 

@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints"))
-from helpers import REPO_ROOT, script_env  # noqa: E402
+from tests.entrypoints.helpers import REPO_ROOT, script_env
 
 SMOKE = "experiment=shapes_smoke"
 # the smoke run the README's `python train.py` / `make train` stand for, and the sweep its Sweeps table shows

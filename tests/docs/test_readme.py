@@ -10,15 +10,27 @@ Markers, fixtures and how to extend them: tests/docs/readme_blocks.py and tests/
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from readme_blocks import PYTHON_LANGS, SHELL_LANGS, Block, read_file, shell_commands  # noqa: E402
-from readme_fixtures import (  # noqa: E402
-    INLINE, OUTPUT, PYTHON, REPO_ROOT, SHELL, ShellFixture, Skip, Workdir, figure_tokens,
+from tests.docs.readme_blocks import (
+    PYTHON_LANGS,
+    SHELL_LANGS,
+    Block,
+    read_file,
+    shell_commands,
+)
+from tests.docs.readme_fixtures import (
+    INLINE,
+    OUTPUT,
+    PYTHON,
+    REPO_ROOT,
+    SHELL,
+    ShellFixture,
+    Skip,
+    Workdir,
+    figure_tokens,
 )
 
 FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import child_env  # noqa: E402
+from tests.ddp import child_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,12 +6,12 @@ import importlib.util
 from pathlib import Path
 
 import hydra
+import pytest
 import pytorch_lightning as pl
 import yaml
-import pytest
 from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

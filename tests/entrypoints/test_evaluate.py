@@ -8,7 +8,6 @@ the task functions directly (a second each).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,17 +16,11 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script  # noqa: E402
-
+from beyondlabels import tasks  # noqa: E402
 from beyondlabels.functional import encode_labels, retrieval_output_schema  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
-
-from beyondlabels import tasks  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from bootstrap import numpy_percentile_bootstrap  # noqa: E402
-
+from tests.entrypoints.helpers import REPO_ROOT, run_script
+from tests.oracles.bootstrap import numpy_percentile_bootstrap
 
 # Keys a report holds besides the schema's scalars and curves.
 REPORT_EXTRAS = {"task", "ks", "num_items", "num_labels", "per_query_file", "settings", "schema"}
@@ -91,7 +84,10 @@ def test_retrieval_report_matches_reference(tmp_path: Path):
     assert "precision@1" in result.stdout
     # schema-driven: the schema's scalars at the top level, its curve as a list, the schema itself, nothing else
     schema = OutputSchema.from_json(report["schema"])
-    from beyondlabels.metrics.intervals import confidence_interval_keys, with_confidence_intervals
+    from beyondlabels.metrics.intervals import (
+        confidence_interval_keys,
+        with_confidence_intervals,
+    )
 
     base = retrieval_output_schema([1, 3, 7])
     assert schema == with_confidence_intervals(base, confidence_interval_keys(base))  # the schema plus its intervals

@@ -4,17 +4,13 @@ loop oracle (tests/oracles/audit_oracle.py)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from audit_oracle import audit_oracle, brute_neighbors  # noqa: E402
-from helpers import evaluate_config  # noqa: E402
-
 from beyondlabels.tasks import run_task  # noqa: E402
+from tests.entrypoints.helpers import evaluate_config
+from tests.oracles.audit_oracle import audit_oracle, brute_neighbors
 
 
 def test_audit_task_matches_the_oracle(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -13,14 +12,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import evaluate_config, run_script  # noqa: E402
-
+from beyondlabels import tasks  # noqa: E402
 from beyondlabels.demo import demo_profiles  # noqa: E402
 from beyondlabels.functional import feature_similarity  # noqa: E402
 from beyondlabels.functional.mismatch import mismatch_output_schema  # noqa: E402
-
-from beyondlabels import tasks  # noqa: E402
+from tests.entrypoints.helpers import evaluate_config, run_script
 
 PROFILES = Path(str(resources.files("beyondlabels.demo").joinpath("data", "profiles.yaml")))
 

@@ -7,21 +7,16 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytrec_eval
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import evaluate_config  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from bootstrap import numpy_percentile_bootstrap  # noqa: E402
-
 from beyondlabels import tasks  # noqa: E402
 from beyondlabels.io import read_evaluation_run  # noqa: E402
+from tests.entrypoints.helpers import evaluate_config
+from tests.oracles.bootstrap import numpy_percentile_bootstrap
 
 NEW = {"map": "map", "recip_rank": "recip_rank", "bpref": "bpref", "recall@5": "recall_5", "recall@10": "recall_10",
        "success@1": "success_1", "success@5": "success_5", "success@10": "success_10"}

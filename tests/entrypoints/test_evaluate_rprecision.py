@@ -4,18 +4,15 @@ identity recorded, per-sample file written; missing arrays named; one end-to-end
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import evaluate_config, run_script  # noqa: E402
-
 from beyondlabels.functional.rprecision import draw_candidate_sets  # noqa: E402
 from beyondlabels.io.candidate_sets import save_candidate_sets  # noqa: E402
+from tests.entrypoints.helpers import evaluate_config, run_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 from beyondlabels import tasks  # noqa: E402

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytrec_eval
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import evaluate_config, run_script  # noqa: E402
-
-from beyondlabels.metrics.intervals import with_confidence_intervals  # noqa: E402
-from beyondlabels.io import read_evaluation_run, save_per_query  # noqa: E402
-from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
-
 from beyondlabels import tasks  # noqa: E402
+from beyondlabels.io import read_evaluation_run, save_per_query  # noqa: E402
+from beyondlabels.metrics.intervals import with_confidence_intervals  # noqa: E402
+from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
+from tests.entrypoints.helpers import evaluate_config, run_script
 
 
 def _trec_files(tmp_path: Path, seed: int = 0):

@@ -18,10 +18,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script, script_env  # noqa: E402
-
 from beyondlabels import tasks  # noqa: E402
+from tests.entrypoints.helpers import REPO_ROOT, run_script, script_env
 
 
 def _cfg(tmp_path: Path, *overrides: str):
@@ -100,11 +98,7 @@ def test_report_groups_a_sweep_by_the_seed_keys_it_is_given(tmp_path: Path):
 
 
 def test_a_report_that_cannot_be_written_is_a_warning_in_train(tmp_path: Path, caplog: pytest.LogCaptureFixture):
-    sys.path.insert(0, str(REPO_ROOT))
-    try:
-        train = importlib.import_module("train")
-    finally:
-        sys.path.remove(str(REPO_ROOT))
+    train = importlib.import_module("train")  # the repository root is on the path (pytest's pythonpath)
     (tmp_path / "a_file").write_text("not a run folder")
     with caplog.at_level(logging.WARNING):
         assert train.write_run_report(tmp_path / "a_file") is None

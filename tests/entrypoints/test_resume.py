@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script, script_env  # noqa: E402
-
 from beyondlabels.io import find_offline_runs, iter_records, read_offline_run  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 from beyondlabels.utils import keep_wandb_run_id, resumed_wandb_run_id, wandb_run_id  # noqa: E402
+from tests.entrypoints.helpers import REPO_ROOT, run_script, script_env
 
 SMOKE = ("experiment=shapes_smoke", "trainer.max_epochs=6", "~callbacks.zeroshot", "~callbacks.hierarchy", "~callbacks.crossmodal")
 STEPS_PER_EPOCH = 16 * 8 // 32

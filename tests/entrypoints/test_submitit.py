@@ -4,7 +4,6 @@ two-job multirun with ``hydra/launcher=submitit_local`` runs each job in its own
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script  # noqa: E402
-
 from beyondlabels.io.run_files import read_history  # noqa: E402
+from tests.entrypoints.helpers import REPO_ROOT, run_script
 
 
 def _has_submitit() -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT  # noqa: E402
-
 from beyondlabels import tasks  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
+from tests.entrypoints.helpers import REPO_ROOT
 
 UP, DOWN, COUNT = KeySpec("scalar", True), KeySpec("scalar", False), KeySpec("scalar", None, count=True)
 KEYS = {"map@r": UP, "precision@1": UP, "mean_rank": DOWN, "num_queries": COUNT}

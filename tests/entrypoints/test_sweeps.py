@@ -9,7 +9,6 @@ import base64
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +18,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT, run_script  # noqa: E402
-
 from beyondlabels import tasks  # noqa: E402
 from beyondlabels.io import find_offline_runs, read_offline_run  # noqa: E402
 from beyondlabels.utils.run import apply_sweep_group  # noqa: E402
+from tests.entrypoints.helpers import REPO_ROOT, run_script
 
 
 def _cfg(tmp_path: Path, *overrides: str, config: str = "evaluate"):

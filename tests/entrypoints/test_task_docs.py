@@ -11,10 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import REPO_ROOT  # noqa: E402
-
 from beyondlabels.tasks import TASKS  # noqa: E402
+from tests.entrypoints.helpers import REPO_ROOT
 
 
 def _named(text: str) -> set[str]:

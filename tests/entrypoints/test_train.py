@@ -5,18 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import run_script  # noqa: E402
-
 from beyondlabels.io import find_offline_runs, read_offline_run
 from beyondlabels.io.run_files import read_history
+from tests.entrypoints.helpers import run_script
 
 pytestmark = pytest.mark.slow
 

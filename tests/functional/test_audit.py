@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from beyondlabels.functional.audit import audit_neighbors, join_neighbors, suspect_overlap
+from beyondlabels.functional.audit import (
+    audit_neighbors,
+    join_neighbors,
+    suspect_overlap,
+)
 from beyondlabels.functional.search import Neighbors, search_neighbors
 from tests.oracles.audit_oracle import audit_oracle, brute_neighbors
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +23,14 @@ from beyondlabels.functional.convergence import (
     sign_flip_bound,
     transient_end,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from convergence_oracle import GRID, mser_start, noise_at_look, paired_p, series_run, tail  # noqa: E402
+from tests.oracles.convergence_oracle import (
+    GRID,
+    mser_start,
+    noise_at_look,
+    paired_p,
+    series_run,
+    tail,
+)
 
 NOISE = np.random.default_rng(0).normal(0, 0.01, size=80)
 RISING_THEN_FLAT = [0.2 + 0.02 * min(i, 15) + NOISE[i] for i in range(40)]

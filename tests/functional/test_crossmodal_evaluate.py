@@ -10,14 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_crossmodal import oracle, paired_data  # noqa: E402
+from beyondlabels import tasks
+from tests.entrypoints.helpers import evaluate_config, script_env
+from tests.functional.test_crossmodal import oracle, paired_data
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT / "tests" / "entrypoints"))
-from helpers import evaluate_config, script_env  # noqa: E402
-
-from beyondlabels import tasks  # noqa: E402
 
 REQUIRED = [
     *(f"{d}_recall@{k}" for d in ("image_to_text", "text_to_image") for k in (1, 5, 10)),

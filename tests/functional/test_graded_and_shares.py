@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
-from outputs import assert_same_outputs  # noqa: E402
-from retrieval_data import clustered, clustered_without_ties  # noqa: E402
 
 from beyondlabels.functional import (  # noqa: E402
     ClassGains,
@@ -22,6 +16,8 @@ from beyondlabels.functional import (  # noqa: E402
     search_neighbors,
 )
 from beyondlabels.functional.search import normalize_rows  # noqa: E402
+from tests.oracles.outputs import assert_same_outputs
+from tests.oracles.retrieval_data import clustered, clustered_without_ties
 
 KS = (1, 3, 5, 10)
 

@@ -12,7 +12,10 @@ import pytest
 import scipy.stats
 from statsmodels.stats.multitest import multipletests
 
-from beyondlabels.functional.multiple_testing import holm_adjust, paired_randomization_test
+from beyondlabels.functional.multiple_testing import (
+    holm_adjust,
+    paired_randomization_test,
+)
 
 
 def test_holm_matches_statsmodels():

@@ -4,22 +4,23 @@ numpy, validation, and the profile-derived gains wired into graded retrieval."""
 from __future__ import annotations
 
 import random
-import sys
 from itertools import combinations
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
-from retrieval_data import clustered_without_ties  # noqa: E402
-
 from beyondlabels.demo import demo_profiles  # noqa: E402
-from beyondlabels.functional import embedding_retrieval_metrics, feature_similarity, pair_distribution, profile_class_gains  # noqa: E402
+from beyondlabels.functional import (  # noqa: E402
+    embedding_retrieval_metrics,
+    feature_similarity,
+    pair_distribution,
+    profile_class_gains,
+)
 from beyondlabels.functional.profiles import ordinal_group_score, pair_values  # noqa: E402
 from beyondlabels.io.profiles_files import load_profiles  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
+from tests.oracles.retrieval_data import clustered_without_ties
 
 ORDINAL = ["symmetry", "verticality", "geometric_regularity", "massing_complexity", "ornamentation"]
 SETS = {

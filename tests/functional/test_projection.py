@@ -3,20 +3,15 @@ bad input, and the projection scatter plot (PNG written, title with the percenta
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from sklearn.decomposition import PCA
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-from devices import accelerator_device, needs_accelerator  # noqa: E402
-
 from beyondlabels.functional.projection import pca_projection  # noqa: E402
 from beyondlabels.reporting.plots import save_embedding_projection_png  # noqa: E402
+from tests.gpu.devices import accelerator_device, needs_accelerator
 
 
 def anisotropic(n: int, d: int, seed: int) -> np.ndarray:

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
-from outputs import assert_same_outputs  # noqa: E402
-from retrieval_data import clustered  # noqa: E402
-
-from beyondlabels.functional import aggregate_retrieval, embedding_retrieval_metrics, retrieval_per_query  # noqa: E402
+from beyondlabels.functional import (  # noqa: E402
+    aggregate_retrieval,
+    embedding_retrieval_metrics,
+    retrieval_per_query,
+)
 from beyondlabels.functional.retrieval import retrieval_output_schema, sample_queries  # noqa: E402
+from tests.oracles.outputs import assert_same_outputs
+from tests.oracles.retrieval_data import clustered
 
 KS = (1, 5)
 

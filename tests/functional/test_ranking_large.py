@@ -11,7 +11,11 @@ from fractions import Fraction
 import pytest
 import torch
 
-from beyondlabels.functional.ranking import judge_run, ranking_metrics, ranking_per_query
+from beyondlabels.functional.ranking import (
+    judge_run,
+    ranking_metrics,
+    ranking_per_query,
+)
 
 
 def _ndcg_oracle(ranked: list[int | None], pool: list[int], k: int) -> float:

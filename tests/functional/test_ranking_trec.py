@@ -1,6 +1,6 @@
 """Every ranking measure against trec_eval (pytrec-eval-terrier) on generated runs and qrels: ties in scores, unjudged
 and unlisted documents, negative grades (-1, -2), queries without relevant documents, queries in only one of the run
-and the qrels, runs shorter than k; the kernel through judge_run and the RankingAudit class over the same data."""
+and the qrels, runs shorter than k; the kernel through judge_run and the GradedRanking class over the same data."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytrec_eval
 import torch
 
 from beyondlabels.functional.ranking import judge_run, ranking_metrics
-from beyondlabels.metrics import RankingAudit
+from beyondlabels.metrics import GradedRanking
 
 KS = (1, 5, 10)
 CUTS = ",".join(str(k) for k in KS)
@@ -137,7 +137,7 @@ def test_negative_grades_are_pooled_but_not_judged():
 
 
 def _rows(qrels, run, queries):
-    """Score and grade rows for RankingAudit: the run's documents and the judged ones, columns by id descending (so
+    """Score and grade rows for GradedRanking: the run's documents and the judged ones, columns by id descending (so
     the class's ties, earlier column first, are trec_eval's); -inf = not retrieved, NaN = unjudged."""
     width = max(len(set(run[q]) | set(qrels[q])) for q in queries)
     scores = torch.full((len(queries), width), -math.inf, dtype=torch.float64)
@@ -157,7 +157,7 @@ def test_ranking_audit_in_two_updates_equals_the_kernel_and_trec_eval():
     kernel = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=KS, query_ids=judged.query_ids)
     scores, grades = _rows(qrels, run, judged.queries)
     assert bool((grades < 0).any())  # negative grades reach the class
-    metric = RankingAudit(ks=KS)
+    metric = GradedRanking(ks=KS)
     half = len(judged.queries) // 2
     metric.update(scores[:half], grades[:half], judged.query_ids[:half])
     metric.update(scores[half:], grades[half:], judged.query_ids[half:])
@@ -191,6 +191,6 @@ def test_grades_that_are_not_ints_are_clear_errors():
     with pytest.raises(ValueError, match=r"^qrels: query '1', document 'a' has grade 'x'; grades are ints"):
         judge_run({"1": ["a"]}, {"1": {"a": "x"}})
     with pytest.raises(ValueError, match=r"^`grades` must be ints \(negative: pooled but not judged"):
-        RankingAudit(ks=(1,)).update(torch.tensor([[0.5, 0.2]]), torch.tensor([[-1.5, 1.0]]))
+        GradedRanking(ks=(1,)).update(torch.tensor([[0.5, 0.2]]), torch.tensor([[-1.5, 1.0]]))
     with pytest.raises(ValueError, match=r"^grades must be finite numbers"):
         ranking_metrics(torch.tensor([[math.inf]]), torch.tensor([1]), torch.tensor([[1.0]]))

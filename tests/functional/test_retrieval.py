@@ -3,22 +3,24 @@ trec_eval, torchmetrics), plus tie, chunk, fast-mode and input-validation rules.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-
-import numpy_retrieval as oracle  # noqa: E402
-from outputs import assert_same_outputs  # noqa: E402
-from devices import accelerator_device, assert_matches_cpu, cosine_tolerance, needs_accelerator  # noqa: E402
-from retrieval_data import clustered, clustered_without_ties  # noqa: E402
-
-from beyondlabels.functional import cosine_topk, embedding_retrieval_metrics, retrieval_output_schema  # noqa: E402
+import tests.oracles.numpy_retrieval as oracle
+from beyondlabels.functional import (  # noqa: E402
+    cosine_topk,
+    embedding_retrieval_metrics,
+    retrieval_output_schema,
+)
+from tests.gpu.devices import (
+    accelerator_device,
+    assert_matches_cpu,
+    cosine_tolerance,
+    needs_accelerator,
+)
+from tests.oracles.outputs import assert_same_outputs
+from tests.oracles.retrieval_data import clustered, clustered_without_ties
 
 KS = (1, 3, 5, 10)
 CURVE = 12
@@ -109,9 +111,9 @@ def test_separate_query_set_with_id_exclusion_matches_oracle():
 
 
 def test_matches_pytorch_metric_learning(gallery):
+    from pytorch_metric_learning.distances import CosineSimilarity
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
     from pytorch_metric_learning.utils.inference import CustomKNN
-    from pytorch_metric_learning.distances import CosineSimilarity
 
     emb, labels = gallery
     calc = AccuracyCalculator(

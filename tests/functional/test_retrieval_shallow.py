@@ -6,19 +6,11 @@ oracle, for the search depth it asks for, and for the absence of the depth-R key
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-
-import numpy_retrieval as oracle  # noqa: E402
-from outputs import assert_same_outputs, flat  # noqa: E402
-from retrieval_data import clustered, clustered_without_ties  # noqa: E402
-
+import tests.oracles.numpy_retrieval as oracle
 from beyondlabels.functional import (  # noqa: E402
     ClassGains,
     aggregate_retrieval,
@@ -27,6 +19,8 @@ from beyondlabels.functional import (  # noqa: E402
     retrieval_per_query,
 )
 from beyondlabels.functional.retrieval import sample_queries  # noqa: E402
+from tests.oracles.outputs import assert_same_outputs, flat
+from tests.oracles.retrieval_data import clustered, clustered_without_ties
 
 # The kernel modules' namespaces, taken from the functions themselves: under --doctest-modules a module may be
 # imported twice, and patching another copy would test nothing. PER_QUERY holds the join budget, SEARCH the search

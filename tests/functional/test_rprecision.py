@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torchmetrics.retrieval import RetrievalHitRate
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-
-from devices import accelerator_device, needs_accelerator  # noqa: E402
-from outputs import assert_same_outputs  # noqa: E402
 
 from beyondlabels.functional import rprecision  # noqa: E402
 from beyondlabels.functional.rprecision import (  # noqa: E402
@@ -27,6 +19,8 @@ from beyondlabels.functional.rprecision import (  # noqa: E402
     text_image_r_precision,
 )
 from beyondlabels.io.candidate_sets import load_candidate_sets, save_candidate_sets  # noqa: E402
+from tests.gpu.devices import accelerator_device, needs_accelerator
+from tests.oracles.outputs import assert_same_outputs
 
 
 def _gen(seed: int) -> torch.Generator:

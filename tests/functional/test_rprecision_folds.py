@@ -21,7 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-from beyondlabels.functional.rprecision import CandidateSets, draw_candidate_sets, fold_assignment, text_image_r_precision
+from beyondlabels.functional.rprecision import (
+    CandidateSets,
+    draw_candidate_sets,
+    fold_assignment,
+    text_image_r_precision,
+)
 
 _U64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
-from retrieval_data import clustered  # noqa: E402
-
 import beyondlabels.functional._leave_one_out as kernel  # noqa: E402
 from beyondlabels.functional.search import normalize_rows, search_neighbors  # noqa: E402
+from tests.oracles.retrieval_data import clustered
 
 
 def full_sort(g: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

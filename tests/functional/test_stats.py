@@ -3,9 +3,6 @@ scipy.stats.ttest_rel, sklearn's cohen_kappa_score, scipy's spearmanr / kendallt
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import math
 
 import numpy as np
@@ -14,14 +11,21 @@ import torch
 from scipy import stats as sps
 from sklearn.metrics import cohen_kappa_score
 
-from beyondlabels.functional.abtest import ab_test, paired_differences, paired_t_ci, sample_size
+from beyondlabels.functional.abtest import (
+    ab_test,
+    paired_differences,
+    paired_t_ci,
+    sample_size,
+)
 from beyondlabels.functional.agreement import cohen_kappa, kendall_tau, spearman
 from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference_ci
-from beyondlabels.metrics.intervals import confidence_interval_keys, confidence_intervals, with_confidence_intervals
+from beyondlabels.metrics.intervals import (
+    confidence_interval_keys,
+    confidence_intervals,
+    with_confidence_intervals,
+)
 from beyondlabels.schema import KeySpec, OutputSchema
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from bootstrap import numpy_percentile_bootstrap  # noqa: E402
+from tests.oracles.bootstrap import numpy_percentile_bootstrap
 
 
 @pytest.fixture(scope="module")

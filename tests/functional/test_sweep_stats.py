@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import math
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.stats
 
-from beyondlabels.functional.sweeps import MIN_BOOTSTRAP_SEEDS, paired_group_difference, pooled_query_interval, seed_summary
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from bootstrap import numpy_percentile_bootstrap  # noqa: E402
+from beyondlabels.functional.sweeps import (
+    MIN_BOOTSTRAP_SEEDS,
+    paired_group_difference,
+    pooled_query_interval,
+    seed_summary,
+)
+from tests.oracles.bootstrap import numpy_percentile_bootstrap
 
 
 @pytest.mark.parametrize("values", [[0.61, 0.64, 0.58], [0.2, 0.25, 0.31, 0.22, 0.27, 0.3], [0.5, np.nan, 0.7, 0.65]])

@@ -61,6 +61,7 @@ def test_hand_computation_with_two_templates():
 
 def test_class_embeddings_match_open_clip_build_zero_shot_classifier():
     import open_clip  # a dependency of the package: missing, the test must fail, not skip
+
     from beyondlabels.demo import TinyCLIP
 
     torch.manual_seed(0)

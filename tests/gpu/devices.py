@@ -9,15 +9,12 @@ logic is broken fails without a GPU.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-from outputs import flat  # noqa: E402
+from tests.oracles.outputs import flat
 
 DRY_RUN_ENV = "BEYONDLABELS_GPU_DRY_RUN"
 

@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from devices import DRY_RUN_ENV, accelerator_device, lightning_accelerator, process_group_backend  # noqa: E402
+from tests.gpu.devices import (
+    DRY_RUN_ENV,
+    accelerator_device,
+    lightning_accelerator,
+    process_group_backend,
+)
 
 # Variables of a launcher (torchrun, SLURM) that a child pytest must not inherit.
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")

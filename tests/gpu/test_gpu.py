@@ -6,7 +6,6 @@ Marked ``gpu``; skipped without CUDA. With ``BEYONDLABELS_GPU_DRY_RUN=1`` they r
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +14,23 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "callbacks"))
-from devices import (  # noqa: E402
+from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
+from beyondlabels.functional.abtest import ab_test  # noqa: E402
+from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference_ci  # noqa: E402
+from beyondlabels.metrics import (  # noqa: E402
+    CrossModalRetrieval,
+    EmbeddingRetrieval,
+    GradedRanking,
+    ZeroShotClassification,
+)
+from tests.callbacks.toy import (
+    LinearEncoder,
+    PointDataModule,
+    brute_force_precision_at_1_and_r_precision,
+)
+from tests.gpu.devices import (
     accelerator_device,
     assert_matches_cpu,
     cosine_tolerance,
@@ -27,13 +39,6 @@ from devices import (  # noqa: E402
     needs_devices,
     process_group_backend,
 )
-from toy import LinearEncoder, PointDataModule, brute_force_precision_at_1_and_r_precision  # noqa: E402
-
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
-from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
-from beyondlabels.functional.abtest import ab_test  # noqa: E402
-from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference_ci  # noqa: E402
-from beyondlabels.metrics import CrossModalRetrieval, EmbeddingRetrieval, RankingAudit, ZeroShotClassification  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, needs_accelerator]
 
@@ -129,7 +134,7 @@ def test_ranking_audit_on_cuda_equals_cpu():
     scores, grades, ids = ranking_rows()
     outs = {}
     for side, dev in (("cpu", torch.device("cpu")), ("device", device)):
-        metric = RankingAudit(ks=(1, 5, 10)).to(dev)
+        metric = GradedRanking(ks=(1, 5, 10)).to(dev)
         metric.update(*to(dev, scores[:17], grades[:17], ids[:17]))
         metric.update(*to(dev, scores[17:], grades[17:], ids[17:]))
         outs[side] = metric.compute()

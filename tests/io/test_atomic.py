@@ -13,11 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from faults import disk_full, killed_before_rename  # noqa: E402
-
-from beyondlabels.io.atomic import remove_stale_temporaries, save_figure, save_torch, write_json, write_text  # noqa: E402
+from beyondlabels.io.atomic import (  # noqa: E402
+    remove_stale_temporaries,
+    save_figure,
+    save_torch,
+    write_json,
+    write_text,
+)
 from beyondlabels.io.run_files import HistoryLog, read_history, save_per_query  # noqa: E402
+from tests.faults import disk_full, killed_before_rename
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,7 +69,6 @@ def test_a_failed_write_leaves_the_previous_file_whole_and_no_temporary(kind: st
 def test_a_process_killed_before_its_rename_leaves_a_temporary_that_the_next_start_removes(tmp_path: Path):
     script = f"""
 import os, sys
-sys.path.insert(0, {str(REPO / 'src')!r})
 from beyondlabels.io.atomic import write_json
 os.replace = lambda *a: os._exit(9)  # the process dies between the temporary and the rename
 write_json({str(tmp_path / 'schema.json')!r}, {{"keys": {{}}}})

@@ -120,8 +120,8 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("vision", ["conv", "vit"])
 def test_the_demo_dual_encoder_becomes_an_evaluator(tmp_path, vision):
-    from beyondlabels.demo.model import TinyCLIP
     from beyondlabels.demo.evaluator import save_tiny_clip_evaluator
+    from beyondlabels.demo.model import TinyCLIP
 
     torch.manual_seed(0)
     module = TinyCLIP(embed_dim=16, vision=vision, conv_width=8, vision_width=32, vision_layers=1, vision_head_width=16,

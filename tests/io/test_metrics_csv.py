@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from beyondlabels.callbacks import ConvergenceMonitor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pytorch_lightning.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
-from beyondlabels.callbacks import ConvergenceMonitor
 from beyondlabels.io.metrics_csv import read_convergence_events
 
 NOISE = np.random.default_rng(0).normal(0, 0.01, size=60)

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from beyondlabels.io import EvaluationRun, evaluation_schema, find_evaluation_runs, read_evaluation_run, run_label, save_per_query
+from beyondlabels.io import (
+    EvaluationRun,
+    evaluation_schema,
+    find_evaluation_runs,
+    read_evaluation_run,
+    run_label,
+    save_per_query,
+)
 from beyondlabels.schema import KeySpec, OutputSchema
 
 SCHEMA = OutputSchema(

@@ -3,7 +3,6 @@ numpy retrieval oracle, unchanged retrieval values, one search, and a two-proces
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,17 +11,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from audit_oracle import audit_oracle, brute_neighbors  # noqa: E402
-from ddp import gloo_store, init_gloo  # noqa: E402
-from numpy_retrieval import retrieval_metrics  # noqa: E402
-from outputs import assert_same_outputs  # noqa: E402
-
 import beyondlabels.functional.retrieval as retrieval_module  # noqa: E402
 from beyondlabels.functional.audit import AuditSettings  # noqa: E402
 from beyondlabels.metrics import EmbeddingRetrieval  # noqa: E402
+from tests.ddp import gloo_store, init_gloo
+from tests.oracles.audit_oracle import audit_oracle, brute_neighbors
+from tests.oracles.numpy_retrieval import retrieval_metrics
+from tests.oracles.outputs import assert_same_outputs
 
 KS = (1, 5)
 

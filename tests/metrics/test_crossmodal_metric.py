@@ -3,20 +3,15 @@ drops repeated ids; names bad input; two gloo processes give exactly the single-
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import gloo_store, init_gloo  # noqa: E402
-
 from beyondlabels.functional import crossmodal_retrieval_metrics
 from beyondlabels.metrics import CrossModalRetrieval
+from tests.ddp import gloo_store, init_gloo
 
 KS = (1, 5, 10)
 

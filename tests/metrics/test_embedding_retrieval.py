@@ -3,25 +3,17 @@ validation, and a two-process gloo run that must equal the single-process result
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-
-from outputs import assert_same_outputs  # noqa: E402
-from retrieval_data import clustered  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import gloo_store, init_gloo  # noqa: E402
-
 from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
 from beyondlabels.metrics import EmbeddingRetrieval  # noqa: E402
+from tests.ddp import gloo_store, init_gloo
+from tests.oracles.outputs import assert_same_outputs
+from tests.oracles.retrieval_data import clustered
 
 KS = (1, 5, 10)
 

@@ -4,20 +4,16 @@ gloo processes against one."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import gloo_store, init_gloo  # noqa: E402
-
 from beyondlabels.functional import hierarchical_precision_recall
 from beyondlabels.metrics import HierarchicalPrecisionRecall
 from beyondlabels.taxonomy import Taxonomy
+from tests.ddp import gloo_store, init_gloo
 
 
 def make_tree(seed: int = 0, size: int = 60) -> Taxonomy:

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from beyondlabels.families import FAMILIES
-from beyondlabels.metrics.intervals import confidence_interval_keys
 from beyondlabels.metrics import (
     CrossModalRetrieval,
     EmbeddingRetrieval,
     HierarchicalPrecisionRecall,
     ZeroShotClassification,
 )
+from beyondlabels.metrics.intervals import confidence_interval_keys
 from beyondlabels.taxonomy import Taxonomy
 
 

@@ -4,8 +4,6 @@ deduplication, validation, and a two-process gloo run equal to the single-proces
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,18 +12,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from scipy import stats as sps
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "oracles"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-from devices import accelerator_device, needs_accelerator  # noqa: E402
-from outputs import assert_same_outputs  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import gloo_store, init_gloo  # noqa: E402
-
 from beyondlabels.demo import demo_profiles  # noqa: E402
 from beyondlabels.functional import ClassGains, encode_labels, feature_similarity  # noqa: E402
-from beyondlabels.metrics import LabelMismatchAnalysis  # noqa: E402
-from beyondlabels.metrics import RetrievalWithMismatch  # noqa: E402
+from beyondlabels.metrics import (
+    LabelMismatchAnalysis,  # noqa: E402
+    RetrievalWithMismatch,  # noqa: E402
+)
+from tests.ddp import gloo_store, init_gloo
+from tests.gpu.devices import accelerator_device, needs_accelerator
+from tests.oracles.outputs import assert_same_outputs
 
 C = 7
 

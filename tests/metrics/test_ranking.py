@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 import pytrec_eval
@@ -14,10 +12,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import gloo_store, init_gloo  # noqa: E402
-
 from beyondlabels.metrics import GradedRanking
+from tests.ddp import gloo_store, init_gloo
 
 KS = (1, 5, 10)
 WIDTH = 30

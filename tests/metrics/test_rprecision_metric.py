@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
-
-from outputs import assert_same_outputs  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import gloo_store, init_gloo  # noqa: E402
-
 from beyondlabels.functional.rprecision import draw_candidate_sets  # noqa: E402
 from beyondlabels.metrics.rprecision import TextImageRPrecision  # noqa: E402
+from tests.ddp import gloo_store, init_gloo
+from tests.oracles.outputs import assert_same_outputs
 
 SETTINGS = dict(num_candidates=12, top_r=(1, 3), repeats=5, seed=4, hard_negatives=True)
 

@@ -3,20 +3,15 @@ ids are dropped, bad input is named, and two gloo processes give exactly the sin
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ddp import gloo_store, init_gloo  # noqa: E402
-
 from beyondlabels.functional import classification_metrics, topk_classes
 from beyondlabels.metrics import ZeroShotClassification
+from tests.ddp import gloo_store, init_gloo
 
 C, KS = 7, (1, 3)
 

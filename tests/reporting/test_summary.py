@@ -19,8 +19,16 @@ from beyondlabels.functional.crossmodal import crossmodal_output_schema
 from beyondlabels.functional.hierarchy import hierarchy_output_schema
 from beyondlabels.functional.retrieval import retrieval_output_schema
 from beyondlabels.functional.zeroshot import zeroshot_output_schema
-from beyondlabels.metrics.intervals import confidence_interval_keys, with_confidence_intervals
-from beyondlabels.reporting.summary import print_summary, run_locations, summarize_run_folder, summary_markdown
+from beyondlabels.metrics.intervals import (
+    confidence_interval_keys,
+    with_confidence_intervals,
+)
+from beyondlabels.reporting.summary import (
+    print_summary,
+    run_locations,
+    summarize_run_folder,
+    summary_markdown,
+)
 from beyondlabels.schema import KeySpec, OutputSchema
 
 UP, DOWN, PLAIN = KeySpec("scalar", True), KeySpec("scalar", False), KeySpec("scalar", None)

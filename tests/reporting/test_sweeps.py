@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +15,10 @@ from statsmodels.stats.multitest import multipletests
 from beyondlabels import tasks
 from beyondlabels.io import save_per_query
 from beyondlabels.schema import KeySpec, OutputSchema
+from tests.entrypoints.helpers import evaluate_config
+from tests.oracles.bootstrap import numpy_percentile_bootstrap
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT / "tests" / "oracles"))
-from bootstrap import numpy_percentile_bootstrap  # noqa: E402
-
-sys.path.insert(0, str(REPO_ROOT / "tests" / "entrypoints"))
-from helpers import evaluate_config  # noqa: E402
 
 SCHEMA = OutputSchema(
     {"precision@1": KeySpec("scalar", True), "mean_rank": KeySpec("scalar", False), "num_queries": KeySpec("scalar", None, count=True)},

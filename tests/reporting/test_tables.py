@@ -11,7 +11,12 @@ import pytest
 from rich.console import Console
 
 from beyondlabels.io import OfflineRun, read_evaluation_run
-from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison, print_metrics_table
+from beyondlabels.reporting import (
+    compare_evaluation_runs,
+    compare_wandb_runs,
+    print_comparison,
+    print_metrics_table,
+)
 from beyondlabels.schema import KeySpec, OutputSchema
 
 KS = (1, 5, 10)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from beyondlabels.functional import hierarchical_precision_recall, hierarchy_output_schema
+from beyondlabels.functional import (
+    hierarchical_precision_recall,
+    hierarchy_output_schema,
+)
 from beyondlabels.metrics import HierarchicalPrecisionRecall
 from beyondlabels.taxonomy import Taxonomy
 

@@ -13,7 +13,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
 from beyondlabels.demo import demo_taxonomy
-from beyondlabels.functional import hierarchical_precision_recall, hierarchy_output_schema
+from beyondlabels.functional import (
+    hierarchical_precision_recall,
+    hierarchy_output_schema,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 from beyondlabels import tasks  # noqa: E402

