@@ -53,7 +53,14 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         # LearningRateMonitor refuses to run without a logger; with logger=none there is nothing to monitor into.
         callbacks = [c for c in callbacks if not is_lightning_instance(c, "LearningRateMonitor")]
     trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    objects = {"cfg": cfg, "datamodule": datamodule, "model": model, "callbacks": callbacks, "loggers": loggers, "trainer": trainer}
+    objects = {
+        "cfg": cfg,
+        "datamodule": datamodule,
+        "model": model,
+        "callbacks": callbacks,
+        "loggers": loggers,
+        "trainer": trainer,
+    }
 
     for logger in trainer.loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
@@ -82,8 +89,12 @@ def finished_run_metrics(trainer: pl.Trainer, callbacks: list[Any], ckpt_path: s
         "nothing left to train: %s is the checkpoint of a finished run (epoch %d, step %d; trainer.max_epochs=%s, "
         "max_steps=%s). Its final numbers are its last evaluation's; raise trainer.max_epochs or trainer.max_steps "
         "to train on, or set train=false to evaluate the checkpoint again.",
-        ckpt_path, trainer.current_epoch, trainer.global_step, trainer.max_epochs, trainer.max_steps,
-    )  # fmt: skip
+        ckpt_path,
+        trainer.current_epoch,
+        trainer.global_step,
+        trainer.max_epochs,
+        trainer.max_steps,
+    )
     metrics: dict[str, float] = {}
     for callback in callbacks:
         if not isinstance(callback, EvaluationCore):
@@ -167,7 +178,11 @@ def main(cfg: DictConfig) -> float | None:
         return metric_value(metrics, cfg.get("optimized_metric"))
     except BaseException:
         # a run that fails mid-fit still gets the report of the evaluations it made (rank 0; never hides the error)
-        if cfg.get("report", True) and getattr(pl.utilities.rank_zero_only, "rank", 0) == 0 and Path(cfg.paths.output_dir).is_dir():
+        if (
+            cfg.get("report", True)
+            and getattr(pl.utilities.rank_zero_only, "rank", 0) == 0
+            and Path(cfg.paths.output_dir).is_dir()
+        ):
             report = write_run_report(cfg.paths.output_dir)
             if report is not None:
                 log.error("training failed; the HTML report of the evaluations so far: %s", report)

@@ -51,10 +51,18 @@ def demo_embeddings(epochs: int, cache: Path) -> tuple[np.ndarray, np.ndarray, l
     clip = TinyCLIP()  # conf/model/tiny_clip.yaml
     with tempfile.TemporaryDirectory() as root:
         trainer = pl.Trainer(
-            max_epochs=epochs, accelerator="cpu", devices=1, logger=False, callbacks=[], enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+            max_epochs=epochs,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            callbacks=[],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
             default_root_dir=root,
-        )  # fmt: skip
+        )
         trainer.fit(clip, datamodule=datamodule)
     clip.eval()
     val = datamodule.dataset("val")
@@ -88,7 +96,9 @@ def related_classes(names: list[str]) -> list[list[int]]:
     return out
 
 
-def flip(labels: np.ndarray, rate: float, kind: str, related: list[list[int]], seed: int) -> tuple[np.ndarray, np.ndarray]:
+def flip(
+    labels: np.ndarray, rate: float, kind: str, related: list[list[int]], seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     n, n_classes = len(labels), int(labels.max()) + 1
     chosen = rng.choice(n, size=int(round(rate * n)), replace=False)
@@ -144,7 +154,17 @@ def one_setting(emb: np.ndarray, labels: np.ndarray, truth: np.ndarray, k: int, 
     cl_s = time.perf_counter() - mark
     cp, cr = precision_recall(issues, truth)
     cl_ap = average_precision_score(truth, -quality)
-    return {"p": p, "r": r, "ap": ours_ap, "t": ours_s, "search": search_s, "cl_p": cp, "cl_r": cr, "cl_ap": cl_ap, "cl_t": cl_s}
+    return {
+        "p": p,
+        "r": r,
+        "ap": ours_ap,
+        "t": ours_s,
+        "search": search_s,
+        "cl_p": cp,
+        "cl_r": cr,
+        "cl_ap": cl_ap,
+        "cl_t": cl_s,
+    }
 
 
 def planted_duplicates(emb: np.ndarray, labels: np.ndarray, pairs: int, k: int, seed: int) -> tuple[int, int]:
@@ -175,9 +195,13 @@ def main() -> None:
     related = related_classes(names)
     nb = join_neighbors(search_neighbors(torch.from_numpy(emb), 1), len(emb))
     p1 = float((labels[nb.indices[:, 0].numpy()] == labels).mean())
-    print(f"demo evaluation set: {len(emb)} items, {len(names)} classes, dim {emb.shape[1]}, precision@1 {p1:.4f}; "
-          f"seeds {args.seeds}, threshold {args.threshold}")  # fmt: skip
-    print("| k | noise | rate | ours P | ours R | ours AP | cleanlab P | cleanlab R | cleanlab AP | ours ms | search ms | cleanlab ms |")
+    print(
+        f"demo evaluation set: {len(emb)} items, {len(names)} classes, dim {emb.shape[1]}, precision@1 {p1:.4f}; "
+        f"seeds {args.seeds}, threshold {args.threshold}"
+    )
+    print(
+        "| k | noise | rate | ours P | ours R | ours AP | cleanlab P | cleanlab R | cleanlab AP | ours ms | search ms | cleanlab ms |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in args.k:
         for kind in ("random", "related"):
@@ -187,9 +211,11 @@ def main() -> None:
                     noisy, truth = flip(labels, rate, kind, related, seed)
                     rows.append(one_setting(emb, noisy, truth, k, args.threshold))
                 m = {key: float(np.nanmean([row[key] for row in rows])) for key in rows[0]}
-                print(f"| {k} | {kind} | {rate:.0%} | {m['p']:.3f} | {m['r']:.3f} | {m['ap']:.3f} | {m['cl_p']:.3f} | "
-                      f"{m['cl_r']:.3f} | {m['cl_ap']:.3f} | {1e3 * m['t']:.1f} | {1e3 * m['search']:.1f} | "
-                      f"{1e3 * m['cl_t']:.1f} |")  # fmt: skip
+                print(
+                    f"| {k} | {kind} | {rate:.0%} | {m['p']:.3f} | {m['r']:.3f} | {m['ap']:.3f} | {m['cl_p']:.3f} | "
+                    f"{m['cl_r']:.3f} | {m['cl_ap']:.3f} | {1e3 * m['t']:.1f} | {1e3 * m['search']:.1f} | "
+                    f"{1e3 * m['cl_t']:.1f} |"
+                )
         for seed in args.seeds:
             found, planted = planted_duplicates(emb, labels, 8, k, seed)
             print(f"k={k} seed {seed}: planted cross-label duplicates found {found}/{planted}")

@@ -66,12 +66,23 @@ def _fit(n: int, steps: int, root: Path) -> tuple[_Timed, TinyCLIP, ShapesDataMo
     model = TinyCLIP()
     callback = _Timed(every_n_steps=1, prog_bar=["precision@1"], evaluate_at_fit_end=False)
     callback.wall, callback.phases = [], []
-    loggers = [pl.loggers.CSVLogger(str(root), name="csv", version=""), pl.loggers.WandbLogger(save_dir=str(root), offline=True, project="bench")]
+    loggers = [
+        pl.loggers.CSVLogger(str(root), name="csv", version=""),
+        pl.loggers.WandbLogger(save_dir=str(root), offline=True, project="bench"),
+    ]
     trainer = pl.Trainer(
-        default_root_dir=str(root), accelerator="cpu", devices=1, max_steps=steps, callbacks=[callback], logger=loggers,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0,
+        default_root_dir=str(root),
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        callbacks=[callback],
+        logger=loggers,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        limit_val_batches=0,
         num_sanity_val_steps=0,
-    )  # fmt: skip
+    )
     try:
         trainer.fit(model, datamodule=data)
     finally:
@@ -109,7 +120,9 @@ def split(args: argparse.Namespace) -> None:
     med = {p: statistics.median(t.get(p, 0.0) for t in timings) for p in (*PHASES, "total")}
     files_mean = statistics.fmean(t.get("files", 0.0) for t in timings)
     total, forward = med["total"], statistics.median(bare)
-    print(f"# one evaluation: N={n} queries (demo TinyCLIP, 32 px shapes), median of {len(timings)} evaluations during training; threads={torch.get_num_threads()}")
+    print(
+        f"# one evaluation: N={n} queries (demo TinyCLIP, 32 px shapes), median of {len(timings)} evaluations during training; threads={torch.get_num_threads()}"
+    )
     print(f"{'phase':36s} {'seconds':>8s} {'share':>7s}")
     print(f"{'bare forward pass (same loader)':36s} {forward:8.3f} {forward / total:7.1%}")
     for phase in PHASES:
@@ -119,8 +132,10 @@ def split(args: argparse.Namespace) -> None:
             print(f"{'  of which the search alone':36s} {s:8.3f} {s / total:7.1%}")
             print(f"{'  of which gather + metrics':36s} {med['compute'] - s:8.3f} {(med['compute'] - s) / total:7.1%}")
     print(f"{'total (eval_seconds)':36s} {total:8.3f} {1:7.1%}")
-    print(f"files: mean {files_mean:.3f} s (the plots are redrawn every 10th evaluation); files + media: {(files_mean + med['media']) / total:.1%} "
-          f"of an evaluation (goal <= 10%); evaluation / bare forward pass: {total / forward:.2f}x")
+    print(
+        f"files: mean {files_mean:.3f} s (the plots are redrawn every 10th evaluation); files + media: {(files_mean + med['media']) / total:.1%} "
+        f"of an evaluation (goal <= 10%); evaluation / bare forward pass: {total / forward:.2f}x"
+    )
 
 
 def series(args: argparse.Namespace) -> None:
@@ -135,9 +150,13 @@ def series(args: argparse.Namespace) -> None:
     early, late = seconds[10:30], seconds[-20:]
     ratio = statistics.fmean(late) / statistics.fmean(early)
     print(f"# {len(seconds)} evaluations in a row, one after every training step, at N={n} (CSV + offline W&B loggers)")
-    print(f"evaluations 11-30: mean {statistics.fmean(early):.3f} s; last 20: mean {statistics.fmean(late):.3f} s; ratio {ratio:.3f} (goal <= 1.10)")
-    print(f"callback folder after {len(seconds)} evaluations: {disk / 1e6:.2f} MB; {len(per_query)} per-query files kept, "
-          f"{pq_bytes / 1024:.1f} KB each = {pq_bytes / n * 1000 / 1024:.1f} KB per 1,000 queries")
+    print(
+        f"evaluations 11-30: mean {statistics.fmean(early):.3f} s; last 20: mean {statistics.fmean(late):.3f} s; ratio {ratio:.3f} (goal <= 1.10)"
+    )
+    print(
+        f"callback folder after {len(seconds)} evaluations: {disk / 1e6:.2f} MB; {len(per_query)} per-query files kept, "
+        f"{pq_bytes / 1024:.1f} KB each = {pq_bytes / n * 1000 / 1024:.1f} KB per 1,000 queries"
+    )
 
 
 def main() -> None:

@@ -49,7 +49,6 @@ import torch
 
 from beyondlabels.functional.convergence import ConvergenceRule
 
-
 # ---- the earlier rule (window 10, min_delta 0.01, 95% bootstrap; every run at once) --------------------------------
 
 
@@ -69,7 +68,14 @@ def _difference_interval(a: np.ndarray, b: np.ndarray, index: tuple[np.ndarray, 
     return low, high
 
 
-def earlier_rule(values: np.ndarray, window: int = 10, min_delta: float = 0.01, rounds: int = 2000, confidence: float = 0.95, seed: int = 11) -> np.ndarray:
+def earlier_rule(
+    values: np.ndarray,
+    window: int = 10,
+    min_delta: float = 0.01,
+    rounds: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 11,
+) -> np.ndarray:
     """Downturn flags ``[runs, t]`` of the earlier rule (mode max) after each value."""
     runs, t = values.shape
     index = _indices(window, rounds, seed)
@@ -124,13 +130,18 @@ def _ar1(rho: float, sd: float, runs: int, length: int, seed: int) -> np.ndarray
     return 0.5 + noise
 
 
-RULES = {"ar1": ConvergenceRule(), "independent": ConvergenceRule(noise_estimate="differences"),
-         "windows": ConvergenceRule(noise_estimate="windows")}  # fmt: skip
+RULES = {
+    "ar1": ConvergenceRule(),
+    "independent": ConvergenceRule(noise_estimate="differences"),
+    "windows": ConvergenceRule(noise_estimate="windows"),
+}
 
 
 def series_tables(runs: int, lengths: list[int], sds: list[float], slopes: list[float]) -> None:
     longest = max(lengths)
-    print(f"\nFalse alarms on flat curves of independent noise ({runs} runs each): share of runs with a downturn within the first t evaluations")
+    print(
+        f"\nFalse alarms on flat curves of independent noise ({runs} runs each): share of runs with a downturn within the first t evaluations"
+    )
     names = ("earlier", "independent", "ar1")
     print(f"{'noise sd':>9} " + " ".join(f"{name + ' t=' + str(t):>17}" for t in lengths for name in names))
     for sd in sds:
@@ -139,23 +150,33 @@ def series_tables(runs: int, lengths: list[int], sds: list[float], slopes: list[
         first.update({name: _first(current_rule(values, RULES[name])) for name in names[1:]})
         print(f"{sd:>9.2f} " + " ".join(f"{np.mean(first[name] < t):>17.3f}" for t in lengths for name in names))
     length, sd = 150, 0.02
-    print(f"\nDelay to flag a decline after evaluation 60 (independent noise, sd {sd}, {runs} runs, {length} evaluations)")
+    print(
+        f"\nDelay to flag a decline after evaluation 60 (independent noise, sd {sd}, {runs} runs, {length} evaluations)"
+    )
     print(f"{'slope (sd/eval)':>16} {'rule':>12} {'flagged <= 60':>14} {'within 40':>10} {'median delay':>13}")
     steps = np.arange(length)
     for slope in slopes:
         mean = np.where(steps < 60, 0.5, 0.5 - slope * sd * (steps - 60))
         values = mean + np.random.default_rng(int(slope * 1000)).normal(0, sd, size=(runs, length))
-        rows = [("earlier", earlier_rule(values))] + [(name, current_rule(values, RULES[name])) for name in ("independent", "windows", "ar1")]
+        rows = [("earlier", earlier_rule(values))] + [
+            (name, current_rule(values, RULES[name])) for name in ("independent", "windows", "ar1")
+        ]
         for name, flags in rows:
             early, within, median = _delay(flags)
             print(f"{slope:>16.2f} {name:>12} {early:>14.3f} {within:>10.3f} {median:>13.1f}")
 
 
-def correlated_table(runs: int, length: int, rhos: list[float], start: int, sd: float = 0.02, slope: float = 0.1) -> None:
+def correlated_table(
+    runs: int, length: int, rhos: list[float], start: int, sd: float = 0.02, slope: float = 0.1
+) -> None:
     """Flat AR(1) curves of ``length`` evaluations, and the same curves falling by ``slope`` sd per evaluation from
     evaluation ``start`` on: false alarms, detection, covered looks, per rule."""
-    print(f"\nAR(1) noise (marginal sd {sd}, {runs} runs, {length} evaluations): false alarms on flat curves; a fall of {slope} sd per evaluation from evaluation {start}")
-    print(f"{'rho':>5} {'rule':>12} {'flat: flagged':>14} {'before fall':>12} {'within 60':>10} {'median delay':>13} {'covered looks':>14} {'rho at end':>11}")
+    print(
+        f"\nAR(1) noise (marginal sd {sd}, {runs} runs, {length} evaluations): false alarms on flat curves; a fall of {slope} sd per evaluation from evaluation {start}"
+    )
+    print(
+        f"{'rho':>5} {'rule':>12} {'flat: flagged':>14} {'before fall':>12} {'within 60':>10} {'median delay':>13} {'covered looks':>14} {'rho at end':>11}"
+    )
     steps = np.arange(length)
     for rho in rhos:
         flat = _ar1(rho, sd, runs, length, seed=int(1000 * rho) + length)
@@ -168,7 +189,9 @@ def correlated_table(runs: int, length: int, rhos: list[float], start: int, sd: 
             early, within, median = _delay(flags, start=start, horizon=60)
             covered = float(tests["covered"].mean())
             end = float(np.nanmean(tests["correlation"][:, -1].numpy())) if name == "ar1" else float("nan")
-            print(f"{rho:>5.2f} {name:>12} {flat_flagged:>14.3f} {early:>12.3f} {within:>10.3f} {median:>13.1f} {covered:>14.2f} {end:>11.3f}")
+            print(
+                f"{rho:>5.2f} {name:>12} {flat_flagged:>14.3f} {early:>12.3f} {within:>10.3f} {median:>13.1f} {covered:>14.2f} {end:>11.3f}"
+            )
 
 
 def reference_table(sims: int = 4000, length: int = 300, window: int = 10) -> None:
@@ -178,8 +201,13 @@ def reference_table(sims: int = 4000, length: int = 300, window: int = 10) -> No
 
     from beyondlabels.functional.convergence import ar1_noise
 
-    print(f"\nReference distribution ({sims} flat AR(1) curves of {length} evaluations, window {window}): share of P(reference > T) below the level")
-    print(f"{'rho':>5} {'median df':>9} " + " ".join(f"{'t ' + str(q):>9} {'normal ' + str(q):>13}" for q in (0.05, 0.01, 0.001)))
+    print(
+        f"\nReference distribution ({sims} flat AR(1) curves of {length} evaluations, window {window}): share of P(reference > T) below the level"
+    )
+    print(
+        f"{'rho':>5} {'median df':>9} "
+        + " ".join(f"{'t ' + str(q):>9} {'normal ' + str(q):>13}" for q in (0.05, 0.01, 0.001))
+    )
     for rho in (0.0, 0.5, 0.8):
         curves = _ar1(rho, 1.0, sims, length, seed=77 + int(10 * rho))
         fit = ar1_noise(curves, window)
@@ -192,16 +220,22 @@ def reference_table(sims: int = 4000, length: int = 300, window: int = 10) -> No
 
 def outside_table(runs: int, length: int) -> None:
     """Noise the AR(1) model does not cover: a near random walk, and independent noise plus a slow component."""
-    print(f"\nOutside the covered noise (marginal sd 0.02, {runs} flat runs, {length} evaluations): share of runs flagged")
+    print(
+        f"\nOutside the covered noise (marginal sd 0.02, {runs} flat runs, {length} evaluations): share of runs flagged"
+    )
     print(f"{'noise':>34} {'independent':>12} {'ar1':>8} {'ar1 covered looks':>18}")
     cases = {"AR(1) 0.99": _ar1(0.99, 0.02, runs, length, seed=99)}
     for slow in (0.9, 0.98):
         white = np.random.default_rng(int(slow * 100)).normal(0, 0.02 * np.sqrt(0.5), size=(runs, length))
-        cases[f"independent + AR(1) {slow} (half each)"] = white + _ar1(slow, 0.02 * np.sqrt(0.5), runs, length, seed=int(slow * 1000))
+        cases[f"independent + AR(1) {slow} (half each)"] = white + _ar1(
+            slow, 0.02 * np.sqrt(0.5), runs, length, seed=int(slow * 1000)
+        )
     for name, values in cases.items():
         tests = RULES["ar1"].series_tests(values)
         independent = current_rule(values, RULES["independent"]).any(axis=1).mean()
-        print(f"{name:>34} {independent:>12.3f} {float(tests['downturn'].amax(dim=1).mean()):>8.3f} {float(tests['covered'].mean()):>18.2f}")
+        print(
+            f"{name:>34} {independent:>12.3f} {float(tests['downturn'].amax(dim=1).mean()):>8.3f} {float(tests['covered'].mean()):>18.2f}"
+        )
 
 
 def cost_table(length: int = 1000) -> None:
@@ -239,7 +273,9 @@ def _per_query_flags(rule: ConvergenceRule, scalars: np.ndarray, values: np.ndar
 
 
 def paired_table(runs: int, queries: list[int], slopes: list[float], length: int = 150) -> None:
-    print(f"\nPaired (per-query hits, Beta(2,2) difficulty; {runs} runs, {length} evaluations): flat P@1, then a fall after 60")
+    print(
+        f"\nPaired (per-query hits, Beta(2,2) difficulty; {runs} runs, {length} evaluations): flat P@1, then a fall after 60"
+    )
     print(f"{'queries':>8} {'slope':>6} {'rule':>16} {'flagged <= 60':>14} {'within 40':>10} {'median delay':>13}")
     for n in queries:
         for slope in [0.0, *slopes]:
@@ -254,24 +290,37 @@ def paired_table(runs: int, queries: list[int], slopes: list[float], length: int
                 scalars[r] = hits.mean(axis=1)
                 for name, row in _per_query_flags(ConvergenceRule(rounds=10), scalars[r], hits).items():
                     flags[name][r] = row
-            rows = [("current (both)", flags["current"]), ("series alone", current_rule(scalars, ConvergenceRule())),
-                    ("paired alone", flags["paired alone"]), ("union", flags["union"]), ("earlier", earlier_rule(scalars))]  # fmt: skip
+            rows = [
+                ("current (both)", flags["current"]),
+                ("series alone", current_rule(scalars, ConvergenceRule())),
+                ("paired alone", flags["paired alone"]),
+                ("union", flags["union"]),
+                ("earlier", earlier_rule(scalars)),
+            ]
             for name, rule_flags in rows:
                 early, within, median = _delay(rule_flags)
                 if slope == 0.0:
-                    print(f"{n:>8} {'flat':>6} {name:>16} {float(np.mean(rule_flags.any(axis=1))):>14.3f} {'':>10} {'':>13}")
+                    print(
+                        f"{n:>8} {'flat':>6} {name:>16} {float(np.mean(rule_flags.any(axis=1))):>14.3f} {'':>10} {'':>13}"
+                    )
                 else:
                     print(f"{n:>8} {slope:>6.2f} {name:>16} {early:>14.3f} {within:>10.3f} {median:>13.1f}")
 
 
 def model_noise_table(runs: int, queries: int = 2000, length: int = 60) -> None:
-    print(f"\nModel-level noise on a fixed query set ({queries} queries, sd 0.01 per checkpoint + 0.05 per query; {runs} runs, {length} evaluations, window 5, max_looks 100): flat runs flagged")
+    print(
+        f"\nModel-level noise on a fixed query set ({queries} queries, sd 0.01 per checkpoint + 0.05 per query; {runs} runs, {length} evaluations, window 5, max_looks 100): flat runs flagged"
+    )
     rng = np.random.default_rng(0)
     rule = ConvergenceRule(window=5, max_looks=100, rounds=10)
     counts = {"current (both)": 0, "series alone": 0, "paired alone": 0, "union": 0}
     for _ in range(runs):
         ability = rng.uniform(0.2, 0.8, size=queries)
-        values = np.clip(ability[None, :] + 0.01 * rng.standard_normal((length, 1)) + 0.05 * rng.standard_normal((length, queries)), 0, 1)
+        values = np.clip(
+            ability[None, :] + 0.01 * rng.standard_normal((length, 1)) + 0.05 * rng.standard_normal((length, queries)),
+            0,
+            1,
+        )
         scalars = values.mean(axis=1)
         flags = _per_query_flags(rule, scalars, values)
         counts["current (both)"] += bool(flags["current"].any())
@@ -288,7 +337,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--queries", type=int, nargs="+", default=None)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--only", nargs="+", default=None, help="tables to print: series correlated reference outside paired model cost")
+    parser.add_argument(
+        "--only", nargs="+", default=None, help="tables to print: series correlated reference outside paired model cost"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runs = args.runs or (40 if args.quick else 200)
@@ -305,7 +356,9 @@ def main() -> None:
     if "outside" in only:
         outside_table(runs, 300 if args.quick else 1000)
     if "paired" in only:
-        paired_table(min(runs, 40 if args.quick else 100), args.queries or ([100] if args.quick else [100, 600]), [0.1, 0.2])
+        paired_table(
+            min(runs, 40 if args.quick else 100), args.queries or ([100] if args.quick else [100, 600]), [0.1, 0.2]
+        )
     if "model" in only:
         model_noise_table(runs)
     if "cost" in only:

@@ -86,16 +86,24 @@ def main() -> None:
                 hiclass_s += time.perf_counter() - start
     sub = hierarchical_precision_recall(pred[:n_sub], gt[:n_sub], tax)
     pairs = {
-        ("precision", "micro"): "micro_hP", ("recall", "micro"): "micro_hR", ("f1", "micro"): "micro_hF",
-        ("precision", "macro"): "hP", ("recall", "macro"): "hR", ("f1", "macro"): "hF_sample_mean",
-    }  # fmt: skip
+        ("precision", "micro"): "micro_hP",
+        ("recall", "micro"): "micro_hR",
+        ("f1", "micro"): "micro_hF",
+        ("precision", "macro"): "hP",
+        ("recall", "macro"): "hR",
+        ("f1", "macro"): "hF_sample_mean",
+    }
     worst = max(abs(float(sub[ours_key]) - float(ref[key])) for key, ours_key in pairs.items())
     assert worst < 1e-9, f"beyondlabels and hiclass disagree by {worst}"
     scaled = hiclass_s * args.pairs / n_sub
 
-    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads, device {device}")
-    print(f"pairs: {args.pairs:,}; hP {float(ours['hP']):.4f}, hR {float(ours['hR']):.4f}, hF {float(ours['hF']):.4f}, "
-          f"micro_hF {float(ours['micro_hF']):.4f}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads, device {device}"
+    )
+    print(
+        f"pairs: {args.pairs:,}; hP {float(ours['hP']):.4f}, hR {float(ours['hR']):.4f}, hF {float(ours['hF']):.4f}, "
+        f"micro_hF {float(ours['micro_hF']):.4f}"
+    )
     print(f"values agree with hiclass on {n_sub:,} pairs (largest difference {worst:.1e})")
     print(f"beyondlabels, every output at once:            {ours_s:8.3f} s (best of {args.repeats})")
     label = "measured" if n_sub == args.pairs else f"{hiclass_s:.2f} s on {n_sub:,} pairs, scaled"

@@ -80,8 +80,10 @@ def main() -> None:
     q = rng.choice(c, size=args.mismatches, p=f / f.sum())
     r = (q + rng.integers(1, c, size=q.size)) % c
     qt, rt, mt, ft = torch.tensor(q), torch.tensor(r), torch.tensor(m), torch.tensor(f)
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads; "
-          f"{c} classes ({source}), {args.mismatches} mismatches, {args.trials} trials")
+    print(
+        f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads; "
+        f"{c} classes ({source}), {args.mismatches} mismatches, {args.trials} trials"
+    )
 
     ours_t, ours = best_of(lambda: frequency_null(qt, mt, ft, args.trials, args.seed), args.repeats)
     peer_t, peer = best_of(lambda: numpy_null(q, m, f, args.peer_trials, args.seed), 1)
@@ -89,19 +91,27 @@ def main() -> None:
     ours_np = ours.numpy()
     assert abs(ours_np.mean() - peer.mean()) < 5 * peer.std() / np.sqrt(len(peer)) + 1e-12, "null means disagree"
     assert abs(ours_np.std() / peer.std() - 1) < 0.2, "null spreads disagree"
-    print(f"null:        beyondlabels {ours_t:8.3f} s | numpy choice {peer_scaled:8.3f} s (scaled from {args.peer_trials} trials) "
-          f"| ratio {peer_scaled / ours_t:6.1f}x")
+    print(
+        f"null:        beyondlabels {ours_t:8.3f} s | numpy choice {peer_scaled:8.3f} s (scaled from {args.peer_trials} trials) "
+        f"| ratio {peer_scaled / ours_t:6.1f}x"
+    )
 
     pairs = m[np.triu_indices(c, 1)]
     sims = m[q, r]
     ours_t, ranks = best_of(lambda: percentile_ranks(sims, pairs), args.repeats)
     peer_t, ref = best_of(lambda: sps.percentileofscore(pairs, sims, kind="weak"), args.repeats)
     assert np.allclose(ranks.numpy(), ref, atol=1e-10)
-    print(f"percentiles: beyondlabels {ours_t * 1e3:8.3f} ms | scipy {peer_t * 1e3:8.3f} ms | ratio {peer_t / ours_t:6.1f}x")
+    print(
+        f"percentiles: beyondlabels {ours_t * 1e3:8.3f} ms | scipy {peer_t * 1e3:8.3f} ms | ratio {peer_t / ours_t:6.1f}x"
+    )
 
-    full_t, out = best_of(lambda: mismatch_analysis(qt, rt, mt, counts=ft, num_trials=args.trials, seed=args.seed), args.repeats)
-    print(f"whole analysis: {full_t:.3f} s (mean {out['mean_similarity']:.3f}, null {out['null_mean']:.4f} ± {out['null_std']:.4f}, "
-          f"p = {out['p_value']:.3g})")
+    full_t, out = best_of(
+        lambda: mismatch_analysis(qt, rt, mt, counts=ft, num_trials=args.trials, seed=args.seed), args.repeats
+    )
+    print(
+        f"whole analysis: {full_t:.3f} s (mean {out['mean_similarity']:.3f}, null {out['null_mean']:.4f} ± {out['null_std']:.4f}, "
+        f"p = {out['p_value']:.3g})"
+    )
 
 
 if __name__ == "__main__":

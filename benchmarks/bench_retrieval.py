@@ -89,8 +89,15 @@ def run_ours(emb, labels, precision="fp32", device="cpu", chunk_size=1024, query
         ids = torch.arange(len(labels), device=device)
         q = slice(0, query_subset)
         m = embedding_retrieval_metrics(
-            emb, labels, ids, ks=KS, precision=precision, chunk_size=chunk_size,
-            query_embeddings=emb[q], query_labels=labels[q], query_ids=ids[q],
+            emb,
+            labels,
+            ids,
+            ks=KS,
+            precision=precision,
+            chunk_size=chunk_size,
+            query_embeddings=emb[q],
+            query_labels=labels[q],
+            query_ids=ids[q],
         )
     if device == "cuda":
         torch.cuda.synchronize()
@@ -280,9 +287,25 @@ def child(args) -> None:
 
 def measure_in_subprocess(method: str, n: int, args, extra=()) -> dict:
     cmd = [
-        sys.executable, __file__, "--child", method, "--n", str(n), "--d", str(args.d), "--classes",
-        str(args.classes), "--noise", str(args.noise), "--centre-scale", str(args.centre_scale), "--threads",
-        str(args.threads), "--device", args.device, *extra,
+        sys.executable,
+        __file__,
+        "--child",
+        method,
+        "--n",
+        str(n),
+        "--d",
+        str(args.d),
+        "--classes",
+        str(args.classes),
+        "--noise",
+        str(args.noise),
+        "--centre-scale",
+        str(args.centre_scale),
+        "--threads",
+        str(args.threads),
+        "--device",
+        args.device,
+        *extra,
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -331,7 +354,9 @@ def deep_comparison(args) -> None:
             best[name] = min(best[name], t)
     half = min(best["products: half (2048 blocks)"], best["products: half (4096 blocks)"])
     ref = values["ours fp32 (deep: depth max(R, k))"]
-    print(f"# best of {args.repeats} (faiss: 1), alternating; 'vs half' = time / fastest half-product time ({half:.2f} s)")
+    print(
+        f"# best of {args.repeats} (faiss: 1), alternating; 'vs half' = time / fastest half-product time ({half:.2f} s)"
+    )
     print(f"{'method':<42} {'seconds':>8} {'vs half':>8} {'max |delta| vs ours deep':>25}  values")
     for name, t in best.items():
         vals = values[name]
@@ -361,15 +386,22 @@ def main() -> None:
     p.add_argument("--noise", type=float, default=3.0, help="noise / centre scale; 3.0 gives P@1 about 0.7 at D=512")
     p.add_argument("--tm-n", type=int, default=4_000, help="size at which torchmetrics (N x N pairs) is compared")
     p.add_argument("--mem-n", type=int, default=100_000, help="size at which our peak memory is measured (0: skip)")
-    p.add_argument("--mem-queries", type=int, default=8_192,
-                   help="queries searched in the memory run (0 = all); peak memory is set by the gallery and one chunk")
+    p.add_argument(
+        "--mem-queries",
+        type=int,
+        default=8_192,
+        help="queries searched in the memory run (0 = all); peak memory is set by the gallery and one chunk",
+    )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
-    p.add_argument("--deep", action="store_true",
-                   help="hard deep data (N=40,000 unless --n, 40 classes, centres x 0.15 + unit noise, R ~ N/40): "
-                        "depth R vs shallow mode vs plain torch vs the products alone")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="hard deep data (N=40,000 unless --n, 40 classes, centres x 0.15 + unit noise, R ~ N/40): "
+        "depth R vs shallow mode vs plain torch vs the products alone",
+    )
     p.add_argument("--centre-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--no-faiss", action="store_true", help="--deep: leave faiss out")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -436,10 +468,14 @@ def main() -> None:
         r = measure_in_subprocess(name, args.n, args)
         print(f"N={args.n:>7}  {name:<32} peak {r['peak_mb']:8.0f} MB  (after data: {r['data_mb']:.0f} MB)")
     r = measure_in_subprocess("torchmetrics RetrievalPrecision", args.tm_n, args)
-    print(f"N={args.tm_n:>7}  {'torchmetrics RetrievalPrecision':<32} peak {r['peak_mb']:8.0f} MB  (after data: {r['data_mb']:.0f} MB)")
+    print(
+        f"N={args.tm_n:>7}  {'torchmetrics RetrievalPrecision':<32} peak {r['peak_mb']:8.0f} MB  (after data: {r['data_mb']:.0f} MB)"
+    )
     sub = args.mem_queries or args.mem_n
     for precision in ("fp32",):
-        r = measure_in_subprocess("ours-subset", args.mem_n, args, ["--mem-queries", str(sub), "--precision", precision])
+        r = measure_in_subprocess(
+            "ours-subset", args.mem_n, args, ["--mem-queries", str(sub), "--precision", precision]
+        )
         print(
             f"N={args.mem_n:>7}  ours {precision} ({sub} queries x {args.mem_n} gallery) peak {r['peak_mb']:8.0f} MB"
             f"  (after data: {r['data_mb']:.0f} MB), {r['seconds']:.1f} s"

@@ -115,43 +115,92 @@ def child(args) -> None:
     extra = {}
     if args.device == "cuda":
         extra["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    print(json.dumps({"peak_mb": peak_rss_mb(), "data_mb": base, "seconds": seconds, "r_precision": float(out["r_precision"]), **extra}))
+    print(
+        json.dumps(
+            {
+                "peak_mb": peak_rss_mb(),
+                "data_mb": base,
+                "seconds": seconds,
+                "r_precision": float(out["r_precision"]),
+                **extra,
+            }
+        )
+    )
 
 
 def compare(n: int, args, rows: list[tuple]) -> None:
     img, txt = make_data(n, args.d, args.noise, args.device)
     t_ours, ours = timed(lambda: text_image_r_precision(img, txt, top_r=TOP_R), args.repeats, args.device)
     t_draw, sets = timed(lambda: draw_candidate_sets(txt), args.repeats, args.device)
-    t_pinned, pinned = timed(lambda: text_image_r_precision(img, txt, top_r=TOP_R, candidate_sets=sets), args.repeats, args.device)
+    t_pinned, pinned = timed(
+        lambda: text_image_r_precision(img, txt, top_r=TOP_R, candidate_sets=sets), args.repeats, args.device
+    )
     t_scores, scores = timed(lambda: candidate_scores(img, txt, sets.distractor_ids), args.repeats, args.device)
     t_tm, tm = timed(lambda: torchmetrics_hit_rate(scores), args.repeats, args.device)
     ref = float(ours["r_precision"])
     ties = tied_groups(scores)
-    rows.append((n, "ours text_image_r_precision", t_ours, t_ours, 0.0, ref, f"std={float(ours['r_precision_std']):.4f}"))
+    rows.append(
+        (n, "ours text_image_r_precision", t_ours, t_ours, 0.0, ref, f"std={float(ours['r_precision_std']):.4f}")
+    )
     rows.append((n, "  its candidate draw alone", t_draw, t_ours, None, None, "draw_candidate_sets"))
-    rows.append((n, "ours, pinned sets (no draw)", t_pinned, t_ours, abs(float(pinned["r_precision"]) - ref), float(pinned["r_precision"]), ""))
-    rows.append((n, "torchmetrics HitRate, scores given", t_tm, t_pinned, abs(tm - ref), tm, f"vs pinned; tied groups={ties}"))
-    rows.append((n, "draw + scores + torchmetrics", t_draw + t_scores + t_tm, t_ours, abs(tm - ref), tm, f"scores {t_scores:.2f} s"))
+    rows.append(
+        (
+            n,
+            "ours, pinned sets (no draw)",
+            t_pinned,
+            t_ours,
+            abs(float(pinned["r_precision"]) - ref),
+            float(pinned["r_precision"]),
+            "",
+        )
+    )
+    rows.append(
+        (n, "torchmetrics HitRate, scores given", t_tm, t_pinned, abs(tm - ref), tm, f"vs pinned; tied groups={ties}")
+    )
+    rows.append(
+        (
+            n,
+            "draw + scores + torchmetrics",
+            t_draw + t_scores + t_tm,
+            t_ours,
+            abs(tm - ref),
+            tm,
+            f"scores {t_scores:.2f} s",
+        )
+    )
     if n <= args.numpy_max_n:
         t_np, np_value = timed(lambda: numpy_loop_hit_rate(img, txt, sets.distractor_ids), 1, args.device)
         rows.append((n, "numpy loop, groups given", t_np, t_pinned, abs(np_value - ref), np_value, "vs pinned"))
     if args.hard:
-        t_hard, hard = timed(lambda: text_image_r_precision(img, txt, top_r=TOP_R, hard_negatives=True), args.repeats, args.device)
+        t_hard, hard = timed(
+            lambda: text_image_r_precision(img, txt, top_r=TOP_R, hard_negatives=True), args.repeats, args.device
+        )
         t_hdraw, hsets = timed(lambda: draw_candidate_sets(txt, hard_negatives=True), args.repeats, args.device)
         t_hscores, hscores = timed(lambda: candidate_scores(img, txt, hsets.distractor_ids), args.repeats, args.device)
         t_htm, htm = timed(lambda: torchmetrics_hit_rate(hscores), args.repeats, args.device)
         href = float(hard["hard_r_precision"])
         rows.append((n, "ours, hard_negatives=True", t_hard, t_hard, 0.0, href, f"hard part ~{t_hard - t_ours:.2f} s"))
         rows.append((n, "  its hard draw alone", t_hdraw, t_hard, None, None, "draw_candidate_sets(hard)"))
-        rows.append((n, "hard draw + scores + torchmetrics", t_hdraw + t_hscores + t_htm, t_hard, abs(htm - href), htm,
-                     f"tm alone {t_htm:.2f} s; tied groups={tied_groups(hscores)}"))  # fmt: skip
+        rows.append(
+            (
+                n,
+                "hard draw + scores + torchmetrics",
+                t_hdraw + t_hscores + t_htm,
+                t_hard,
+                abs(htm - href),
+                htm,
+                f"tm alone {t_htm:.2f} s; tied groups={tied_groups(hscores)}",
+            )
+        )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000], help="N compared with the peers")
     p.add_argument("--d", type=int, default=512)
-    p.add_argument("--noise", type=float, default=8.0, help="image = prompt + noise * N(0, 1); 8.0 gives R-precision about 0.6")
+    p.add_argument(
+        "--noise", type=float, default=8.0, help="image = prompt + noise * N(0, 1); 8.0 gives R-precision about 0.6"
+    )
     p.add_argument("--mem-n", type=int, default=30_000, help="N of the peak-memory run (0: skip)")
     p.add_argument("--mem-hard", action="store_true", help="also measure hard negatives at --mem-n (slow on CPU)")
     p.add_argument("--numpy-max-n", type=int, default=10_000)
@@ -174,8 +223,10 @@ def main() -> None:
     torchmetrics_hit_rate(candidate_scores(warm_img, warm_txt, draw_candidate_sets(warm_txt).distractor_ids))
     text_image_r_precision(warm_img, warm_txt, top_r=TOP_R, hard_negatives=True)
 
-    print(f"# R=100, folds (10), near-duplicate filter 0.8; D={args.d}, noise={args.noise}, threads={args.threads}, "
-          f"device={args.device}, best of {args.repeats}")  # fmt: skip
+    print(
+        f"# R=100, folds (10), near-duplicate filter 0.8; D={args.d}, noise={args.noise}, threads={args.threads}, "
+        f"device={args.device}, best of {args.repeats}"
+    )
     rows: list[tuple] = []
     for n in args.sizes:
         compare(n, args, rows)
@@ -190,12 +241,30 @@ def main() -> None:
         print()
         print("# peak memory of one call in a fresh process (VmHWM; includes the data and the torch runtime)")
         for mode in ["folds", *(["hard"] if args.mem_hard else [])]:
-            cmd = [sys.executable, __file__, "--child", mode, "--n", str(args.mem_n), "--d", str(args.d), "--noise",
-                   str(args.noise), "--threads", str(args.threads), "--device", args.device]  # fmt: skip
-            r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                mode,
+                "--n",
+                str(args.mem_n),
+                "--d",
+                str(args.d),
+                "--noise",
+                str(args.noise),
+                "--threads",
+                str(args.threads),
+                "--device",
+                args.device,
+            ]
+            r = json.loads(
+                subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            )
             cuda = f", CUDA peak {r['cuda_peak_mb']:.0f} MB" if "cuda_peak_mb" in r else ""
-            print(f"N={args.mem_n:>7}  ours {mode:<5} peak {r['peak_mb']:8.0f} MB  (after data: {r['data_mb']:.0f} MB), "
-                  f"{r['seconds']:.1f} s, r_precision={r['r_precision']:.4f}{cuda}")  # fmt: skip
+            print(
+                f"N={args.mem_n:>7}  ours {mode:<5} peak {r['peak_mb']:8.0f} MB  (after data: {r['data_mb']:.0f} MB), "
+                f"{r['seconds']:.1f} s, r_precision={r['r_precision']:.4f}{cuda}"
+            )
 
 
 if __name__ == "__main__":

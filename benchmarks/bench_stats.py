@@ -47,7 +47,9 @@ def main() -> None:
         se = values.std(ddof=1) / np.sqrt(n)
         for method, scipy_method in (("percentile", "percentile"), ("bca", "BCa")):
             ours_s, ours = _time(lambda: bootstrap_ci(values, rounds=args.rounds, method=method))
-            ref_s, ref = _time(lambda: sps.bootstrap((values,), np.mean, n_resamples=args.rounds, method=scipy_method, random_state=1))
+            ref_s, ref = _time(
+                lambda: sps.bootstrap((values,), np.mean, n_resamples=args.rounds, method=scipy_method, random_state=1)
+            )
             gap = max(abs(ours.low - ref.confidence_interval.low), abs(ours.high - ref.confidence_interval.high)) / se
             print(f"{f'one vector, n={n}, {method}':44s} {ours_s:8.3f} {ref_s:8.3f} {ref_s / ours_s:6.1f} {gap:16.3f}")
         matrix = rng.beta(0.6, 1.5, size=(n, args.keys))
@@ -55,15 +57,24 @@ def main() -> None:
         ours_s, ours = _time(lambda: confidence_intervals(per_query, list(per_query), rounds=args.rounds), repeat=2)
 
         def scipy_all():
-            return [sps.bootstrap((matrix[:, i],), np.mean, n_resamples=args.rounds, method="percentile", random_state=i) for i in range(args.keys)]
+            return [
+                sps.bootstrap((matrix[:, i],), np.mean, n_resamples=args.rounds, method="percentile", random_state=i)
+                for i in range(args.keys)
+            ]
 
         ref_s, refs = _time(scipy_all, repeat=2)
         ses = matrix.std(axis=0, ddof=1) / np.sqrt(n)
         gap = max(
-            max(abs(ours[f"k{i}_ci_low"] - r.confidence_interval.low), abs(ours[f"k{i}_ci_high"] - r.confidence_interval.high)) / ses[i]
+            max(
+                abs(ours[f"k{i}_ci_low"] - r.confidence_interval.low),
+                abs(ours[f"k{i}_ci_high"] - r.confidence_interval.high),
+            )
+            / ses[i]
             for i, r in enumerate(refs)
         )
-        print(f"{f'{args.keys} keys of one evaluation, n={n}':44s} {ours_s:8.3f} {ref_s:8.3f} {ref_s / ours_s:6.1f} {gap:16.3f}")
+        print(
+            f"{f'{args.keys} keys of one evaluation, n={n}':44s} {ours_s:8.3f} {ref_s:8.3f} {ref_s / ours_s:6.1f} {gap:16.3f}"
+        )
 
 
 if __name__ == "__main__":

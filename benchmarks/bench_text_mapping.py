@@ -39,8 +39,15 @@ from beyondlabels.io.taxonomy_files import load_wordnet, wordnet_lemmas, wordnet
 from beyondlabels.taxonomy import HashingTextEncoder, TextToNode
 from beyondlabels.taxonomy.text import node_text
 
-DEV = ("vehicle.n.01", "musical_instrument.n.01", "furniture.n.01", "tool.n.01", "fabric.n.01", "dish.n.02",
-       "building.n.01")  # fmt: skip
+DEV = (
+    "vehicle.n.01",
+    "musical_instrument.n.01",
+    "furniture.n.01",
+    "tool.n.01",
+    "fabric.n.01",
+    "dish.n.02",
+    "building.n.01",
+)
 HELD_OUT = ("clothing.n.01", "beverage.n.01", "sport.n.01", "weapon.n.01")
 QUICK = ("musical_instrument.n.01",)
 KINDS = ("synonym", "gloss", "kind_of")
@@ -195,8 +202,10 @@ def by_kind(data: list, parts: list) -> str:
 
 def report(split: str, data: list, name: str, encode: CachedEncoder, mode: str) -> None:
     count = sum(len(c) for _, c in data)
-    print(f"\n{name}, node texts = {mode}, {split}: {len(data)} subtrees, {count} cases "
-          f"({', '.join(f'{k} {sum(c[2] == k for _, cs in data for c in cs)}' for k in KINDS)})")
+    print(
+        f"\n{name}, node texts = {mode}, {split}: {len(data)} subtrees, {count} cases "
+        f"({', '.join(f'{k} {sum(c[2] == k for _, cs in data for c in cs)}' for k in KINDS)})"
+    )
     print(f"  {'':28s} {'exact':>6s} {'hP':>6s} {'hR':>6s} {'hF':>6s} {'abstain':>7s}  hF by kind / rules")
     base = [(tax, nearest(tax, cases, encode, mode), tax.indices([c[1] for c in cases])) for tax, cases in data]
     ref = pooled(base)
@@ -255,8 +264,10 @@ def main() -> None:
                     tune(data, name, encode, mode)
                 else:
                     report(split, data, name, encode, mode)
-        print(f"  ({name}: {encode.texts} distinct texts embedded in {encode.seconds:.1f} s, "
-              f"{1000 * encode.seconds / max(1, encode.texts):.2f} s per 1,000)")
+        print(
+            f"  ({name}: {encode.texts} distinct texts embedded in {encode.seconds:.1f} s, "
+            f"{1000 * encode.seconds / max(1, encode.texts):.2f} s per 1,000)"
+        )
 
 
 if __name__ == "__main__":

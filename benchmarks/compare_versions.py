@@ -92,8 +92,10 @@ def main() -> None:
             best[name] = min(best[name], time.perf_counter() - wall)
             cpu[name] = min(cpu[name], time.process_time() - used)
             values[name] = {k: float(out[k]) for k in KEYS if k in out}
-    print(f"# N={n} D={args.d} C={args.classes}{' (deep data)' if args.deep else ''}"
-          f"{' deep_metrics=False' if args.shallow else ''}; best of {args.repeats}, alternating; threads={args.threads}")
+    print(
+        f"# N={n} D={args.d} C={args.classes}{' (deep data)' if args.deep else ''}"
+        f"{' deep_metrics=False' if args.shallow else ''}; best of {args.repeats}, alternating; threads={args.threads}"
+    )
     for name in fns:
         shown = " ".join(f"{k}={v:.6f}" for k, v in values[name].items())
         print(f"{name:<12} {best[name]:7.2f} s (cpu {cpu[name]:6.2f} s)  {shown}")

@@ -74,8 +74,10 @@ def monitor_run(steps, values, per_query, noise_estimate: str) -> dict:
 def report(name: str, steps, values, per_query) -> None:
     """One block of rows: the whole curve, then every 5th and 10th evaluation."""
     print(f"\n{name}: {len(values)} evaluations, steps {steps[0]}..{steps[-1]}, window {WINDOW}")
-    print(f"{'every':>6} {'evals':>6} {'rule':>12} {'rho':>7} {'rho_99%':>8} {'resid lag1':>10} {'covered':>8} "
-          f"{'beyond at':>10} {'downturns':>9} {'first downturn':>15} {'first plateau':>14}")  # fmt: skip
+    print(
+        f"{'every':>6} {'evals':>6} {'rule':>12} {'rho':>7} {'rho_99%':>8} {'resid lag1':>10} {'covered':>8} "
+        f"{'beyond at':>10} {'downturns':>9} {'first downturn':>15} {'first plateau':>14}"
+    )
     for every in (1, 5, 10):
         s, v, q = steps[::every], values[::every], per_query[::every]
         if len(v) < 4 * WINDOW:
@@ -83,9 +85,11 @@ def report(name: str, steps, values, per_query) -> None:
         lag1 = residual_lag1(np.asarray(v, dtype=np.float64), WINDOW)
         for rule in ("ar1", "differences"):
             out = monitor_run(s, v, q, rule)
-            print(f"{every:>6} {len(v):>6} {rule:>12} {out['correlation']:>7.3f} {out['high']:>8.3f} {lag1:>10.3f} "
-                  f"{out['covered']:>8.2f} {out['beyond']!s:>10} {out['downturns']:>9} {out['first_downturn']!s:>15} "
-                  f"{out['first_plateau']!s:>14}")  # fmt: skip
+            print(
+                f"{every:>6} {len(v):>6} {rule:>12} {out['correlation']:>7.3f} {out['high']:>8.3f} {lag1:>10.3f} "
+                f"{out['covered']:>8.2f} {out['beyond']!s:>10} {out['downturns']:>9} {out['first_downturn']!s:>15} "
+                f"{out['first_plateau']!s:>14}"
+            )
 
 
 def from_history(folder: Path, keys: list[str]) -> None:
@@ -119,7 +123,11 @@ def train_digits(folder: Path, steps: int, every: int) -> Path:
 
     class Digits(Dataset):
         def __init__(self, index):
-            self.x, self.y, self.index = torch.tensor(x[index] / 16.0, dtype=torch.float32), torch.tensor(y[index]), index
+            self.x, self.y, self.index = (
+                torch.tensor(x[index] / 16.0, dtype=torch.float32),
+                torch.tensor(y[index]),
+                index,
+            )
 
         def __len__(self):
             return len(self.index)
@@ -152,11 +160,27 @@ def train_digits(folder: Path, steps: int, every: int) -> Path:
         def val_dataloader(self):
             return DataLoader(Digits(held), batch_size=256)
 
-    evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=every, num_mismatches=0, save_per_query="all",
-                                       confidence_intervals=False, plot_every_n=10**9, save_dir=str(folder / "retrieval"))  # fmt: skip
-    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", callbacks=[evaluation], logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         check_val_every_n_epoch=10**6, default_root_dir=str(folder))  # fmt: skip
+    evaluation = RetrievalEvalCallback(
+        every_n_epochs=None,
+        every_n_steps=every,
+        num_mismatches=0,
+        save_per_query="all",
+        confidence_intervals=False,
+        plot_every_n=10**9,
+        save_dir=str(folder / "retrieval"),
+    )
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        callbacks=[evaluation],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=10**6,
+        default_root_dir=str(folder),
+    )
     trainer.fit(Net())
     return folder / "retrieval"
 

@@ -32,7 +32,16 @@ from beyondlabels.io.atomic import atomic_file
 from beyondlabels.io.media_files import encode_png, table_image_path
 from beyondlabels.schema import OutputSchema
 
-__all__ = ["MLflowSink", "MediaSink", "TensorBoardSink", "WandbSink", "decode_png", "folder_name", "markdown_table", "media_sinks"]
+__all__ = [
+    "MLflowSink",
+    "MediaSink",
+    "TensorBoardSink",
+    "WandbSink",
+    "decode_png",
+    "folder_name",
+    "markdown_table",
+    "media_sinks",
+]
 
 
 def decode_png(png: bytes) -> np.ndarray:
@@ -86,8 +95,13 @@ class MediaSink:
     def curve_figure(media: EvaluationMedia, curve: Any) -> Any:
         from beyondlabels.reporting.media_figures import curves_figure
 
-        return curves_figure(curve.x, {f"step {media.step}": curve.y}, curve.xname, curve.name,
-                             title=f"{media.prefix}: {curve.name} (step {media.step})")  # fmt: skip
+        return curves_figure(
+            curve.x,
+            {f"step {media.step}": curve.y},
+            curve.xname,
+            curve.name,
+            title=f"{media.prefix}: {curve.name} (step {media.step})",
+        )
 
 
 class WandbSink(MediaSink):
@@ -118,9 +132,12 @@ class WandbSink(MediaSink):
         items: dict[str, Any] = {}
         for curve in media.curves:
             items[curve.name] = wandb.plot.line_series(
-                xs=list(curve.x), ys=[list(curve.y)], keys=[f"step {media.step}"], xname=curve.xname,
+                xs=list(curve.x),
+                ys=[list(curve.y)],
+                keys=[f"step {media.step}"],
+                xname=curve.xname,
                 title=f"{media.prefix}: {curve.name} (step {media.step})",
-            )  # fmt: skip
+            )
         for figure in media.figures:
             if figure.to_loggers:
                 items[figure.name] = wandb.Image(decode_png(figure.png), caption=figure.caption or None)
@@ -128,7 +145,9 @@ class WandbSink(MediaSink):
             data = [[wandb.Image(c) if isinstance(c, np.ndarray) else c for c in row] for row in table.rows]
             items[table.name] = wandb.Table(columns=list(table.columns), data=data)
             if table.image_columns and table.rows:
-                caption = f"{table.name}: {', '.join(table.image_columns)} of {len(table.rows)} rows (step {media.step})"
+                caption = (
+                    f"{table.name}: {', '.join(table.image_columns)} of {len(table.rows)} rows (step {media.step})"
+                )
                 items[f"{table.name}_images"] = wandb.Image(media.table_grid(table), caption=caption)
         if items:
             self.logger.log_metrics({f"{media.prefix}/{k}": v for k, v in items.items()}, step=media.log_step)
@@ -187,7 +206,9 @@ class MLflowSink(MediaSink):
                         with atomic_file(Path(staging) / relative) as handle:
                             handle.write(encode_png(value))
                     client.log_artifacts(run_id, staging, artifact_path=base)
-            client.log_dict(run_id, {"columns": list(table.columns), "data": data}, artifact_file=f"{base}/{table.name}.json")
+            client.log_dict(
+                run_id, {"columns": list(table.columns), "data": data}, artifact_file=f"{base}/{table.name}.json"
+            )
             if table.image_columns and table.rows:
                 grid = media.table_grid(table)
                 client.log_image(run_id, grid, artifact_file=f"{base}/{table.name}_images.png")

@@ -101,12 +101,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning_fabric.utilities.apply_func import move_data_to_device
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
-from lightning_fabric.utilities.apply_func import move_data_to_device
-
-from beyondlabels.callbacks.files import EvaluationFiles
+from beyondlabels._internal.checks import check_int, check_optional_positive_int, check_positive_int, check_text
 from beyondlabels.callbacks._sinks import media_sinks
+from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia, dataset_item, thumbnail
 from beyondlabels.callbacks.packages import (
     check_same_package,
@@ -118,10 +118,9 @@ from beyondlabels.callbacks.packages import (
     runs_validation,
     trainer_stage,
 )
-from beyondlabels._internal.checks import check_int, check_optional_positive_int, check_positive_int, check_text
 from beyondlabels.io.paths import check_name
-from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.metrics.base import PerSampleMetric
+from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.schema import KeySpec, OutputSchema
 
 log = logging.getLogger(__name__)
@@ -181,7 +180,9 @@ def _check_evaluation_options(
     if save_dir is True:
         raise ValueError("`save_dir` must be a folder, None (the default folder) or False (no files), not True.")
     if save_per_query not in (True, False, "all"):
-        raise ValueError(f"`save_per_query` must be True (the retained evaluations), 'all' or False, got {save_per_query!r}.")
+        raise ValueError(
+            f"`save_per_query` must be True (the retained evaluations), 'all' or False, got {save_per_query!r}."
+        )
     check_positive_int(keep_every_n, "keep_every_n")
     check_positive_int(plot_every_n, "plot_every_n")
     return every_n_epochs
@@ -196,8 +197,12 @@ def _check_loader_options(dataloader: Any, dataloader_idx: Any, test_dataloader:
                 f"`{name}` must be the name of a datamodule or module method, a DataLoader or a zero-argument callable "
                 f"returning one{' (or None)' if name == 'test_dataloader' else ''}, got {source!r}."
             )
-    if isinstance(dataloader_idx, bool) or not (isinstance(dataloader_idx, int) and dataloader_idx >= 0 or isinstance(dataloader_idx, str) and dataloader_idx):
-        raise ValueError(f"`dataloader_idx` must be an int >= 0 (a position) or a loader's name, got {dataloader_idx!r}.")
+    if isinstance(dataloader_idx, bool) or not (
+        isinstance(dataloader_idx, int) and dataloader_idx >= 0 or isinstance(dataloader_idx, str) and dataloader_idx
+    ):
+        raise ValueError(
+            f"`dataloader_idx` must be an int >= 0 (a position) or a loader's name, got {dataloader_idx!r}."
+        )
 
 
 _CLASH_FIX = "rename your own key, or give this callback another prefix= (e.g. prefix='eval_retrieval')."
@@ -304,9 +309,18 @@ class EvaluationCore:
     ) -> None:
         super().__init__()
         every_n_epochs = _check_evaluation_options(
-            every_n_epochs, every_n_steps, prefix, limit_batches, prog_bar, save_dir, save_per_query, keep_every_n,
-            plot_every_n, bootstrap_rounds, ci_seed,
-        )  # fmt: skip
+            every_n_epochs,
+            every_n_steps,
+            prefix,
+            limit_batches,
+            prog_bar,
+            save_dir,
+            save_per_query,
+            keep_every_n,
+            plot_every_n,
+            bootstrap_rounds,
+            ci_seed,
+        )
         _check_loader_options(dataloader, dataloader_idx, test_dataloader)
         self.every_n_epochs = every_n_epochs
         self.every_n_steps = every_n_steps
@@ -323,17 +337,23 @@ class EvaluationCore:
         self.strict = bool(strict)
         self.metric: PerSampleMetric | None = None
         self.schema: OutputSchema = self.output_schema()
-        self.ci_keys = confidence_interval_keys(self.schema, True if confidence_intervals is None else confidence_intervals)
+        self.ci_keys = confidence_interval_keys(
+            self.schema, True if confidence_intervals is None else confidence_intervals
+        )
         self.schema = with_confidence_intervals(self.schema, self.ci_keys).merged(
             OutputSchema({EVAL_SECONDS: KeySpec("scalar", None)})
         )
         self.bootstrap_rounds, self.ci_seed = int(bootstrap_rounds or 2000), ci_seed
         unknown = [k for k in self.prog_bar if k not in self.schema.scalar_keys()]
         if unknown:
-            raise ValueError(f"`prog_bar` names {unknown}, which this evaluation does not log; choose from {self.schema.scalar_keys()}.")
+            raise ValueError(
+                f"`prog_bar` names {unknown}, which this evaluation does not log; choose from {self.schema.scalar_keys()}."
+            )
         if keep_best is not None and self.schema.mode(keep_best) is None:
             with_direction = [k for k in self.schema.scalar_keys() if self.schema.mode(k)]
-            raise ValueError(f"`keep_best` must be a key with a direction that this evaluation logs, got {keep_best!r}; choose from {with_direction}.")
+            raise ValueError(
+                f"`keep_best` must be a key with a direction that this evaluation logs, got {keep_best!r}; choose from {with_direction}."
+            )
         self._init_run_state()
 
     def _init_run_state(self) -> None:
@@ -353,7 +373,9 @@ class EvaluationCore:
         self._said: set[str] = set()  # what was said once in this fit (loader choice, batch limits)
         self._logged: dict[str, float] = {}  # logged name -> the value this callback gave it last (key clashes)
         self._clashes: set[str] = set()  # logged names already reported as logged by someone else too
-        self._pending: dict[str, float] | None = None  # logged through Lightning in the current loop, checked at its end
+        self._pending: dict[str, float] | None = (
+            None  # logged through Lightning in the current loop, checked at its end
+        )
         self._how: tuple[bool, bool] | None = None  # (through_lightning, in_batch) of the hook evaluating now
         self.files: EvaluationFiles | None = None  # the folder's writer, made at the first evaluation of a fit
         self._last_media: EvaluationMedia | None = None  # the last evaluation's media (the fit-end band joins them)
@@ -427,7 +449,9 @@ class EvaluationCore:
         if isinstance(history, list) and all(valid(h) for h in history):
             self.history = list(history)
         else:
-            log.warning("%s: ignoring a checkpointed history of unexpected type %s", self.state_key, type(history).__name__)
+            log.warning(
+                "%s: ignoring a checkpointed history of unexpected type %s", self.state_key, type(history).__name__
+            )
         last = state_dict.get("last_step_evaluated", -1)
         self._last_step_evaluated = last if isinstance(last, int) and not isinstance(last, bool) else -1
         self.files = None  # the folder is brought in line with the restored history at the next evaluation
@@ -446,7 +470,9 @@ class EvaluationCore:
             return
         self._check_loader_source(trainer, pl_module)
         if getattr(trainer, "fast_dev_run", False) and self.save_dir is not False:
-            log.info("%s: fast_dev_run: evaluating as usual but writing no files (as Lightning writes none)", self.prefix)
+            log.info(
+                "%s: fast_dev_run: evaluating as usual but writing no files (as Lightning writes none)", self.prefix
+            )
         if self.every_n_epochs is None:
             return
         if not runs_validation(trainer, pl_module):
@@ -475,11 +501,19 @@ class EvaluationCore:
             "%s: every_n_epochs=%d evaluates at the end of the validation loops of every %d-th epoch, and "
             "check_val_every_n_epoch=%d runs one every %d epochs: they meet every %d epochs (first after epoch %d)%s. "
             "Set every_n_epochs to a multiple or a divisor of %d, or evaluate every_n_steps.",
-            self.prefix, n, n, every, every, period, period,
-            f", so with max_epochs={max_epochs} no evaluation runs during training"
-            + (" (only the one at fit end)" if self.evaluate_at_fit_end else "") if never else "",
+            self.prefix,
+            n,
+            n,
             every,
-        )  # fmt: skip
+            every,
+            period,
+            period,
+            f", so with max_epochs={max_epochs} no evaluation runs during training"
+            + (" (only the one at fit end)" if self.evaluate_at_fit_end else "")
+            if never
+            else "",
+            every,
+        )
 
     def _check_monitors(self, trainer: Trainer) -> None:
         """A ModelCheckpoint / EarlyStopping monitoring one of our keys in the wrong direction keeps the worst model.
@@ -528,10 +562,14 @@ class EvaluationCore:
         self._check_pending(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._train_epoch_fallback and ((trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run):
+        if self._train_epoch_fallback and (
+            (trainer.current_epoch + 1) % self.every_n_epochs == 0 or trainer.fast_dev_run
+        ):
             self._evaluate_in_hook(trainer, pl_module, through_lightning=True)
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.every_n_steps is None:
             return
         step = trainer.global_step
@@ -558,7 +596,9 @@ class EvaluationCore:
                     if not problems:
                         problems = self._publish_band(trainer)
                 except Exception as exc:  # noqa: BLE001 - decided collectively below
-                    log.error("%s: drawing the run's plots at fit end failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+                    log.error(
+                        "%s: drawing the run's plots at fit end failed (%s: %s)", self.prefix, type(exc).__name__, exc
+                    )
                     problems.append(exc)
             problems += self._finish_media(trainer)
         if trainer.strategy.broadcast(bool(problems), src=0) and self.strict:
@@ -588,7 +628,9 @@ class EvaluationCore:
         ``test()``, and it stays out of the history, the files and the media (those follow the training run)."""
         through_lightning, in_batch = getattr(self, "_how", None) or (False, False)
         stage = trainer_stage(trainer)
-        occasion = _Occasion(stage, trainer.global_step, trainer.current_epoch, logging_step(trainer, in_batch), through_lightning, final)
+        occasion = _Occasion(
+            stage, trainer.global_step, trainer.current_epoch, logging_step(trainer, in_batch), through_lightning, final
+        )
         started = time.perf_counter()
         if not occasion.one_off:
             self._last_step_evaluated = occasion.step
@@ -598,7 +640,12 @@ class EvaluationCore:
             self.on_evaluation_end(trainer, pl_module)
 
     def _encode_and_compute(
-        self, trainer: Trainer, pl_module: LightningModule, occasion: _Occasion, started: float, timings: dict[str, float]
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        occasion: _Occasion,
+        started: float,
+        timings: dict[str, float],
     ) -> tuple[dict[str, Any] | None, BaseException | None]:
         """Feed every batch, then (only if every rank fed its shard) compute the metric and its intervals."""
         error: BaseException | None = None
@@ -621,20 +668,26 @@ class EvaluationCore:
                 timings["compute"] = time.perf_counter() - mark
                 if self.ci_keys:
                     mark = time.perf_counter()
-                    results, _ = add_confidence_intervals(results, self.schema, self.ci_keys, rounds=self.bootstrap_rounds, seed=self.ci_seed)
+                    results, _ = add_confidence_intervals(
+                        results, self.schema, self.ci_keys, rounds=self.bootstrap_rounds, seed=self.ci_seed
+                    )
                     timings["intervals"] = time.perf_counter() - mark
             except Exception as exc:  # noqa: BLE001
                 error = exc
         return results, error
 
-    def _evaluate(self, trainer: Trainer, pl_module: LightningModule, occasion: _Occasion, started: float) -> dict[str, Any] | None:
+    def _evaluate(
+        self, trainer: Trainer, pl_module: LightningModule, occasion: _Occasion, started: float
+    ) -> dict[str, Any] | None:
         timings: dict[str, float] = {}
         step, epoch = occasion.step, occasion.epoch
         results, error = self._encode_and_compute(trainer, pl_module, occasion, started, timings)
         if not trainer.strategy.reduce_boolean_decision(error is None, all=True):
             if self.metric is not None:
                 self.metric.reset()
-            self._report_failure(error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), occasion, trainer)
+            self._report_failure(
+                error or RuntimeError(f"{self.prefix} evaluation failed on another rank"), occasion, trainer
+            )
             return None
         record = self._record(results, step, epoch)
         # Files and media (rank 0) come before the scalars, so that eval_seconds counts them; the history line is
@@ -661,19 +714,31 @@ class EvaluationCore:
         self.metric.reset()
         if failed:
             if self.strict:
-                raise problems[0] if problems else RuntimeError(f"{self.prefix}: writing evaluation files or media failed on rank 0")
+                raise (
+                    problems[0]
+                    if problems
+                    else RuntimeError(f"{self.prefix}: writing evaluation files or media failed on rank 0")
+                )
             on_disk = [p for p in problems if not any(p is q for q in self._sink_errors)]  # loggers: reported
             if on_disk:
                 log.error(
                     "%s: %d evaluation file or media write(s) failed at step %d; scalars were logged and nothing on "
                     "disk was damaged; the history, per-query files, schema and plots are written again at the next "
-                    "evaluation (pictures and media of this evaluation are not):\n%s", self.prefix, len(on_disk), step,
+                    "evaluation (pictures and media of this evaluation are not):\n%s",
+                    self.prefix,
+                    len(on_disk),
+                    step,
                     "".join(traceback.format_exception(on_disk[0])),
-                )  # fmt: skip
+                )
         return results
 
     def _write_outputs(
-        self, trainer: Trainer, results: dict[str, Any], record: dict[str, Any], timings: dict[str, float], occasion: _Occasion
+        self,
+        trainer: Trainer,
+        results: dict[str, Any],
+        record: dict[str, Any],
+        timings: dict[str, float],
+        occasion: _Occasion,
     ) -> list[BaseException]:
         """Rank 0: this evaluation's files (:class:`EvaluationFiles`, the family's step files) and media. Each
         failure is collected, none stops the others."""
@@ -685,7 +750,15 @@ class EvaluationCore:
             if files is not None:
                 drawn_before = files.plotted_evaluations
                 # the family's files first: the retention policy then knows every kind of step file it removes
-                files.attempt(problems, "this evaluation's pictures", self.write_step_files, trainer, results, int(record["step"]), files)
+                files.attempt(
+                    problems,
+                    "this evaluation's pictures",
+                    self.write_step_files,
+                    trainer,
+                    results,
+                    int(record["step"]),
+                    files,
+                )
                 problems += files.write_evaluation(record, results, self.history, final=occasion.final)
                 band_drawn = files.plotted_evaluations != drawn_before and files.band_path.is_file()
         except Exception as exc:  # noqa: BLE001 - collected: rank 0 alone must never raise before the broadcast
@@ -703,9 +776,16 @@ class EvaluationCore:
         folder = self.output_folder(trainer)
         if self.files is None and folder is not None:
             self.files = EvaluationFiles(
-                folder, self.schema, self.prefix, self.history, per_query=self.save_per_query, keep_every_n=self.keep_every_n,
-                best=self._best_key(), plot_every_n=self.plot_every_n, band_keys=self._band_keys(),
-            )  # fmt: skip
+                folder,
+                self.schema,
+                self.prefix,
+                self.history,
+                per_query=self.save_per_query,
+                keep_every_n=self.keep_every_n,
+                best=self._best_key(),
+                plot_every_n=self.plot_every_n,
+                band_keys=self._band_keys(),
+            )
         return self.files
 
     def _best_key(self) -> str | None:
@@ -735,7 +815,9 @@ class EvaluationCore:
                 record[key] = [float(v) for v in torch.atleast_1d(torch.as_tensor(results[key]))]
         return record
 
-    def _log_scalars(self, trainer: Trainer, pl_module: LightningModule, record: dict[str, Any], occasion: _Occasion) -> None:
+    def _log_scalars(
+        self, trainer: Trainer, pl_module: LightningModule, record: dict[str, Any], occasion: _Occasion
+    ) -> None:
         """The scalars of ``record`` under ``<prefix>/<namespace><key>``: through ``pl_module.log`` (Lightning's row
         of the loop, ``callback_metrics``, the progress bar) or straight to every logger at Lightning's logging step
         with the epoch, as Lightning's own callbacks log outside its loops."""
@@ -747,8 +829,16 @@ class EvaluationCore:
             sync, device = trainer.world_size > 1, pl_module.device
             for key, value in scalars.items():
                 # the value is the same on every rank: "max" over the ranks is that value exactly (a mean may round)
-                pl_module.log(key, _scalar_tensor(value, device), prog_bar=key in bar, on_step=False, on_epoch=True,
-                              reduce_fx="max", sync_dist=sync, add_dataloader_idx=False)  # fmt: skip
+                pl_module.log(
+                    key,
+                    _scalar_tensor(value, device),
+                    prog_bar=key in bar,
+                    on_step=False,
+                    on_epoch=True,
+                    reduce_fx="max",
+                    sync_dist=sync,
+                    add_dataloader_idx=False,
+                )
             self._pending = {**(self._pending or {}), **scalars}
         else:
             for logger in trainer.loggers:
@@ -779,20 +869,30 @@ class EvaluationCore:
                 clashes.append((key, ours, theirs))
         if self.strict and trainer.strategy.reduce_boolean_decision(bool(clashes), all=False):
             described = ", ".join(f"`{key}`" for key, _, _ in clashes) or "a key (on another rank)"
-            raise ValueError(f"{described} of {type(self).__name__}(prefix={self.prefix!r}) is also logged by something else; {_CLASH_FIX}")
+            raise ValueError(
+                f"{described} of {type(self).__name__}(prefix={self.prefix!r}) is also logged by something else; {_CLASH_FIX}"
+            )
         for key, ours, theirs in clashes:
             self._clashes.add(key)
             given = "before this callback logged it" if ours is None else f"where this callback logged {ours:.6g}"
             log.warning(
                 "%s: `%s` is also logged by something else (the LightningModule's self.log, another callback): "
                 "trainer.callback_metrics, which ModelCheckpoint, EarlyStopping and sweepers read, holds %.6g %s. %s",
-                self.prefix, key, theirs, given, _CLASH_FIX,
-            )  # fmt: skip
+                self.prefix,
+                key,
+                theirs,
+                given,
+                _CLASH_FIX,
+            )
 
     def per_query_values(self, key: str, step: int) -> tuple[Any, torch.Tensor] | None:
         """``(query_ids or None, values)`` of the per-query vector ``key`` of the evaluation at ``step``, while that
         evaluation is the last one held in memory (None otherwise, or when it has no such vector)."""
-        if self.last_per_query is None or self.last_per_query[0] != step or not isinstance(self.last_per_query[1], Mapping):
+        if (
+            self.last_per_query is None
+            or self.last_per_query[0] != step
+            or not isinstance(self.last_per_query[1], Mapping)
+        ):
             return None
         per_query = self.last_per_query[1]
         if key not in per_query:
@@ -822,7 +922,11 @@ class EvaluationCore:
         """The datamodule, else the module, that defines the loader method ``name`` (Lightning's default, which only
         raises, does not count); None when neither does."""
         for owner in (getattr(trainer, "datamodule", None), pl_module):
-            if owner is not None and callable(getattr(owner, name, None)) and (lightning_package(owner) is None or overrides(owner, name)):
+            if (
+                owner is not None
+                and callable(getattr(owner, name, None))
+                and (lightning_package(owner) is None or overrides(owner, name))
+            ):
                 return owner
         return None
 
@@ -879,8 +983,14 @@ class EvaluationCore:
         chosen = loaders[idx] if isinstance(idx, str) else items[idx]
         if len(items) > 1 and "loader choice" not in self._said:
             self._said.add("loader choice")
-            log.info("%s: %s gives %d loaders; evaluating loader %r (dataloader_idx=%r; set it to choose another)",
-                     self.prefix, what, len(items), idx, idx)  # fmt: skip
+            log.info(
+                "%s: %s gives %d loaders; evaluating loader %r (dataloader_idx=%r; set it to choose another)",
+                self.prefix,
+                what,
+                len(items),
+                idx,
+                idx,
+            )
         return chosen
 
     def batch_ids(self, batch_size: int, given: Any, offset: int, trainer: Trainer) -> torch.Tensor | None:
@@ -904,7 +1014,13 @@ class EvaluationCore:
             total: int | None = len(loader)
         except TypeError:
             total = None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or isinstance(value, float) and value >= 1.0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or value <= 0
+            or isinstance(value, float)
+            and value >= 1.0
+        ):
             return None  # all (0 means no validation loop: the evaluation then runs at the end of training epochs)
         if isinstance(value, float):
             if total is None:
@@ -915,8 +1031,16 @@ class EvaluationCore:
         if total is not None and limit < total and option not in self._said:
             self._said.add(option)
             reason = " (fast_dev_run)" if getattr(trainer, "fast_dev_run", False) else ""
-            log.info("%s: evaluating %d of %d batches of the evaluation loader, as the trainer's %s=%r%s asks (set "
-                     "limit_batches= to choose another number)", self.prefix, limit, total, option, value, reason)  # fmt: skip
+            log.info(
+                "%s: evaluating %d of %d batches of the evaluation loader, as the trainer's %s=%r%s asks (set "
+                "limit_batches= to choose another number)",
+                self.prefix,
+                limit,
+                total,
+                option,
+                value,
+                reason,
+            )
         return limit
 
     def _batches(self, trainer: Trainer, loader: DataLoader, stage: str = "fit") -> Iterable[Any]:
@@ -935,7 +1059,9 @@ class EvaluationCore:
         self._offset = 0
         self.eval_trainer = trainer
         device = self._device = pl_module.device
-        devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+        devices = (
+            [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+        )
         try:
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 for batch in self._batches(trainer, loader, stage):
@@ -958,7 +1084,9 @@ class EvaluationCore:
             return batch[input_key], batch[label_key], batch.get(id_key)
         if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
             return batch[0], batch[1], batch[2] if len(batch) == 3 else None
-        described = f"a {type(batch).__name__}" + (f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else "")
+        described = f"a {type(batch).__name__}" + (
+            f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else ""
+        )
         raise TypeError(
             f"evaluation batches must be dicts (keys {input_key!r}, {label_key!r}, optional {id_key!r}) "
             f"or (inputs, labels) / (inputs, labels, ids) tuples; got {described}"
@@ -989,7 +1117,12 @@ class EvaluationCore:
             return getattr(pl_module, method)(*args, **kwargs)
 
     def encode_texts(
-        self, pl_module: LightningModule, texts: Sequence[str], text_method: str, tokenizer: str | None, batch_size: int | None = None
+        self,
+        pl_module: LightningModule,
+        texts: Sequence[str],
+        text_method: str,
+        tokenizer: str | None,
+        batch_size: int | None = None,
     ) -> torch.Tensor:
         """The float32 embeddings ``[M, D]`` of ``M`` strings: ``pl_module.<tokenizer>(chunk)`` (when set) and
         ``pl_module.<text_method>(...)`` over chunks of ``batch_size`` strings (all at once when None), in
@@ -1043,13 +1176,17 @@ class EvaluationCore:
                 if files is not None:
                     files.write_history(self.history)  # a failed write logs its own error
             except Exception as exc:  # noqa: BLE001 - the evaluation's own error is the one to report
-                log.error("%s: recording the failed evaluation on disk failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+                log.error(
+                    "%s: recording the failed evaluation on disk failed (%s: %s)", self.prefix, type(exc).__name__, exc
+                )
         if self.strict:
             raise error
         watching = (
             f" {', '.join(self._monitors)} will find no value of this evaluation: the cause is this error, not a missing "
-            "self.log." if self._monitors else ""
-        )  # fmt: skip
+            "self.log."
+            if self._monitors
+            else ""
+        )
         log.error(
             "%s evaluation at step %d failed and was skipped (training continues; strict=True makes this fatal).%s\n%s",
             self.prefix,
@@ -1066,7 +1203,9 @@ class EvaluationCore:
             return None
         return Path(self.save_dir) if self.save_dir else Path(trainer.default_root_dir) / self.prefix
 
-    def _publish_media(self, trainer: Trainer, results: dict[str, Any], occasion: _Occasion, band_drawn: bool) -> list[BaseException]:
+    def _publish_media(
+        self, trainer: Trainer, results: dict[str, Any], occasion: _Occasion, band_drawn: bool
+    ) -> list[BaseException]:
         """Rank 0: describe this evaluation's media (curves, ``confidence_intervals`` when it exists, the family's
         figures and tables), write the ``media/`` folder, send them to every logger (at the step they got the
         scalars). Failures are collected; what was described before one still goes out."""
@@ -1078,7 +1217,9 @@ class EvaluationCore:
                 if curve is not None and curve.numel() > 0:
                     media.curve(key, curve.tolist())
             if self.files is not None and self.files.band_path.is_file():
-                media.figure("confidence_intervals", self.files.band_path, caption=self._band_caption(), to_loggers=band_drawn)
+                media.figure(
+                    "confidence_intervals", self.files.band_path, caption=self._band_caption(), to_loggers=band_drawn
+                )
             self.describe_media(trainer, results, media)
         except Exception as exc:  # noqa: BLE001 - collected, decided by the caller
             log.error("%s: describing the evaluation's media failed (%s: %s)", self.prefix, type(exc).__name__, exc)
@@ -1097,7 +1238,9 @@ class EvaluationCore:
         folder = self.output_folder(trainer)
         return None if folder is None else folder / "media"
 
-    def _write_media_folder(self, trainer: Trainer, media: EvaluationMedia, problems: list[BaseException]) -> Path | None:
+    def _write_media_folder(
+        self, trainer: Trainer, media: EvaluationMedia, problems: list[BaseException]
+    ) -> Path | None:
         folder = self.media_folder(trainer)
         if self.files is None or folder is None:
             return None
@@ -1132,12 +1275,24 @@ class EvaluationCore:
         if count == 1:
             log.error(
                 "%s: logging %s to the %s logger failed (%s: %s); training goes on and the media folder on disk is "
-                "not affected; later failures of this logger in this fit are logged in one line each:\n%s", self.prefix,
-                what, logger, type(exc).__name__, exc, "".join(traceback.format_exception(exc)),
-            )  # fmt: skip
+                "not affected; later failures of this logger in this fit are logged in one line each:\n%s",
+                self.prefix,
+                what,
+                logger,
+                type(exc).__name__,
+                exc,
+                "".join(traceback.format_exception(exc)),
+            )
         else:
-            log.error("%s: logging %s to the %s logger failed again (%s: %s); %d failures of this logger in this fit",
-                      self.prefix, what, logger, type(exc).__name__, exc, count)  # fmt: skip
+            log.error(
+                "%s: logging %s to the %s logger failed again (%s: %s); %d failures of this logger in this fit",
+                self.prefix,
+                what,
+                logger,
+                type(exc).__name__,
+                exc,
+                count,
+            )
 
     def _finish_media(self, trainer: Trainer) -> list[BaseException]:
         """At the end of fit: the last evaluation's ``media/`` folder to every logger that keeps files (once per fit,
@@ -1164,7 +1319,9 @@ class EvaluationCore:
         problems: list[BaseException] = []
         if self.files is None or not self.files.band_path.is_file():
             return problems
-        band = EvaluationMedia(self.prefix, trainer.global_step, trainer.current_epoch, log_step=logging_step(trainer, False))
+        band = EvaluationMedia(
+            self.prefix, trainer.global_step, trainer.current_epoch, log_step=logging_step(trainer, False)
+        )
         band.figure("confidence_intervals", self.files.band_path, caption=self._band_caption())
         last = getattr(self, "_last_media", None)
         if last is not None:

@@ -122,7 +122,9 @@ class ConvergenceMonitorCore:
     ) -> None:
         super().__init__()
         if not isinstance(monitor, str) or not monitor:
-            raise ValueError(f"`monitor` must be a logged metric name such as 'retrieval/precision@1', got {monitor!r}.")
+            raise ValueError(
+                f"`monitor` must be a logged metric name such as 'retrieval/precision@1', got {monitor!r}."
+            )
         stop_on = [stop_on] if isinstance(stop_on, str) else list(stop_on or [])
         unknown = [e for e in stop_on if e not in EVENTS]
         if unknown:
@@ -132,9 +134,17 @@ class ConvergenceMonitorCore:
         check_bool(paired, "paired", hint="True: per-query values when the evaluation keeps them")
         check_optional_bool(synced, "synced", hint="None: the evaluation callbacks' keys; True: the same on every rank")
         self.rule = ConvergenceRule(
-            window=window, mode=mode, min_delta=min_delta, alpha=alpha, max_looks=max_looks, noise=noise,
-            noise_estimate=noise_estimate, confidence=confidence, rounds=rounds, seed=seed,
-        )  # fmt: skip
+            window=window,
+            mode=mode,
+            min_delta=min_delta,
+            alpha=alpha,
+            max_looks=max_looks,
+            noise=noise,
+            noise_estimate=noise_estimate,
+            confidence=confidence,
+            rounds=rounds,
+            seed=seed,
+        )
         if "plateau" in stop_on and not min_delta > 0:
             raise ValueError(
                 "`stop_on` holds 'plateau' with `min_delta` 0: a plateau is a gain per window below `min_delta`, and no "
@@ -166,7 +176,12 @@ class ConvergenceMonitorCore:
         return lightning_state_key(self, monitor=self.monitor, window=self.window, mode=self.mode)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**copy.deepcopy(self.run_state), "stopped_at": self.stopped_at, "last_state": dict(self.state), "rule": self._settings()}
+        return {
+            **copy.deepcopy(self.run_state),
+            "stopped_at": self.stopped_at,
+            "last_state": dict(self.state),
+            "rule": self._settings(),
+        }
 
     def _settings(self) -> dict[str, Any]:
         """The rule's settings that the decisions and the false-alarm level depend on."""
@@ -184,7 +199,13 @@ class ConvergenceMonitorCore:
         if len(found) == 1:
             self.load_state_dict(copy.deepcopy(states[found[0]]))
         elif found:
-            log.warning("%s: the checkpoint holds %d states of monitors of %s under other settings (%s); none is resumed", self.state_key, len(found), self.monitor, ", ".join(found))
+            log.warning(
+                "%s: the checkpoint holds %d states of monitors of %s under other settings (%s); none is resumed",
+                self.state_key,
+                len(found),
+                self.monitor,
+                ", ".join(found),
+            )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         stopped = state_dict.get("stopped_at")
@@ -195,7 +216,11 @@ class ConvergenceMonitorCore:
                 run = {key: state_dict[key] for key in fresh if key != "beyond"}
                 run["beyond"] = state_dict.get("beyond")  # absent from checkpoints of the rule of independent noise
                 run["series"] = [[int(step), float(value)] for step, value in run["series"]]
-                if not isinstance(run["looks"], int) or not isinstance(run["events"], list) or not isinstance(run["flags"], dict):
+                if (
+                    not isinstance(run["looks"], int)
+                    or not isinstance(run["events"], list)
+                    or not isinstance(run["flags"], dict)
+                ):
                     raise TypeError("looks, events or flags of an unexpected type")
                 beyond = run["beyond"]
                 if beyond is not None and (isinstance(beyond, bool) or not isinstance(beyond, int)):
@@ -210,7 +235,11 @@ class ConvergenceMonitorCore:
                 return
             self.run_state = self._convert(state_dict, fresh)
         except (KeyError, TypeError, ValueError) as exc:
-            log.warning("%s: ignoring a checkpointed monitor state of unexpected form (%s); the monitor starts afresh", self.state_key, exc)
+            log.warning(
+                "%s: ignoring a checkpointed monitor state of unexpected form (%s); the monitor starts afresh",
+                self.state_key,
+                exc,
+            )
             self.run_state, self.state = fresh, {}
 
     def _restart(self, run: dict[str, Any], saved: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
@@ -227,9 +256,15 @@ class ConvergenceMonitorCore:
         log.warning(
             "%s: the checkpoint's monitor had other rule settings (%s): the rule restarts with the new settings, keeping "
             "the %d values and %d events, dropping the best per-query evaluation and the flags, and counting the level "
-            "already spent (%.3g) as %d of its %d looks", self.state_key, changes, len(run["series"]), len(run["events"]),
-            int(run["looks"]) * old_level, looks["looks"], self.rule.max_looks,
-        )  # fmt: skip
+            "already spent (%.3g) as %d of its %d looks",
+            self.state_key,
+            changes,
+            len(run["series"]),
+            len(run["events"]),
+            int(run["looks"]) * old_level,
+            looks["looks"],
+            self.rule.max_looks,
+        )
         return {**fresh, "series": run["series"], "events": run["events"], **looks}
 
     def _convert(self, state_dict: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
@@ -247,10 +282,21 @@ class ConvergenceMonitorCore:
         log.warning(
             "%s: the checkpoint holds monitor state of an earlier rule (without a stated false-alarm rate): its %d "
             "values and %d events are kept, %d looks are counted as spent, and the paired test starts at the next "
-            "evaluation", self.state_key, len(series), len(events) if isinstance(events, list) else 0, looks,
-        )  # fmt: skip
-        return {**fresh, "series": series, "events": [e for e in events if isinstance(e, dict)] if isinstance(events, list) else [],
-                "looks": looks, "plateau_looks": looks, "flags": flags, "beyond": beyond}  # fmt: skip
+            "evaluation",
+            self.state_key,
+            len(series),
+            len(events) if isinstance(events, list) else 0,
+            looks,
+        )
+        return {
+            **fresh,
+            "series": series,
+            "events": [e for e in events if isinstance(e, dict)] if isinstance(events, list) else [],
+            "looks": looks,
+            "plateau_looks": looks,
+            "flags": flags,
+            "beyond": beyond,
+        }
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
@@ -261,7 +307,13 @@ class ConvergenceMonitorCore:
             key = self.monitor[len(source.prefix) + 1 :]
             wanted = source.schema.mode(key)
             if wanted is not None and wanted != self.mode:
-                log.warning("ConvergenceMonitor(monitor=%r) uses mode=%r but the key is better when %s; set mode=%r.", self.monitor, self.mode, "higher" if wanted == "max" else "lower", wanted)
+                log.warning(
+                    "ConvergenceMonitor(monitor=%r) uses mode=%r but the key is better when %s; set mode=%r.",
+                    self.monitor,
+                    self.mode,
+                    "higher" if wanted == "max" else "lower",
+                    wanted,
+                )
 
     def _spend_per_rank(self, world_size: int, synced: bool) -> None:
         """A key that differs between ranks is tested on each: each rank's rule runs at ``alpha / world_size`` so
@@ -273,8 +325,11 @@ class ConvergenceMonitorCore:
                 log.info(
                     "ConvergenceMonitor(%s): the key is not known to be the same on every rank (synced=True says so), "
                     "so each of the %d ranks tests it at alpha %g, keeping %g for the job",
-                    self.monitor, world_size, alpha, self.alpha,
-                )  # fmt: skip
+                    self.monitor,
+                    world_size,
+                    alpha,
+                    self.alpha,
+                )
 
     def _source(self, trainer: Trainer) -> EvaluationCore | None:
         for callback in trainer.callbacks:
@@ -283,7 +338,9 @@ class ConvergenceMonitorCore:
                     return callback
         return None
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._source(trainer) is not None:  # step-scheduled evaluations
             self._collect(trainer, in_batch=True)
 
@@ -311,7 +368,11 @@ class ConvergenceMonitorCore:
                 fresh.append(r)
             with_per_query = self.paired and key in source.schema.per_query
             return [
-                (int(r["step"]), float(r[key]), source.per_query_values(key, int(r["step"])) if with_per_query else None)
+                (
+                    int(r["step"]),
+                    float(r[key]),
+                    source.per_query_values(key, int(r["step"])) if with_per_query else None,
+                )
                 for r in reversed(fresh)
                 if "error" not in r and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
             ]
@@ -344,7 +405,12 @@ class ConvergenceMonitorCore:
             except ValueError as exc:
                 if per_query is None:
                     raise
-                log.error("ConvergenceMonitor: the per-query values of %s at step %d cannot be paired (%s); the series rule decides this evaluation", self.monitor, step, exc)
+                log.error(
+                    "ConvergenceMonitor: the per-query values of %s at step %d cannot be paired (%s); the series rule decides this evaluation",
+                    self.monitor,
+                    step,
+                    exc,
+                )
                 stats = self.observe(step, value)
             logged = {f"{self.prefix}/{self.monitor}/{name}": v for name, v in stats.items() if math.isfinite(v)}
             for logger in trainer.loggers:
@@ -356,7 +422,12 @@ class ConvergenceMonitorCore:
             if trainer.strategy.reduce_boolean_decision(wanted, all=False):
                 trainer.should_stop = True
                 self.stopped_at = trainer.global_step
-                log.warning("ConvergenceMonitor: stopping training at step %d (%s of %s)", trainer.global_step, "/".join(self.stop_on), self.monitor)
+                log.warning(
+                    "ConvergenceMonitor: stopping training at step %d (%s of %s)",
+                    trainer.global_step,
+                    "/".join(self.stop_on),
+                    self.monitor,
+                )
 
     # ---- the decisions ---------------------------------------------------------------------------------------------------
     def observe(self, step: int, value: float, per_query: tuple[Any, Any] | None = None) -> dict[str, float]:
@@ -367,16 +438,23 @@ class ConvergenceMonitorCore:
         state = self.rule.observe(self.run_state, step, value, per_query=per_query)
         for record in self.run_state["events"][known:]:
             log.warning(
-                "ConvergenceMonitor: %s of %s at step %d (window mean %.4f, p = %.3g at alpha %g)", record["event"],
-                self.monitor, record["step"], record["window_mean"], record["p"], self.rule.alpha,
-            )  # fmt: skip
+                "ConvergenceMonitor: %s of %s at step %d (window mean %.4f, p = %.3g at alpha %g)",
+                record["event"],
+                self.monitor,
+                record["step"],
+                record["window_mean"],
+                record["p"],
+                self.rule.alpha,
+            )
         self._warn_if_uncovered(state, beyond)
         if looks < self.rule.max_looks <= self.run_state["looks"]:
             log.warning(
                 "ConvergenceMonitor: %s has spent its false-alarm level %g over max_looks=%d evaluations; later ones "
-                "are not tested for a downturn or plateau (raise max_looks to test more)", self.monitor, self.rule.alpha,
+                "are not tested for a downturn or plateau (raise max_looks to test more)",
+                self.monitor,
+                self.rule.alpha,
                 self.rule.max_looks,
-            )  # fmt: skip
+            )
         self.state = state
         return dict(state)
 
@@ -394,5 +472,11 @@ class ConvergenceMonitorCore:
             "from step %d on its looks decide nothing. Evaluations this close together cannot tell a wandering curve "
             "from a falling one: evaluate less often or use a wider window (were the noise AR(1): every %s-th of these "
             "evaluations, or window >= %s; real curves often decorrelate sooner at a wider spacing)",
-            self.monitor, rho, bound, self.rule.window, self.run_state["beyond"], every, window,
-        )  # fmt: skip
+            self.monitor,
+            rho,
+            bound,
+            self.rule.window,
+            self.run_state["beyond"],
+            every,
+            window,
+        )

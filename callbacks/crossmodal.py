@@ -78,8 +78,15 @@ class CrossModalEvalCore(EvaluationCore):
         prefix: str = "crossmodal",
         **kwargs: Any,
     ) -> None:
-        check_names(image_method=image_method, text_method=text_method, tokenizer=tokenizer, image_key=image_key,
-                    caption_key=caption_key, id_key=id_key, optional=("tokenizer",))  # fmt: skip
+        check_names(
+            image_method=image_method,
+            text_method=text_method,
+            tokenizer=tokenizer,
+            image_key=image_key,
+            caption_key=caption_key,
+            id_key=id_key,
+            optional=("tokenizer",),
+        )
         check_int_at_least(max_captions_per_image, "max_captions_per_image", 1)
         check_int_at_least(num_misses, "num_misses", 0)
         self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
@@ -89,7 +96,9 @@ class CrossModalEvalCore(EvaluationCore):
         self.chunk_size, self.precision, self.distributed_search = chunk_size, precision, distributed_search
         self.num_misses = num_misses
         self._captions: dict[int, str] = {}
-        super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
+        super().__init__(
+            every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs
+        )
 
     def build_metric(self) -> CrossModalRetrieval:
         return CrossModalRetrieval(
@@ -108,7 +117,11 @@ class CrossModalEvalCore(EvaluationCore):
         return {"image_method": self.image_method, "text_method": self.text_method}
 
     def check_module(self, pl_module: LightningModule) -> None:
-        for option, name in (("image_method", self.image_method), ("text_method", self.text_method), ("tokenizer", self.tokenizer)):
+        for option, name in (
+            ("image_method", self.image_method),
+            ("text_method", self.text_method),
+            ("tokenizer", self.tokenizer),
+        ):
             if name is not None and not callable(getattr(pl_module, name, None)):
                 raise AttributeError(
                     f"{type(pl_module).__name__} has no callable {name!r}; set CrossModalEvalCallback({option}=...) to the "
@@ -124,7 +137,11 @@ class CrossModalEvalCore(EvaluationCore):
     # ---- one batch -----------------------------------------------------------------------------------------------
     def _caption_lists(self, captions: Any, batch_size: int) -> list[list[str]]:
         if isinstance(captions, str) or not isinstance(captions, Sequence) or len(captions) != batch_size:
-            size = len(captions) if isinstance(captions, Sequence) and not isinstance(captions, str) else type(captions).__name__
+            size = (
+                len(captions)
+                if isinstance(captions, Sequence) and not isinstance(captions, str)
+                else type(captions).__name__
+            )
             raise ValueError(
                 f"batch[{self.caption_key!r}] must hold one entry per image ({batch_size}): a caption or a list of captions; "
                 f"got {size}. With several captions per image use a collate_fn that keeps one list per image "
@@ -134,7 +151,9 @@ class CrossModalEvalCore(EvaluationCore):
         for entry in captions:
             texts = [entry] if isinstance(entry, str) else list(entry)
             if not all(isinstance(t, str) for t in texts):
-                raise ValueError(f"batch[{self.caption_key!r}] entries must be strings or lists of strings, got {entry!r}.")
+                raise ValueError(
+                    f"batch[{self.caption_key!r}] entries must be strings or lists of strings, got {entry!r}."
+                )
             if len(texts) > self.max_captions_per_image:
                 raise ValueError(
                     f"an image has {len(texts)} captions but max_captions_per_image={self.max_captions_per_image}; raise it."
@@ -144,18 +163,26 @@ class CrossModalEvalCore(EvaluationCore):
 
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         if not isinstance(batch, dict):
-            raise TypeError(f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and {self.id_key!r}); got {type(batch).__name__}")
+            raise TypeError(
+                f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and {self.id_key!r}); got {type(batch).__name__}"
+            )
         missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
         if missing:
-            raise KeyError(f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / caption_key.")
+            raise KeyError(
+                f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / caption_key."
+            )
         images = self.to_device(batch[self.image_key], pl_module)
         image_emb = self.embed(pl_module, self.image_method, images)
         batch_size = image_emb.shape[0]
         image_ids = self.take_ids(batch_size, batch.get(self.id_key))
         lists = self._caption_lists(batch[self.caption_key], batch_size)
         texts = [t for texts in lists for t in texts]
-        owner = torch.tensor([i for i, texts in enumerate(lists) for _ in texts], dtype=torch.long, device=pl_module.device)
-        slot = torch.tensor([j for texts in lists for j in range(len(texts))], dtype=torch.long, device=pl_module.device)
+        owner = torch.tensor(
+            [i for i, texts in enumerate(lists) for _ in texts], dtype=torch.long, device=pl_module.device
+        )
+        slot = torch.tensor(
+            [j for texts in lists for j in range(len(texts))], dtype=torch.long, device=pl_module.device
+        )
         if not texts:
             self.metric.update(image_embeddings=image_emb, image_ids=image_ids)
             return
@@ -169,7 +196,16 @@ class CrossModalEvalCore(EvaluationCore):
     # ---- media ---------------------------------------------------------------------------------------------------
     def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
         if self.num_misses and "neighbors" in results:
-            columns = ["caption", "true_image", "retrieved_image", "true_image_rank", "cosine", "text_id", "true_image_id", "retrieved_image_id"]
+            columns = [
+                "caption",
+                "true_image",
+                "retrieved_image",
+                "true_image_rank",
+                "cosine",
+                "text_id",
+                "true_image_id",
+                "retrieved_image_id",
+            ]
             media.table("worst_text_to_image_misses", columns, self.miss_rows(results))
 
     def miss_rows(self, results: dict[str, Any]) -> list[dict[str, Any]]:

@@ -143,7 +143,11 @@ class EvaluationFiles:
 
     # ---- one evaluation --------------------------------------------------------------------------------------------
     def write_evaluation(
-        self, record: dict[str, Any], results: Mapping[str, Any], history: Sequence[Mapping[str, Any]], final: bool = False
+        self,
+        record: dict[str, Any],
+        results: Mapping[str, Any],
+        history: Sequence[Mapping[str, Any]],
+        final: bool = False,
     ) -> list[BaseException]:
         """Write what the evaluation ``record`` (not yet in ``history``, the records before it) brings: its per-query
         file (``record["per_query_file"]`` names it), the retention policy's removals, the schema and, when due (or
@@ -188,11 +192,22 @@ class EvaluationFiles:
             chosen = thin(available, self.max_curves)
             if chosen:
                 curves = {f"step {r['step']}": r[key] for r in chosen}
-                title = f"{self.prefix}: {key} per evaluation" + (f" ({len(chosen)} of {len(available)})" if len(chosen) < len(available) else "")
-                self.attempt(errors, f"{key}.png", save_curves_png, curves, self.folder / f"{key}.png", title=title, ylabel=key)
+                title = f"{self.prefix}: {key} per evaluation" + (
+                    f" ({len(chosen)} of {len(available)})" if len(chosen) < len(available) else ""
+                )
+                self.attempt(
+                    errors, f"{key}.png", save_curves_png, curves, self.folder / f"{key}.png", title=title, ylabel=key
+                )
         if self.band_keys:
-            self.attempt(errors, "confidence_intervals.png", save_history_band_png, thin(records, self.max_points), self.band_keys,
-                          self.band_path, title=f"{self.prefix}: 95% CI over queries")  # fmt: skip
+            self.attempt(
+                errors,
+                "confidence_intervals.png",
+                save_history_band_png,
+                thin(records, self.max_points),
+                self.band_keys,
+                self.band_path,
+                title=f"{self.prefix}: 95% CI over queries",
+            )
         if not errors:
             self.plotted_evaluations = self.evaluations
         return errors
@@ -223,6 +238,12 @@ class EvaluationFiles:
         try:
             write(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - collected; the callback decides (log, or raise in strict mode)
-            log.error("%s: writing %s in %s failed (%s: %s); nothing already on disk was changed", self.prefix, what, self.folder, type(exc).__name__, exc)
+            log.error(
+                "%s: writing %s in %s failed (%s: %s); nothing already on disk was changed",
+                self.prefix,
+                what,
+                self.folder,
+                type(exc).__name__,
+                exc,
+            )
             errors.append(exc)
-

@@ -112,7 +112,13 @@ class HierarchyEvalCore(EvaluationCore):
         self.abstention_precision = check_abstention_precision(abstention_precision)
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
-        check_names(predict_method=predict_method, text_method=text_method, input_key=input_key, label_key=label_key, id_key=id_key)
+        check_names(
+            predict_method=predict_method,
+            text_method=text_method,
+            input_key=input_key,
+            label_key=label_key,
+            id_key=id_key,
+        )
         check_int_at_least(num_examples, "num_examples", 0)
         self.source = source
         self.predict_method, self.text_method = predict_method, text_method
@@ -140,7 +146,9 @@ class HierarchyEvalCore(EvaluationCore):
             TextToNode(self.taxonomy, **self.mapper_options)  # validates the options now
         self._class_nodes: torch.Tensor | None = None
         self._examples: dict[int, dict[str, Any]] = {}
-        super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
+        super().__init__(
+            every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs
+        )
 
     def build_metric(self) -> HierarchicalPrecisionRecall:
         return HierarchicalPrecisionRecall(
@@ -188,7 +196,9 @@ class HierarchyEvalCore(EvaluationCore):
                 raise ValueError(f"{what}: {err}") from None
         classes = torch.as_tensor(values).to(device)
         if classes.dim() != 1 or classes.is_floating_point() or classes.dtype == torch.bool:
-            raise ValueError(f"{what} must be class indices [B] or node names, got {tuple(classes.shape)} {classes.dtype}")
+            raise ValueError(
+                f"{what} must be class indices [B] or node names, got {tuple(classes.shape)} {classes.dtype}"
+            )
         if self._class_nodes is None:
             raise ValueError(
                 f"{what} are class indices but no class names are known; pass HierarchyEvalCallback(class_names=[...]) "
@@ -196,7 +206,9 @@ class HierarchyEvalCore(EvaluationCore):
             )
         table = self._class_nodes.to(device)
         if classes.numel() and (int(classes.min()) < 0 or int(classes.max()) >= table.numel()):
-            raise ValueError(f"{what} hold class indices outside [0, {table.numel()}) (the {table.numel()} class names)")
+            raise ValueError(
+                f"{what} hold class indices outside [0, {table.numel()}) (the {table.numel()} class names)"
+            )
         return table[classes.long()]
 
     def _text_mapper(self, trainer: Trainer, pl_module: LightningModule) -> TextToNode:
@@ -218,10 +230,16 @@ class HierarchyEvalCore(EvaluationCore):
         answers: list[str] | None = None
         rules: list[str] | None = None
         if self.source == "labels":
-            pred = self._to_nodes(self.call_module(pl_module, self.predict_method, inputs), f"{self.predict_method}()", device)
+            pred = self._to_nodes(
+                self.call_module(pl_module, self.predict_method, inputs), f"{self.predict_method}()", device
+            )
         else:
             answers = self.call_module(pl_module, self.text_method, inputs)
-            if isinstance(answers, str) or not isinstance(answers, (list, tuple)) or not all(isinstance(a, str) for a in answers):
+            if (
+                isinstance(answers, str)
+                or not isinstance(answers, (list, tuple))
+                or not all(isinstance(a, str) for a in answers)
+            ):
                 raise TypeError(f"{self.text_method}() must return a list of strings, got {type(answers).__name__}")
             with self.module_context() if self.encoder == "module" else contextlib.nullcontext():  # the module encodes
                 index, rules = self._text_mapper(self.eval_trainer, pl_module).map_indices(list(answers))
@@ -274,9 +292,14 @@ class HierarchyEvalCore(EvaluationCore):
         names = self.taxonomy.nodes
         rows = [
             [names[int(n)], float(p), float(r), int(c)]
-            for n, p, r, c in zip(means["node"].tolist(), means["hP"].tolist(), means["hR"].tolist(), means["count"].tolist())
+            for n, p, r, c in zip(
+                means["node"].tolist(), means["hP"].tolist(), means["hR"].tolist(), means["count"].tolist()
+            )
         ]
         media.table("per_class_hp_hr", ["class", "hP", "hR", "count"], rows)
         title = f"{self.prefix}: hP vs hR per class (step {media.step})"
-        media.figure("hp_hr_per_class", scatter_figure([r[2] for r in rows], [r[1] for r in rows], [r[0] for r in rows], "hR", "hP", title),
-                     caption="mean hierarchical precision and recall of each true class")  # fmt: skip
+        media.figure(
+            "hp_hr_per_class",
+            scatter_figure([r[2] for r in rows], [r[1] for r in rows], [r[0] for r in rows], "hR", "hP", title),
+            caption="mean hierarchical precision and recall of each true class",
+        )

@@ -29,7 +29,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 from beyondlabels.callbacks._classes import deprecated_alias, package_classes
 from beyondlabels.callbacks._names import exported
-from beyondlabels.callbacks.base import shard_loader
 
 globals().update(package_classes(lightning.pytorch.Callback, __name__))
 

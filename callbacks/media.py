@@ -70,7 +70,9 @@ def to_uint8_image(image: Any) -> np.ndarray:
     """
     image = torch.as_tensor(image).detach().cpu()
     if image.ndim != 3 or image.shape[0] not in (1, 3, 4):
-        raise ValueError(f"an image cell must be a C×H×W tensor or array with C in (1, 3, 4), got shape {tuple(image.shape)}.")
+        raise ValueError(
+            f"an image cell must be a C×H×W tensor or array with C in (1, 3, 4), got shape {tuple(image.shape)}."
+        )
     if image.dtype != torch.uint8:
         image = (image.float().nan_to_num(0.0).clamp(0, 1) * 255).round().to(torch.uint8)
     return image.permute(1, 2, 0).contiguous().numpy()
@@ -135,7 +137,9 @@ class EvaluationMedia:
     def _check_new(self, name: str, what: str) -> None:
         check_media_name(name, what)
         if any(item.name == name for item in (*self.figures, *self.tables, *self.curves)):
-            raise ValueError(f"`{what}` {name!r} is already a figure, table or curve of this evaluation; give each its own name.")
+            raise ValueError(
+                f"`{what}` {name!r} is already a figure, table or curve of this evaluation; give each its own name."
+            )
 
     def figure(self, name: str, source: Any, caption: str = "", to_loggers: bool = True) -> None:
         """Add a figure: a PNG file (path), PNG bytes, or a matplotlib figure (rendered now).
@@ -153,7 +157,9 @@ class EvaluationMedia:
         elif hasattr(source, "savefig"):
             png = figure_png(source)
         else:
-            raise ValueError(f"figure {name!r}: `source` must be a PNG path, PNG bytes or a matplotlib figure, got {type(source).__name__}.")
+            raise ValueError(
+                f"figure {name!r}: `source` must be a PNG path, PNG bytes or a matplotlib figure, got {type(source).__name__}."
+            )
         if not png.startswith(b"\x89PNG"):
             raise ValueError(f"figure {name!r}: `source` is not a PNG image.")
         self.figures.append(MediaFigure(name, png, str(caption), bool(to_loggers)))
@@ -194,11 +200,14 @@ class EvaluationMedia:
         from beyondlabels.io.media_files import write_media_folder
 
         return write_media_folder(
-            folder, prefix=self.prefix, step=self.step, epoch=self.epoch,
+            folder,
+            prefix=self.prefix,
+            step=self.step,
+            epoch=self.epoch,
             figures=[(f.name, f.png, f.caption) for f in self.figures],
             tables=[(t.name, t.columns, t.rows) for t in self.tables],
             curves=[(c.name, c.xname, c.x, c.y) for c in self.curves],
-        )  # fmt: skip
+        )
 
     def table_grid(self, table: MediaTable) -> np.ndarray:
         """The pictures of ``table`` with their rows' other cells as captions, an H×W×3 uint8 image
@@ -207,5 +216,7 @@ class EvaluationMedia:
         if table.name not in cache:
             from beyondlabels.reporting.media_figures import table_images_grid
 
-            cache[table.name] = table_images_grid(table.columns, table.rows, title=f"{self.prefix}: {table.name} (step {self.step})")
+            cache[table.name] = table_images_grid(
+                table.columns, table.rows, title=f"{self.prefix}: {table.name} (step {self.step})"
+            )
         return cache[table.name]

@@ -41,7 +41,10 @@ __all__ = [
 # The two distributions of Lightning, by the name their classes are imported from.
 PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 # Where the evaluation callbacks of each package are imported from.
-CALLBACK_MODULES = {"lightning.pytorch": "beyondlabels.callbacks.lightning", "pytorch_lightning": "beyondlabels.callbacks"}
+CALLBACK_MODULES = {
+    "lightning.pytorch": "beyondlabels.callbacks.lightning",
+    "pytorch_lightning": "beyondlabels.callbacks",
+}
 
 
 def _package_of_class(cls: type) -> str | None:
@@ -70,7 +73,9 @@ def _is_lightning_base(cls: type) -> bool:
     """Whether ``cls`` is one of the base classes whose hooks are Lightning's defaults (``LightningModule`` and its hook
     mixins, ``LightningDataModule``, ``Callback``), not a class built on them (such as Lightning's demo models)."""
     package = _package_of_class(cls)
-    return package is not None and (cls.__module__.startswith(f"{package}.core.") or cls.__module__ == f"{package}.callbacks.callback")
+    return package is not None and (
+        cls.__module__.startswith(f"{package}.core.") or cls.__module__ == f"{package}.callbacks.callback"
+    )
 
 
 def overrides(obj: Any, method: str) -> bool:
@@ -86,7 +91,9 @@ def overrides(obj: Any, method: str) -> bool:
         if original is None:
             return True
         func = getattr(original, "__func__", None)
-        if getattr(original, "__self__", None) is not obj or not any(vars(b).get(method) is func for b in type(obj).__mro__):
+        if getattr(original, "__self__", None) is not obj or not any(
+            vars(b).get(method) is func for b in type(obj).__mro__
+        ):
             return True  # the module's own instance attribute, compiled
     for base in type(obj).__mro__:
         if method in vars(base):

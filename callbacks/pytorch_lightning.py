@@ -29,7 +29,6 @@ except ImportError as exc:  # pragma: no cover - pytorch_lightning is a dependen
 
 from beyondlabels.callbacks._classes import deprecated_alias, package_classes
 from beyondlabels.callbacks._names import exported
-from beyondlabels.callbacks.base import shard_loader
 
 globals().update(package_classes(pytorch_lightning.Callback, __name__))
 

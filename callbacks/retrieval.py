@@ -138,11 +138,22 @@ class RetrievalEvalCore(EvaluationCore):
         self.num_mismatches = num_mismatches
         self.class_names = list(class_names) if class_names is not None else None
         options = dict(
-            ks=ks, chunk_size=chunk_size, precision=precision, distributed_search=distributed_search,
-            curve_max_k=curve_max_k, graded=graded, max_queries=max_queries, query_seed=query_seed,
-            deep_metrics=deep_metrics, audit=audit, profiles=profiles, profile_labels=profile_labels,
-            mismatch_trials=mismatch_trials, mismatch_seed=mismatch_seed, projection_points=projection_points,
-        )  # fmt: skip
+            ks=ks,
+            chunk_size=chunk_size,
+            precision=precision,
+            distributed_search=distributed_search,
+            curve_max_k=curve_max_k,
+            graded=graded,
+            max_queries=max_queries,
+            query_seed=query_seed,
+            deep_metrics=deep_metrics,
+            audit=audit,
+            profiles=profiles,
+            profile_labels=profile_labels,
+            mismatch_trials=mismatch_trials,
+            mismatch_seed=mismatch_seed,
+            projection_points=projection_points,
+        )
         self._given_metric = None if metric is None else _own_copy(metric, options, num_mismatches)
         if self._given_metric is not None:
             options = _options_of(self._given_metric)
@@ -157,11 +168,15 @@ class RetrievalEvalCore(EvaluationCore):
         self.profile_gains = given_gains or _profile_gains(options["profiles"], options["profile_labels"])
         self.mismatch_trials, self.mismatch_seed = options["mismatch_trials"], options["mismatch_seed"]
         self.projection_points = options["projection_points"]
-        self._projection_file: tuple[int, Path] | None = None  # (step, PNG) written by write_step_files for describe_media
+        self._projection_file: tuple[int, Path] | None = (
+            None  # (step, PNG) written by write_step_files for describe_media
+        )
         self._heatmap_logged = False  # the profile similarity heatmap is the same at every evaluation: once per fit
         self._heatmap_png: bytes | None = None
         self.previous_suspects: torch.Tensor | None = None  # ids of the last evaluation's top audit suspects
-        super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
+        super().__init__(
+            every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs
+        )
 
     def build_metric(self) -> EmbeddingRetrieval:
         """The given metric (the callback's own copy), else the one the options describe, chosen where
@@ -169,12 +184,22 @@ class RetrievalEvalCore(EvaluationCore):
         if self._given_metric is not None:
             return self._given_metric
         return retrieval_metric(
-            self.profile_gains, num_trials=self.mismatch_trials, seed=self.mismatch_seed,
-            projection_points=self.projection_points, ks=self.ks, chunk_size=self.chunk_size, precision=self.precision,
-            curve_max_k=self.curve_max_k, graded=self.graded, max_queries=self.max_queries, query_seed=self.query_seed,
-            return_neighbors=1 if self.num_mismatches else 0, distributed_search=self.distributed_search,
-            deep_metrics=self.deep_metrics, audit=self.audit,
-        )  # fmt: skip
+            self.profile_gains,
+            num_trials=self.mismatch_trials,
+            seed=self.mismatch_seed,
+            projection_points=self.projection_points,
+            ks=self.ks,
+            chunk_size=self.chunk_size,
+            precision=self.precision,
+            curve_max_k=self.curve_max_k,
+            graded=self.graded,
+            max_queries=self.max_queries,
+            query_seed=self.query_seed,
+            return_neighbors=1 if self.num_mismatches else 0,
+            distributed_search=self.distributed_search,
+            deep_metrics=self.deep_metrics,
+            audit=self.audit,
+        )
 
     def after_compute(self, results: dict[str, Any]) -> dict[str, Any]:
         """With the audit: ``audit_suspect_overlap``, the share of the previous evaluation's top ``audit.top``
@@ -228,7 +253,15 @@ class RetrievalEvalCore(EvaluationCore):
     # ---- media ---------------------------------------------------------------------------------------------------
     def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:
         if self.num_mismatches and "neighbors" in results:
-            columns = ["query_image", "query_label", "retrieved_image", "retrieved_label", "cosine", "query_id", "retrieved_id"]
+            columns = [
+                "query_image",
+                "query_label",
+                "retrieved_image",
+                "retrieved_label",
+                "cosine",
+                "query_id",
+                "retrieved_id",
+            ]
             media.table("worst_mismatches", columns, self._mismatch_rows(trainer, results))
         if self.profile_gains is not None:
             self._describe_profile_media(results, media, trainer)
@@ -240,7 +273,9 @@ class RetrievalEvalCore(EvaluationCore):
 
     def _suspect_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
         """The top suspects of the audit, with thumbnails looked up by id."""
-        found = {key: torch.atleast_1d(v) for key, v in results["audit"]["suspects"].items()}  # one-element lists come 0-d
+        found = {
+            key: torch.atleast_1d(v) for key, v in results["audit"]["suspects"].items()
+        }  # one-element lists come 0-d
         rows = []
         for i in range(min(self.audit.top, found["ids"].numel())):
             sid = int(found["ids"][i])
@@ -268,14 +303,20 @@ class RetrievalEvalCore(EvaluationCore):
             la, lb = (int(v) for v in pairs["labels"][p])
             rows.append(
                 {
-                    "image_a": self.thumbnail(a), "image_b": self.thumbnail(b), "id_a": a, "id_b": b,
-                    "label_a": self._label_name(trainer, results, la), "label_b": self._label_name(trainer, results, lb),
+                    "image_a": self.thumbnail(a),
+                    "image_b": self.thumbnail(b),
+                    "id_a": a,
+                    "id_b": b,
+                    "label_a": self._label_name(trainer, results, la),
+                    "label_b": self._label_name(trainer, results, lb),
                     "cosine": float(pairs["scores"][p]),
                 }
-            )  # fmt: skip
+            )
         return rows
 
-    def _describe_profile_media(self, results: dict[str, Any], media: EvaluationMedia, trainer: Trainer | None = None) -> None:
+    def _describe_profile_media(
+        self, results: dict[str, Any], media: EvaluationMedia, trainer: Trainer | None = None
+    ) -> None:
         """Rank 0: similarity heatmap (drawn once per fit, sent to the loggers once), observed-vs-null histogram,
         embedding projection and the most frequent mismatch pairs."""
         import tempfile
@@ -288,12 +329,20 @@ class RetrievalEvalCore(EvaluationCore):
         with tempfile.TemporaryDirectory() as tmp:
             if self._heatmap_png is None:
                 self._heatmap_png = save_similarity_heatmap_png(gains.gains, names, f"{tmp}/heatmap.png").read_bytes()
-            media.figure("profile_similarity", self._heatmap_png, caption="class similarity of the feature profiles",
-                         to_loggers=not self._heatmap_logged)  # fmt: skip
+            media.figure(
+                "profile_similarity",
+                self._heatmap_png,
+                caption="class similarity of the feature profiles",
+                to_loggers=not self._heatmap_logged,
+            )
             self._heatmap_logged = True
             if int(results["mismatch_num_mismatches"]) > 0:
-                path = save_null_histogram_png(results["null_distribution"], float(results["mismatch_mean_similarity"]),
-                                               f"{tmp}/null.png", p_value=float(results["mismatch_p_value"]))
+                path = save_null_histogram_png(
+                    results["null_distribution"],
+                    float(results["mismatch_mean_similarity"]),
+                    f"{tmp}/null.png",
+                    p_value=float(results["mismatch_p_value"]),
+                )
                 media.figure("mismatch_null", path, caption="mean similarity of the mismatches against the null")
             path = self._projection_png(trainer, results, media.step, Path(tmp) / "projection.png")
             if path is not None:
@@ -309,13 +358,17 @@ class RetrievalEvalCore(EvaluationCore):
         path = self._save_projection_png(trainer, results, step, files.step_path("embedding_projection", step, ".png"))
         self._projection_file = None if path is None else (step, path)
 
-    def _projection_png(self, trainer: Trainer | None, results: dict[str, Any], step: int, fallback: Path) -> Path | None:
+    def _projection_png(
+        self, trainer: Trainer | None, results: dict[str, Any], step: int, fallback: Path
+    ) -> Path | None:
         """The projection PNG of ``step``: the one in the evaluation folder, else drawn into ``fallback``."""
         if self._projection_file is not None and self._projection_file[0] == step:
             return self._projection_file[1]
         return self._save_projection_png(trainer, results, step, fallback)
 
-    def _save_projection_png(self, trainer: Trainer | None, results: dict[str, Any], step: int, path: Path) -> Path | None:
+    def _save_projection_png(
+        self, trainer: Trainer | None, results: dict[str, Any], step: int, path: Path
+    ) -> Path | None:
         """Draw the PCA projection of the metric's ``projection_sample`` into ``path`` (None when there is no sample
         or it is too small to project: fewer than 2 rows or dimensions)."""
         from beyondlabels.functional.projection import class_projection
@@ -327,7 +380,9 @@ class RetrievalEvalCore(EvaluationCore):
         projection = class_projection(sample["embeddings"], sample["labels"])
         names = [self._label_name(trainer, results, int(c)) for c in projection.classes]
         title = f"{self.prefix}: embeddings at step {step} (PCA of {sample['embeddings'].shape[0]} points)"
-        return save_embedding_projection_png(projection.coords, projection.class_index, names, projection.explained, path, title=title)
+        return save_embedding_projection_png(
+            projection.coords, projection.class_index, names, projection.explained, path, title=title
+        )
 
     def _label_name(self, trainer: Trainer | None, results: dict[str, Any], label: int) -> str:
         names = self.class_names or getattr(getattr(trainer, "datamodule", None), "class_names", None)
@@ -374,13 +429,24 @@ def _profile_gains(profiles: Any, labels: Any) -> ClassGains | None:
     return profile_class_gains(profiles, name="profile", labels=labels)
 
 
-
 # The metric options of the retrieval callback and their defaults (a metric given as `metric=` brings its own).
 _METRIC_OPTIONS = {
-    "ks": (1, 5, 10), "chunk_size": 1024, "precision": "fp32", "distributed_search": True, "curve_max_k": None,
-    "graded": (), "max_queries": None, "query_seed": 0, "deep_metrics": True, "audit": None, "profiles": None,
-    "profile_labels": None, "mismatch_trials": 10_000, "mismatch_seed": 0, "projection_points": 5000,
-}  # fmt: skip
+    "ks": (1, 5, 10),
+    "chunk_size": 1024,
+    "precision": "fp32",
+    "distributed_search": True,
+    "curve_max_k": None,
+    "graded": (),
+    "max_queries": None,
+    "query_seed": 0,
+    "deep_metrics": True,
+    "audit": None,
+    "profiles": None,
+    "profile_labels": None,
+    "mismatch_trials": 10_000,
+    "mismatch_seed": 0,
+    "projection_points": 5000,
+}
 
 
 def _own_copy(metric: Any, options: dict[str, Any], num_mismatches: int) -> EmbeddingRetrieval:
@@ -414,11 +480,20 @@ def _options_of(metric: EmbeddingRetrieval) -> dict[str, Any]:
     """The callback's metric options as ``metric`` holds them."""
     mismatch = isinstance(metric, RetrievalWithMismatch)
     return {
-        "ks": metric.ks, "chunk_size": metric.chunk_size, "precision": metric.precision,
-        "distributed_search": metric.distributed_search, "curve_max_k": metric.curve_max_k, "graded": metric.graded,
-        "max_queries": metric.max_queries, "query_seed": metric.query_seed, "deep_metrics": metric.deep_metrics,
-        "audit": metric.audit, "profiles": None, "profile_labels": None,
+        "ks": metric.ks,
+        "chunk_size": metric.chunk_size,
+        "precision": metric.precision,
+        "distributed_search": metric.distributed_search,
+        "curve_max_k": metric.curve_max_k,
+        "graded": metric.graded,
+        "max_queries": metric.max_queries,
+        "query_seed": metric.query_seed,
+        "deep_metrics": metric.deep_metrics,
+        "audit": metric.audit,
+        "profiles": None,
+        "profile_labels": None,
         "profile_gains": metric.mismatch_gains if mismatch else None,
-        "mismatch_trials": metric.num_trials if mismatch else 10_000, "mismatch_seed": metric.seed if mismatch else 0,
+        "mismatch_trials": metric.num_trials if mismatch else 10_000,
+        "mismatch_seed": metric.seed if mismatch else 0,
         "projection_points": metric.projection_points if mismatch else 0,
-    }  # fmt: skip
+    }

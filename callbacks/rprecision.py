@@ -36,14 +36,25 @@ def select_prompts(pool: Sequence[str], num_prompts: int, seed: int) -> tuple[li
     if isinstance(pool, str) or not isinstance(pool, Sequence) or not all(isinstance(p, str) for p in pool):
         raise ValueError(f"the prompt pool must be a list of strings, got {type(pool).__name__}.")
     if num_prompts > len(pool):
-        raise ValueError(f"`num_prompts` {num_prompts} exceeds the {len(pool)} prompts of the pool; lower it or give more prompts.")
+        raise ValueError(
+            f"`num_prompts` {num_prompts} exceeds the {len(pool)} prompts of the pool; lower it or give more prompts."
+        )
     chosen = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:num_prompts]
     ids = sorted(int(i) for i in chosen)
     return ids, [pool[i] for i in ids]
 
 
 # The options of TextImageRPrecision a callback passes through (the metric validates them and holds their defaults).
-PROTOCOL_OPTIONS = ("num_candidates", "r", "top_r", "protocol", "repeats", "seed", "near_duplicate_threshold", "hard_negatives")
+PROTOCOL_OPTIONS = (
+    "num_candidates",
+    "r",
+    "top_r",
+    "protocol",
+    "repeats",
+    "seed",
+    "near_duplicate_threshold",
+    "hard_negatives",
+)
 # Their defaults, read from the metric: the callback declares each option (LightningCLI / jsonargparse read the
 # signature) with the metric's default.
 _METRIC_DEFAULTS = {name: inspect.signature(TextImageRPrecision).parameters[name].default for name in PROTOCOL_OPTIONS}
@@ -115,7 +126,9 @@ class RPrecisionCore(EvaluationCore):
     ) -> None:
         for name in ("encode_images", "encode_texts"):
             if not callable(getattr(evaluator, name, None)):
-                raise ValueError(f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got {type(evaluator).__name__}.")
+                raise ValueError(
+                    f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got {type(evaluator).__name__}."
+                )
         check_positive_int(num_prompts, "num_prompts")
         check_positive_int(batch_size, "batch_size")
         check_int_at_least(num_table_rows, "num_table_rows", 0)
@@ -124,8 +137,16 @@ class RPrecisionCore(EvaluationCore):
         self.prompts = prompts if isinstance(prompts, str) else list(prompts)
         self.num_prompts, self.prompt_seed = num_prompts, prompt_seed
         self.generate_method, self.batch_size, self.num_table_rows = generate_method, batch_size, num_table_rows
-        self._metric_args = {"num_candidates": num_candidates, "r": r, "top_r": top_r, "protocol": protocol, "repeats": repeats,
-                             "seed": seed, "near_duplicate_threshold": near_duplicate_threshold, "hard_negatives": hard_negatives}  # fmt: skip
+        self._metric_args = {
+            "num_candidates": num_candidates,
+            "r": r,
+            "top_r": top_r,
+            "protocol": protocol,
+            "repeats": repeats,
+            "seed": seed,
+            "near_duplicate_threshold": near_duplicate_threshold,
+            "hard_negatives": hard_negatives,
+        }
         self._prompt_set: PromptSet | None = None
         self._table: dict[int, tuple[str, torch.Tensor]] = {}
         # declared here, not taken from the base's defaults: a configuration that passes every option (LightningCLI)
@@ -134,7 +155,9 @@ class RPrecisionCore(EvaluationCore):
         super().__init__(prefix=prefix, dataloader=loader, test_dataloader=test_dataloader, **kwargs)
         num_candidates = self.metric.num_candidates
         if num_prompts < num_candidates:
-            raise ValueError(f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates.")
+            raise ValueError(
+                f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates."
+            )
 
     def build_metric(self) -> TextImageRPrecision:
         return TextImageRPrecision(**self._metric_args)
@@ -146,7 +169,9 @@ class RPrecisionCore(EvaluationCore):
 
         def evaluator(name: str) -> SimpleNamespace:
             return SimpleNamespace(
-                identity={"evaluator": name}, identity_hash=name, encode_images=lambda x: x.flatten(1),
+                identity={"evaluator": name},
+                identity_hash=name,
+                encode_images=lambda x: x.flatten(1),
                 encode_texts=lambda texts: torch.zeros(len(texts), 3),
             )
 
@@ -154,7 +179,10 @@ class RPrecisionCore(EvaluationCore):
         return [plain, {**plain, "generate_method": "sample"}, {**plain, "evaluator": evaluator("example-b")}]
 
     def state_key_parts(self) -> dict[str, Any]:
-        return {"generate_method": self.generate_method, "evaluator": getattr(self.evaluator, "identity_hash", type(self.evaluator).__name__)}
+        return {
+            "generate_method": self.generate_method,
+            "evaluator": getattr(self.evaluator, "identity_hash", type(self.evaluator).__name__),
+        }
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -175,13 +203,20 @@ class RPrecisionCore(EvaluationCore):
 
     def check_module(self, pl_module: LightningModule) -> None:
         if not callable(getattr(pl_module, self.generate_method, None)):
-            raise AttributeError(f"{type(pl_module).__name__} has no method {self.generate_method!r}(prompts) -> images; set generate_method.")
+            raise AttributeError(
+                f"{type(pl_module).__name__} has no method {self.generate_method!r}(prompts) -> images; set generate_method."
+            )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         ids, prompts = select_prompts(self._pool(trainer, pl_module), self.num_prompts, self.prompt_seed)
         self._prompt_set = PromptSet(ids, prompts)
-        config = {"evaluator": self.identity, "protocol": self.metric.settings(), "num_prompts": self.num_prompts, "prompt_seed": self.prompt_seed}
+        config = {
+            "evaluator": self.identity,
+            "protocol": self.metric.settings(),
+            "num_prompts": self.num_prompts,
+            "prompt_seed": self.prompt_seed,
+        }
         for logger in trainer.loggers:
             logger.log_hyperparams({self.prefix: config})
         folder = self.output_folder(trainer)
@@ -189,7 +224,12 @@ class RPrecisionCore(EvaluationCore):
             try:
                 write_json(folder / "evaluator.json", config, sort_keys=True)
             except OSError as exc:  # rank 0 alone: raising here would leave the other ranks waiting
-                log.error("%s: writing %s failed (%s); the evaluator's identity is also in every report", self.prefix, folder / "evaluator.json", exc)
+                log.error(
+                    "%s: writing %s failed (%s); the evaluator's identity is also in every report",
+                    self.prefix,
+                    folder / "evaluator.json",
+                    exc,
+                )
 
     def _loader(self) -> DataLoader:
         if self._prompt_set is None:
@@ -203,7 +243,9 @@ class RPrecisionCore(EvaluationCore):
         images = self.call_module(pl_module, self.generate_method, prompts)  # the evaluator keeps its own precision
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[0] != len(prompts):
             got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-            raise ValueError(f"{self.generate_method}(prompts) must return images [B, 3, H, W] in [0, 1] for B={len(prompts)} prompts, got {got}.")
+            raise ValueError(
+                f"{self.generate_method}(prompts) must return images [B, 3, H, W] in [0, 1] for B={len(prompts)} prompts, got {got}."
+            )
         image_features = self.evaluator.encode_images(images.detach().float())
         text_features = self.evaluator.encode_texts(prompts).to(image_features.device)
         device = pl_module.device

@@ -11,7 +11,13 @@ from torch.utils.data import DataLoader
 from beyondlabels._internal.checks import check_positive_int
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
-from beyondlabels.functional.zeroshot import check_class_names, check_templates, class_prompts, prompt_ensemble, zeroshot_scores
+from beyondlabels.functional.zeroshot import (
+    check_class_names,
+    check_templates,
+    class_prompts,
+    prompt_ensemble,
+    zeroshot_scores,
+)
 from beyondlabels.metrics import ZeroShotClassification
 from beyondlabels.schema import OutputSchema
 
@@ -97,8 +103,16 @@ class ZeroShotEvalCore(EvaluationCore):
     ) -> None:
         self.class_names = None if class_names is None else check_class_names(list(class_names))
         self.templates = check_templates(list(templates) if not isinstance(templates, str) else templates)
-        check_names(class_names_from=class_names_from, image_method=image_method, text_method=text_method,
-                    tokenizer=tokenizer, input_key=input_key, label_key=label_key, id_key=id_key, optional=("tokenizer",))  # fmt: skip
+        check_names(
+            class_names_from=class_names_from,
+            image_method=image_method,
+            text_method=text_method,
+            tokenizer=tokenizer,
+            input_key=input_key,
+            label_key=label_key,
+            id_key=id_key,
+            optional=("tokenizer",),
+        )
         check_positive_int(text_batch_size, "text_batch_size")
         self.class_names_from = class_names_from
         self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
@@ -111,7 +125,9 @@ class ZeroShotEvalCore(EvaluationCore):
         self.confusion_matrix = bool(confusion_matrix)
         self._classifier: torch.Tensor | None = None
         self._names: tuple[str, ...] | None = self.class_names
-        super().__init__(every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs)
+        super().__init__(
+            every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs
+        )
 
     # The metric needs the number of classes: it is built once the class names are known (at construction when
     # they are given, else at setup from the datamodule or module).
@@ -134,7 +150,9 @@ class ZeroShotEvalCore(EvaluationCore):
     def prompts(self) -> list[str]:
         """Every prompt of the current class names, class by class (prompt ``c * T + t``)."""
         if self._names is None:
-            raise ValueError("no class names yet: pass class_names=[...] or attach the callback to a trainer whose datamodule has them")
+            raise ValueError(
+                "no class names yet: pass class_names=[...] or attach the callback to a trainer whose datamodule has them"
+            )
         return class_prompts(self._names, self.templates)
 
     def _resolve_names(self, trainer: Trainer, pl_module: LightningModule) -> tuple[str, ...]:
@@ -150,9 +168,15 @@ class ZeroShotEvalCore(EvaluationCore):
         )
 
     def check_module(self, pl_module: LightningModule) -> None:
-        for option, name in (("image_method", self.image_method), ("text_method", self.text_method), ("tokenizer", self.tokenizer)):
+        for option, name in (
+            ("image_method", self.image_method),
+            ("text_method", self.text_method),
+            ("tokenizer", self.tokenizer),
+        ):
             if name is not None and not callable(getattr(pl_module, name, None)):
-                raise AttributeError(f"{type(pl_module).__name__} has no callable {name!r}; set ZeroShotEvalCallback({option}=...)")
+                raise AttributeError(
+                    f"{type(pl_module).__name__} has no callable {name!r}; set ZeroShotEvalCallback({option}=...)"
+                )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
@@ -201,7 +225,9 @@ class ZeroShotEvalCore(EvaluationCore):
     def class_embeddings(self, pl_module: LightningModule) -> torch.Tensor:
         """The prompt-ensembled class embeddings ``[C, D]`` of this evaluation (built on first use, then cached)."""
         if self._classifier is None:
-            embeddings = self.encode_texts(pl_module, self.prompts(), self.text_method, self.tokenizer, self.text_batch_size)
+            embeddings = self.encode_texts(
+                pl_module, self.prompts(), self.text_method, self.tokenizer, self.text_batch_size
+            )
             self._classifier = prompt_ensemble(embeddings, num_classes=len(self._names))
         return self._classifier
 
@@ -210,7 +236,9 @@ class ZeroShotEvalCore(EvaluationCore):
             index = {name: i for i, name in enumerate(self._names)}
             unknown = sorted({v for v in labels if v not in index})
             if unknown:
-                raise ValueError(f"labels {unknown[:5]} are not among the class names; labels must be class indices or class names.")
+                raise ValueError(
+                    f"labels {unknown[:5]} are not among the class names; labels must be class indices or class names."
+                )
             return torch.tensor([index[v] for v in labels], dtype=torch.long, device=device)
         return torch.as_tensor(labels).to(device)
 
@@ -230,8 +258,11 @@ class ZeroShotEvalCore(EvaluationCore):
         matrix = torch.as_tensor(results["confusion_matrix"]).cpu()
         names = [str(n) for n in self._names]
         title = f"{self.prefix}: confusion matrix (step {media.step})"
-        media.figure("confusion_matrix", confusion_matrix_figure(matrix.numpy(), names, title=title),
-                     caption="rows: true class, columns: predicted class")  # fmt: skip
+        media.figure(
+            "confusion_matrix",
+            confusion_matrix_figure(matrix.numpy(), names, title=title),
+            caption="rows: true class, columns: predicted class",
+        )
         cells = matrix.nonzero().tolist()  # the non-zero cells only: K*K rows would not scale to many classes
         rows = [[names[a], names[p], int(matrix[a, p])] for a, p in cells]
         media.table("confusion_counts", ["Actual", "Predicted", "nPredictions"], rows)

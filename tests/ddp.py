@@ -29,9 +29,19 @@ def init_gloo(rank: int, world: int, store: str) -> None:
 # a job, and the seed Lightning exports: a child that inherits them from the test process would join, or size itself
 # for, a job that is not its own.
 _JOB_NAMES = frozenset(
-    {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-     "PL_GLOBAL_SEED", "PL_SEED_WORKERS"}
-)  # fmt: skip
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PL_GLOBAL_SEED",
+        "PL_SEED_WORKERS",
+    }
+)
 _JOB_PREFIXES = ("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "LSB_", "JSM_", "PL_TRAINER_")
 
 

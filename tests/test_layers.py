@@ -147,7 +147,10 @@ def test_no_import_cycle():
 
 def test_only_the_demo_and_train_py_import_the_demo():
     offenders = sorted(
-        (m, t) for m, targets in EDGES.items() for t in targets if _in(t, "demo") and not _in(m, "demo") and m != "train"
+        (m, t)
+        for m, targets in EDGES.items()
+        for t in targets
+        if _in(t, "demo") and not _in(m, "demo") and m != "train"
     )
     assert not offenders, "library modules importing beyondlabels.demo:\n" + "\n".join(map(str, offenders))
 
@@ -178,8 +181,9 @@ def test_kernels_and_metrics_import_no_lightning_package():
 
 
 def test_no_underscored_name_is_imported_from_a_public_module():
-    assert not PRIVATE, "(importer, public module, private name); declare the helper in an internal module:\n" + "\n".join(
-        map(str, sorted(PRIVATE))
+    assert not PRIVATE, (
+        "(importer, public module, private name); declare the helper in an internal module:\n"
+        + "\n".join(map(str, sorted(PRIVATE)))
     )
 
 

@@ -46,7 +46,10 @@ def test_wheel_contains_callbacks_and_demo_data(tmp_path: Path):
     assert not any(name.startswith(("tests/", "conf/")) for name in names)
     # and every module in the wheel is a tracked source file: nothing stale from an earlier build or a local file
     tracked = {p.relative_to(tree / "src").as_posix() for p in (tree / "src").rglob("*.py")}
-    tracked |= {f"beyondlabels/callbacks/{p.relative_to(tree / 'callbacks').as_posix()}" for p in (tree / "callbacks").rglob("*.py")}
+    tracked |= {
+        f"beyondlabels/callbacks/{p.relative_to(tree / 'callbacks').as_posix()}"
+        for p in (tree / "callbacks").rglob("*.py")
+    }
     shipped = {name for name in names if name.endswith(".py")}
     assert shipped <= tracked, sorted(shipped - tracked)
 

@@ -35,9 +35,17 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "FAMILIES", "TOOLS", "Family", "Task", "callback_families", "deprecated_callbacks", "family", "register", "resolve",
+    "FAMILIES",
+    "TOOLS",
+    "Family",
+    "Task",
+    "callback_families",
+    "deprecated_callbacks",
+    "family",
+    "register",
+    "resolve",
     "tasks",
-]  # fmt: skip
+]
 
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -290,8 +298,12 @@ _check_unique()
 
 
 # The modules whose names, classes or tasks are made from the registry when they are imported.
-_DERIVED = ("beyondlabels.callbacks.pytorch_lightning", "beyondlabels.callbacks.lightning", "beyondlabels.tasks",
-            "beyondlabels.reporting.prefixes")  # fmt: skip
+_DERIVED = (
+    "beyondlabels.callbacks.pytorch_lightning",
+    "beyondlabels.callbacks.lightning",
+    "beyondlabels.tasks",
+    "beyondlabels.reporting.prefixes",
+)
 
 
 def register(record: Family) -> None:

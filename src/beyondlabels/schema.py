@@ -108,8 +108,9 @@ class OutputSchema(Mapping[str, KeySpec]):
         for what, names in (("headline", self._headline), ("notes", list(self._notes))):
             wrong = [k for k in names if not isinstance(k, str) or k not in scalars]
             if wrong:
-                raise ValueError(f"`{what}` names {wrong}, which are not scalar keys of the schema; scalars: "
-                                 f"{sorted(scalars)}.")
+                raise ValueError(
+                    f"`{what}` names {wrong}, which are not scalar keys of the schema; scalars: {sorted(scalars)}."
+                )
         if len(set(self._headline)) != len(self._headline):
             raise ValueError(f"`headline` repeats a key: {self._headline}.")
         bad = [k for k, label in self._notes.items() if not isinstance(label, str) or not label]
@@ -129,7 +130,10 @@ class OutputSchema(Mapping[str, KeySpec]):
         if not isinstance(other, OutputSchema):
             return NotImplemented
         return (self._keys, self._per_query, self._headline, self._notes) == (
-            other._keys, other._per_query, other._headline, other._notes
+            other._keys,
+            other._per_query,
+            other._headline,
+            other._notes,
         )
 
     def __repr__(self) -> str:
@@ -202,13 +206,19 @@ class OutputSchema(Mapping[str, KeySpec]):
             ValueError: if ``data`` is not a schema written by :meth:`to_json`.
         """
         try:
-            keys = {k: KeySpec(v["kind"], v["higher_is_better"], bool(v.get("count", False))) for k, v in data["keys"].items()}
+            keys = {
+                k: KeySpec(v["kind"], v["higher_is_better"], bool(v.get("count", False)))
+                for k, v in data["keys"].items()
+            }
             per_query = {
-                k: KeySpec(v["kind"], v["higher_is_better"], bool(v.get("count", False))) for k, v in data.get("per_query", {}).items()
+                k: KeySpec(v["kind"], v["higher_is_better"], bool(v.get("count", False)))
+                for k, v in data.get("per_query", {}).items()
             }
             headline, notes = data.get("headline") or [], data.get("notes") or {}
         except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"not an output schema (expected {{'keys': {{name: {{kind, higher_is_better, count}}}}}}): {exc}") from exc
+            raise ValueError(
+                f"not an output schema (expected {{'keys': {{name: {{kind, higher_is_better, count}}}}}}): {exc}"
+            ) from exc
         if not isinstance(headline, list) or not isinstance(notes, dict):
             raise ValueError(
                 "not an output schema: 'headline' must be a list of keys and 'notes' an object, "

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset
 
+from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 MAX_EPOCHS = 40
@@ -30,7 +30,10 @@ WINDOW, ROUNDS = 5, 500
 NAN_FROM = 12
 _NOISE = np.random.default_rng(0).normal(0, 0.01, size=60)
 # float32 values: what self.log keeps of them, so a single-process reading of the curve sees the same numbers
-FALLING = [float(np.float32(v)) for v in [0.2 + 0.02 * i + _NOISE[i] for i in range(20)] + [0.6 - 0.02 * i + _NOISE[20 + i] for i in range(20)]]
+FALLING = [
+    float(np.float32(v))
+    for v in [0.2 + 0.02 * i + _NOISE[i] for i in range(20)] + [0.6 - 0.02 * i + _NOISE[20 + i] for i in range(20)]
+]
 RISING = [float(np.float32(0.2 + 0.01 * i + _NOISE[i])) for i in range(MAX_EPOCHS)]
 
 
@@ -78,13 +81,25 @@ def main() -> None:
     out, devices, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(1)
     if mode == "paired":
-        evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, confidence_intervals=False)
+        evaluation = RetrievalEvalCallback(
+            every_n_epochs=None, every_n_steps=2, num_mismatches=0, confidence_intervals=False
+        )
         # mode="min" on a rising precision@1: the training itself is the "decline"; max_looks=2 lets 64 queries show it
-        monitor = ConvergenceMonitor("retrieval/precision@1", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"], max_looks=10, alpha=0.5, noise_estimate="differences")
+        monitor = ConvergenceMonitor(
+            "retrieval/precision@1",
+            window=WINDOW,
+            rounds=ROUNDS,
+            stop_on=["downturn"],
+            max_looks=10,
+            alpha=0.5,
+            noise_estimate="differences",
+        )
         callbacks, module, data = [evaluation, monitor], AscentEncoder(), PointDataModule(n_eval=64)
     else:
         synced = True if mode == "synced" else None
-        monitor = ConvergenceMonitor("val/score", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"], noise_estimate="differences", synced=synced)
+        monitor = ConvergenceMonitor(
+            "val/score", window=WINDOW, rounds=ROUNDS, stop_on=["downturn"], noise_estimate="differences", synced=synced
+        )
         callbacks, module, data = [monitor], CurveModule(mode), None
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -101,11 +116,21 @@ def main() -> None:
     )
     trainer.fit(module, datamodule=data)
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")
-    path.write_text(json.dumps({
-        "world_size": trainer.world_size, "current_epoch": trainer.current_epoch, "global_step": trainer.global_step,
-        "stopped_at": monitor.stopped_at, "series": monitor.series, "events": monitor.events, "state": monitor.state,
-        "run_state": monitor.run_state, "alpha": monitor.rule.alpha,
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "world_size": trainer.world_size,
+                "current_epoch": trainer.current_epoch,
+                "global_step": trainer.global_step,
+                "stopped_at": monitor.stopped_at,
+                "series": monitor.series,
+                "events": monitor.events,
+                "state": monitor.state,
+                "run_state": monitor.run_state,
+                "alpha": monitor.rule.alpha,
+            }
+        )
+    )
     if torch.distributed.is_initialized():
         # Lightning leaves a gloo group to interpreter shutdown, where gloo's worker threads can abort the process
         # ("terminate called without an active exception", pytorch/pytorch#190489): end it while Python is alive.

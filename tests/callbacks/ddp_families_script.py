@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+
 from beyondlabels.callbacks import (  # noqa: E402
     CrossModalEvalCallback,
     HierarchyEvalCallback,
     RetrievalEvalCallback,
     ZeroShotEvalCallback,
 )
-
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 from beyondlabels.taxonomy import Taxonomy  # noqa: E402
 from tests.callbacks.test_crossmodal_callback import (
@@ -29,14 +29,20 @@ from tests.callbacks.test_crossmodal_callback import (
     PairDataModule,
 )
 
-TAXONOMY = Taxonomy({"alpha": "first", "beta": "first", "gamma": "second", "delta": "second", "first": "letter",
-                     "second": "letter"}, root="letter")  # fmt: skip
+TAXONOMY = Taxonomy(
+    {"alpha": "first", "beta": "first", "gamma": "second", "delta": "second", "first": "letter", "second": "letter"},
+    root="letter",
+)
 PROFILES = FeatureProfiles(
-    {"alpha": {"size": 0, "parts": ["x"]}, "beta": {"size": 1, "parts": ["x", "y"]}, "gamma": {"size": 2, "parts": ["y"]},
-     "delta": {"size": 2, "parts": []}},
+    {
+        "alpha": {"size": 0, "parts": ["x"]},
+        "beta": {"size": 1, "parts": ["x", "y"]},
+        "gamma": {"size": 2, "parts": ["y"]},
+        "delta": {"size": 2, "parts": []},
+    },
     ordinal={"size": "0 small .. 2 big"},
     sets={"parts": ["x", "y"]},
-)  # fmt: skip
+)
 
 
 class Encoder(DualEncoder):
@@ -53,16 +59,33 @@ def main() -> None:
     options = dict(every_n_epochs=1, strict=True, bootstrap_rounds=200)
     callbacks = {
         "crossmodal": CrossModalEvalCallback(ks=(1, 3), num_misses=3, **options),
-        "zeroshot": ZeroShotEvalCallback(templates=["a {}", "a picture of a {}"], ks=(1, 2), confusion_matrix=False, **options),
+        "zeroshot": ZeroShotEvalCallback(
+            templates=["a {}", "a picture of a {}"], ks=(1, 2), confusion_matrix=False, **options
+        ),
         "hierarchy": HierarchyEvalCallback(TAXONOMY, num_examples=4, **options),
-        "retrieval": RetrievalEvalCallback(ks=(1, 3), profiles=PROFILES, profile_labels="index", mismatch_trials=300, projection_points=20,
-                                           num_mismatches=3, **options),  # fmt: skip
+        "retrieval": RetrievalEvalCallback(
+            ks=(1, 3),
+            profiles=PROFILES,
+            profile_labels="index",
+            mismatch_trials=300,
+            projection_points=20,
+            num_mismatches=3,
+            **options,
+        ),
     }
     trainer = pl.Trainer(
-        accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", max_epochs=1,
-        callbacks=list(callbacks.values()), logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(out.parent), num_sanity_val_steps=0,
-    )  # fmt: skip
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        max_epochs=1,
+        callbacks=list(callbacks.values()),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(out.parent),
+        num_sanity_val_steps=0,
+    )
     trainer.fit(model, dm)
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")
     histories = {name: cb.history for name, cb in callbacks.items()}

@@ -30,8 +30,16 @@ POOL = [f"a {c} {s}" for c in COLOURS for s in SHAPES]  # 42 distinct prompts
 NUM_PROMPTS = 37  # odd: two ranks need one padding copy
 PROMPT_SEED = 5
 BATCH_SIZE = 5
-SETTINGS = dict(num_candidates=10, r=1, top_r=(1, 3), protocol="folds", repeats=4, seed=3,
-                near_duplicate_threshold=None, hard_negatives=True)  # fmt: skip
+SETTINGS = dict(
+    num_candidates=10,
+    r=1,
+    top_r=(1, 3),
+    protocol="folds",
+    repeats=4,
+    seed=3,
+    near_duplicate_threshold=None,
+    hard_negatives=True,
+)
 # The tiny random CLIP puts most prompts at text cosine > 0.8 of each other: the default near-duplicate filter would
 # leave too few distractors, hence near_duplicate_threshold=None.
 
@@ -76,16 +84,33 @@ def main() -> None:
     # Lightning's DDP launcher re-runs this script for rank 1 with LOCAL_RANK set; the first process is rank 0.
     launch_rank = int(os.environ.get("LOCAL_RANK", "0"))
     callback = RPrecisionEvalCallback(
-        make_evaluator(), prompts=POOL, num_prompts=NUM_PROMPTS, prompt_seed=PROMPT_SEED, batch_size=BATCH_SIZE,
-        every_n_epochs=1, strict=True, bootstrap_rounds=200, save_dir=str(out.parent / f"files.rank{launch_rank}"),
+        make_evaluator(),
+        prompts=POOL,
+        num_prompts=NUM_PROMPTS,
+        prompt_seed=PROMPT_SEED,
+        batch_size=BATCH_SIZE,
+        every_n_epochs=1,
+        strict=True,
+        bootstrap_rounds=200,
+        save_dir=str(out.parent / f"files.rank{launch_rank}"),
         **SETTINGS,
-    )  # fmt: skip
+    )
     trainer = pl.Trainer(
-        accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", max_epochs=1,
-        callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(out.parent),
-    )  # fmt: skip
-    trainer.fit(ToyGenerator(), DataLoader(TensorDataset(torch.randn(16, 2, generator=torch.Generator().manual_seed(0))), batch_size=4))
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        max_epochs=1,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(out.parent),
+    )
+    trainer.fit(
+        ToyGenerator(),
+        DataLoader(TensorDataset(torch.randn(16, 2, generator=torch.Generator().manual_seed(0))), batch_size=4),
+    )
     logged = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("rprecision/")}
     result = {
         "history": callback.history,

@@ -68,7 +68,16 @@ def main() -> None:
     trainer.fit(model, dm)
     logged = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("retrieval/")}
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")
-    path.write_text(json.dumps({"history": callback.history, "logged": logged, "world_size": trainer.world_size, "package": type(trainer).__module__}))
+    path.write_text(
+        json.dumps(
+            {
+                "history": callback.history,
+                "logged": logged,
+                "world_size": trainer.world_size,
+                "package": type(trainer).__module__,
+            }
+        )
+    )
     if torch.distributed.is_initialized():
         # Lightning leaves a gloo group to interpreter shutdown, where gloo's worker threads can abort the process
         # ("terminate called without an active exception", pytorch/pytorch#190489): end it while Python is alive.

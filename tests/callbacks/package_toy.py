@@ -58,7 +58,12 @@ class PairDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         label = int(self.labels[i])
-        return {"image": torch.from_numpy(self.points[i]).view(3, 2, 2), "caption": f"{CLASS_NAMES[label]} picture {i}", "label": label, "id": i}
+        return {
+            "image": torch.from_numpy(self.points[i]).view(3, 2, 2),
+            "caption": f"{CLASS_NAMES[label]} picture {i}",
+            "label": label,
+            "id": i,
+        }
 
 
 @functools.cache
@@ -82,7 +87,11 @@ def toy_classes(package: str) -> tuple[type, type, type]:
             return self.image_proj(images.flatten(1))
 
         def encode_text(self, texts: list[str]) -> torch.Tensor:
-            return self.text_proj(torch.stack([_seeded(t.split()[0] if t.split()[0] in CLASS_NAMES else t, 12) for t in texts]).to(self.device))
+            return self.text_proj(
+                torch.stack([_seeded(t.split()[0] if t.split()[0] in CLASS_NAMES else t, 12) for t in texts]).to(
+                    self.device
+                )
+            )
 
         def predict_labels(self, images: torch.Tensor) -> torch.Tensor:
             return self.encode_image(images)[:, : len(CLASS_NAMES)].argmax(dim=1)
@@ -122,7 +131,11 @@ def toy_classes(package: str) -> tuple[type, type, type]:
 
 def callbacks_module(package: str) -> Any:
     """The beyondlabels module holding the callbacks of ``package``."""
-    return importlib.import_module({"lightning.pytorch": "beyondlabels.callbacks.lightning", "pytorch_lightning": "beyondlabels.callbacks"}[package])
+    return importlib.import_module(
+        {"lightning.pytorch": "beyondlabels.callbacks.lightning", "pytorch_lightning": "beyondlabels.callbacks"}[
+            package
+        ]
+    )
 
 
 def all_callbacks(package: str, checkpoint_dir: str) -> list[Any]:
@@ -132,16 +145,30 @@ def all_callbacks(package: str, checkpoint_dir: str) -> list[Any]:
 
     ours = callbacks_module(package)
     lightning_callbacks = importlib.import_module(f"{package}.callbacks")
-    tree = Taxonomy({"AB": "root", "CD": "root", "alpha": "AB", "beta": "AB", "gamma": "CD", "delta": "CD"}, root="root")
+    tree = Taxonomy(
+        {"AB": "root", "CD": "root", "alpha": "AB", "beta": "AB", "gamma": "CD", "delta": "CD"}, root="root"
+    )
     return [
         ours.RetrievalEvalCallback(ks=(1, 3), prog_bar=["precision@1"], strict=True, bootstrap_rounds=200),
         ours.CrossModalEvalCallback(ks=(1, 3), max_captions_per_image=1, strict=True, bootstrap_rounds=200),
-        ours.ZeroShotEvalCallback(class_names=list(CLASS_NAMES), templates=["a {}"], ks=(1, 2), strict=True, bootstrap_rounds=200),
+        ours.ZeroShotEvalCallback(
+            class_names=list(CLASS_NAMES), templates=["a {}"], ks=(1, 2), strict=True, bootstrap_rounds=200
+        ),
         ours.HierarchyEvalCallback(tree, class_names=list(CLASS_NAMES), strict=True, bootstrap_rounds=200),
-        ours.RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=4, top_r=(1, 2), every_n_steps=2,
-                                near_duplicate_threshold=None, strict=True, bootstrap_rounds=200),  # fmt: skip
+        ours.RPrecisionEvalCallback(
+            ColourEvaluator(),
+            num_prompts=12,
+            num_candidates=4,
+            top_r=(1, 2),
+            every_n_steps=2,
+            near_duplicate_threshold=None,
+            strict=True,
+            bootstrap_rounds=200,
+        ),
         ours.ConvergenceMonitor("retrieval/precision@1", window=2, rounds=100),
-        lightning_callbacks.ModelCheckpoint(dirpath=checkpoint_dir, monitor="retrieval/precision@1", mode="max", save_top_k=1),
+        lightning_callbacks.ModelCheckpoint(
+            dirpath=checkpoint_dir, monitor="retrieval/precision@1", mode="max", save_top_k=1
+        ),
         lightning_callbacks.EarlyStopping(monitor="retrieval/precision@1", mode="max", patience=10),
         lightning_callbacks.LearningRateMonitor(logging_interval="step"),
     ]

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset
 
+from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 from tests.callbacks.toy import LinearEncoder, PointDataModule
 from tests.oracles.bootstrap import numpy_percentile_bootstrap
@@ -58,7 +58,9 @@ def test_observe_keeps_working_for_scalar_values():
     assert [(e["event"], e["step"]) for e in monitor.events] == reference_events(FALLING, 5, **DIFFERENCES)
     assert "downturn" in [e["event"] for e in monitor.events]
     expected = series_run(FALLING, 5, **DIFFERENCES)
-    assert [s["downturn_p"] for s in states[9:]] == pytest.approx([look["downturn_p"] for look in expected], rel=1e-9, abs=1e-12)
+    assert [s["downturn_p"] for s in states[9:]] == pytest.approx(
+        [look["downturn_p"] for look in expected], rel=1e-9, abs=1e-12
+    )
     assert states[-1]["window_mean"] == pytest.approx(np.mean(FALLING[-5:]))
     assert states[-1]["window_ci_low"] <= states[-1]["window_mean"] <= states[-1]["window_ci_high"]
     assert states[-1]["spent"] == pytest.approx(31 * 0.05 / 1000) and states[-1]["paired"] == 0.0
@@ -90,10 +92,16 @@ def test_a_correlation_beyond_what_the_rule_covers_warns_once(caplog):
     assert caplog.text.count("correlated from one evaluation to the next beyond what the rule covers") == 1
     beyond = monitor.run_state["beyond"]
     rho = states[beyond]["correlation"]
-    assert rho > 0.905 and f"(lag-1 correlation {rho:.3f}; covered up to 0.905, a correlation time of one window of 10" in caplog.text
+    assert (
+        rho > 0.905
+        and f"(lag-1 correlation {rho:.3f}; covered up to 0.905, a correlation time of one window of 10" in caplog.text
+    )
     span = -1 / math.log(rho)
     assert f"from step {beyond} on its looks decide nothing" in caplog.text
-    assert f"(were the noise AR(1): every {math.ceil(span / 10)}-th of these evaluations, or window >= {math.ceil(span)};" in caplog.text
+    assert (
+        f"(were the noise AR(1): every {math.ceil(span / 10)}-th of these evaluations, or window >= {math.ceil(span)};"
+        in caplog.text
+    )
     assert all(s["covered"] == 0.0 and s["downturn"] == 0.0 and s["plateau"] == 0.0 for s in states[beyond:])
 
 
@@ -120,11 +128,26 @@ def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
         ({"min_delta": -1}, r"^`min_delta` must be a number >= 0, got -1\.$"),
         ({"prefix": ""}, r"^`prefix` must be a non-empty name, got ''\.$"),
         ({"alpha": 2}, r"^`alpha` must be a false-alarm rate strictly between 0 and 1 \(e\.g\. 0\.05\), got 2\.$"),
-        ({"max_looks": 0}, r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$"),
-        ({"noise": -0.1}, r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got -0\.1\.$"),
-        ({"noise_estimate": "mad"}, r"^`noise_estimate` must be one of \['ar1', 'differences', 'windows'\], got 'mad'\.$"),
-        ({"synced": "yes"}, r"^`synced` must be None, True or False \(None: the evaluation callbacks' keys; True: the same on every rank\), got 'yes'\.$"),
-        ({"paired": "yes"}, r"^`paired` must be True or False \(True: per-query values when the evaluation keeps them\), got 'yes'\.$"),
+        (
+            {"max_looks": 0},
+            r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$",
+        ),
+        (
+            {"noise": -0.1},
+            r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got -0\.1\.$",
+        ),
+        (
+            {"noise_estimate": "mad"},
+            r"^`noise_estimate` must be one of \['ar1', 'differences', 'windows'\], got 'mad'\.$",
+        ),
+        (
+            {"synced": "yes"},
+            r"^`synced` must be None, True or False \(None: the evaluation callbacks' keys; True: the same on every rank\), got 'yes'\.$",
+        ),
+        (
+            {"paired": "yes"},
+            r"^`paired` must be True or False \(True: per-query values when the evaluation keeps them\), got 'yes'\.$",
+        ),
     ],
 )
 def test_bad_arguments_are_clear_errors(kwargs, match):
@@ -166,8 +189,15 @@ class CurveModule(pl.LightningModule):
 
 def _trainer(tmp_path, callbacks, max_epochs, **kwargs):
     return pl.Trainer(
-        default_root_dir=tmp_path, max_epochs=max_epochs, accelerator="cpu", callbacks=callbacks, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, **kwargs,
+        default_root_dir=tmp_path,
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **kwargs,
     )
 
 
@@ -182,7 +212,9 @@ def test_stops_training_on_a_downturn_through_the_strategy(tmp_path: Path):
     p = float(trainer.callback_metrics["convergence/val/score/downturn_p"])
     seen = [v for _, v in monitor.series]  # what self.log kept of the values (float32)
     assert p == pytest.approx(series_run(seen, 5, **DIFFERENCES)[-1]["downturn_p"], rel=1e-6) and p <= 0.05
-    assert float(trainer.callback_metrics["convergence/val/score/spent"]) == pytest.approx((first + 1 - 9) * 0.05 / 1000)
+    assert float(trainer.callback_metrics["convergence/val/score/spent"]) == pytest.approx(
+        (first + 1 - 9) * 0.05 / 1000
+    )
 
 
 def test_the_default_rule_stops_on_a_downturn_of_correlated_noise(tmp_path: Path):
@@ -275,7 +307,9 @@ def test_reads_an_evaluation_callbacks_history_and_intervals_are_logged(tmp_path
         reference = numpy_percentile_bootstrap(per_query["map@r"], rounds=500, seed=11)
     assert (last["map@r_ci_low"], last["map@r_ci_high"]) == pytest.approx(reference, abs=1e-12)
     assert last["map@r_ci_low"] <= last["map@r"] <= last["map@r_ci_high"]
-    assert "mean_first_relevant_rank_ci_low" not in last and "first_relevant_rank_ci_low" not in last  # no vector of that name
+    assert (
+        "mean_first_relevant_rank_ci_low" not in last and "first_relevant_rank_ci_low" not in last
+    )  # no vector of that name
     schema = json.loads((folder / "schema.json").read_text())["keys"]
     assert schema["map@r_ci_high"] == {"kind": "scalar", "higher_is_better": True, "count": False}
     assert (folder / "confidence_intervals.png").read_bytes()[:4] == b"\x89PNG"
@@ -299,7 +333,9 @@ def test_per_query_values_confirm_the_downturn_by_the_paired_test(tmp_path: Path
     paired p-value is the sign-flip bound on the per-query files the evaluation wrote, and the look's p-value the
     larger of it and the series rule's. One look (``max_looks=1``, at the fourth evaluation for ``window=2``); the
     running best is kept for every evaluation."""
-    evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, save_per_query="all", confidence_intervals=False)
+    evaluation = RetrievalEvalCallback(
+        every_n_epochs=None, every_n_steps=2, num_mismatches=0, save_per_query="all", confidence_intervals=False
+    )
     monitor = RecordingMonitor("retrieval/precision@1", window=2, rounds=200, max_looks=1)
     trainer = _trainer(tmp_path, [evaluation, monitor], max_epochs=2, enable_checkpointing=False)
     trainer.fit(LinearEncoder(), PointDataModule(n_eval=400))
@@ -326,7 +362,9 @@ def test_per_query_values_confirm_the_downturn_by_the_paired_test(tmp_path: Path
 
 
 def test_per_query_values_that_cannot_be_paired_leave_the_series_rule_and_the_run(tmp_path: Path, caplog):
-    evaluation = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=2, num_mismatches=0, confidence_intervals=False)
+    evaluation = RetrievalEvalCallback(
+        every_n_epochs=None, every_n_steps=2, num_mismatches=0, confidence_intervals=False
+    )
     evaluation.per_query_values = lambda key, step: (torch.zeros(37, dtype=torch.long), torch.ones(37))  # duplicate ids
     monitor = ConvergenceMonitor("retrieval/precision@1", window=2, rounds=200)
     trainer = _trainer(tmp_path, [evaluation, monitor], max_epochs=1, enable_checkpointing=False)
@@ -349,12 +387,14 @@ def test_confidence_intervals_can_be_chosen_or_turned_off():
         RetrievalEvalCallback(bootstrap_rounds=0)
 
 
-
-
 def test_an_earlier_monitors_checkpoint_loads_with_a_warning(caplog):
     """The earlier monitor saved a series and events only: both are kept, the looks the rule would have made on that
     series count as spent, and the run goes on as if it had been watched by the rule from the start."""
-    old = {"series": [[i, v] for i, v in enumerate(FALLING[:20])], "events": [{"step": 9, "event": "plateau"}], "stopped_at": None}
+    old = {
+        "series": [[i, v] for i, v in enumerate(FALLING[:20])],
+        "events": [{"step": 9, "event": "plateau"}],
+        "stopped_at": None,
+    }
     monitor = ConvergenceMonitor("val/score", window=5, rounds=200)
     with caplog.at_level(logging.WARNING):
         monitor.load_state_dict(old)
@@ -408,8 +448,15 @@ def test_the_monitors_keys_reach_the_loggers_at_the_step_of_the_evaluation_they_
     monitor = ConvergenceMonitor("retrieval/r_precision", window=2, rounds=50, paired=False, **DIFFERENCES)
     logger = CSVLogger(tmp_path, name="csv", version=0)
     trainer = pl.Trainer(
-        default_root_dir=tmp_path, max_epochs=3, accelerator="cpu", callbacks=[evaluation, monitor], logger=logger,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        max_epochs=3,
+        accelerator="cpu",
+        callbacks=[evaluation, monitor],
+        logger=logger,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
     )
     trainer.fit(LinearEncoder(), PointDataModule())
     with open(Path(logger.log_dir) / "metrics.csv", newline="") as handle:

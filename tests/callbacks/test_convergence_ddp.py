@@ -28,9 +28,14 @@ def _launch(tmp_path: Path, mode: str, timeout: float) -> tuple[int | None, str,
     out.parent.mkdir(parents=True)
     env = child_env(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(out), "2", mode], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, cwd=tmp_path, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, str(SCRIPT), str(out), "2", mode],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
         code = proc.returncode
@@ -64,7 +69,11 @@ def test_a_downturn_on_one_rank_only_stops_every_rank_at_the_same_step(tmp_path:
     code, output, ranks = _launch(tmp_path, "rank_local", timeout=240)
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
     assert all(r["alpha"] == 0.025 for r in ranks)
-    first = next(i for event, i in reference_events(script.FALLING, script.WINDOW, alpha=0.025, noise_estimate="differences") if event == "downturn")
+    first = next(
+        i
+        for event, i in reference_events(script.FALLING, script.WINDOW, alpha=0.025, noise_estimate="differences")
+        if event == "downturn"
+    )
     stop = first + 1  # one optimiser step per epoch: the value of epoch i is read at global step i + 1
     zero, one = ranks
     assert [e["step"] for e in zero["events"] if e["event"] == "downturn"] == [stop]
@@ -88,7 +97,10 @@ def test_a_paired_downturn_stops_every_rank_at_the_same_step(tmp_path: Path):
     assert code == 0, output[-6000:] if code is not None else f"a rank hung:\n{output[-6000:]}"
     assert len(ranks) == 2 and all(r["world_size"] == 2 for r in ranks)
     zero, one = ranks
-    assert zero["stopped_at"] is not None and zero["stopped_at"] == one["stopped_at"] == zero["global_step"] == one["global_step"]
+    assert (
+        zero["stopped_at"] is not None
+        and zero["stopped_at"] == one["stopped_at"] == zero["global_step"] == one["global_step"]
+    )
     assert zero["run_state"] == one["run_state"] and zero["run_state"]["best"] is not None
     assert [e["event"] for e in zero["events"]].count("downturn") == 1
     assert zero["state"]["downturn"] == 1.0 and zero["state"]["paired_p"] <= 0.5  # alpha of the script: both rejected

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import CrossModalEvalCallback  # noqa: E402
 from torch.utils.data import DataLoader, Dataset
 
+from beyondlabels.callbacks import CrossModalEvalCallback  # noqa: E402
 from beyondlabels.functional import crossmodal_retrieval_metrics  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 from tests.callbacks.toy import clustered_points
@@ -46,7 +46,12 @@ class PairDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         caption = self.captions[i][0] if self.max_captions == 1 else list(self.captions[i])
-        return {"image": torch.from_numpy(self.points[i]).view(3, 2, 2), "caption": caption, "label": int(self.labels[i]), "id": i}
+        return {
+            "image": torch.from_numpy(self.points[i]).view(3, 2, 2),
+            "caption": caption,
+            "label": int(self.labels[i]),
+            "id": i,
+        }
 
 
 def keep_lists(items: list[dict]) -> dict:
@@ -117,9 +122,16 @@ class DualEncoder(pl.LightningModule):
 
 def _trainer(tmp_path: Path, callbacks, **kwargs) -> pl.Trainer:
     options = dict(
-        default_root_dir=tmp_path, max_epochs=1, accelerator="cpu", callbacks=callbacks, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
-    )  # fmt: skip
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        accelerator="cpu",
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
     options.update(kwargs)
     return pl.Trainer(**options)
 
@@ -133,14 +145,18 @@ def expected_metrics(model: DualEncoder, dataset: PairDataset, max_captions: int
         slots = torch.tensor([j for caps in dataset.captions for j in range(len(caps))])
         text_emb = model.encode_text(texts)
     text_ids = owner * max_captions + slots
-    return crossmodal_retrieval_metrics(images, text_emb, owner, ks=ks, image_ids=torch.arange(len(images)), text_ids=text_ids)
+    return crossmodal_retrieval_metrics(
+        images, text_emb, owner, ks=ks, image_ids=torch.arange(len(images)), text_ids=text_ids
+    )
 
 
 @pytest.mark.parametrize("max_captions", [1, 3])
 def test_logged_values_equal_the_kernel(tmp_path: Path, max_captions: int):
     dm = PairDataModule(max_captions=max_captions)
     model = DualEncoder(dm)
-    callback = CrossModalEvalCallback(max_captions_per_image=max_captions, prog_bar=["text_to_image_recall@1"], strict=True)
+    callback = CrossModalEvalCallback(
+        max_captions_per_image=max_captions, prog_bar=["text_to_image_recall@1"], strict=True
+    )
     _trainer(tmp_path, [callback]).fit(model, dm)
     assert [h["step"] for h in callback.history] == [4]  # the one validation epoch (32 / 8 steps)
     record = callback.history[-1]
@@ -164,7 +180,9 @@ def test_logged_values_equal_the_kernel(tmp_path: Path, max_captions: int):
     callback.eval_dataset = dm.eval_set
     row = rows[0]
     image_id, slot = divmod(row["text_id"], max_captions)
-    assert row["true_image_id"] == image_id and callback._caption(row["text_id"]) == dm.eval_set.captions[image_id][slot]
+    assert (
+        row["true_image_id"] == image_id and callback._caption(row["text_id"]) == dm.eval_set.captions[image_id][slot]
+    )
     assert torch.equal(callback._thumbnail(row["retrieved_image_id"]), dm.eval_set[row["retrieved_image_id"]]["image"])
 
 
@@ -222,11 +240,22 @@ def test_wandb_table_is_logged_under_strict_mode(tmp_path: Path):
         misses.append((-rank, owner * 2 + slot, [caption, rank, s[row, best], owner * 2 + slot, owner, best]))
     run = read_offline_run(tmp_path)
     ranks = [m[2][1] for m in misses]
-    assert run.series("crossmodal/text_to_image_recall@1")[-1][1] == pytest.approx(np.mean([r == 1 for r in ranks]), abs=1e-12)
+    assert run.series("crossmodal/text_to_image_recall@1")[-1][1] == pytest.approx(
+        np.mean([r == 1 for r in ranks]), abs=1e-12
+    )
     assert run.series("crossmodal/text_to_image_mean_rank")[-1][1] == pytest.approx(np.mean(ranks), abs=1e-12)
     expected = [m[2] for m in sorted(m for m in misses if m[2][1] > 1)[:4]]
     table = offline_run_table(tmp_path, "crossmodal/worst_text_to_image_misses")
-    assert table["columns"] == ["caption", "true_image", "retrieved_image", "true_image_rank", "cosine", "text_id", "true_image_id", "retrieved_image_id"]
+    assert table["columns"] == [
+        "caption",
+        "true_image",
+        "retrieved_image",
+        "true_image_rank",
+        "cosine",
+        "text_id",
+        "true_image_id",
+        "retrieved_image_id",
+    ]
     assert len(table["data"]) == 4
     for got, want in zip(table["data"], expected, strict=True):
         assert [got[0], got[3], *got[5:]] == [want[0], want[1], *want[3:]]
@@ -240,7 +269,11 @@ def test_bad_batches_and_options_are_named(tmp_path: Path):
         _trainer(tmp_path, [callback]).fit(DualEncoder(dm), dm)
     with pytest.raises(AttributeError, match="encode_words"):
         _trainer(tmp_path, [CrossModalEvalCallback(text_method="encode_words")]).fit(DualEncoder(dm), dm)
-    for kwargs, name in (({"max_captions_per_image": 0}, "max_captions_per_image"), ({"caption_key": ""}, "caption_key"), ({"num_misses": -1}, "num_misses")):
+    for kwargs, name in (
+        ({"max_captions_per_image": 0}, "max_captions_per_image"),
+        ({"caption_key": ""}, "caption_key"),
+        ({"num_misses": -1}, "num_misses"),
+    ):
         with pytest.raises(ValueError, match=name):
             CrossModalEvalCallback(**kwargs)
     # a dataset whose captions were transposed by the default collate_fn: one entry per caption slot, not per image

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import EvaluationCallback  # noqa: E402
 
+from beyondlabels.callbacks import EvaluationCallback  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 from beyondlabels.metrics import PerSampleMetric  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
@@ -77,8 +77,14 @@ def test_a_family_built_on_the_bases_logs_files_and_history(tmp_path: Path):
     callback = NearestCentreCallback(every_n_steps=4, prog_bar=["accuracy"])
     model = LinearEncoder(lr=0.0)
     trainer = pl.Trainer(
-        default_root_dir=tmp_path, max_epochs=1, accelerator="cpu", callbacks=[callback], logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        accelerator="cpu",
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
     )
     trainer.fit(model, dm)
     with torch.no_grad():
@@ -96,7 +102,9 @@ def test_a_family_built_on_the_bases_logs_files_and_history(tmp_path: Path):
     manifest = json.loads((tmp_path / "centre" / "media" / "media.json").read_text())
     assert manifest["step"] == 8 and manifest["prefix"] == "centre"
     (table,) = manifest["tables"]
-    assert table["name"] == "wrong_ids" and table["rows"] == [[int(i)] for i in np.flatnonzero(predictions != dm.eval_set.labels)[:5]]
+    assert table["name"] == "wrong_ids" and table["rows"] == [
+        [int(i)] for i in np.flatnonzero(predictions != dm.eval_set.labels)[:5]
+    ]
     assert [f["name"] for f in manifest["figures"]] == ["confidence_intervals", "right_and_wrong"]
     assert (tmp_path / "centre" / "media" / "right_and_wrong.png").read_bytes().startswith(b"\x89PNG")
 

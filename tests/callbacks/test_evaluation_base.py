@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import RetrievalEvalCallback, shard_loader  # noqa: E402
-from beyondlabels.callbacks.media import thumbnail  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
+from beyondlabels.callbacks import RetrievalEvalCallback, shard_loader  # noqa: E402
+from beyondlabels.callbacks.media import thumbnail  # noqa: E402
 from tests.callbacks.toy import (
     LinearEncoder,
     PointDataModule,
@@ -63,7 +63,11 @@ class Converted(Dataset):
 
 
 def _collate_numpy_labels(items):
-    return {"image": torch.stack([i["image"] for i in items]), "label": np.array([i["label"] for i in items]), "id": [i["id"] for i in items]}
+    return {
+        "image": torch.stack([i["image"] for i in items]),
+        "label": np.array([i["label"] for i in items]),
+        "id": [i["id"] for i in items],
+    }
 
 
 @pytest.mark.parametrize("form", ["pair", "string", "numpy"])
@@ -72,7 +76,13 @@ def test_batch_formats_without_ids_and_label_types_give_the_oracle_values(tmp_pa
     if form == "numpy":
         loader = lambda: DataLoader(dm.eval_set, batch_size=6, collate_fn=_collate_numpy_labels)  # noqa: E731
     else:
-        loader = lambda: DataLoader(Converted(dm.eval_set, form), batch_size=6, collate_fn=None if form == "pair" else lambda b: {"image": torch.stack([x["image"] for x in b]), "label": [x["label"] for x in b]})  # noqa: E731
+        loader = lambda: DataLoader(
+            Converted(dm.eval_set, form),
+            batch_size=6,
+            collate_fn=None
+            if form == "pair"
+            else lambda b: {"image": torch.stack([x["image"] for x in b]), "label": [x["label"] for x in b]},
+        )  # noqa: E731
     callback = RetrievalEvalCallback(dataloader=loader, num_mismatches=2)
     _fit(tmp_path, callback, dm=dm)
     p1, rp = _oracle(dm)
@@ -117,7 +127,9 @@ def test_prog_bar_keys_reach_the_progress_bar(tmp_path: Path):
 def test_a_checkpoint_monitoring_a_rank_with_mode_max_is_refused_in_strict_mode(tmp_path: Path, caplog):
     wrong = ModelCheckpoint(dirpath=tmp_path / "ck", monitor="retrieval/mean_first_relevant_rank", mode="max")
     with pytest.raises(ValueError, match="mode='min'"):
-        _fit(tmp_path, RetrievalEvalCallback(num_mismatches=0, strict=True), callbacks=[wrong], enable_checkpointing=True)
+        _fit(
+            tmp_path, RetrievalEvalCallback(num_mismatches=0, strict=True), callbacks=[wrong], enable_checkpointing=True
+        )
     wrong = ModelCheckpoint(dirpath=tmp_path / "ck2", monitor="retrieval/mean_first_relevant_rank", mode="max")
     _fit(tmp_path, RetrievalEvalCallback(num_mismatches=0), callbacks=[wrong], enable_checkpointing=True)
     assert "set mode='min'" in caplog.text
@@ -134,8 +146,15 @@ def _init_worker(worker_id: int) -> None:  # pragma: no cover - runs in workers
 def test_shard_loader_keeps_the_loader_options():
     data = list(range(11))
     loader = DataLoader(
-        data, batch_size=4, num_workers=2, pin_memory=True, worker_init_fn=_init_worker, persistent_workers=True,
-        collate_fn=lambda b: torch.tensor(b) * 10, timeout=5, prefetch_factor=3,
+        data,
+        batch_size=4,
+        num_workers=2,
+        pin_memory=True,
+        worker_init_fn=_init_worker,
+        persistent_workers=True,
+        collate_fn=lambda b: torch.tensor(b) * 10,
+        timeout=5,
+        prefetch_factor=3,
     )
     shards = [shard_loader(loader, 2, r) for r in range(2)]
     for shard in shards:
@@ -167,8 +186,14 @@ def test_evaluation_does_not_change_the_training_that_follows(tmp_path: Path, mo
         pl.seed_everything(7)
         model = _Dropout(lr=0.1)
         trainer = pl.Trainer(
-            default_root_dir=tmp_path, max_epochs=2, accelerator="cpu", callbacks=callbacks, logger=False,
-            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+            default_root_dir=tmp_path,
+            max_epochs=2,
+            accelerator="cpu",
+            callbacks=callbacks,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
         )
         dm = PointDataModule()
         dm.train_dataloader = lambda: DataLoader(dm.train_set, batch_size=8, shuffle=True)  # shuffling draws too
@@ -176,7 +201,12 @@ def test_evaluation_does_not_change_the_training_that_follows(tmp_path: Path, mo
         return model.proj.weight.detach().clone()
 
     plain = final_weights([])
-    evaluated = final_weights([RetrievalEvalCallback(every_n_steps=3, num_mismatches=0), RetrievalEvalCallback(prefix="again", num_mismatches=0)])
+    evaluated = final_weights(
+        [
+            RetrievalEvalCallback(every_n_steps=3, num_mismatches=0),
+            RetrievalEvalCallback(prefix="again", num_mismatches=0),
+        ]
+    )
     assert torch.equal(plain, evaluated)
 
 

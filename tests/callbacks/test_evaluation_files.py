@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from beyondlabels.io import read_evaluation_run  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 from tests.callbacks.toy import LinearEncoder, PointDataModule
@@ -21,9 +21,16 @@ from tests.faults import disk_full
 
 def _fit(tmp_path: Path, callback, max_epochs: int = 2, **kwargs) -> pl.Trainer:
     options = dict(
-        default_root_dir=str(tmp_path), max_epochs=max_epochs, accelerator="cpu", devices=1, callbacks=[callback], logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-    )  # fmt: skip
+        default_root_dir=str(tmp_path),
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     options.update(kwargs)
     trainer = pl.Trainer(**options)
     trainer.fit(LinearEncoder(), PointDataModule())
@@ -60,7 +67,9 @@ class FullDiskAt(RetrievalEvalCallback):
 
 
 def test_a_full_disk_during_one_evaluation_loses_nothing(tmp_path: Path, caplog):
-    callback = FullDiskAt(fault_step=6, every_n_epochs=None, every_n_steps=2, save_per_query="all", plot_every_n=1, ks=(1, 3))
+    callback = FullDiskAt(
+        fault_step=6, every_n_epochs=None, every_n_steps=2, save_per_query="all", plot_every_n=1, ks=(1, 3)
+    )
     with caplog.at_level(logging.ERROR):
         _fit(tmp_path, callback)  # 16 steps: evaluations at 2, 4, ..., 16
     folder = tmp_path / "retrieval"
@@ -94,10 +103,20 @@ def test_a_full_disk_in_strict_mode_raises(tmp_path: Path):
 def test_per_query_files_follow_the_retention_policy(tmp_path: Path):
     """25 evaluations with keep_every_n=10: the 1st, 11th and 21st, the best by the checkpoint's key and the latest
     keep their files; the others' files are removed, and reading one says why."""
-    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=1, keep_every_n=10, ks=(1,), confidence_intervals=False)
+    callback = RetrievalEvalCallback(
+        every_n_epochs=None, every_n_steps=1, keep_every_n=10, ks=(1,), confidence_intervals=False
+    )
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), monitor="retrieval/map@r", mode="max")
-    options = dict(default_root_dir=str(tmp_path), max_steps=25, accelerator="cpu", devices=1, callbacks=[callback, checkpoint],
-                   logger=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    options = dict(
+        default_root_dir=str(tmp_path),
+        max_steps=25,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback, checkpoint],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     pl.Trainer(**options).fit(LinearEncoder(lr=0.2), PointDataModule(n_train=200))
     records = [h for h in callback.history if "error" not in h]
     assert [h["step"] for h in records] == list(range(1, 26))
@@ -127,14 +146,26 @@ def test_save_per_query_all_keeps_every_file_and_false_none(tmp_path: Path):
         RetrievalEvalCallback(keep_best="num_queries")
 
 
-def test_plots_are_redrawn_every_n_evaluations_and_at_fit_end_from_a_bounded_number_of_curves(tmp_path: Path, monkeypatch):
+def test_plots_are_redrawn_every_n_evaluations_and_at_fit_end_from_a_bounded_number_of_curves(
+    tmp_path: Path, monkeypatch
+):
     from beyondlabels.reporting import plots
 
     drawn = []
     real_curves, real_band = plots.save_curves_png, plots.save_history_band_png
-    monkeypatch.setattr(plots, "save_curves_png", lambda curves, *a, **k: (drawn.append(("curve", len(curves))), real_curves(curves, *a, **k))[1])
-    monkeypatch.setattr(plots, "save_history_band_png", lambda history, *a, **k: (drawn.append(("band", len(history))), real_band(history, *a, **k))[1])
-    callback = RetrievalEvalCallback(every_n_epochs=None, every_n_steps=1, plot_every_n=4, ks=(1, 3), bootstrap_rounds=100)
+    monkeypatch.setattr(
+        plots,
+        "save_curves_png",
+        lambda curves, *a, **k: (drawn.append(("curve", len(curves))), real_curves(curves, *a, **k))[1],
+    )
+    monkeypatch.setattr(
+        plots,
+        "save_history_band_png",
+        lambda history, *a, **k: (drawn.append(("band", len(history))), real_band(history, *a, **k))[1],
+    )
+    callback = RetrievalEvalCallback(
+        every_n_epochs=None, every_n_steps=1, plot_every_n=4, ks=(1, 3), bootstrap_rounds=100
+    )
     _fit(tmp_path, callback, max_epochs=2, max_steps=10)
     # 10 evaluations: drawn after the 4th and the 8th, and at fit end (the 10th was not yet drawn)
     curves = [n for kind, n in drawn if kind == "curve"]
@@ -151,7 +182,11 @@ def test_every_evaluation_logs_its_wall_time(tmp_path: Path):
     seconds = [h["eval_seconds"] for h in callback.history]
     assert len(seconds) == 2 and all(0 < s < 60 for s in seconds)
     assert set(callback.last_timings) >= {"forward", "compute", "intervals", "files", "media", "total"}
-    assert callback.last_timings["total"] == seconds[-1] >= callback.last_timings["forward"] + callback.last_timings["compute"]
+    assert (
+        callback.last_timings["total"]
+        == seconds[-1]
+        >= callback.last_timings["forward"] + callback.last_timings["compute"]
+    )
     rows = [r for r in csv.DictReader((tmp_path / "csv" / "metrics.csv").open()) if r.get("retrieval/eval_seconds")]
     assert [float(r["retrieval/eval_seconds"]) for r in rows] == pytest.approx(seconds)
     assert float(trainer.callback_metrics["retrieval/eval_seconds"]) == pytest.approx(seconds[-1], rel=1e-6)
@@ -162,8 +197,17 @@ def test_every_evaluation_logs_its_wall_time(tmp_path: Path):
 def test_a_failed_first_evaluation_is_on_disk_at_once(tmp_path: Path):
     """The history file records a failure even when no evaluation of the fit has succeeded yet."""
     callback = RetrievalEvalCallback(every_n_epochs=1, evaluate_at_fit_end=False)
-    trainer = pl.Trainer(default_root_dir=str(tmp_path), max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback],
-                         logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    trainer = pl.Trainer(
+        default_root_dir=str(tmp_path),
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(LinearEncoder(fail_on_call=1), PointDataModule())
     (saved,) = read_history(tmp_path / "retrieval" / "history.jsonl")
     assert saved["step"] == 8 and saved["error"] == "RuntimeError: encoder exploded" and callback.history == [saved]

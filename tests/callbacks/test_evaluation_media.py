@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from beyondlabels.callbacks.media import EvaluationMedia
 from PIL import Image
+
+from beyondlabels.callbacks.media import EvaluationMedia
 
 
 def test_names_cells_and_sources_are_checked():
@@ -36,8 +37,11 @@ def test_names_cells_and_sources_are_checked():
 def test_cells_become_python_values_and_images_files(tmp_path: Path):
     media = EvaluationMedia("demo", step=5, epoch=2)
     picture = torch.tensor([[[0.0, 0.5]], [[1.0, 0.25]], [[0.2, 2.0]]])  # 3 x 1 x 2, one value above 1
-    media.table("pics", ["x_image", "score", "count", "name", "gap"],
-                [{"x_image": picture, "score": np.float32(0.5), "count": torch.tensor(3), "name": "a", "gap": float("nan")}])
+    media.table(
+        "pics",
+        ["x_image", "score", "count", "name", "gap"],
+        [{"x_image": picture, "score": np.float32(0.5), "count": torch.tensor(3), "name": "a", "gap": float("nan")}],
+    )
     media.curve("curve", [0.5, float("inf")])
     manifest = media.write(tmp_path / "media")
     on_disk = json.loads((tmp_path / "media" / "media.json").read_text(encoding="utf-8"))
@@ -59,8 +63,15 @@ def test_curves_share_the_namespace_of_figures_and_tables(tmp_path: Path):
         media.curve("precision_curve", [0.5])
     pixel = np.zeros((1, 1, 3), dtype=np.uint8)
     with pytest.raises(ValueError, match="the media name 'pr' is used twice; give every figure, table and curve"):
-        write_media_folder(tmp_path / "media", prefix="demo", step=1, epoch=0, figures=[],
-                           tables=[("pr", ["img"], [[pixel]])], curves=[("pr", "k", [1], [0.5])])  # fmt: skip
+        write_media_folder(
+            tmp_path / "media",
+            prefix="demo",
+            step=1,
+            epoch=0,
+            figures=[],
+            tables=[("pr", ["img"], [[pixel]])],
+            curves=[("pr", "k", [1], [0.5])],
+        )
     assert not (tmp_path / "media").exists()
 
 
@@ -73,8 +84,15 @@ def _write(folder: Path, step: int, pixel: np.ndarray, extra=()):
 
     figure = EvaluationMedia("demo", step, 0)
     figure.figure("fig", _png(pixel))
-    return write_media_folder(folder, prefix="demo", step=step, epoch=0, figures=[("fig", figure.figures[0].png, "")],
-                              tables=[("t", ["img"], [[pixel], [pixel]]), *extra], curves=[])  # fmt: skip
+    return write_media_folder(
+        folder,
+        prefix="demo",
+        step=step,
+        epoch=0,
+        figures=[("fig", figure.figures[0].png, "")],
+        tables=[("t", ["img"], [[pixel], [pixel]]), *extra],
+        curves=[],
+    )
 
 
 def _png(pixel: np.ndarray) -> bytes:

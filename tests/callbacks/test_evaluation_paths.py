@@ -9,16 +9,23 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 
 def _fit(root: Path, callback) -> pl.Trainer:
     trainer = pl.Trainer(
-        default_root_dir=str(root), max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback], logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-    )  # fmt: skip
+        default_root_dir=str(root),
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(LinearEncoder(), PointDataModule())
     return trainer
 

@@ -19,8 +19,14 @@ def _run(tmp_path: Path, devices: int) -> list[dict]:
     out = tmp_path / f"world{devices}" / "result.json"
     out.parent.mkdir(parents=True)
     env = child_env(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), str(devices)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), str(devices)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-6000:]
     return [json.loads(p.read_text()) for p in sorted(out.parent.glob("result.rank*.json"))]
 
@@ -28,7 +34,10 @@ def _run(tmp_path: Path, devices: int) -> list[dict]:
 def _values(history: list[dict]) -> list[dict]:
     """Each rank takes fewer optimiser steps, only DDP drops a padding copy, wall times differ and only rank 0 writes
     files: compare the rest."""
-    return [{k: v for k, v in h.items() if k not in ("step", "num_duplicates", "eval_seconds", "per_query_file")} for h in history]
+    return [
+        {k: v for k, v in h.items() if k not in ("step", "num_duplicates", "eval_seconds", "per_query_file")}
+        for h in history
+    ]
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import HierarchyEvalCallback  # noqa: E402
 
+from beyondlabels.callbacks import HierarchyEvalCallback  # noqa: E402
 from beyondlabels.functional import hierarchical_precision_recall  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
 from beyondlabels.taxonomy import Taxonomy  # noqa: E402
@@ -28,15 +28,24 @@ class Classifier(LinearEncoder):
         return self.proj(x)[:, :4].argmax(dim=1)
 
     def generate_text(self, x: torch.Tensor) -> list[str]:
-        return [f"a picture of {CLASSES[int(i)].replace('0', ' zero').replace('1', ' one')}" for i in self.predict_labels(x)]
+        return [
+            f"a picture of {CLASSES[int(i)].replace('0', ' zero').replace('1', ' one')}" for i in self.predict_labels(x)
+        ]
 
 
 def _fit(tmp_path: Path, callback: HierarchyEvalCallback, logger=False, epochs: int = 1):
     model = Classifier()
     trainer = pl.Trainer(
-        max_epochs=epochs, callbacks=[callback], logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(tmp_path), accelerator="cpu", devices=1,
-    )  # fmt: skip
+        max_epochs=epochs,
+        callbacks=[callback],
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        accelerator="cpu",
+        devices=1,
+    )
     dm = PointDataModule()
     trainer.fit(model, datamodule=dm)
     return trainer, model, dm
@@ -82,16 +91,30 @@ def test_free_text_answers_are_mapped_to_nodes(tmp_path: Path):
 def test_free_text_on_a_wordnet_subtree_with_lemmas_and_a_node_texts_file(tmp_path: Path):
     pytest.importorskip("beyondlabels.io.taxonomy_files").find_wordnet_dir()
     with pytest.warns(UserWarning, match="1 of its 40 hyponyms are left out"):  # minivan.n.01's longest chain
-        callback = HierarchyEvalCallback("wordnet", taxonomy_root="car.n.01", source="text", encoder="hashing",
-                                         node_texts="wordnet_lemmas", class_names=["cab.n.03"])  # fmt: skip
+        callback = HierarchyEvalCallback(
+            "wordnet",
+            taxonomy_root="car.n.01",
+            source="text",
+            encoder="hashing",
+            node_texts="wordnet_lemmas",
+            class_names=["cab.n.03"],
+        )
     assert callback.taxonomy.root == "car.n.01" and len(callback.taxonomy) == 40
     assert [(m.node, m.rule) for m in callback._mapper.map(["a taxicab", "the automobile"])] == [
-        ("cab.n.03", "exact"), ("car.n.01", "exact")]  # fmt: skip
+        ("cab.n.03", "exact"),
+        ("car.n.01", "exact"),
+    ]
     texts = tmp_path / "texts.yaml"
     texts.write_text("a_zero: [nought, nil]\n", encoding="utf-8")
     tree = Taxonomy({"A": "root", "B": "root", "a_zero": "A", "a_one": "A", "b_zero": "B", "b_one": "B"}, root="root")
-    sub = HierarchyEvalCallback(tree, taxonomy_root="A", source="text", encoder="hashing", node_texts=str(texts),
-                                class_names=["a_zero", "a_one"])  # fmt: skip
+    sub = HierarchyEvalCallback(
+        tree,
+        taxonomy_root="A",
+        source="text",
+        encoder="hashing",
+        node_texts=str(texts),
+        class_names=["a_zero", "a_one"],
+    )
     assert sub.taxonomy.nodes == ("A", "a_one", "a_zero") and sub._mapper.map(["nil"])[0].node == "a_zero"
     with pytest.raises(ValueError, match="`taxonomy`: `root`: unknown taxonomy node"):
         HierarchyEvalCallback(tree, taxonomy_root="C")
@@ -117,10 +140,17 @@ def test_the_module_encoder_embeds_node_texts_again_at_every_step(tmp_path: Path
     callback = HierarchyEvalCallback(tree, source="text", class_names=classes, encoder="module", strict=True)
     model = TextClassifier()
     trainer = pl.Trainer(
-        max_epochs=2, callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(tmp_path), accelerator="cpu", devices=1,
+        max_epochs=2,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        accelerator="cpu",
+        devices=1,
         num_sanity_val_steps=0,
-    )  # fmt: skip
+    )
     dm = PointDataModule()
     trainer.fit(model, datamodule=dm)
     evaluations = len(callback.history)
@@ -166,7 +196,9 @@ def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
         predicted = [CLASSES[int(i)] for i in model.predict_labels(torch.from_numpy(dm.eval_set.points))]
     truth = [CLASSES[int(i)] for i in dm.eval_set.labels]
     own = [_own_precision_recall(p, t) for p, t in zip(predicted, truth)]
-    assert 0 < sum(p == t for p, t in zip(predicted, truth)) < len(truth), "the toy model should be right on some samples only"
+    assert 0 < sum(p == t for p, t in zip(predicted, truth)) < len(truth), (
+        "the toy model should be right on some samples only"
+    )
     run = read_offline_run(tmp_path)
     (run_dir,) = tmp_path.glob("wandb/offline-run-*/")
 
@@ -188,7 +220,9 @@ def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
     for name in CLASSES:
         mine = [own[i] for i, t in enumerate(truth) if t == name]
         per_class.append([name, sum(p for p, _ in mine) / len(mine), sum(r for _, r in mine) / len(mine), len(mine)])
-    assert [row[0] for row in scatter["data"]] == CLASSES and [row[3] for row in scatter["data"]] == [row[3] for row in per_class]
+    assert [row[0] for row in scatter["data"]] == CLASSES and [row[3] for row in scatter["data"]] == [
+        row[3] for row in per_class
+    ]
     for got, want in zip(scatter["data"], per_class):
         assert got[1:3] == pytest.approx(want[1:3], abs=1e-12), got[0]
 
@@ -201,7 +235,9 @@ def test_errors_are_clear(tmp_path: Path):
     with pytest.raises(ValueError, match="`taxonomy`:"):
         HierarchyEvalCallback(5)
     callback = HierarchyEvalCallback(TREE, class_names=CLASSES, predict_method="classify", strict=True)
-    with pytest.raises(AttributeError, match="has no method 'classify'; set HierarchyEvalCallback\\(predict_method=...\\)"):
+    with pytest.raises(
+        AttributeError, match="has no method 'classify'; set HierarchyEvalCallback\\(predict_method=...\\)"
+    ):
         _fit(tmp_path, callback)
     no_names = HierarchyEvalCallback(TREE, strict=True)  # toy datamodule has no class_names
     with pytest.raises(ValueError, match="no class names are known"):
@@ -216,7 +252,9 @@ def test_example_table_carries_pictures_as_images():
     callback = HierarchyEvalCallback(TREE, class_names=CLASSES, num_examples=2)
     pictures = [torch.rand(3, 8, 8) for _ in range(2)]
     callback.eval_dataset = [{"image": pictures[i], "id": i} for i in range(2)]
-    callback._examples = {i: {"answer": "a0", "mapped_node": "a0", "rule": "class", "ground_truth": "a1"} for i in range(2)}
+    callback._examples = {
+        i: {"answer": "a0", "mapped_node": "a0", "rule": "class", "ground_truth": "a1"} for i in range(2)
+    }
     pred, gt = TREE.indices(["a0", "a0"]), TREE.indices(["a1", "a1"])
     results = hierarchical_precision_recall(pred, gt, TREE)
     results["per_query"]["query_id"] = torch.tensor([0, 1])

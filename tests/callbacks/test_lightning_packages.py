@@ -27,9 +27,16 @@ REPO = Path(__file__).resolve().parents[2]
 def _trainer(package: str, tmp_path: Path, callbacks: list, **kwargs):
     pl = __import__(package, fromlist=["Trainer"])
     options = dict(
-        default_root_dir=str(tmp_path), max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-    )  # fmt: skip
+        default_root_dir=str(tmp_path),
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     options.update(kwargs)
     return pl.Trainer(**options)
 
@@ -41,7 +48,10 @@ def _fit_everything(package: str, tmp_path: Path):
     DualEncoder, _, PairData = toy_classes(package)
     loggers = __import__(f"{package}.loggers", fromlist=["CSVLogger"])
     callbacks = all_callbacks(package, str(tmp_path / "ckpt"))
-    logger = [loggers.CSVLogger(str(tmp_path), name="csv", version=""), loggers.WandbLogger(save_dir=str(tmp_path), offline=True, project="packages")]
+    logger = [
+        loggers.CSVLogger(str(tmp_path), name="csv", version=""),
+        loggers.WandbLogger(save_dir=str(tmp_path), offline=True, project="packages"),
+    ]
     trainer = _trainer(package, tmp_path, callbacks, logger=logger, log_every_n_steps=1)
     try:
         trainer.fit(DualEncoder(), datamodule=PairData())
@@ -72,10 +82,17 @@ def test_every_callback_runs_under_both_packages_with_the_same_numbers(tmp_path:
         # every logger got the evaluations (and the package's LearningRateMonitor its rates): the CSV file and the
         # offline W&B run (with the curve media)
         csv = (folder / "csv" / "metrics.csv").read_text()
-        assert "retrieval/precision@1" in csv and "zeroshot/top1" in csv and "rprecision/r_precision" in csv and "lr-SGD" in csv
+        assert (
+            "retrieval/precision@1" in csv
+            and "zeroshot/top1" in csv
+            and "rprecision/r_precision" in csv
+            and "lr-SGD" in csv
+        )
         run = read_offline_run(folder)
         assert {"retrieval/precision@1", "retrieval/precision_curve_table", "hierarchy/hF"} <= set(run.keys())
-        histories[package] = {c.prefix: [{k: v for k, v in h.items() if k != "eval_seconds"} for h in c.history] for c in evaluations}
+        histories[package] = {
+            c.prefix: [{k: v for k, v in h.items() if k != "eval_seconds"} for h in c.history] for c in evaluations
+        }
     assert histories["lightning.pytorch"] == histories["pytorch_lightning"]
 
 
@@ -83,21 +100,36 @@ def test_every_callback_runs_under_both_packages_with_the_same_numbers(tmp_path:
 def test_a_module_without_validation_loop_is_evaluated_at_train_epoch_end(package: str, tmp_path: Path):
     _, TrainOnlyEncoder, PairData = toy_classes(package)
     data = PairData()
-    callback = callbacks_module(package).RetrievalEvalCallback(ks=(1,), dataloader=data.val_dataloader(), strict=True, confidence_intervals=False)
+    callback = callbacks_module(package).RetrievalEvalCallback(
+        ks=(1,), dataloader=data.val_dataloader(), strict=True, confidence_intervals=False
+    )
     trainer = _trainer(package, tmp_path, [callback], max_epochs=3)
     trainer.fit(TrainOnlyEncoder(), train_dataloaders=data.train_dataloader())
     assert [h["epoch"] for h in callback.history] == [0, 1, 2]
 
 
-@pytest.mark.parametrize(("callback_package", "trainer_package", "fix"), [
-    ("pytorch_lightning", "lightning.pytorch", "from beyondlabels.callbacks.lightning import RetrievalEvalCallback"),
-    ("lightning.pytorch", "pytorch_lightning", "from beyondlabels.callbacks import RetrievalEvalCallback"),
-])  # fmt: skip
-def test_mixed_packages_raise_an_error_that_names_the_fix(callback_package: str, trainer_package: str, fix: str, tmp_path: Path):
+@pytest.mark.parametrize(
+    ("callback_package", "trainer_package", "fix"),
+    [
+        (
+            "pytorch_lightning",
+            "lightning.pytorch",
+            "from beyondlabels.callbacks.lightning import RetrievalEvalCallback",
+        ),
+        ("lightning.pytorch", "pytorch_lightning", "from beyondlabels.callbacks import RetrievalEvalCallback"),
+    ],
+)
+def test_mixed_packages_raise_an_error_that_names_the_fix(
+    callback_package: str, trainer_package: str, fix: str, tmp_path: Path
+):
     DualEncoder, _, PairData = toy_classes(trainer_package)
     callback = callbacks_module(callback_package).RetrievalEvalCallback()
     own = __import__(f"{trainer_package}.callbacks", fromlist=["ModelCheckpoint"])
-    trainer = _trainer(trainer_package, tmp_path, [callback, own.ModelCheckpoint(dirpath=str(tmp_path), monitor="retrieval/precision@1", mode="max")])
+    trainer = _trainer(
+        trainer_package,
+        tmp_path,
+        [callback, own.ModelCheckpoint(dirpath=str(tmp_path), monitor="retrieval/precision@1", mode="max")],
+    )
     with pytest.raises(TypeError) as raised:
         trainer.fit(DualEncoder(), datamodule=PairData())
     message = str(raised.value)
@@ -110,7 +142,10 @@ def test_a_package_neutral_core_is_refused_by_name(tmp_path: Path):
     from beyondlabels.callbacks.retrieval import RetrievalEvalCore
 
     core = RetrievalEvalCore()
-    for package, module in (("lightning.pytorch", "beyondlabels.callbacks.lightning"), ("pytorch_lightning", "beyondlabels.callbacks")):
+    for package, module in (
+        ("lightning.pytorch", "beyondlabels.callbacks.lightning"),
+        ("pytorch_lightning", "beyondlabels.callbacks"),
+    ):
         DualEncoder, _, _ = toy_classes(package)
         with pytest.raises(TypeError, match=f"package-neutral core.*from {module} import RetrievalEvalCallback"):
             core.setup(_trainer(package, tmp_path, []), DualEncoder(), "fit")
@@ -119,12 +154,16 @@ def test_a_package_neutral_core_is_refused_by_name(tmp_path: Path):
 def test_a_checkpoint_of_one_package_resumes_under_the_other(tmp_path: Path):
     """The state key is the same under both packages: the history of a pytorch_lightning run continues under
     lightning.pytorch."""
-    first = callbacks_module("pytorch_lightning").RetrievalEvalCallback(ks=(1,), strict=True, confidence_intervals=False)
+    first = callbacks_module("pytorch_lightning").RetrievalEvalCallback(
+        ks=(1,), strict=True, confidence_intervals=False
+    )
     own = __import__("pytorch_lightning.callbacks", fromlist=["ModelCheckpoint"])
     checkpoint = own.ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), filename="last", every_n_epochs=1)
     DualEncoder, _, PairData = toy_classes("pytorch_lightning")
     _trainer("pytorch_lightning", tmp_path, [first, checkpoint], max_epochs=1).fit(DualEncoder(), datamodule=PairData())
-    second = callbacks_module("lightning.pytorch").RetrievalEvalCallback(ks=(1,), strict=True, confidence_intervals=False)
+    second = callbacks_module("lightning.pytorch").RetrievalEvalCallback(
+        ks=(1,), strict=True, confidence_intervals=False
+    )
     assert second.state_key == first.state_key
     DualEncoder, _, PairData = toy_classes("lightning.pytorch")
     trainer = _trainer("lightning.pytorch", tmp_path, [second], max_epochs=2)
@@ -136,13 +175,17 @@ def test_a_checkpoint_of_one_package_resumes_under_the_other(tmp_path: Path):
 def _run_without(package: str, script: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """Run ``script`` in a fresh interpreter in which ``import <package>`` fails, as if it were not installed."""
     code = f"import sys\nsys.modules[{package!r}] = None\n" + textwrap.dedent(script)
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300
+    )
 
 
 def test_only_pytorch_lightning_installed(tmp_path: Path):
     """Without the `lightning` package: every callback works with pytorch_lightning, and the lightning module says
     what to install."""
-    done = _run_without("lightning", """
+    done = _run_without(
+        "lightning",
+        """
         import json
         import pytorch_lightning as pl
         from tests.callbacks.package_toy import all_callbacks, toy_classes
@@ -157,7 +200,9 @@ def test_only_pytorch_lightning_installed(tmp_path: Path):
         except ImportError as exc:
             message = str(exc)
         print(json.dumps({"evaluated": [len(c.history) for c in callbacks[:5]], "message": message}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(n > 0 for n in out["evaluated"]), out
@@ -165,7 +210,9 @@ def test_only_pytorch_lightning_installed(tmp_path: Path):
 
 
 def test_lightning_callbacks_never_import_pytorch_lightning(tmp_path: Path):
-    done = _run_without("pytorch_lightning", """
+    done = _run_without(
+        "pytorch_lightning",
+        """
         import json
         import lightning as L
         from tests.callbacks.package_toy import all_callbacks, toy_classes
@@ -175,7 +222,9 @@ def test_lightning_callbacks_never_import_pytorch_lightning(tmp_path: Path):
                             enable_progress_bar=False, enable_model_summary=False, default_root_dir=".")
         trainer.fit(DualEncoder(), datamodule=PairData())
         print(json.dumps({"evaluated": [len(c.history) for c in callbacks[:5]]}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert all(n > 0 for n in json.loads(done.stdout.strip().splitlines()[-1])["evaluated"])
 
@@ -192,4 +241,6 @@ def test_overrides_reads_the_module_not_the_package():
         assert not overrides(torch.nn.Linear(1, 1), "validation_step")
         # a module Lightning itself ships with a validation loop has one
         boring = __import__(f"{package}.demos.boring_classes", fromlist=["BoringModel"])
-        assert overrides(boring.BoringModel(), "validation_step") and not overrides(boring.BoringModel(), "on_fit_start")
+        assert overrides(boring.BoringModel(), "validation_step") and not overrides(
+            boring.BoringModel(), "on_fit_start"
+        )

@@ -17,16 +17,21 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 from beyondlabels.utils import close_wandb  # noqa: E402
 from tests.callbacks.toy import clustered_points
 
 PROFILES = FeatureProfiles(
-    {"a": {"size": 0, "parts": ["x"]}, "b": {"size": 1, "parts": ["x", "y"]}, "c": {"size": 2, "parts": ["y"]}, "d": {"size": 2, "parts": []}},
+    {
+        "a": {"size": 0, "parts": ["x"]},
+        "b": {"size": 1, "parts": ["x", "y"]},
+        "c": {"size": 2, "parts": ["y"]},
+        "d": {"size": 2, "parts": []},
+    },
     ordinal={"size": "0 small .. 2 big"},
     sets={"parts": ["x", "y"]},
 )
@@ -89,15 +94,34 @@ class PictureEncoder(pl.LightningModule):
 
 
 def _callback(**options) -> RetrievalEvalCallback:
-    settings = dict(every_n_epochs=1, ks=(1, 3), num_mismatches=4, profiles=PROFILES, profile_labels="index", mismatch_trials=50,
-                    projection_points=20, bootstrap_rounds=100, plot_every_n=1, strict=True)  # fmt: skip
+    settings = dict(
+        every_n_epochs=1,
+        ks=(1, 3),
+        num_mismatches=4,
+        profiles=PROFILES,
+        profile_labels="index",
+        mismatch_trials=50,
+        projection_points=20,
+        bootstrap_rounds=100,
+        plot_every_n=1,
+        strict=True,
+    )
     return RetrievalEvalCallback(**{**settings, **options})
 
 
 def _fit(tmp_path: Path, logger, callback=None, epochs: int = 2):
     callback = callback or _callback()
-    trainer = pl.Trainer(default_root_dir=tmp_path, max_epochs=epochs, accelerator="cpu", devices=1, callbacks=[callback], logger=logger,
-                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=logger,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     data = PictureData()
     try:
         trainer.fit(PictureEncoder(), data)
@@ -134,7 +158,12 @@ def test_media_folder_without_a_logger_is_complete_and_replaced(tmp_path: Path):
     manifest = json.loads((folder / "media.json").read_text(encoding="utf-8"))
     last = callback.history[-1]
     assert len(callback.history) == 2
-    assert (manifest["format"], manifest["prefix"], manifest["step"], manifest["epoch"]) == (1, "retrieval", last["step"], last["epoch"])
+    assert (manifest["format"], manifest["prefix"], manifest["step"], manifest["epoch"]) == (
+        1,
+        "retrieval",
+        last["step"],
+        last["epoch"],
+    )
     assert {f["name"] for f in manifest["figures"]} == FIGURES and {t["name"] for t in manifest["tables"]} == TABLES
     named = {"media.json"}
     for figure in manifest["figures"]:
@@ -147,10 +176,16 @@ def test_media_folder_without_a_logger_is_complete_and_replaced(tmp_path: Path):
             named |= {cell["image"] for cell in row if isinstance(cell, dict)}
             assert all(cell is None or isinstance(cell, (str, int, float, dict)) for cell in row)
     mismatches = tables["worst_mismatches"]
-    _check_mismatch_rows(mismatches["columns"], mismatches["rows"], data, lambda cell: _decode((folder / cell["image"]).read_bytes()))
+    _check_mismatch_rows(
+        mismatches["columns"], mismatches["rows"], data, lambda cell: _decode((folder / cell["image"]).read_bytes())
+    )
     assert mismatches["rows"][0][0] == {"image": "tables/worst_mismatches/r000_query_image.png"}
     (curve,) = manifest["curves"]
-    assert curve["name"] == "precision_curve" and curve["x"] == [1, 2, 3] and curve["y"] == pytest.approx(last["precision_curve"])
+    assert (
+        curve["name"] == "precision_curve"
+        and curve["x"] == [1, 2, 3]
+        and curve["y"] == pytest.approx(last["precision_curve"])
+    )
     on_disk = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
     assert on_disk == named  # every file it names exists, and no other
 
@@ -162,7 +197,12 @@ def test_media_folder_without_a_logger_is_complete_and_replaced(tmp_path: Path):
     rows = {t["name"]: t for t in again["tables"]}["worst_mismatches"]["rows"]
     assert len(rows) == 2
     left = sorted(p.name for p in (folder / "tables" / "worst_mismatches").iterdir())
-    assert left == ["r000_query_image.png", "r000_retrieved_image.png", "r001_query_image.png", "r001_retrieved_image.png"]
+    assert left == [
+        "r000_query_image.png",
+        "r000_retrieved_image.png",
+        "r001_query_image.png",
+        "r001_retrieved_image.png",
+    ]
     assert callback.last_timings["media"] > 0
 
 
@@ -172,8 +212,18 @@ def test_the_media_folder_is_written_where_media_folder_says(tmp_path: Path):
         def media_folder(self, trainer):
             return tmp_path / "elsewhere" / "media"
 
-    settings = dict(every_n_epochs=1, ks=(1, 3), num_mismatches=2, profiles=PROFILES, profile_labels="index", mismatch_trials=10,
-                    projection_points=20, bootstrap_rounds=20, plot_every_n=1, strict=True)  # fmt: skip
+    settings = dict(
+        every_n_epochs=1,
+        ks=(1, 3),
+        num_mismatches=2,
+        profiles=PROFILES,
+        profile_labels="index",
+        mismatch_trials=10,
+        projection_points=20,
+        bootstrap_rounds=20,
+        plot_every_n=1,
+        strict=True,
+    )
     callback, trainer, _ = _fit(tmp_path, logger=False, callback=Elsewhere(**settings), epochs=1)
     manifest = json.loads((tmp_path / "elsewhere" / "media" / "media.json").read_text(encoding="utf-8"))
     assert manifest["step"] == callback.history[-1]["step"]
@@ -181,7 +231,9 @@ def test_the_media_folder_is_written_where_media_folder_says(tmp_path: Path):
 
 
 def _tensorboard(log_dir: str):
-    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator", reason="needs the `tensorboard` extra")
+    event_accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator", reason="needs the `tensorboard` extra"
+    )
     accumulator = event_accumulator.EventAccumulator(log_dir, size_guidance={"images": 0, "tensors": 0})
     accumulator.Reload()
     return accumulator
@@ -216,7 +268,9 @@ def test_tensorboard_gets_figures_curves_and_tables(tmp_path: Path):
     assert last.step == steps[-1]
     lines = last.tensor_proto.string_val[0].decode("utf-8").splitlines()
     columns = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert columns[:4] == ["query_image", "query_label", "retrieved_image", "retrieved_label"] and lines[1].startswith("| ---")
+    assert columns[:4] == ["query_image", "query_label", "retrieved_image", "retrieved_label"] and lines[1].startswith(
+        "| ---"
+    )
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     for row in rows:
         q, r = int(row[columns.index("query_id")]), int(row[columns.index("retrieved_id")])
@@ -247,7 +301,9 @@ def test_mlflow_store_holds_figures_tables_and_the_media_folder(tmp_path: Path, 
 
     monkeypatch.setattr(MlflowClient, "log_artifacts", log_artifacts)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    logger = MLFlowLogger(experiment_name="media-test", tracking_uri=uri, artifact_location=(tmp_path / "artifacts").as_uri())
+    logger = MLFlowLogger(
+        experiment_name="media-test", tracking_uri=uri, artifact_location=(tmp_path / "artifacts").as_uri()
+    )
     callback, trainer, data = _fit(tmp_path, logger, epochs=3)
     assert uploads.count("retrieval/media") == 1 and uploads[-1] == "retrieval/media"  # once, at the end of fit
     client = MlflowClient(tracking_uri=uri)
@@ -257,7 +313,10 @@ def test_mlflow_store_holds_figures_tables_and_the_media_folder(tmp_path: Path, 
     paths = set(_artifacts(client, run.info.run_id))
     for h in callback.history:
         base = f"retrieval/step_{h['step']:09d}"
-        expected = {f"{base}/{n}.png" for n in FIGURES - {"profile_similarity"}} | {f"{base}/precision_curve.png", f"{base}/worst_mismatches_images.png"}
+        expected = {f"{base}/{n}.png" for n in FIGURES - {"profile_similarity"}} | {
+            f"{base}/precision_curve.png",
+            f"{base}/worst_mismatches_images.png",
+        }
         expected |= {f"{base}/{n}.json" for n in TABLES}
         assert expected <= paths, expected - paths
     first = f"retrieval/step_{callback.history[0]['step']:09d}"
@@ -275,10 +334,13 @@ def test_mlflow_store_holds_figures_tables_and_the_media_folder(tmp_path: Path, 
         table = json.loads((local.parent / base / "worst_mismatches.json").read_text())
         cells = [c for row in table["data"] for c in row if isinstance(c, str) and c.endswith(".png")]
         assert cells and all(c.startswith(f"{base}/tables/worst_mismatches/") for c in cells)
-        _check_mismatch_rows(table["columns"], table["data"], data,
-                             lambda cell: _decode((local.parent / cell).read_bytes()))  # fmt: skip
-    rows = [json.loads((local.parent / f"retrieval/step_{h['step']:09d}/worst_mismatches.json").read_text())["data"]
-            for h in callback.history]  # fmt: skip
+        _check_mismatch_rows(
+            table["columns"], table["data"], data, lambda cell: _decode((local.parent / cell).read_bytes())
+        )
+    rows = [
+        json.loads((local.parent / f"retrieval/step_{h['step']:09d}/worst_mismatches.json").read_text())["data"]
+        for h in callback.history
+    ]
     assert any(a != b for a, b in zip(rows, rows[1:])), "the evaluations should differ for this check to mean something"
 
 
@@ -331,32 +393,45 @@ def test_every_logger_gets_the_same_figures_and_tables(tmp_path: Path):
     from beyondlabels.io import read_offline_run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    loggers = [WandbLogger(save_dir=str(tmp_path), offline=True, project="beyondlabels-test"), TensorBoardLogger(str(tmp_path), name="tb"),
-               MLFlowLogger(experiment_name="same", tracking_uri=uri, artifact_location=(tmp_path / "artifacts").as_uri()), CSVLogger(str(tmp_path))]  # fmt: skip
+    loggers = [
+        WandbLogger(save_dir=str(tmp_path), offline=True, project="beyondlabels-test"),
+        TensorBoardLogger(str(tmp_path), name="tb"),
+        MLFlowLogger(experiment_name="same", tracking_uri=uri, artifact_location=(tmp_path / "artifacts").as_uri()),
+        CSVLogger(str(tmp_path)),
+    ]
     callback, trainer, data = _fit(tmp_path, loggers, epochs=1)
     (step,) = [h["step"] for h in callback.history]
     manifest = json.loads((tmp_path / "retrieval" / "media" / "media.json").read_text())
-    figures = {f["name"] for f in manifest["figures"]} | {c["name"] for c in manifest["curves"]} | {"worst_mismatches_images"}
+    figures = (
+        {f["name"] for f in manifest["figures"]} | {c["name"] for c in manifest["curves"]} | {"worst_mismatches_images"}
+    )
     tables = {t["name"] for t in manifest["tables"]}
     assert manifest["step"] == step and tables == TABLES
 
     wandb_keys = {k.split("/", 1)[1] for k in read_offline_run(tmp_path).keys() if k.startswith("retrieval/")}
     curves = {c["name"] for c in manifest["curves"]}
-    assert (figures - curves) | tables | {f"{c}_table" for c in curves} <= wandb_keys  # a W&B chart is stored as "<key>_table"
+    assert (figures - curves) | tables | {
+        f"{c}_table" for c in curves
+    } <= wandb_keys  # a W&B chart is stored as "<key>_table"
     events = _tensorboard(loggers[1].log_dir)
     assert {t.split("/", 1)[1] for t in events.Tags()["images"] if t.startswith("retrieval/")} == figures
     assert {t.split("/")[1] for t in events.Tags()["tensors"] if t.startswith("retrieval/")} == tables
     client = MlflowClient(tracking_uri=uri)
     base = f"retrieval/step_{step:09d}"
-    stored = {Path(p).stem: Path(p).suffix for p in _artifacts(client, loggers[2].run_id, base) if not p.startswith(f"{base}/tables/")}
+    stored = {
+        Path(p).stem: Path(p).suffix
+        for p in _artifacts(client, loggers[2].run_id, base)
+        if not p.startswith(f"{base}/tables/")
+    }
     assert stored == {**{n: ".png" for n in figures}, **{n: ".json" for n in tables}}
 
 
 # ---- a failing logger ------------------------------------------------------------------------------------------------
 def test_a_failing_logger_does_not_stop_the_run_or_the_others(tmp_path: Path, monkeypatch, caplog):
     pytest.importorskip("tensorboard", reason="needs the `tensorboard` extra")
-    from beyondlabels.callbacks import _sinks
     from pytorch_lightning.loggers import TensorBoardLogger
+
+    from beyondlabels.callbacks import _sinks
 
     def broken(self, media, folder):
         raise OSError("disk full")
@@ -369,20 +444,25 @@ def test_a_failing_logger_does_not_stop_the_run_or_the_others(tmp_path: Path, mo
     assert "to the TensorBoard (TensorBoardLogger) logger failed (OSError: disk full)" in caplog.text
     assert (tmp_path / "retrieval" / "media" / "media.json").is_file()  # the folder is written all the same
     with pytest.raises(OSError, match="disk full"):
-        _fit(tmp_path / "strict", TensorBoardLogger(str(tmp_path / "strict"), name="tb"), callback=_callback(), epochs=1)
+        _fit(
+            tmp_path / "strict", TensorBoardLogger(str(tmp_path / "strict"), name="tb"), callback=_callback(), epochs=1
+        )
 
 
 def test_a_logger_failing_at_every_evaluation_logs_its_traceback_once(tmp_path: Path, monkeypatch, caplog):
     pytest.importorskip("tensorboard", reason="needs the `tensorboard` extra")
-    from beyondlabels.callbacks import _sinks
     from pytorch_lightning.loggers import TensorBoardLogger
+
+    from beyondlabels.callbacks import _sinks
 
     def broken(self, media, folder):
         raise OSError("disk full")
 
     monkeypatch.setattr(_sinks.TensorBoardSink, "log", broken)
     with caplog.at_level(logging.ERROR):
-        callback, *_ = _fit(tmp_path, TensorBoardLogger(str(tmp_path), name="tb"), callback=_callback(strict=False), epochs=3)
+        callback, *_ = _fit(
+            tmp_path, TensorBoardLogger(str(tmp_path), name="tb"), callback=_callback(strict=False), epochs=3
+        )
     steps = [h["step"] for h in callback.history]
     lines = [r.getMessage() for r in caplog.records if "TensorBoard (TensorBoardLogger)" in r.getMessage()]
     assert len(steps) == 3 and len(lines) >= 3
@@ -433,8 +513,10 @@ def test_one_sink_per_media_logger_of_either_package(tmp_path: Path, package: st
     loggers = importlib.import_module(f"{package}.loggers")
     made = [loggers.CSVLogger(str(tmp_path)), loggers.WandbLogger(save_dir=str(tmp_path), offline=True)]
     kinds = [WandbSink]
-    optional = [(lambda: loggers.TensorBoardLogger(str(tmp_path)), TensorBoardSink),
-                (lambda: loggers.MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"), MLflowSink)]  # fmt: skip
+    optional = [
+        (lambda: loggers.TensorBoardLogger(str(tmp_path)), TensorBoardSink),
+        (lambda: loggers.MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"), MLflowSink),
+    ]
     for make, kind in optional:
         try:
             made.append(make())

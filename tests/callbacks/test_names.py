@@ -16,8 +16,9 @@ MODULES = ("beyondlabels.callbacks", "beyondlabels.callbacks.pytorch_lightning",
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-W", "default", "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-W", "default", "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_every_family_callback_follows_the_rule_in_every_module():
@@ -68,7 +69,6 @@ def test_earlier_metric_name_is_the_same_class_and_warns_once():
 
 def test_unknown_names_are_attribute_errors():
     import beyondlabels.callbacks as callbacks
-
     import beyondlabels.metrics as metrics
 
     for module in (callbacks, metrics):

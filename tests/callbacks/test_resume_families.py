@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+
 from beyondlabels.callbacks import (  # noqa: E402
     CrossModalEvalCallback,
     RetrievalEvalCallback,
     ZeroShotEvalCallback,
 )
-from pytorch_lightning.callbacks import ModelCheckpoint
-
 from beyondlabels.io.run_files import read_history  # noqa: E402
 from tests.callbacks.test_crossmodal_callback import (
     DualEncoder,
@@ -28,13 +28,23 @@ TEMPLATES = ["a {}", "a picture of a {}"]
 def _callbacks(root: Path) -> list:
     options = dict(every_n_epochs=1, confidence_intervals=False, strict=True)
     return [
-        RetrievalEvalCallback(ks=(1, 3), num_mismatches=0, prefix="retrieval", save_dir=root / "retrieval", **{**options, "strict": False}),
+        RetrievalEvalCallback(
+            ks=(1, 3), num_mismatches=0, prefix="retrieval", save_dir=root / "retrieval", **{**options, "strict": False}
+        ),
         # the same family twice, told apart by the encode method alone (their logged keys clash: said, and fatal in
         # strict mode, so this one is not strict)
-        RetrievalEvalCallback(encode_method="encode_text_of_image", ks=(1,), num_mismatches=0, prefix="retrieval",
-                              save_dir=root / "retrieval_text", **{**options, "strict": False}),  # fmt: skip
+        RetrievalEvalCallback(
+            encode_method="encode_text_of_image",
+            ks=(1,),
+            num_mismatches=0,
+            prefix="retrieval",
+            save_dir=root / "retrieval_text",
+            **{**options, "strict": False},
+        ),
         CrossModalEvalCallback(ks=(1, 3), num_misses=0, save_dir=root / "crossmodal", **options),
-        ZeroShotEvalCallback(templates=TEMPLATES, ks=(1, 2), confusion_matrix=False, save_dir=root / "zeroshot", **options),
+        ZeroShotEvalCallback(
+            templates=TEMPLATES, ks=(1, 2), confusion_matrix=False, save_dir=root / "zeroshot", **options
+        ),
     ]
 
 
@@ -67,7 +77,12 @@ def test_four_callbacks_of_three_families_resume_from_one_checkpoint(tmp_path: P
     assert {cb.state_key for cb in first} <= set(checkpoint["callbacks"])
 
     resumed = _callbacks(tmp_path / "resumed")
-    _fit(tmp_path / "resumed", resumed, max_epochs=3, ckpt_path=str(tmp_path / "resumed" / "ckpt" / "epoch=1-step=8.ckpt"))
+    _fit(
+        tmp_path / "resumed",
+        resumed,
+        max_epochs=3,
+        ckpt_path=str(tmp_path / "resumed" / "ckpt" / "epoch=1-step=8.ckpt"),
+    )
     for before, after, reference in zip(first, resumed, whole):
         assert [r["step"] for r in after.history] == [4, 8, 12], after.state_key
         assert _numbers(after.history[:2]) == _numbers(before.history), "the checkpointed history came back"

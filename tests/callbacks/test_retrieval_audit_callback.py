@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from pytorch_lightning.loggers import CSVLogger
 
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from tests.callbacks.toy import LinearEncoder, PointDataModule
 from tests.oracles.audit_oracle import audit_oracle, brute_neighbors
 
@@ -35,9 +35,18 @@ class NoisyPoints(PointDataModule):
 def _fit(tmp_path: Path, epochs: int = 2, **audit) -> tuple[RetrievalEvalCallback, NoisyPoints, LinearEncoder]:
     dm, model = NoisyPoints(), LinearEncoder()
     callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 5), num_mismatches=0, audit={"k": K, "top": 6, **audit})
-    trainer = pl.Trainer(default_root_dir=tmp_path, max_epochs=epochs, accelerator="cpu", devices=1, callbacks=[callback],
-                         logger=CSVLogger(tmp_path), enable_progress_bar=False, enable_model_summary=False,
-                         enable_checkpointing=False, log_every_n_steps=1)  # fmt: skip
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=CSVLogger(tmp_path),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=1,
+    )
     trainer.fit(model, dm)
     return callback, dm, model
 
@@ -81,7 +90,9 @@ def test_per_query_file_holds_the_audit_values(tmp_path: Path) -> None:
     files = sorted(Path(tmp_path).rglob("per_query/step_*.npz"))
     assert files
     data = np.load(files[-1])
-    assert {"audit_label_quality", "audit_suggested_label", "audit_is_suspect", "audit_outlier_score"} <= set(data.files)
+    assert {"audit_label_quality", "audit_suggested_label", "audit_is_suspect", "audit_outlier_score"} <= set(
+        data.files
+    )
     assert int(data["audit_is_suspect"].sum()) == callback.history[-1]["audit_num_suspects"]
 
 
@@ -109,8 +120,11 @@ def test_the_callback_fills_in_the_overlap_with_the_previous_evaluation() -> Non
     callback = RetrievalEvalCallback(audit={"k": 3, "top": 4})
 
     def results(ids):
-        return {"audit": {"suspects": {"ids": torch.tensor(ids)}}, "audit_k": torch.tensor(3),
-                "audit_suspect_overlap": torch.tensor(float("nan"), dtype=torch.float64)}  # fmt: skip
+        return {
+            "audit": {"suspects": {"ids": torch.tensor(ids)}},
+            "audit_k": torch.tensor(3),
+            "audit_suspect_overlap": torch.tensor(float("nan"), dtype=torch.float64),
+        }
 
     assert math.isnan(float(callback.after_compute(results([7, 3, 5, 2, 8]))["audit_suspect_overlap"]))
     assert callback.previous_suspects.tolist() == [7, 3, 5, 2]

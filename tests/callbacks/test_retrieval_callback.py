@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import RetrievalEvalCallback
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 
+from beyondlabels.callbacks import RetrievalEvalCallback
 from beyondlabels.io import read_offline_run
 from beyondlabels.io.run_files import read_history
 from tests.callbacks.toy import (
@@ -107,11 +107,17 @@ def test_step_evaluations_reach_the_logger_at_their_step_despite_log_every_n_ste
     steps = [h["step"] for h in callback.history]
     assert steps == [5, 10, 15, 20, 24], "every 5 steps, plus one at the end of fit (step 24)"
     rows = list(csv.DictReader((Path(logger.log_dir) / "metrics.csv").open()))
-    logged = [(int(r["step"]), int(r["epoch"]), float(r["retrieval/precision@1"])) for r in rows if r.get("retrieval/precision@1")]
+    logged = [
+        (int(r["step"]), int(r["epoch"]), float(r["retrieval/precision@1"]))
+        for r in rows
+        if r.get("retrieval/precision@1")
+    ]
     assert logged == [(h["step"] - 1, h["epoch"], pytest.approx(h["precision@1"], abs=1e-12)) for h in callback.history]
     saved = read_history(tmp_path / "retrieval" / "history.jsonl")
     assert [h["step"] for h in saved] == steps
-    assert sorted(p.name for p in (tmp_path / "retrieval" / "per_query").iterdir()) == [f"step_{s:09d}.npz" for s in steps]
+    assert sorted(p.name for p in (tmp_path / "retrieval" / "per_query").iterdir()) == [
+        f"step_{s:09d}.npz" for s in steps
+    ]
 
 
 def test_a_final_evaluation_runs_when_fit_ends_between_evaluations(tmp_path: Path):
@@ -204,7 +210,10 @@ def test_resuming_a_finished_run_evaluates_nothing_new(tmp_path: Path):
 
 def test_schedule_defaults_to_every_validation_epoch_and_every_n_steps_alone_switches_to_steps():
     assert (RetrievalEvalCallback().every_n_epochs, RetrievalEvalCallback().every_n_steps) == (1, None)
-    assert (RetrievalEvalCallback(every_n_steps=7).every_n_epochs, RetrievalEvalCallback(every_n_steps=7).every_n_steps) == (None, 7)
+    assert (
+        RetrievalEvalCallback(every_n_steps=7).every_n_epochs,
+        RetrievalEvalCallback(every_n_steps=7).every_n_steps,
+    ) == (None, 7)
 
 
 def test_load_state_dict_ignores_garbage():
@@ -252,7 +261,9 @@ def test_wandb_media_and_scalars_reach_the_offline_run(tmp_path: Path):
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="beyondlabels-test")
     callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 5), num_mismatches=4)
     try:
-        _trainer(tmp_path, [callback], max_epochs=2, logger=logger, log_every_n_steps=1).fit(LinearEncoder(), PointDataModule())
+        _trainer(tmp_path, [callback], max_epochs=2, logger=logger, log_every_n_steps=1).fit(
+            LinearEncoder(), PointDataModule()
+        )
     finally:
         import wandb
 

@@ -14,12 +14,19 @@ from tests.ddp import child_env
 SCRIPT = Path(__file__).with_name("ddp_trainer_script.py")
 
 
-def _launch(tmp_path: Path, devices: int, mode: str, package: str = "pytorch_lightning") -> tuple[subprocess.CompletedProcess, Path]:
+def _launch(
+    tmp_path: Path, devices: int, mode: str, package: str = "pytorch_lightning"
+) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / f"{mode}-world{devices}-{package}" / "result.json"
     out.parent.mkdir(parents=True)
     env = child_env(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), str(devices), mode, package], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+        [sys.executable, str(SCRIPT), str(out), str(devices), mode, package],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     return proc, out
 
@@ -33,18 +40,35 @@ def _run(tmp_path: Path, devices: int, mode: str, package: str = "pytorch_lightn
 def _values(history: list[dict]) -> list[dict]:
     """Each rank takes fewer optimiser steps, only DDP drops a padding copy, and wall times differ: compare everything
     else."""
-    return [{k: v for k, v in h.items() if k not in ("step", "num_duplicates", "per_query_file", "eval_seconds")} for h in history]
+    return [
+        {k: v for k, v in h.items() if k not in ("step", "num_duplicates", "per_query_file", "eval_seconds")}
+        for h in history
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "package"), [("dicts", "pytorch_lightning"), ("tuples", "pytorch_lightning"), ("dicts", "lightning.pytorch")])
-def test_two_process_ddp_equals_single_process(tmp_path: Path, mode: str, package: str, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize(
+    ("mode", "package"),
+    [("dicts", "pytorch_lightning"), ("tuples", "pytorch_lightning"), ("dicts", "lightning.pytorch")],
+)
+def test_two_process_ddp_equals_single_process(
+    tmp_path: Path, mode: str, package: str, monkeypatch: pytest.MonkeyPatch
+):
     if package == "lightning.pytorch":
         pytest.importorskip("lightning", reason="the `lightning` package is part of the test extras")
     # the tests themselves run as one task of a job: the runs they start are their own and must not join it
-    for name, value in {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "tests", "SLURM_PROCID": "3", "SLURM_LOCALID": "3",
-                        "SLURM_NODEID": "0", "RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": "1"}.items():  # fmt: skip
+    for name, value in {
+        "SLURM_NTASKS": "4",
+        "SLURM_JOB_NAME": "tests",
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "3",
+        "SLURM_NODEID": "0",
+        "RANK": "3",
+        "LOCAL_RANK": "3",
+        "WORLD_SIZE": "4",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     (single,) = _run(tmp_path, 1, mode, package)
     ranks = _run(tmp_path, 2, mode, package)

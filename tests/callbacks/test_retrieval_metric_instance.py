@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from beyondlabels.callbacks import RetrievalEvalCallback
 
+from beyondlabels.callbacks import RetrievalEvalCallback
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.metrics import EmbeddingRetrieval, RetrievalWithMismatch
 from beyondlabels.metrics.retrieval import example_embeddings
@@ -30,11 +30,16 @@ def _scalars(out: dict) -> dict:
 @pytest.mark.parametrize(
     "metric, options",
     [
-        (EmbeddingRetrieval(ks=(1, 3), chunk_size=8, deep_metrics=False), {"ks": (1, 3), "chunk_size": 8, "deep_metrics": False}),
-        (RetrievalWithMismatch(GAINS, ks=(1,), num_trials=50, seed=3, projection_points=0),
-         {"ks": (1,), "profiles": GAINS, "mismatch_trials": 50, "mismatch_seed": 3, "projection_points": 0}),
+        (
+            EmbeddingRetrieval(ks=(1, 3), chunk_size=8, deep_metrics=False),
+            {"ks": (1, 3), "chunk_size": 8, "deep_metrics": False},
+        ),
+        (
+            RetrievalWithMismatch(GAINS, ks=(1,), num_trials=50, seed=3, projection_points=0),
+            {"ks": (1,), "profiles": GAINS, "mismatch_trials": 50, "mismatch_seed": 3, "projection_points": 0},
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_given_metric_evaluates_as_its_options_do(metric, options):
     given = RetrievalEvalCallback(metric=metric)
     built = RetrievalEvalCallback(**options)

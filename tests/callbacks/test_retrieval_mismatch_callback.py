@@ -9,26 +9,41 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from PIL import Image
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 from scipy.stats import spearmanr
 
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from beyondlabels.functional import feature_similarity  # noqa: E402
 from beyondlabels.io import read_offline_run  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 from tests.callbacks.toy import LinearEncoder, PointDataModule
 
 PROFILES = FeatureProfiles(
-    {"a": {"size": 0, "parts": ["x"]}, "b": {"size": 1, "parts": ["x", "y"]}, "c": {"size": 2, "parts": ["y"]}, "d": {"size": 2, "parts": []}},
+    {
+        "a": {"size": 0, "parts": ["x"]},
+        "b": {"size": 1, "parts": ["x", "y"]},
+        "c": {"size": 2, "parts": ["y"]},
+        "d": {"size": 2, "parts": []},
+    },
     ordinal={"size": "0 small .. 2 big"},
     sets={"parts": ["x", "y"]},
 )
 
 
 def _trainer(tmp_path: Path, callback, logger) -> pl.Trainer:
-    return pl.Trainer(default_root_dir=tmp_path, max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback], logger=logger,
-                      enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, log_every_n_steps=1)
+    return pl.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=logger,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=1,
+    )
 
 
 def _numpy_frequency_null(query: np.ndarray, m: np.ndarray, counts: np.ndarray, trials: int, seed: int) -> np.ndarray:
@@ -49,8 +64,15 @@ def _numpy_frequency_null(query: np.ndarray, m: np.ndarray, counts: np.ndarray, 
 
 def test_profile_keys_match_a_numpy_oracle_on_the_final_model(tmp_path):
     dm, model = PointDataModule(), LinearEncoder()
-    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 5), num_mismatches=0, profiles=PROFILES, profile_labels="index",
-                                     mismatch_trials=500, mismatch_seed=3)
+    callback = RetrievalEvalCallback(
+        every_n_epochs=1,
+        ks=(1, 5),
+        num_mismatches=0,
+        profiles=PROFILES,
+        profile_labels="index",
+        mismatch_trials=500,
+        mismatch_seed=3,
+    )
     trainer = _trainer(tmp_path, callback, CSVLogger(tmp_path))
     trainer.fit(model, dm)
     with torch.no_grad():
@@ -86,8 +108,15 @@ def test_profile_options_are_validated():
 @pytest.mark.slow
 def test_profile_media_reach_the_offline_wandb_run(tmp_path):
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="beyondlabels-test")
-    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 3), num_mismatches=2, profiles=PROFILES, profile_labels="index",
-                                     mismatch_trials=200, strict=True)
+    callback = RetrievalEvalCallback(
+        every_n_epochs=1,
+        ks=(1, 3),
+        num_mismatches=2,
+        profiles=PROFILES,
+        profile_labels="index",
+        mismatch_trials=200,
+        strict=True,
+    )
     try:
         _trainer(tmp_path, callback, logger).fit(LinearEncoder(), PointDataModule())
     finally:
@@ -101,8 +130,17 @@ def test_profile_media_reach_the_offline_wandb_run(tmp_path):
 
 def _fit_capturing_media(tmp_path: Path, **options):
     """One fit (one evaluation, at the end of epoch 0) whose rank-0 media description is kept."""
-    callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1,), num_mismatches=0, profiles=PROFILES, profile_labels="index",
-                                     mismatch_trials=50, strict=True, confidence_intervals=False, **options)  # fmt: skip
+    callback = RetrievalEvalCallback(
+        every_n_epochs=1,
+        ks=(1,),
+        num_mismatches=0,
+        profiles=PROFILES,
+        profile_labels="index",
+        mismatch_trials=50,
+        strict=True,
+        confidence_intervals=False,
+        **options,
+    )
     captured = []
     describe = callback.describe_media
 
@@ -126,7 +164,9 @@ def _figures(media) -> dict:
 def test_spearman_and_embedding_projection_are_logged(tmp_path):
     from sklearn.decomposition import PCA
 
-    callback, trainer, dm, model, media = _fit_capturing_media(tmp_path, projection_points=30, save_dir=tmp_path / "eval")
+    callback, trainer, dm, model, media = _fit_capturing_media(
+        tmp_path, projection_points=30, save_dir=tmp_path / "eval"
+    )
     # Spearman: scipy on each class pair's mean of the N x N pairwise cosines of the final model's embeddings
     with torch.no_grad():
         emb = model.proj(torch.from_numpy(dm.eval_set.points)).double().numpy()
@@ -161,6 +201,8 @@ def test_projection_without_save_dir_and_turned_off(tmp_path):
     assert _figures(media)["embedding_projection"].png.startswith(b"\x89PNG")  # drawn in a temporary folder
     callback, *_, media = _fit_capturing_media(tmp_path / "b", projection_points=0, save_dir=tmp_path / "b" / "eval")
     assert "embedding_projection" not in _figures(media) and "profile_similarity" in _figures(media)
-    assert not (tmp_path / "b" / "eval" / "embedding_projection").exists() and media.results["projection_sample"] is None
+    assert (
+        not (tmp_path / "b" / "eval" / "embedding_projection").exists() and media.results["projection_sample"] is None
+    )
     with pytest.raises(ValueError, match="`projection_points`"):
         RetrievalEvalCallback(profiles=PROFILES, profile_labels="index", projection_points=-1)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import RPrecisionEvalCallback
-from beyondlabels.callbacks.rprecision import select_prompts
 from torch.utils.data import DataLoader, TensorDataset
 
+from beyondlabels.callbacks import RPrecisionEvalCallback
+from beyondlabels.callbacks.rprecision import select_prompts
 from beyondlabels.io.evaluator import TINY_CONFIG, ClipEvaluator
 
 POOL = [f"shape number {i}" for i in range(40)]
@@ -59,19 +59,36 @@ class Generator(pl.LightningModule):
 
 def _fit(tmp_path, module, callback, steps=4):
     trainer = pl.Trainer(
-        max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        default_root_dir=tmp_path, accelerator="cpu", devices=1, callbacks=[callback],
-    )  # fmt: skip
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+    )
     trainer.fit(module, DataLoader(TensorDataset(torch.randn(16, 2)), batch_size=4))
     return trainer
 
 
-@pytest.mark.parametrize(("faithful", "key", "expected"), [(True, "r_precision", 1.0), (True, "text_to_image_r_precision", 1.0),
-                                                        (False, "text_to_image_r_precision", 0.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("faithful", "key", "expected"),
+    [(True, "r_precision", 1.0), (True, "text_to_image_r_precision", 1.0), (False, "text_to_image_r_precision", 0.0)],
+)
 def test_analytic_generators(tmp_path, faithful, key, expected):
     """A faithful generator ranks every own caption first; identical pictures tie, and ties are misses."""
-    cb = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=24, num_candidates=10, top_r=(1, 5), every_n_steps=2, strict=True,
-                            near_duplicate_threshold=None, confidence_intervals=False)  # fmt: skip
+    cb = RPrecisionEvalCallback(
+        ColourEvaluator(),
+        num_prompts=24,
+        num_candidates=10,
+        top_r=(1, 5),
+        every_n_steps=2,
+        strict=True,
+        near_duplicate_threshold=None,
+        confidence_intervals=False,
+    )
     trainer = _fit(tmp_path, Generator(faithful), cb)
     assert [h["step"] for h in cb.history] == [2, 4]
     assert all(h[key] == expected and h["num_samples"] == 24 and h["chance"] == pytest.approx(0.1) for h in cb.history)
@@ -116,8 +133,17 @@ def test_tiny_open_clip_evaluator_and_table_rows(tmp_path):
     import numpy as np
 
     evaluator = ClipEvaluator(model_cfg=TINY_CONFIG, init_seed=0, cache_dir=tmp_path / "cache")
-    cb = RPrecisionEvalCallback(evaluator, num_prompts=20, num_candidates=8, top_r=(1,), every_n_steps=4, strict=True,
-                            num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
+    cb = RPrecisionEvalCallback(
+        evaluator,
+        num_prompts=20,
+        num_candidates=8,
+        top_r=(1,),
+        every_n_steps=4,
+        strict=True,
+        num_table_rows=5,
+        confidence_intervals=False,
+        near_duplicate_threshold=None,
+    )
     captured = []
 
     describe = cb.describe_media
@@ -173,16 +199,34 @@ def test_sample_pictures_are_written_beside_the_history(tmp_path):
     """Without W&B the generated samples still land on disk: one grid per evaluation, titled with prompt and rank."""
     from PIL import Image
 
-    cb = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=2, strict=True,
-                            num_table_rows=5, confidence_intervals=False, near_duplicate_threshold=None)  # fmt: skip
+    cb = RPrecisionEvalCallback(
+        ColourEvaluator(),
+        num_prompts=12,
+        num_candidates=6,
+        top_r=(1,),
+        every_n_steps=2,
+        strict=True,
+        num_table_rows=5,
+        confidence_intervals=False,
+        near_duplicate_threshold=None,
+    )
     _fit(tmp_path, Generator(True), cb)
     grids = sorted((tmp_path / "rprecision" / "samples").glob("step_*.png"))
     assert [g.name for g in grids] == ["step_000000002.png", "step_000000004.png"]
     width, height = Image.open(grids[0]).size
     assert width > 4 * 100 and height > 2 * 100  # 5 pictures: a 4-column grid of 2 rows
-    cb_off = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=4, strict=True,
-                                num_table_rows=0, confidence_intervals=False, near_duplicate_threshold=None,
-                                save_dir=tmp_path / "off")  # fmt: skip
+    cb_off = RPrecisionEvalCallback(
+        ColourEvaluator(),
+        num_prompts=12,
+        num_candidates=6,
+        top_r=(1,),
+        every_n_steps=4,
+        strict=True,
+        num_table_rows=0,
+        confidence_intervals=False,
+        near_duplicate_threshold=None,
+        save_dir=tmp_path / "off",
+    )
     _fit(tmp_path, Generator(True), cb_off)
     assert (tmp_path / "off" / "history.jsonl").is_file() and not (tmp_path / "off" / "samples").exists()
 
@@ -196,8 +240,18 @@ class _Media:
 
 
 def test_table_rows_hold_prompt_image_and_rank(tmp_path):
-    cb = RPrecisionEvalCallback(ColourEvaluator(), num_prompts=12, num_candidates=6, top_r=(1,), every_n_steps=100, strict=True,
-                            num_table_rows=4, confidence_intervals=False, near_duplicate_threshold=None, save_dir=False)  # fmt: skip
+    cb = RPrecisionEvalCallback(
+        ColourEvaluator(),
+        num_prompts=12,
+        num_candidates=6,
+        top_r=(1,),
+        every_n_steps=100,
+        strict=True,
+        num_table_rows=4,
+        confidence_intervals=False,
+        near_duplicate_threshold=None,
+        save_dir=False,
+    )
     module = Generator(True)
     trainer = _fit(tmp_path, module, cb, steps=1)  # fit end evaluates once
     assert len(cb.history) == 1
@@ -229,13 +283,17 @@ def test_bad_settings():
 
 def test_hydra_config_instantiates_with_a_local_evaluator(tmp_path):
     import hydra
-    from beyondlabels.callbacks import RPrecisionEvalCallback as Exported
     from omegaconf import OmegaConf
+
+    from beyondlabels.callbacks import RPrecisionEvalCallback as Exported
 
     node = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "rprecision.yaml")
     root = OmegaConf.create({"strict": True, "paths": {"log_dir": str(tmp_path)}, "callbacks": node})
-    root.callbacks.rprecision.evaluator = {"_target_": "beyondlabels.io.evaluator.ClipEvaluator", "model_cfg": TINY_CONFIG,
-                                           "cache_dir": "${paths.log_dir}/cache"}  # fmt: skip
+    root.callbacks.rprecision.evaluator = {
+        "_target_": "beyondlabels.io.evaluator.ClipEvaluator",
+        "model_cfg": TINY_CONFIG,
+        "cache_dir": "${paths.log_dir}/cache",
+    }
     cb = hydra.utils.instantiate(root.callbacks.rprecision)
     assert isinstance(cb, Exported) and cb.metric.num_candidates == 100 and cb.every_n_steps == 200
     assert cb.evaluator.cache.folder.parent == tmp_path / "cache"

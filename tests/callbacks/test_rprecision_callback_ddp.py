@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from beyondlabels.callbacks.rprecision import select_prompts  # noqa: E402
 
 import tests.callbacks.ddp_rprecision_script as script
+from beyondlabels.callbacks.rprecision import select_prompts  # noqa: E402
 from beyondlabels.functional.labels import label_code  # noqa: E402
 from beyondlabels.functional.rprecision import text_image_r_precision  # noqa: E402
 from beyondlabels.io.run_files import read_history  # noqa: E402
@@ -30,9 +30,14 @@ def _start(tmp_path: Path, devices: int) -> tuple[subprocess.Popen, Path]:
     out.parent.mkdir(parents=True)
     env = child_env(OMP_NUM_THREADS="1", PL_DISABLE_FORK="1", WANDB_MODE="offline")  # Lightning picks its own ranks
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(out), str(devices)], env=env, cwd=out.parent,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,  # its own process group
-    )  # fmt: skip
+        [sys.executable, str(SCRIPT), str(out), str(devices)],
+        env=env,
+        cwd=out.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group
+    )
     return proc, out
 
 
@@ -49,7 +54,11 @@ def _direct() -> dict:
     images = torch.stack([script.prompt_image(p) for p in prompts])
     codes = torch.tensor([label_code(p) for p in prompts])
     out = text_image_r_precision(
-        evaluator.encode_images(images), evaluator.encode_texts(prompts), torch.tensor(ids), caption_codes=codes, **script.SETTINGS
+        evaluator.encode_images(images),
+        evaluator.encode_texts(prompts),
+        torch.tensor(ids),
+        caption_codes=codes,
+        **script.SETTINGS,
     )
     out["ids"] = ids
     return out
@@ -63,7 +72,9 @@ def test_two_process_ddp_equals_world_size_one_and_the_kernel(tmp_path: Path):
         ranks = _results(*runs[2])
     finally:
         for proc, _ in runs.values():
-            if proc.poll() is None:  # a hung run (e.g. a rank stuck in a collective): stop its process group, ranks included
+            if (
+                proc.poll() is None
+            ):  # a hung run (e.g. a rank stuck in a collective): stop its process group, ranks included
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
     direct = _direct()
@@ -95,12 +106,21 @@ def test_two_process_ddp_equals_world_size_one_and_the_kernel(tmp_path: Path):
     # ... and equal to the kernel fed the same embeddings directly (every scalar and the curve)
     record = ranks[0]["history"][0]
     scalars = [k for k, v in direct.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
-    assert {"r_precision", "r_precision_std", "r_precision@3", "text_to_image_r_precision", "hard_r_precision", "clip_score"} <= set(scalars)
+    assert {
+        "r_precision",
+        "r_precision_std",
+        "r_precision@3",
+        "text_to_image_r_precision",
+        "hard_r_precision",
+        "clip_score",
+    } <= set(scalars)
     for key in scalars:
         assert record[key] == pytest.approx(float(direct[key]), abs=1e-6, rel=0), key
         assert ranks[1]["logged"][f"rprecision/{key}"] == pytest.approx(float(direct[key]), abs=1e-6, rel=0), key
     np.testing.assert_allclose(record["r_precision_curve"], direct["r_precision_curve"].numpy(), rtol=0, atol=1e-6)
-    assert 0.0 < float(direct["r_precision"]) < 1.0 and 0.0 < float(direct["text_to_image_r_precision"]) < 1.0  # informative
+    assert (
+        0.0 < float(direct["r_precision"]) < 1.0 and 0.0 < float(direct["text_to_image_r_precision"]) < 1.0
+    )  # informative
 
     # files: rank 0 alone writes them (each rank's callback was given its own folder)
     folder0, folder1 = Path(ranks[0]["save_dir"]), Path(ranks[1]["save_dir"])
@@ -111,5 +131,7 @@ def test_two_process_ddp_equals_world_size_one_and_the_kernel(tmp_path: Path):
     with np.load(folder0 / record["per_query_file"]) as per_query:
         assert per_query["query_id"].tolist() == direct["ids"]  # 37 unique ids, the padding copy gone
         np.testing.assert_array_equal(per_query["rank"], direct["per_query"]["rank"].numpy())
-        np.testing.assert_allclose(per_query["clip_score"], direct["per_query"]["clip_score"].numpy(), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(
+            per_query["clip_score"], direct["per_query"]["clip_score"].numpy(), rtol=0, atol=1e-5
+        )
     assert all((Path(single["save_dir"]) / f).is_file() for f in FILES)

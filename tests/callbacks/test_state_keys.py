@@ -53,8 +53,13 @@ def test_state_keys_separate_instances_and_agree_across_packages(family):
 def test_the_state_keys_of_the_families_are_as_before():
     """The class names the state keys start with are those checkpoints were written under (a renamed callback keeps
     its earlier one)."""
-    before = {"retrieval": "RetrievalEvalCallback", "crossmodal": "CrossModalEvalCallback",
-              "hierarchy": "HierarchyEvalCallback", "rprecision": "RPrecisionCallback", "zeroshot": "ZeroShotEvalCallback"}
+    before = {
+        "retrieval": "RetrievalEvalCallback",
+        "crossmodal": "CrossModalEvalCallback",
+        "hierarchy": "HierarchyEvalCallback",
+        "rprecision": "RPrecisionCallback",
+        "zeroshot": "ZeroShotEvalCallback",
+    }
     assert {family: FAMILIES[family].state_name for family in before} == before
     key = _make("pytorch_lightning", "rprecision").state_key
     assert key == "RPrecisionCallback{'prefix': 'rprecision', 'generate_method': 'generate', 'evaluator': 'example-a'}"

@@ -33,9 +33,17 @@ FAST = dict(ks=(1,), num_mismatches=0, confidence_intervals=False, strict=True)
 def _trainer(package: str, tmp_path: Path, callbacks: list, **kwargs):
     pl = __import__(package, fromlist=["Trainer"])
     options = dict(
-        default_root_dir=str(tmp_path), max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, enable_checkpointing=False,
-    )  # fmt: skip
+        default_root_dir=str(tmp_path),
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+    )
     options.update(kwargs)
     return pl.Trainer(**options)
 
@@ -101,7 +109,9 @@ def test_two_validation_loaders_evaluate_the_first_one_and_say_so(package: str, 
 def test_a_loader_index_out_of_range_is_named(package: str, tmp_path: Path):
     PerLoader, TwoLoaders = _two_loaders(package, named=True)
     with pytest.raises(ValueError, match=r"dataloader_idx=2.*'a', 'b'"):
-        _trainer(package, tmp_path, [_retrieval(package, dataloader_idx=2)], max_epochs=1).fit(PerLoader(), datamodule=TwoLoaders())
+        _trainer(package, tmp_path, [_retrieval(package, dataloader_idx=2)], max_epochs=1).fit(
+            PerLoader(), datamodule=TwoLoaders()
+        )
     named = _retrieval(package, dataloader_idx="b")
     _trainer(package, tmp_path, [named], max_epochs=1).fit(PerLoader(), datamodule=TwoLoaders())
     assert [h["num_queries"] for h in named.history] == [16]
@@ -121,9 +131,13 @@ def test_a_failed_evaluation_tells_the_monitors_why_their_key_is_missing(package
     own = __import__(f"{package}.callbacks", fromlist=["EarlyStopping"])
     stopping = own.EarlyStopping(monitor="retrieval/precision@1", mode="max", strict=False)
     with caplog.at_level(logging.ERROR, logger="beyondlabels"):
-        _trainer(package, tmp_path, [_retrieval(package, strict=False), stopping], max_epochs=1).fit(Broken(), datamodule=PairData())
+        _trainer(package, tmp_path, [_retrieval(package, strict=False), stopping], max_epochs=1).fit(
+            Broken(), datamodule=PairData()
+        )
     (said,) = [r.getMessage() for r in caplog.records if "encoder exploded" in r.getMessage()]
-    assert "EarlyStopping(monitor='retrieval/precision@1') will find no value" in said and "not a missing self.log" in said
+    assert (
+        "EarlyStopping(monitor='retrieval/precision@1') will find no value" in said and "not a missing self.log" in said
+    )
 
 
 # ---- precision ---------------------------------------------------------------------------------------------------------
@@ -133,14 +147,21 @@ def test_every_family_evaluates_under_every_precision(package: str, precision: s
     """The batches are converted by the trainer's precision plugin and the module runs in its forward context (as
     Lightning runs validation_step); the R-precision evaluator keeps its own precision."""
     DualEncoder, _, PairData = toy_classes(package)
-    callbacks = [c for c in all_callbacks(package, str(tmp_path / "ckpt")) if hasattr(c, "history") and hasattr(c, "feed")]
+    callbacks = [
+        c for c in all_callbacks(package, str(tmp_path / "ckpt")) if hasattr(c, "history") and hasattr(c, "feed")
+    ]
     model, data = DualEncoder(), PairData()
     _trainer(package, tmp_path, callbacks, max_epochs=1, precision=precision).fit(model, datamodule=data)
     for callback in callbacks:
-        assert callback.history and not [h for h in callback.history if "error" in h], (callback.prefix, callback.history)
+        assert callback.history and not [h for h in callback.history if "error" in h], (
+            callback.prefix,
+            callback.history,
+        )
     if precision == "64-true":  # the double model's embeddings, searched in float64 by the oracle
         retrieval = callbacks[0]
-        assert retrieval.history[-1]["precision@1"] == pytest.approx(_oracle_precision_at_1(model, data.eval_set, torch.float64))
+        assert retrieval.history[-1]["precision@1"] == pytest.approx(
+            _oracle_precision_at_1(model, data.eval_set, torch.float64)
+        )
 
 
 # ---- torch.compile -----------------------------------------------------------------------------------------------------
@@ -158,7 +179,9 @@ def test_a_compiled_module_without_validation_step_is_evaluated_at_train_epoch_e
 def test_a_compiled_module_with_validation_step_is_evaluated_in_its_validation_loop(package: str, tmp_path: Path):
     DualEncoder, _, PairData = toy_classes(package)
     callback = _retrieval(package, evaluate_at_fit_end=False)
-    _trainer(package, tmp_path, [callback], max_epochs=2).fit(torch.compile(DualEncoder(), backend="eager"), datamodule=PairData())
+    _trainer(package, tmp_path, [callback], max_epochs=2).fit(
+        torch.compile(DualEncoder(), backend="eager"), datamodule=PairData()
+    )
     assert [h["epoch"] for h in callback.history] == [0, 1]
 
 
@@ -180,7 +203,9 @@ def test_each_validation_is_one_row_with_the_users_step_and_epoch(package: str, 
     _, _, PairData = toy_classes(package)
     callback = _retrieval(package)
     logger = _csv_logger(package, tmp_path)
-    _trainer(package, tmp_path, [callback], max_epochs=2, logger=logger, log_every_n_steps=1).fit(_logging_module(package), datamodule=PairData())
+    _trainer(package, tmp_path, [callback], max_epochs=2, logger=logger, log_every_n_steps=1).fit(
+        _logging_module(package), datamodule=PairData()
+    )
     rows = _rows(logger)
     ours = [r for r in rows if r["retrieval/precision@1"]]
     assert len(ours) == len(callback.history) == 2
@@ -197,7 +222,9 @@ def test_step_evaluations_are_logged_at_their_training_batchs_row_step_with_the_
     DualEncoder, _, PairData = toy_classes(package)
     callback = _retrieval(package, every_n_epochs=None, every_n_steps=3, evaluate_at_fit_end=False)
     logger = _csv_logger(package, tmp_path)
-    _trainer(package, tmp_path, [callback], max_epochs=2, logger=logger, log_every_n_steps=1).fit(DualEncoder(), datamodule=PairData())
+    _trainer(package, tmp_path, [callback], max_epochs=2, logger=logger, log_every_n_steps=1).fit(
+        DualEncoder(), datamodule=PairData()
+    )
     assert [h["step"] for h in callback.history] == [3, 6]
     rows = _rows(logger)
     ours = [r for r in rows if r["retrieval/precision@1"]]
@@ -211,8 +238,14 @@ def test_a_users_key_of_the_same_name_is_said(package: str, tmp_path: Path, capl
     _, _, PairData = toy_classes(package)
     callback = _retrieval(package, strict=False)
     with caplog.at_level(logging.WARNING, logger="beyondlabels"):
-        _trainer(package, tmp_path, [callback], max_epochs=2).fit(_logging_module(package, "retrieval/precision@1"), datamodule=PairData())
-    said = [r.getMessage() for r in caplog.records if "retrieval/precision@1" in r.getMessage() and "also logged" in r.getMessage()]
+        _trainer(package, tmp_path, [callback], max_epochs=2).fit(
+            _logging_module(package, "retrieval/precision@1"), datamodule=PairData()
+        )
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if "retrieval/precision@1" in r.getMessage() and "also logged" in r.getMessage()
+    ]
     assert len(said) == 1, [r.getMessage() for r in caplog.records]
     assert "prefix" in said[0]
 
@@ -229,9 +262,13 @@ def test_a_key_clash_raises_in_strict_mode(package: str, tmp_path: Path):
 def test_checkpoint_and_early_stopping_follow_our_number(package: str, tmp_path: Path):
     DualEncoder, _, PairData = toy_classes(package)
     own = __import__(f"{package}.callbacks", fromlist=["ModelCheckpoint"])
-    checkpoint = own.ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), monitor="retrieval/precision@1", mode="max", save_top_k=1)
+    checkpoint = own.ModelCheckpoint(
+        dirpath=str(tmp_path / "ckpt"), monitor="retrieval/precision@1", mode="max", save_top_k=1
+    )
     callback = _retrieval(package)
-    _trainer(package, tmp_path, [callback, checkpoint], max_epochs=3, enable_checkpointing=True).fit(DualEncoder(), datamodule=PairData())
+    _trainer(package, tmp_path, [callback, checkpoint], max_epochs=3, enable_checkpointing=True).fit(
+        DualEncoder(), datamodule=PairData()
+    )
     best = max(h["precision@1"] for h in callback.history)
     assert float(checkpoint.best_model_score) == pytest.approx(best)
 
@@ -253,7 +290,9 @@ def test_limit_val_batches_is_followed_and_said_once(package: str, tmp_path: Pat
     callback, fraction = _retrieval(package), _retrieval(package, prefix="fraction")
     with caplog.at_level(logging.INFO, logger="beyondlabels"):
         _trainer(package, tmp_path, [callback], limit_val_batches=2).fit(DualEncoder(), datamodule=PairData())
-        _trainer(package, tmp_path, [fraction], max_epochs=1, limit_val_batches=0.5).fit(DualEncoder(), datamodule=PairData())
+        _trainer(package, tmp_path, [fraction], max_epochs=1, limit_val_batches=0.5).fit(
+            DualEncoder(), datamodule=PairData()
+        )
     assert [h["num_queries"] for h in callback.history] == [16, 16]
     assert [h["num_queries"] for h in fraction.history] == [8]  # int(3 batches * 0.5) = 1 batch, as Lightning
     said = [r.getMessage() for r in caplog.records if "limit_val_batches" in r.getMessage()]
@@ -302,7 +341,9 @@ def test_test_evaluates_the_test_loader_under_test_keys(package: str, tmp_path: 
     callback = _retrieval(package)
     (results,) = _trainer(package, tmp_path, [callback]).test(model, datamodule=data)
     assert results["retrieval/test/num_queries"] == 20
-    assert results["retrieval/test/precision@1"] == pytest.approx(_oracle_precision_at_1(model, PairDataset(20, 5)), abs=1e-6)
+    assert results["retrieval/test/precision@1"] == pytest.approx(
+        _oracle_precision_at_1(model, PairDataset(20, 5)), abs=1e-6
+    )
     assert "retrieval/precision@1" not in results and callback.history == []
     # without a test_dataloader method: the loaders given to test()
     (results,) = _trainer(package, tmp_path, [_retrieval(package)]).test(model, dataloaders=data.val_dataloader())
@@ -315,16 +356,20 @@ def test_a_cadence_that_never_meets_validation_is_said_at_setup(package: str, tm
     DualEncoder, _, PairData = toy_classes(package)
     callback = _retrieval(package, every_n_epochs=3, evaluate_at_fit_end=False)
     with caplog.at_level(logging.WARNING, logger="beyondlabels"):
-        _trainer(package, tmp_path, [callback], max_epochs=4, check_val_every_n_epoch=2).fit(DualEncoder(), datamodule=PairData())
+        _trainer(package, tmp_path, [callback], max_epochs=4, check_val_every_n_epoch=2).fit(
+            DualEncoder(), datamodule=PairData()
+        )
     said = [r.getMessage() for r in caplog.records if "check_val_every_n_epoch=2" in r.getMessage()]
-    assert len(said) == 1 and "every_n_epochs=3" in said[0] and "every 6 epochs" in said[0] and "max_epochs=4" in said[0], said
+    assert (
+        len(said) == 1 and "every_n_epochs=3" in said[0] and "every 6 epochs" in said[0] and "max_epochs=4" in said[0]
+    ), said
     assert callback.history == []
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="beyondlabels"):  # every validation, or every other: nothing to say
         for n, every in ((1, 2), (4, 2), (2, 4)):
-            _trainer(package, tmp_path, [_retrieval(package, every_n_epochs=n)], max_epochs=1, check_val_every_n_epoch=every).fit(
-                DualEncoder(), datamodule=PairData()
-            )
+            _trainer(
+                package, tmp_path, [_retrieval(package, every_n_epochs=n)], max_epochs=1, check_val_every_n_epoch=every
+            ).fit(DualEncoder(), datamodule=PairData())
     assert not [r for r in caplog.records if "check_val_every_n_epoch" in r.getMessage()]
 
 
@@ -347,7 +392,9 @@ def test_the_validation_loaders_given_to_fit_are_evaluated(package: str, tmp_pat
     DualEncoder, _, PairData = toy_classes(package)
     data, model = PairData(), DualEncoder()
     callback = _retrieval(package)
-    _trainer(package, tmp_path, [callback]).fit(model, train_dataloaders=data.train_dataloader(), val_dataloaders=data.val_dataloader())
+    _trainer(package, tmp_path, [callback]).fit(
+        model, train_dataloaders=data.train_dataloader(), val_dataloaders=data.val_dataloader()
+    )
     assert [h["num_queries"] for h in callback.history] == [24, 24]
     assert callback.history[-1]["precision@1"] == pytest.approx(_oracle_precision_at_1(model, data.eval_set))
 
@@ -374,10 +421,11 @@ def test_log_dict_of_a_metrics_scalars_in_the_users_own_module(package: str, tmp
     model, data = OwnMetric(), PairData()
     trainer = _trainer(package, tmp_path, [], max_epochs=1)
     trainer.fit(model, datamodule=data)
-    assert float(trainer.callback_metrics["val/precision@1"]) == pytest.approx(_oracle_precision_at_1(model, data.eval_set), abs=1e-6)
+    assert float(trainer.callback_metrics["val/precision@1"]) == pytest.approx(
+        _oracle_precision_at_1(model, data.eval_set), abs=1e-6
+    )
     assert float(trainer.callback_metrics["val/num_queries"]) == len(data.eval_set)
     assert "val/precision_curve" not in trainer.callback_metrics and "val/per_query" not in trainer.callback_metrics
-
 
 
 # ---- how each logger spells our keys (the README's table) ------------------------------------------------------------------
@@ -398,12 +446,19 @@ def test_each_logger_spells_our_keys_as_the_readme_says(package: str, tmp_path: 
     DualEncoder, _, PairData = toy_classes(package)
     loggers = __import__(f"{package}.loggers", fromlist=["CSVLogger"])
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    made = [_csv_logger(package, tmp_path), loggers.TensorBoardLogger(str(tmp_path), name="tb"),
-            loggers.MLFlowLogger(experiment_name="keys", tracking_uri=uri, artifact_location=(tmp_path / "artifacts").as_uri()),
-            loggers.WandbLogger(save_dir=str(tmp_path), offline=True, project="keys")]  # fmt: skip
+    made = [
+        _csv_logger(package, tmp_path),
+        loggers.TensorBoardLogger(str(tmp_path), name="tb"),
+        loggers.MLFlowLogger(
+            experiment_name="keys", tracking_uri=uri, artifact_location=(tmp_path / "artifacts").as_uri()
+        ),
+        loggers.WandbLogger(save_dir=str(tmp_path), offline=True, project="keys"),
+    ]
     callback = _retrieval(package, evaluate_at_fit_end=False)
     try:
-        _trainer(package, tmp_path, [callback], max_epochs=2, logger=made).fit(_logging_module(package), datamodule=PairData())
+        _trainer(package, tmp_path, [callback], max_epochs=2, logger=made).fit(
+            _logging_module(package), datamodule=PairData()
+        )
     finally:
         close_wandb()
     expected = [(h["step"] - 1, h["precision@1"]) for h in callback.history]

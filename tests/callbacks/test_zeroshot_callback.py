@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from beyondlabels.callbacks import ZeroShotEvalCallback  # noqa: E402
 
+from beyondlabels.callbacks import ZeroShotEvalCallback  # noqa: E402
 from tests.callbacks.test_crossmodal_callback import (
     CLASS_NAMES,
     DualEncoder,
@@ -29,7 +29,9 @@ def expected_top(model: DualEncoder, dm: PairDataModule, k: int) -> tuple[float,
             emb = model.encode_text([t.replace("{}", name) for t in TEMPLATES])
             mean = torch.nn.functional.normalize(emb, dim=1).mean(dim=0)
             classes.append(mean / mean.norm())
-        images = torch.nn.functional.normalize(model.encode_image(torch.from_numpy(dm.eval_set.points).view(-1, 3, 2, 2)), dim=1)
+        images = torch.nn.functional.normalize(
+            model.encode_image(torch.from_numpy(dm.eval_set.points).view(-1, 3, 2, 2)), dim=1
+        )
         scores = images @ torch.stack(classes).T
     order = torch.argsort(scores, dim=1, descending=True, stable=True)
     labels = torch.from_numpy(dm.eval_set.labels)
@@ -78,7 +80,11 @@ def test_class_embeddings_are_rebuilt_per_evaluation_and_cached_within_one(tmp_p
     trainer.fit(model, dm)
     assert [h["step"] for h in callback.history] == [2, 4]
     # one evaluation = 8 prompts in chunks of 5 -> 2 text calls, whatever the 5 image batches
-    assert len(seen) == 10 and all(torch.equal(seen[0], s) for s in seen[:5]) and all(torch.equal(seen[5], s) for s in seen[5:])
+    assert (
+        len(seen) == 10
+        and all(torch.equal(seen[0], s) for s in seen[:5])
+        and all(torch.equal(seen[5], s) for s in seen[5:])
+    )
     assert not torch.equal(seen[0], seen[5]), "the text tower changed between evaluations, so must the class embeddings"
     train_calls_between = 2  # steps 3 and 4 each encode one caption batch
     assert calls_before[1] - calls_before[0] == 2 + train_calls_between

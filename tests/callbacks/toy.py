@@ -9,7 +9,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 
-def clustered_points(n: int, num_classes: int = 4, dim: int = 8, noise: float = 0.9, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def clustered_points(
+    n: int, num_classes: int = 4, dim: int = 8, noise: float = 0.9, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(num_classes, dim))
     labels = np.arange(n) % num_classes
@@ -42,14 +44,17 @@ def _define(pl):
     class PointDataModule(pl.LightningDataModule):
         def __init__(self, n_train: int = 64, n_eval: int = 37, batch_size: int = 8) -> None:
             super().__init__()
-            self.train_set, self.eval_set, self.batch_size = PointDataset(n_train, seed=1), PointDataset(n_eval, seed=2), batch_size
+            self.train_set, self.eval_set, self.batch_size = (
+                PointDataset(n_train, seed=1),
+                PointDataset(n_eval, seed=2),
+                batch_size,
+            )
 
         def train_dataloader(self) -> DataLoader:
             return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=False)
 
         def val_dataloader(self) -> DataLoader:
             return DataLoader(self.eval_set, batch_size=self.batch_size)
-
 
     class LinearEncoder(pl.LightningModule):
         """Embeds points with one linear layer trained by a pull-to-class-centre loss."""

@@ -23,8 +23,14 @@ from beyondlabels.demo.evaluator import _FORMAT
 from beyondlabels.io.evaluator import file_sha256
 from beyondlabels.io.run_files import read_history
 
-PROMPTS = ["a small red square in the center", "a large blue circle in the upper left", "a medium white star at the bottom"]
-TINY_CLIP = dict(embed_dim=8, vision_width=16, vision_layers=1, vision_head_width=8, text_width=16, text_heads=2, text_layers=1)
+PROMPTS = [
+    "a small red square in the center",
+    "a large blue circle in the upper left",
+    "a medium white star at the bottom",
+]
+TINY_CLIP = dict(
+    embed_dim=8, vision_width=16, vision_layers=1, vision_head_width=8, text_width=16, text_heads=2, text_layers=1
+)
 TINY_DATA = dict(train_per_class=2, val_per_class=1, test_per_class=1, batch_size=16)
 
 
@@ -39,9 +45,16 @@ def _one_thread():
 
 def _trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
     return pl.Trainer(
-        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path, **kwargs,
-    )  # fmt: skip
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+        **kwargs,
+    )
 
 
 # ---- ShapeGenerator ---------------------------------------------------------------------------------------------------
@@ -53,7 +66,9 @@ def test_generate_shape_range_and_determinism():
     assert float(images.min()) >= 0.0 and float(images.max()) <= 1.0
     assert not images.requires_grad
     assert torch.equal(images, model.generate(PROMPTS))
-    assert torch.allclose(images[1:2], model.generate(PROMPTS[1:2]), atol=1e-6), "a picture does not depend on its batch"
+    assert torch.allclose(images[1:2], model.generate(PROMPTS[1:2]), atol=1e-6), (
+        "a picture does not depend on its batch"
+    )
     assert not torch.equal(images[0], images[1]), "other captions, other pictures"
     assert model.training, "generate leaves the training mode as it was"
 
@@ -71,9 +86,15 @@ def test_bad_prompts_are_refused(prompts):
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({"loss": "l2"}, "loss"), ({"num_buckets": 0}, "num_buckets"), ({"text_dim": 1.5}, "text_dim"), ({"channels": []}, "channels"),
-     ({"channels": ["wide"]}, "channels"), ({"lr": 0.0}, "lr")],
-)  # fmt: skip
+    [
+        ({"loss": "l2"}, "loss"),
+        ({"num_buckets": 0}, "num_buckets"),
+        ({"text_dim": 1.5}, "text_dim"),
+        ({"channels": []}, "channels"),
+        ({"channels": ["wide"]}, "channels"),
+        ({"lr": 0.0}, "lr"),
+    ],
+)
 def test_bad_arguments_are_refused(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
         ShapeGenerator(**kwargs)
@@ -197,14 +218,26 @@ def test_t2i_demo_experiment_logs_r_precision(tmp_path):
 
     tiny_clip = "{" + ",".join(f"{k}:{v}" for k, v in TINY_CLIP.items()) + "}"
     run_script(
-        "train.py", "experiment=t2i_demo", f"paths.log_dir={tmp_path}", "data.train_per_class=2", "data.val_per_class=8",
-        "data.batch_size=32", "trainer.max_epochs=2", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
+        "train.py",
+        "experiment=t2i_demo",
+        f"paths.log_dir={tmp_path}",
+        "data.train_per_class=2",
+        "data.val_per_class=8",
+        "data.batch_size=32",
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_progress_bar=false",
         "model.channels=[16,8,4,4]",
-        "callbacks.rprecision.num_prompts=128", "callbacks.rprecision.every_n_steps=1", "strict=true",
+        "callbacks.rprecision.num_prompts=128",
+        "callbacks.rprecision.every_n_steps=1",
+        "strict=true",
         "callbacks.rprecision.near_duplicate_threshold=null",  # a 2-step evaluator embeds many captions alike
-        f"t2i_evaluator.model={tiny_clip}", "t2i_evaluator.data={train_per_class:2,batch_size:32}",
-    )  # fmt: skip
-    assert (tmp_path / "t2i_evaluator" / "tiny_clip.pt").is_file() and (tmp_path / "t2i_evaluator" / "tiny_clip.json").is_file()
+        f"t2i_evaluator.model={tiny_clip}",
+        "t2i_evaluator.data={train_per_class:2,batch_size:32}",
+    )
+    assert (tmp_path / "t2i_evaluator" / "tiny_clip.pt").is_file() and (
+        tmp_path / "t2i_evaluator" / "tiny_clip.json"
+    ).is_file()
     (wandb_file,) = find_offline_runs(tmp_path)
     output_dir = wandb_file.parents[2]
     history = read_history(output_dir / "rprecision" / "history.jsonl")
@@ -216,12 +249,20 @@ def test_t2i_demo_experiment_logs_r_precision(tmp_path):
         with np.load(output_dir / "rprecision" / h["per_query_file"]) as pq:
             assert pq["rank"].shape == (128,)
             np.testing.assert_array_equal(pq["r_precision"], (pq["rank"] <= 1).astype(float))
-            for key, value in (("r_precision", np.mean(pq["rank"] <= 1)), ("r_precision@5", np.mean(pq["rank"] <= 5)),
-                               ("r_precision@10", np.mean(pq["rank"] <= 10)), ("clip_score", np.mean(pq["clip_score"]))):  # fmt: skip
+            for key, value in (
+                ("r_precision", np.mean(pq["rank"] <= 1)),
+                ("r_precision@5", np.mean(pq["rank"] <= 5)),
+                ("r_precision@10", np.mean(pq["rank"] <= 10)),
+                ("clip_score", np.mean(pq["clip_score"])),
+            ):
                 assert h[key] == pytest.approx(value, rel=1e-12, abs=1e-15), (h["step"], key)
-            assert h["text_to_image_r_precision"] == pytest.approx(np.mean(pq["text_to_image_r_precision"]), rel=1e-12, abs=1e-15)
+            assert h["text_to_image_r_precision"] == pytest.approx(
+                np.mean(pq["text_to_image_r_precision"]), rel=1e-12, abs=1e-15
+            )
     saved = json.loads((output_dir / "rprecision" / "evaluator.json").read_text())
-    assert saved["evaluator"]["weights"] == f"checkpoint sha256:{file_sha256(tmp_path / 't2i_evaluator' / 'tiny_clip.pt')}"
+    assert (
+        saved["evaluator"]["weights"] == f"checkpoint sha256:{file_sha256(tmp_path / 't2i_evaluator' / 'tiny_clip.pt')}"
+    )
     run = read_offline_run(wandb_file)
     expected = {"rprecision/r_precision", "rprecision/r_precision@5", "rprecision/clip_score", "rprecision/chance"}
     expected |= {"train/loss", "val/loss"}

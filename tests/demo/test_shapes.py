@@ -34,7 +34,11 @@ def test_balanced_and_interleaved():
 
 def test_at_least_twelve_classes_with_confusable_families():
     assert len(CLASS_NAMES) >= 12
-    families = [{"square", "rectangle", "rhombus", "trapezoid"}, {"circle", "ellipse", "octagon", "hexagon"}, {"star", "cross", "arrow"}]
+    families = [
+        {"square", "rectangle", "rhombus", "trapezoid"},
+        {"circle", "ellipse", "octagon", "hexagon"},
+        {"star", "cross", "arrow"},
+    ]
     for family in families:
         assert family <= set(CLASS_NAMES)
     assert sum("triangle" in name for name in CLASS_NAMES) >= 3
@@ -42,7 +46,9 @@ def test_at_least_twelve_classes_with_confusable_families():
 
 def test_captions_name_the_class_colour_size_and_position():
     sample = render_shapes(4, seed=2)
-    for caption, label, color, size, position in zip(sample.captions, sample.labels, sample.colors, sample.sizes, sample.positions):
+    for caption, label, color, size, position in zip(
+        sample.captions, sample.labels, sample.colors, sample.sizes, sample.positions
+    ):
         assert class_phrase(CLASS_NAMES[label]) in caption
         assert re.search(rf"\b{color}\b", caption) and re.search(rf"\b{size}\b", caption)
         assert caption.endswith(position)

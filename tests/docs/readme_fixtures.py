@@ -93,11 +93,14 @@ class Workdir:
 
     def placeholders(self) -> dict[str, Callable[[], str]]:
         return {
-            "logs/train/runs/<date>": self.run_folder, "logs/train/runs/<time>": self.run_folder,
-            "<run folder>": lambda: str(self.root / self.run_folder()), "<run>": self.run_folder,
+            "logs/train/runs/<date>": self.run_folder,
+            "logs/train/runs/<time>": self.run_folder,
+            "<run folder>": lambda: str(self.root / self.run_folder()),
+            "<run>": self.run_folder,
             "logs/train/multiruns/2026-11-29_12-00-00": self.sweep_folder,
-            "logs/train/multiruns/<date>": self.sweep_folder, "logs/train/multiruns/<time>": self.sweep_folder,
-        }  # fmt: skip
+            "logs/train/multiruns/<date>": self.sweep_folder,
+            "logs/train/multiruns/<time>": self.sweep_folder,
+        }
 
     def fill(self, argv: list[str]) -> list[str]:
         out = []
@@ -283,8 +286,14 @@ def _check_toy_family(ns: dict, cwd: Path) -> None:
     (block,) = [b for b in doc.blocks if b.marker is not None and b.marker.get("fixture") == "toy_family"]
     (cwd / "agreement_family.py").write_text(block.text, encoding="utf-8")
     (cwd / "toy_run.py").write_text(_TOY_RUN, encoding="utf-8")
-    result = subprocess.run([sys.executable, str(cwd / "toy_run.py"), str(cwd), str(REPO_ROOT)], capture_output=True,
-                            text=True, timeout=600, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(cwd / "toy_run.py"), str(cwd), str(REPO_ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0 and "toy family ok" in result.stdout, result.stdout[-3000:] + result.stderr[-6000:]
     assert ns["AGREEMENT"].callback == "AgreementEvalCallback"
 
@@ -329,8 +338,13 @@ def write_saved_outputs(wd: Workdir) -> None:
     (root / "pairs.csv").write_text("query_label,retrieved_label\n" + "\n".join(pairs) + "\n", encoding="utf-8")
     generated = rng.normal(size=(128, 16))
     prompts = generated + rng.normal(scale=0.7, size=(128, 16))
-    np.savez(root / "gen.npz", image_embeddings=generated, text_embeddings=prompts,
-             captions=np.array([f"caption {i}" for i in range(128)]), class_ids=np.arange(128) % 16)  # fmt: skip
+    np.savez(
+        root / "gen.npz",
+        image_embeddings=generated,
+        text_embeddings=prompts,
+        captions=np.array([f"caption {i}" for i in range(128)]),
+        class_ids=np.arange(128) % 16,
+    )
 
 
 def _exists(*names: str) -> Callable[[Workdir, list[Ran]], None]:
@@ -369,8 +383,13 @@ def _sweeps(argv: list[str], wd: Workdir) -> list[str] | Skip:
         return Skip(f"the same grid runs on the smoke configuration as `{SWEEP_COMMAND}`, the sweep of the table below")
     if "hparams_search=shapes_optuna" in argv:
         smoke = [SMOKE if a == "experiment=shapes_quick" else a for a in argv]
-        return [*smoke, "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.n_startup_trials=2", "trainer.max_epochs=1",
-                "logger=csv"]  # fmt: skip
+        return [
+            *smoke,
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.sampler.n_startup_trials=2",
+            "trainer.max_epochs=1",
+            "logger=csv",
+        ]
     return argv
 
 
@@ -418,11 +437,15 @@ def _cluster(argv: list[str], wd: Workdir) -> list[str] | Skip:
     if argv[:2] == ["pip", "install"]:
         return _extra_installed(re.search(r"\[(.+)\]", argv[2]).group(1))
     if "hydra/launcher=submitit_local" in argv:
-        return Skip("a two-job submitit_local multirun on the smoke configuration runs in the suite",
-                    covered=f"{_SUBMITIT}::test_two_job_multirun_with_submitit_local")  # fmt: skip
+        return Skip(
+            "a two-job submitit_local multirun on the smoke configuration runs in the suite",
+            covered=f"{_SUBMITIT}::test_two_job_multirun_with_submitit_local",
+        )
     if "hydra/launcher=slurm" in argv:
-        return Skip("needs a SLURM cluster (sbatch); the preset's config is tested without one",
-                    covered=f"{_SUBMITIT}::test_slurm_preset_extends_the_plugin_config")  # fmt: skip
+        return Skip(
+            "needs a SLURM cluster (sbatch); the preset's config is tested without one",
+            covered=f"{_SUBMITIT}::test_slurm_preset_extends_the_plugin_config",
+        )
     raise AssertionError(f"no rule for {argv}")
 
 
@@ -477,7 +500,7 @@ def sweep_table(wd: Workdir, readme: str) -> str:
     """The output the Sweeps table shows: the README's compare command (its Sweeps block) on the README's sweep."""
     flat = " ".join(readme.split())
     assert SWEEP_COMMAND in flat, "the Sweeps section no longer shows the sweep its table comes from"
-    assert " ".join(_SWEEP_TABLE_COMMAND.split()).replace("\"", "") in flat.replace(" \\ ", " ").replace("\"", ""), (
+    assert " ".join(_SWEEP_TABLE_COMMAND.split()).replace('"', "") in flat.replace(" \\ ", " ").replace('"', ""), (
         "the Sweeps block no longer holds the compare command whose output the table is"
     )
     return wd.run(wd.fill(shlex.split(_SWEEP_TABLE_COMMAND))).stdout
@@ -562,8 +585,10 @@ INLINE: dict[str, Inline] = {
     ),
     "scripts/gpu_check.sh": Inline(skip=Skip("needs a CUDA device")),
     "BEYONDLABELS_GPU_DRY_RUN=1 scripts/gpu_check.sh": Inline(
-        skip=Skip("runs the GPU tests on the CPU, as the suite does",
-                  covered="tests/gpu/test_dry_run.py::test_gpu_check_dry_run_passes_every_gpu_test")  # fmt: skip
+        skip=Skip(
+            "runs the GPU tests on the CPU, as the suite does",
+            covered="tests/gpu/test_dry_run.py::test_gpu_check_dry_run_passes_every_gpu_test",
+        )
     ),
     "make test": Inline(skip=Skip("runs the suite this test is part of; the `make` block dry-runs it")),
     "python train.py": Inline(run=_the_smoke_run),
@@ -586,8 +611,10 @@ INLINE: dict[str, Inline] = {
         skip=Skip("starts a web server (full mlflow package); `python train.py logger=mlflow` is run, writes the store")
     ),
     "python train.py callbacks.retrieval._target_=beyondlabels.callbacks.lightning.RetrievalEvalCallback ...": Inline(
-        skip=Skip("a template: needs your own lightning trainer and model configs",
-                  covered="tests/callbacks/test_lightning_packages.py")  # fmt: skip
+        skip=Skip(
+            "a template: needs your own lightning trainer and model configs",
+            covered="tests/callbacks/test_lightning_packages.py",
+        )
     ),
     "python benchmarks/bench_retrieval.py --deep": Inline(skip=_BENCHMARK),
     "python evaluate.py task=audit input=embeddings.npz output=audit.json": Inline(run=_audit),

@@ -95,14 +95,16 @@ def test_quoted_figures_come_from_the_run_shown_or_name_their_machine():
     for item in _quoting_figures():
         where, marker = f"{item.file}:{item.line} ({item.section})", item.marker
         if marker is None:
-            problems.append(f"{where} quotes {len(item.figures())} figures without a readme-test marker: reproduce "
-                            "them (output fixture=NAME) or name the machine (measured machine=.. by=..)")  # fmt: skip
+            problems.append(
+                f"{where} quotes {len(item.figures())} figures without a readme-test marker: reproduce "
+                "them (output fixture=NAME) or name the machine (measured machine=.. by=..)"
+            )
         elif marker.mode == "output":
             if marker.get("fixture") not in OUTPUT:
                 problems.append(f"{where}: output needs fixture=NAME of readme_fixtures.OUTPUT")
         elif marker.mode == "measured":
             if not (marker.get("machine") or "").strip() or not (marker.get("by") or "").strip():
-                problems.append(f"{where}: measured needs machine=\"...\" (where) and by=\"...\" (the command)")
+                problems.append(f'{where}: measured needs machine="..." (where) and by="..." (the command)')
         else:
             problems.append(f"{where}: a table or output fence is marked output or measured, not {marker.mode!r}")
     assert not problems, "\n".join(problems)
@@ -228,7 +230,8 @@ def test_shell_commands_split_as_a_shell_does():
     text = "python evaluate.py task=compare \"baseline='model.lr=0.001'\" \\\n    metric=m  # a comment\n\n"
     text += "pip install 'a[b]'\n"
     assert shell_commands(text) == [
-        ["python", "evaluate.py", "task=compare", "baseline='model.lr=0.001'", "metric=m"], ["pip", "install", "a[b]"]
+        ["python", "evaluate.py", "task=compare", "baseline='model.lr=0.001'", "metric=m"],
+        ["pip", "install", "a[b]"],
     ]
 
 

@@ -72,7 +72,9 @@ def test_group_option_composes(group: str, option: str, tmp_path: Path):
     own = {path for path, _ in _leaves(content)}
     expected = list(_leaves(content))
     for name in inherited:
-        expected += [(path, value) for path, value in _leaves(_content(group, name)) if not any(_nested(path, o) for o in own)]
+        expected += [
+            (path, value) for path, value in _leaves(_content(group, name)) if not any(_nested(path, o) for o in own)
+        ]
     packaged = "@package _global_" in text
     if not expected:  # an empty option: the group composes to nothing
         assert container[group] in (None, {}), (group, option, container[group])

@@ -35,7 +35,9 @@ def _cfg(tmp_path: Path, *overrides: str):
     return cfg
 
 
-def _clusters(n: int = 60, classes: int = 4, dim: int = 12, noise: float = 1.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _clusters(
+    n: int = 60, classes: int = 4, dim: int = 12, noise: float = 1.2, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(classes, dim))
     cls = np.arange(n) % classes
@@ -56,7 +58,11 @@ def _loo_reference(x: np.ndarray, labels: np.ndarray, k: int) -> dict[str, float
         r_prec.append(rel[:r].mean())
         precisions = np.cumsum(rel[:r]) / np.arange(1, r + 1)
         map_r.append((precisions * rel[:r]).sum() / r)
-    return {f"precision@{k}": float(np.mean(p_at_k)), "r_precision": float(np.mean(r_prec)), "map@r": float(np.mean(map_r))}
+    return {
+        f"precision@{k}": float(np.mean(p_at_k)),
+        "r_precision": float(np.mean(r_prec)),
+        "map@r": float(np.mean(map_r)),
+    }
 
 
 @pytest.mark.slow
@@ -67,7 +73,14 @@ def test_retrieval_report_matches_reference(tmp_path: Path):
     x = (centres[np.arange(60) % 4] + 1.2 * rng.normal(size=(60, 12))).astype(np.float32)
     np.savez(tmp_path / "emb.npz", embeddings=x, labels=labels)
     out = tmp_path / "out" / "report.json"
-    result = run_script("evaluate.py", "task=retrieval", f"input={tmp_path / 'emb.npz'}", f"output={out}", "k=[1,3,7]", f"paths.log_dir={tmp_path / 'logs'}")
+    result = run_script(
+        "evaluate.py",
+        "task=retrieval",
+        f"input={tmp_path / 'emb.npz'}",
+        f"output={out}",
+        "k=[1,3,7]",
+        f"paths.log_dir={tmp_path / 'logs'}",
+    )
     report = json.loads(out.read_text())
     for key in ("precision@1", "precision@3", "precision@7", "r_precision", "map@r", "num_queries", "num_lone_queries"):
         assert key in report
@@ -123,13 +136,23 @@ def test_wandb_logging_and_run_comparison(tmp_path: Path, capsys: pytest.Capture
         x = (rng.normal(size=(4, 8))[labels] + noise * rng.normal(size=(40, 8))).astype(np.float32)
         np.savez(tmp_path / f"{name}.npz", embeddings=x, labels=labels)
         # default output: report.json in the job folder, beside the W&B run
-        run_script("evaluate.py", f"input={tmp_path / f'{name}.npz'}", "wandb=true", f"hydra.run.dir={tmp_path / 'runs' / name}")
+        run_script(
+            "evaluate.py",
+            f"input={tmp_path / f'{name}.npz'}",
+            "wandb=true",
+            f"hydra.run.dir={tmp_path / 'runs' / name}",
+        )
     reports = {name: json.loads((tmp_path / "runs" / name / "report.json").read_text()) for name in ("blurry", "sharp")}
     assert reports["sharp"]["map@r"] > reports["blurry"]["map@r"]
     table_path = tmp_path / "compare.json"
     result = run_script(
-        "evaluate.py", "task=compare", "source=wandb", f"runs=[{tmp_path / 'runs'}]", f"output={table_path}",
-        "metrics=[retrieval/precision@1,retrieval/map@r]", f"hydra.run.dir={tmp_path / 'cmp'}",
+        "evaluate.py",
+        "task=compare",
+        "source=wandb",
+        f"runs=[{tmp_path / 'runs'}]",
+        f"output={table_path}",
+        "metrics=[retrieval/precision@1,retrieval/map@r]",
+        f"hydra.run.dir={tmp_path / 'cmp'}",
     )
     table = json.loads(table_path.read_text())
     # columns are named by the Hydra job folders holding the W&B runs, with the command-line overrides they do not share
@@ -146,7 +169,10 @@ def test_wandb_logging_and_run_comparison(tmp_path: Path, capsys: pytest.Capture
     headline = tasks.compare.run(_cfg(tmp_path, "task=compare", "source=wandb", f"runs=[{tmp_path / 'runs'}]"))
     printed = capsys.readouterr().out
     assert "headline metrics per run" in printed and "retrieval/r_precision" in printed
-    assert "retrieval/mean_first_relevant_rank" not in printed and "retrieval/mean_first_relevant_rank" in headline["metrics"]
+    assert (
+        "retrieval/mean_first_relevant_rank" not in printed
+        and "retrieval/mean_first_relevant_rank" in headline["metrics"]
+    )
     # the same evaluations compared from the project's files (source=files, the default): same columns and numbers
     files = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{tmp_path / 'runs'}]"))
     assert list(files["runs"]) == labels and all(info["source"] == "files" for info in files["runs"].values())
@@ -168,14 +194,18 @@ def _save(tmp_path: Path, name: str = "emb.npz", **arrays) -> Path:
 
 def test_k_may_be_a_single_int(tmp_path: Path):
     x, cls = _clusters(n=24)
-    report = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=5"))
+    report = tasks.retrieval.run(
+        _cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=5")
+    )
     assert report["ks"] == [5] and "precision@5" in report and "precision@1" not in report
 
 
 @pytest.mark.parametrize("k", ["1.5", "[1,2.5]", "[]", "0", "true", "five"])
 def test_k_that_is_not_a_positive_int_is_a_clear_error(tmp_path: Path, k: str):
     x, cls = _clusters(n=24)
-    cfg = _cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", f"k={k}")
+    cfg = _cfg(
+        tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", f"k={k}"
+    )
     with pytest.raises(ValueError, match=r"^`k` must (be a non-empty sequence of|contain only) positive ints"):
         tasks.retrieval.run(cfg)
     assert not (tmp_path / "r.json").exists()
@@ -183,7 +213,13 @@ def test_k_that_is_not_a_positive_int_is_a_clear_error(tmp_path: Path, k: str):
 
 def test_curve_max_k_null_means_max_k(tmp_path: Path):
     x, cls = _clusters(n=24)
-    cfg = _cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,3]", "eval.curve_max_k=null")
+    cfg = _cfg(
+        tmp_path,
+        f"input={_save(tmp_path, embeddings=x, labels=cls)}",
+        f"output={tmp_path / 'r.json'}",
+        "k=[1,3]",
+        "eval.curve_max_k=null",
+    )
     report = tasks.retrieval.run(cfg)
     assert len(report["precision_curve"]) == 3 and report["precision_curve"][2] == report["precision@3"]
     bad = _cfg(tmp_path, f"input={tmp_path / 'emb.npz'}", f"output={tmp_path / 'r.json'}", "eval.curve_max_k=2.5")
@@ -197,8 +233,20 @@ def test_large_and_negative_integer_labels(tmp_path: Path, offset: int):
     x, cls = _clusters(n=60, classes=6)
     big = cls.astype(np.int64) * (1_000_000_007 if offset > 0 else -1_000_000_007) + offset
     ids = np.arange(60, dtype=np.int64) * 7 + 1000
-    report = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, 'big.npz', embeddings=x, labels=big, ids=ids)}", f"output={tmp_path / 'big.json'}"))
-    small = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, 'small.npz', embeddings=x, labels=cls, ids=ids)}", f"output={tmp_path / 'small.json'}"))
+    report = tasks.retrieval.run(
+        _cfg(
+            tmp_path,
+            f"input={_save(tmp_path, 'big.npz', embeddings=x, labels=big, ids=ids)}",
+            f"output={tmp_path / 'big.json'}",
+        )
+    )
+    small = tasks.retrieval.run(
+        _cfg(
+            tmp_path,
+            f"input={_save(tmp_path, 'small.npz', embeddings=x, labels=cls, ids=ids)}",
+            f"output={tmp_path / 'small.json'}",
+        )
+    )
     assert report["num_labels"] == 6 and report["num_items"] == 60 and "label_names" not in report
     schema = retrieval_output_schema([1, 5, 10])
     for key in schema.scalar_keys():  # the same partition into classes gives the same numbers
@@ -211,7 +259,14 @@ def test_report_and_per_query_read_back_as_an_evaluation_run(tmp_path: Path):
     from beyondlabels.io import read_evaluation_run
 
     x, cls = _clusters(n=30, classes=3)
-    tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'out' / 'a.json'}", "k=[1,2]"))
+    tasks.retrieval.run(
+        _cfg(
+            tmp_path,
+            f"input={_save(tmp_path, embeddings=x, labels=cls)}",
+            f"output={tmp_path / 'out' / 'a.json'}",
+            "k=[1,2]",
+        )
+    )
     run = read_evaluation_run(tmp_path / "out" / "a.json")
     report = json.loads((tmp_path / "out" / "a.json").read_text())
     assert run.prefix == "retrieval" and run.final()["map@r"] == report["map@r"]
@@ -240,7 +295,9 @@ def test_compare_reads_the_project_files_of_a_multirun(tmp_path: Path, capsys: p
     assert json.loads(out.read_text()) == table
     assert table["metrics"]["retrieval/map@r"]["values"] == {"0 (seed=1)": 0.4, "1 (seed=2)": 0.35}
     assert "↑" in capsys.readouterr().out
-    best = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs=[{sweep}]", "which=best", "metrics=[retrieval/map@r]"))
+    best = tasks.compare.run(
+        _cfg(tmp_path, "task=compare", f"runs=[{sweep}]", "which=best", "metrics=[retrieval/map@r]")
+    )
     assert best["metrics"]["retrieval/map@r"]["values"] == {"0 (seed=1)": 0.5, "1 (seed=2)": 0.35}
     assert best["metrics"]["retrieval/map@r"]["steps"] == {"0 (seed=1)": 20, "1 (seed=2)": 20}
     single = tasks.compare.run(_cfg(tmp_path, "task=compare", f"runs={sweep / '1'}"))  # one path, not a list
@@ -266,10 +323,19 @@ def test_query_sampling_reports_the_pool_and_standard_errors(tmp_path: Path):
     path = _save(tmp_path, "s.npz", embeddings=x, labels=cls)
     full = tasks.retrieval.run(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'full.json'}", "k=[1,5]"))
     report = tasks.retrieval.run(
-        _cfg(tmp_path, f"input={path}", f"output={tmp_path / 's.json'}", "k=[1,5]", "eval.max_queries=30", "eval.query_seed=2")
+        _cfg(
+            tmp_path,
+            f"input={path}",
+            f"output={tmp_path / 's.json'}",
+            "k=[1,5]",
+            "eval.max_queries=30",
+            "eval.query_seed=2",
+        )
     )
     assert report["num_query_pool"] == 80 and report["num_queries"] + report["num_lone_queries"] == 30
-    assert report["precision@1_se"] > 0 and abs(report["precision@1"] - full["precision@1"]) < 4 * report["precision@1_se"]
+    assert (
+        report["precision@1_se"] > 0 and abs(report["precision@1"] - full["precision@1"]) < 4 * report["precision@1_se"]
+    )
     assert "precision@1_se" in report["schema"]["keys"]
     with np.load(tmp_path / "s.per_query.npz") as pq:
         assert len(pq["query_id"]) == 30
@@ -277,7 +343,9 @@ def test_query_sampling_reports_the_pool_and_standard_errors(tmp_path: Path):
 
 def test_reports_carry_bootstrap_intervals_of_the_headline_metrics(tmp_path: Path):
     x, cls = _clusters(n=60)
-    report = tasks.retrieval.run(_cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,5]"))
+    report = tasks.retrieval.run(
+        _cfg(tmp_path, f"input={_save(tmp_path, embeddings=x, labels=cls)}", f"output={tmp_path / 'r.json'}", "k=[1,5]")
+    )
     assert report["precision@1_ci_low"] <= report["precision@1"] <= report["precision@1_ci_high"]
     assert report["precision@1_ci_low"] < report["precision@1_ci_high"]
     assert "map@r_ci_high" in report["schema"]["keys"] and "num_queries_ci_low" not in report
@@ -295,7 +363,11 @@ def test_shallow_mode_leaves_out_the_depth_r_keys(tmp_path: Path):
     )
     deep_words = ("r_precision", "map@r", "first_relevant_rank")
     assert not [k for k in [*report, *report["schema"]["keys"]] if any(w in k for w in deep_words)]
-    assert report["precision@1"] == deep["precision@1"] == pytest.approx(_loo_reference(x, cls, 1)["precision@1"], abs=1e-12)
+    assert (
+        report["precision@1"]
+        == deep["precision@1"]
+        == pytest.approx(_loo_reference(x, cls, 1)["precision@1"], abs=1e-12)
+    )
     assert report["precision_curve"] == deep["precision_curve"] and report["settings"]["deep_metrics"] is False
     with np.load(tmp_path / "sh.per_query.npz") as pq:
         assert "map@r" not in pq and "precision@5" in pq

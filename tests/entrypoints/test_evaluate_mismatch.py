@@ -49,8 +49,17 @@ def test_mismatch_task_report_matches_references(tmp_path):
     q, r, m, classes = _pairs()
     _write_csv(tmp_path / "pairs.csv", q, r)
     out = tmp_path / "mm.json"
-    report = tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.csv'}", f"profiles={PROFILES}",
-                                             f"output={out}", "trials=2000", "seed=42"))
+    report = tasks.mismatch.run(
+        evaluate_config(
+            tmp_path,
+            "task=mismatch",
+            f"pairs={tmp_path / 'pairs.csv'}",
+            f"profiles={PROFILES}",
+            f"output={out}",
+            "trials=2000",
+            "seed=42",
+        )
+    )
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert out.with_suffix(".png").stat().st_size > 0
     idx = {c: i for i, c in enumerate(classes)}
@@ -60,7 +69,9 @@ def test_mismatch_task_report_matches_references(tmp_path):
     pairs = m[np.triu_indices(len(classes), 1)]
     assert report["num_mismatches"] == wrong.sum()
     assert report["mean_similarity"] == pytest.approx(sims.mean(), abs=1e-12)
-    assert report["mean_percentile_rank"] == pytest.approx(np.mean([sps.percentileofscore(pairs, s, kind="weak") for s in sims]), abs=1e-9)
+    assert report["mean_percentile_rank"] == pytest.approx(
+        np.mean([sps.percentileofscore(pairs, s, kind="weak") for s in sims]), abs=1e-9
+    )
     # analytic null mean from the query frequencies
     f = np.bincount(qi, minlength=len(classes)).astype(float)
     expected = np.mean([(np.where(np.arange(len(f)) == a, 0, f) * m[a]).sum() / (f.sum() - f[a]) for a in qi[wrong]])
@@ -74,8 +85,16 @@ def test_mismatch_task_report_matches_references(tmp_path):
     np.add.at(pair_counts, (qi[wrong], ri[wrong]), 1)
     ranked = sorted(zip(*np.nonzero(pair_counts), strict=True), key=lambda ab: (-pair_counts[ab], ab[0], ab[1]))
     assert len(ranked) > 20 and pair_counts[ranked[19]] == pair_counts[ranked[20]]  # the cut and the tie rule matter
-    expected_rows = [{"query": classes[a], "retrieved": classes[b], "count": int(pair_counts[a, b]),
-                      "share": pair_counts[a, b] / wrong.sum(), "similarity": m[a, b]} for a, b in ranked[:20]]  # fmt: skip
+    expected_rows = [
+        {
+            "query": classes[a],
+            "retrieved": classes[b],
+            "count": int(pair_counts[a, b]),
+            "share": pair_counts[a, b] / wrong.sum(),
+            "similarity": m[a, b],
+        }
+        for a, b in ranked[:20]
+    ]
     assert [(row["query"], row["retrieved"], row["count"]) for row in report["mismatch_pairs"]] == [
         (row["query"], row["retrieved"], row["count"]) for row in expected_rows
     ]
@@ -92,10 +111,28 @@ def test_mismatch_task_with_ranks_counts_and_npz(tmp_path):
     np.savez(tmp_path / "pairs.npz", query_label=q2, retrieved_label=r2, rank=rk2)
     counts = {c: 10 for c in classes}
     (tmp_path / "counts.json").write_text(json.dumps(counts))
-    one = tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.npz'}", f"profiles={PROFILES}",
-                                          f"output={tmp_path / 'a.json'}", "trials=100"))
-    two = tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'pairs.npz'}", f"profiles={PROFILES}",
-                                          f"output={tmp_path / 'b.json'}", "trials=100", "rank_max=2", f"counts={tmp_path / 'counts.json'}"))
+    one = tasks.mismatch.run(
+        evaluate_config(
+            tmp_path,
+            "task=mismatch",
+            f"pairs={tmp_path / 'pairs.npz'}",
+            f"profiles={PROFILES}",
+            f"output={tmp_path / 'a.json'}",
+            "trials=100",
+        )
+    )
+    two = tasks.mismatch.run(
+        evaluate_config(
+            tmp_path,
+            "task=mismatch",
+            f"pairs={tmp_path / 'pairs.npz'}",
+            f"profiles={PROFILES}",
+            f"output={tmp_path / 'b.json'}",
+            "trials=100",
+            "rank_max=2",
+            f"counts={tmp_path / 'counts.json'}",
+        )
+    )
     assert one["num_queries"] == 60 and two["num_queries"] == 120
     assert one["num_mismatches"] == int((q != r).sum())
     assert two["settings"]["counts"].endswith("counts.json")
@@ -104,10 +141,14 @@ def test_mismatch_task_with_ranks_counts_and_npz(tmp_path):
 def test_mismatch_task_errors_name_the_problem(tmp_path):
     _write_csv(tmp_path / "bad.csv", ["square", "zebra"], ["circle", "square"])
     with pytest.raises(ValueError, match=r"labels \['zebra'\] that are not classes of the profiles"):
-        tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'bad.csv'}", f"profiles={PROFILES}"))
+        tasks.mismatch.run(
+            evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'bad.csv'}", f"profiles={PROFILES}")
+        )
     (tmp_path / "cols.csv").write_text("query,retrieved\nsquare,circle\n")
     with pytest.raises(ValueError, match=r"lacks the column\(s\) \['query_label', 'retrieved_label'\]"):
-        tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'cols.csv'}", f"profiles={PROFILES}"))
+        tasks.mismatch.run(
+            evaluate_config(tmp_path, "task=mismatch", f"pairs={tmp_path / 'cols.csv'}", f"profiles={PROFILES}")
+        )
     with pytest.raises(ValueError, match="task=mismatch needs pairs=PATH"):
         tasks.mismatch.run(evaluate_config(tmp_path, "task=mismatch"))
 
@@ -131,8 +172,17 @@ def test_retrieval_with_profiles_adds_graded_keys_and_a_mismatch_section(tmp_pat
     x = (rng.normal(size=(c, 8))[labels] + 1.3 * rng.normal(size=(160, 8))).astype(np.float32)
     np.savez(tmp_path / "emb.npz", embeddings=x, labels=labels)  # integer labels: class indices in profiles order
     out = tmp_path / "ret.json"
-    report = tasks.retrieval.run(evaluate_config(tmp_path, "task=retrieval", f"input={tmp_path / 'emb.npz'}", f"profiles={PROFILES}",
-                                              f"output={out}", "k=[1,5]", "trials=300"))
+    report = tasks.retrieval.run(
+        evaluate_config(
+            tmp_path,
+            "task=retrieval",
+            f"input={tmp_path / 'emb.npz'}",
+            f"profiles={PROFILES}",
+            f"output={out}",
+            "k=[1,5]",
+            "trials=300",
+        )
+    )
     m = feature_similarity(p).numpy()
     u = x.astype(np.float64) / np.linalg.norm(x, axis=1, keepdims=True)
     s = u @ u.T
@@ -155,7 +205,15 @@ def test_mismatch_task_runs_from_the_command_line(tmp_path):
     q, r, _, _ = _pairs(80, seed=2)
     _write_csv(tmp_path / "pairs.csv", q, r)
     out = tmp_path / "cli.json"
-    run_script("evaluate.py", "task=mismatch", f"pairs={tmp_path / 'pairs.csv'}", f"profiles={PROFILES}", f"output={out}",
-               "trials=500", f"paths.log_dir={tmp_path / 'logs'}", f"hydra.run.dir={tmp_path / 'run'}")
+    run_script(
+        "evaluate.py",
+        "task=mismatch",
+        f"pairs={tmp_path / 'pairs.csv'}",
+        f"profiles={PROFILES}",
+        f"output={out}",
+        "trials=500",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     report = json.loads(out.read_text())
     assert report["task"] == "mismatch" and report["num_trials"] == 500

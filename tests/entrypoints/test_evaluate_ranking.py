@@ -18,8 +18,16 @@ from beyondlabels.io import read_evaluation_run  # noqa: E402
 from tests.entrypoints.helpers import evaluate_config
 from tests.oracles.bootstrap import numpy_percentile_bootstrap
 
-NEW = {"map": "map", "recip_rank": "recip_rank", "bpref": "bpref", "recall@5": "recall_5", "recall@10": "recall_10",
-       "success@1": "success_1", "success@5": "success_5", "success@10": "success_10"}
+NEW = {
+    "map": "map",
+    "recip_rank": "recip_rank",
+    "bpref": "bpref",
+    "recall@5": "recall_5",
+    "recall@10": "recall_10",
+    "success@1": "success_1",
+    "success@5": "success_5",
+    "success@10": "success_10",
+}
 
 
 def _files(tmp_path: Path, seed: int = 2):
@@ -43,8 +51,15 @@ def _files(tmp_path: Path, seed: int = 2):
 def test_ranking_task_reports_trec_eval_measures_with_intervals(tmp_path: Path, capsys: pytest.CaptureFixture):
     qrels, run = _files(tmp_path)
     output = tmp_path / "out" / "ranking.json"
-    cfg = evaluate_config(tmp_path, "task=ranking", f"run={tmp_path / 'run.txt'}", f"qrels={tmp_path / 'qrels.txt'}", "k=[1,5,10]",
-               "bootstrap_rounds=500", f"output={output}")
+    cfg = evaluate_config(
+        tmp_path,
+        "task=ranking",
+        f"run={tmp_path / 'run.txt'}",
+        f"qrels={tmp_path / 'qrels.txt'}",
+        "k=[1,5,10]",
+        "bootstrap_rounds=500",
+        f"output={output}",
+    )
     tasks.ranking.run(cfg)
     report = json.loads(output.read_text())
     reference = pytrec_eval.RelevanceEvaluator(qrels, set(NEW.values()) | {"P.5"}).evaluate(run)
@@ -61,12 +76,20 @@ def test_ranking_task_reports_trec_eval_measures_with_intervals(tmp_path: Path, 
         low, high = numpy_percentile_bootstrap([reference[q][name] for q in kept], rounds=500, seed=11)
         assert (report[f"{key}_ci_low"], report[f"{key}_ci_high"]) == pytest.approx((low, high), abs=1e-12), key
     back = read_evaluation_run(output).per_query()
-    assert np.allclose(np.sort(back["map"][~np.isnan(back["map"])]), np.sort([reference[q]["map"] for q in kept]), rtol=0, atol=1e-12)
+    assert np.allclose(
+        np.sort(back["map"][~np.isnan(back["map"])]), np.sort([reference[q]["map"] for q in kept]), rtol=0, atol=1e-12
+    )
 
     text = capsys.readouterr().out
-    rows = {line.split("│")[1].strip(): line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 4}
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 4
+    }
     assert not any(key.endswith(("_ci_low", "_ci_high")) for key in rows)  # bounds are not rows of their own
     for key in (*NEW, "precision@5", "ndcg@10", "r_precision"):
         value, low, high = (float(x) for x in re.fullmatch(r"(\S+)  \[(\S+), (\S+)\]", rows[key]).groups())
-        assert (value, low, high) == (round(report[key], 4), round(report[f"{key}_ci_low"], 4), round(report[f"{key}_ci_high"], 4)), key
+        assert (value, low, high) == (
+            round(report[key], 4),
+            round(report[f"{key}_ci_low"], 4),
+            round(report[f"{key}_ci_high"], 4),
+        ), key
     assert rows["num_queries"] == str(len(kept)) and rows["judged@5"] == f"{report['judged@5']:.4f}"

@@ -35,12 +35,27 @@ def test_report_holds_the_keys_settings_and_evaluator(tmp_path: Path):
     img, txt = _data()
     ids = np.arange(60) + 500
     identity = {"model": "tiny", "pretrained": "sha256:abc", "preprocess": "resize 32"}
-    np.savez(tmp_path / "in.npz", image_embeddings=img, text_embeddings=txt, ids=ids, evaluator=json.dumps(identity),
-             captions=np.array([f"caption {i}" for i in range(60)]))  # fmt: skip
+    np.savez(
+        tmp_path / "in.npz",
+        image_embeddings=img,
+        text_embeddings=txt,
+        ids=ids,
+        evaluator=json.dumps(identity),
+        captions=np.array([f"caption {i}" for i in range(60)]),
+    )
     out = tmp_path / "out" / "r.json"
     tasks.rprecision.run(
-        evaluate_config(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=10", "top_r=[1,5]",
-             "repeats=1", "seed=3", "rprecision.hard_negatives=true")  # fmt: skip
+        evaluate_config(
+            tmp_path,
+            "task=rprecision",
+            f"input={tmp_path / 'in.npz'}",
+            f"output={out}",
+            "num_candidates=10",
+            "top_r=[1,5]",
+            "repeats=1",
+            "seed=3",
+            "rprecision.hard_negatives=true",
+        )
     )
     report = json.loads(out.read_text())
     sets = draw_candidate_sets(torch.from_numpy(txt), torch.from_numpy(ids), num_candidates=10, seed=3)
@@ -64,8 +79,15 @@ def test_pinned_sets_and_missing_arrays(tmp_path: Path):
     save_candidate_sets(sets, tmp_path / "sets.npz")
     out = tmp_path / "r.json"
     tasks.rprecision.run(
-        evaluate_config(tmp_path, "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=8", "top_r=[1]",
-             f"rprecision.candidate_sets={tmp_path / 'sets.npz'}")  # fmt: skip
+        evaluate_config(
+            tmp_path,
+            "task=rprecision",
+            f"input={tmp_path / 'in.npz'}",
+            f"output={out}",
+            "num_candidates=8",
+            "top_r=[1]",
+            f"rprecision.candidate_sets={tmp_path / 'sets.npz'}",
+        )
     )
     hits = _oracle_hits(img.astype(np.float64), txt.astype(np.float64), sets.distractor_ids.numpy())
     with np.load(tmp_path / json.loads(out.read_text())["per_query_file"]) as pq:
@@ -80,17 +102,34 @@ def test_command_line(tmp_path: Path):
     img, txt = _data(n=40, seed=2)
     np.savez(tmp_path / "in.npz", image_embeddings=img, text_embeddings=txt)
     out = tmp_path / "r.json"
-    run_script("evaluate.py", "task=rprecision", f"input={tmp_path / 'in.npz'}", f"output={out}", "num_candidates=20",
-               "top_r=[1,5,10]", "repeats=10", "protocol=resample", "seed=0", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    run_script(
+        "evaluate.py",
+        "task=rprecision",
+        f"input={tmp_path / 'in.npz'}",
+        f"output={out}",
+        "num_candidates=20",
+        "top_r=[1,5,10]",
+        "repeats=10",
+        "protocol=resample",
+        "seed=0",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     report = json.loads(out.read_text())
     assert report["settings"]["protocol"] == "resample" and report["settings"]["repeats"] == 10
     # ten redraws of the seeded sets (repeat 0..9), each scored by the numpy oracle: the report holds the mean and
     # the spread (ddof 0) of the ten draws' R-precision, the per-sample file each sample's mean over the draws
-    hits = np.stack([
-        _oracle_hits(img.astype(np.float64), txt.astype(np.float64),
-                     draw_candidate_sets(torch.from_numpy(txt), num_candidates=20, seed=0, repeat=rep).distractor_ids.numpy())
-        for rep in range(10)
-    ])  # fmt: skip
+    hits = np.stack(
+        [
+            _oracle_hits(
+                img.astype(np.float64),
+                txt.astype(np.float64),
+                draw_candidate_sets(
+                    torch.from_numpy(txt), num_candidates=20, seed=0, repeat=rep
+                ).distractor_ids.numpy(),
+            )
+            for rep in range(10)
+        ]
+    )
     assert 0.1 < hits.mean() < 0.9 and hits.mean(axis=1).std() > 0  # the draws differ, the value is informative
     assert report["r_precision"] == pytest.approx(hits.mean(), abs=1e-12)
     assert report["r_precision_std"] == pytest.approx(hits.mean(axis=1).std(), abs=1e-12)

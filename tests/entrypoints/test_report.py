@@ -25,7 +25,9 @@ from tests.entrypoints.helpers import REPO_ROOT, run_script, script_env
 def _cfg(tmp_path: Path, *overrides: str):
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=["task=report", f"paths.log_dir={tmp_path / 'logs'}", *overrides])
+        cfg = compose(
+            config_name="evaluate", overrides=["task=report", f"paths.log_dir={tmp_path / 'logs'}", *overrides]
+        )
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "job")
     return cfg
@@ -74,7 +76,10 @@ def test_report_errors_name_the_argument_and_what_to_pass(tmp_path: Path):
     run = _run_folder(tmp_path / "run", 0.5)
     with pytest.raises(ValueError, match=r"needs both baseline=GROUP .* and metric=KEY"):
         tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "baseline='model.lr=0.001'"))
-    with pytest.raises(ValueError, match=r"`level` must be a number in \(0, 1\) \(e\.g\. 0\.05, the family-wise error rate .*\), got 1\.5\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"`level` must be a number in \(0, 1\) \(e\.g\. 0\.05, the family-wise error rate .*\), got 1\.5\.$",
+    ):
         tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "level=1.5"))
     with pytest.raises(ValueError, match=r"seed_keys must be a list of keys.*got \[3\]"):
         tasks.run_task("report", _cfg(tmp_path, f"runs=[{run}]", "seed_keys=[3]"))
@@ -87,11 +92,20 @@ def test_report_groups_a_sweep_by_the_seed_keys_it_is_given(tmp_path: Path):
         _run_folder(sweep / str(job), value)
         (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(f"- model.lr={job // 2}\n- data.noise={noise}\n")
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
-    plain = tasks.run_task("report", _cfg(tmp_path, f"runs=[{sweep}]", f"output={tmp_path / 'a.html'}", "metrics=[retrieval/map@r]"))
+    plain = tasks.run_task(
+        "report", _cfg(tmp_path, f"runs=[{sweep}]", f"output={tmp_path / 'a.html'}", "metrics=[retrieval/map@r]")
+    )
     assert "sweep-groups" not in Path(plain["report"]).read_text(encoding="utf-8")  # no seed override: no groups
-    grouped = tasks.run_task("report", _cfg(
-        tmp_path, f"runs=[{sweep}]", f"output={tmp_path / 'b.html'}", "metrics=[retrieval/map@r]", "seed_keys=[data.noise]",
-    ))  # fmt: skip
+    grouped = tasks.run_task(
+        "report",
+        _cfg(
+            tmp_path,
+            f"runs=[{sweep}]",
+            f"output={tmp_path / 'b.html'}",
+            "metrics=[retrieval/map@r]",
+            "seed_keys=[data.noise]",
+        ),
+    )
     text = Path(grouped["report"]).read_text(encoding="utf-8")
     means = re.findall(r'<tr data-group="([^"]+)">.*?data-mean="([^"]+)"', text)
     assert [(name, float(mean)) for name, mean in means] == [("model.lr=0", 0.625), ("model.lr=1", 0.25)]
@@ -126,20 +140,31 @@ def test_train_writes_the_report_and_prints_its_path(tmp_path: Path):
 def test_a_run_that_fails_mid_fit_still_writes_the_report_of_its_evaluations(tmp_path: Path):
     """A user's callback raises at the end of the first training epoch, after the first evaluation: train.py exits
     with the error, and report.html holds that evaluation."""
-    (tmp_path / "crash_callback.py").write_text(textwrap.dedent("""
+    (tmp_path / "crash_callback.py").write_text(
+        textwrap.dedent("""
         import pytorch_lightning as pl
 
         class CrashAfterFirstEpoch(pl.Callback):
             def on_train_epoch_end(self, trainer, pl_module):
                 raise RuntimeError("injected failure after the first epoch")
-    """))
+    """)
+    )
     env = script_env()
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "train.py"), "experiment=shapes_smoke", f"paths.log_dir={tmp_path / 'logs'}",
-         "+callbacks.crash._target_=crash_callback.CrashAfterFirstEpoch"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO_ROOT / "train.py"),
+            "experiment=shapes_smoke",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            "+callbacks.crash._target_=crash_callback.CrashAfterFirstEpoch",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode != 0 and "injected failure after the first epoch" in result.stdout + result.stderr
     (report,) = (tmp_path / "logs").rglob("report.html")
     history = [json.loads(line) for line in (report.parent / "retrieval" / "history.jsonl").read_text().splitlines()]

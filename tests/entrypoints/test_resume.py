@@ -16,7 +16,13 @@ from beyondlabels.io.run_files import read_history  # noqa: E402
 from beyondlabels.utils import keep_wandb_run_id, resumed_wandb_run_id, wandb_run_id  # noqa: E402
 from tests.entrypoints.helpers import REPO_ROOT, run_script, script_env
 
-SMOKE = ("experiment=shapes_smoke", "trainer.max_epochs=6", "~callbacks.zeroshot", "~callbacks.hierarchy", "~callbacks.crossmodal")
+SMOKE = (
+    "experiment=shapes_smoke",
+    "trainer.max_epochs=6",
+    "~callbacks.zeroshot",
+    "~callbacks.hierarchy",
+    "~callbacks.crossmodal",
+)
 STEPS_PER_EPOCH = 16 * 8 // 32
 
 
@@ -32,14 +38,24 @@ def _segments(folder: Path) -> list[tuple[Path, str, bool]]:
 
 def _kill_after_two_evaluations(run_dir: Path, tmp_path: Path) -> None:
     env = script_env()
-    args = [sys.executable, str(REPO_ROOT / "train.py"), *SMOKE, f"paths.log_dir={tmp_path}", f"hydra.run.dir={run_dir}"]
+    args = [
+        sys.executable,
+        str(REPO_ROOT / "train.py"),
+        *SMOKE,
+        f"paths.log_dir={tmp_path}",
+        f"hydra.run.dir={run_dir}",
+    ]
     errors = tmp_path / "killed_run.stderr"
     with open(errors, "wb") as stderr:  # a file, not a pipe: nothing can block the child's writes
         proc = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         history, deadline = run_dir / "retrieval" / "history.jsonl", time.monotonic() + 300
         try:
             while time.monotonic() < deadline and proc.poll() is None:
-                if history.is_file() and len(read_history(history)) >= 2 and (run_dir / "checkpoints" / "last.ckpt").is_file():
+                if (
+                    history.is_file()
+                    and len(read_history(history)) >= 2
+                    and (run_dir / "checkpoints" / "last.ckpt").is_file()
+                ):
                     break
                 time.sleep(0.05)
             assert proc.poll() is None, "the run ended before it could be killed: " + errors.read_text()[-3000:]
@@ -58,7 +74,13 @@ def test_a_killed_run_resumes_its_histories_and_its_wandb_run(tmp_path: Path, sa
     ((_, killed_id, _),) = _segments(first)
     assert wandb_run_id(first) == killed_id
     second = first if same_folder else tmp_path / "second"
-    run_script("train.py", *SMOKE, f"paths.log_dir={tmp_path}", f"hydra.run.dir={second}", f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}")
+    run_script(
+        "train.py",
+        *SMOKE,
+        f"paths.log_dir={tmp_path}",
+        f"hydra.run.dir={second}",
+        f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}",
+    )
     # the evaluation history: every epoch once, steps strictly increasing, through the end of training
     steps = [h["step"] for h in read_history(second / "retrieval" / "history.jsonl")]
     assert steps == [STEPS_PER_EPOCH * (e + 1) for e in range(6)], steps

@@ -22,18 +22,24 @@ def _has_submitit() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not _has_submitit(), reason="hydra-submitit-launcher is an optional extra: pip install 'beyondlabels[cluster]'")
+pytestmark = pytest.mark.skipif(
+    not _has_submitit(), reason="hydra-submitit-launcher is an optional extra: pip install 'beyondlabels[cluster]'"
+)
 
 
 def _launcher(tmp_path: Path, *overrides: str):
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="train", overrides=[f"paths.log_dir={tmp_path}", *overrides], return_hydra_config=True)
+        cfg = compose(
+            config_name="train", overrides=[f"paths.log_dir={tmp_path}", *overrides], return_hydra_config=True
+        )
     return cfg.hydra.launcher
 
 
 def test_slurm_preset_extends_the_plugin_config(tmp_path: Path):
-    launcher = _launcher(tmp_path, "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=4")
+    launcher = _launcher(
+        tmp_path, "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=4"
+    )
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert launcher.partition == "gpu" and launcher.gpus_per_node == 4 and launcher.timeout_min == 120
     assert launcher.max_num_timeout == 0 and "signal_delay_s" in launcher  # the plugin's own fields are kept
@@ -45,9 +51,17 @@ def test_slurm_preset_extends_the_plugin_config(tmp_path: Path):
 @pytest.mark.slow
 def test_two_job_multirun_with_submitit_local(tmp_path: Path):
     run_script(
-        "train.py", "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "seed=1,2",
-        "experiment=shapes_smoke", "trainer.max_epochs=1", "logger=csv", "~callbacks.zeroshot", f"paths.log_dir={tmp_path}",
-    )  # fmt: skip
+        "train.py",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        "seed=1,2",
+        "experiment=shapes_smoke",
+        "trainer.max_epochs=1",
+        "logger=csv",
+        "~callbacks.zeroshot",
+        f"paths.log_dir={tmp_path}",
+    )
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     jobs = sorted(p for p in sweep.iterdir() if p.name.isdigit())
     assert [p.name for p in jobs] == ["0", "1"]
@@ -65,7 +79,10 @@ def test_two_job_multirun_with_submitit_local(tmp_path: Path):
                 rank = pq[f"{direction}_rank"][pq["direction"] == code]
                 assert rank.shape == (64,) and np.all(pq["num_relevant"] == 1)
                 for k in (1, 5, 10):
-                    assert history[-1][f"{direction}_recall@{k}"] == pytest.approx(np.mean(rank <= k), abs=1e-15), (direction, k)
+                    assert history[-1][f"{direction}_recall@{k}"] == pytest.approx(np.mean(rank <= k), abs=1e-15), (
+                        direction,
+                        k,
+                    )
                 assert history[-1][f"{direction}_mean_rank"] == pytest.approx(rank.mean(), rel=1e-15), direction
         assert (job / "csv" / "metrics.csv").is_file() and (job / "retrieval" / "history.jsonl").is_file()
     assert sorted(seeds) == [1, 2]

@@ -91,5 +91,7 @@ def test_report_prints_the_summary_of_each_run_folder(tmp_path: Path, capsys: py
 @pytest.mark.parametrize("task", ["compare", "report"])
 def test_full_table_must_be_a_boolean(tmp_path: Path, task: str):
     run = _run_folder(tmp_path / "run", [0.2], seed=1)
-    with pytest.raises(ValueError, match="`full_table` must be True or False \\(true: every key.*\\), got 'yes please'\\.$"):
+    with pytest.raises(
+        ValueError, match="`full_table` must be True or False \\(true: every key.*\\), got 'yes please'\\.$"
+    ):
         tasks.run_task(task, _cfg(tmp_path, f"task={task}", f"runs=[{run}]", "full_table=yes please"))

@@ -49,8 +49,21 @@ def _crossmodal_sweep(tmp_path: Path) -> Path:
             folder = root / str(job)
             (folder / ".hydra").mkdir(parents=True)
             (folder / ".hydra" / "overrides.yaml").write_text(f"- noise={noise}\n- seed={seed}\n")
-            np.savez(folder / "pairs.npz", image_embeddings=images.astype(np.float32), text_embeddings=texts.astype(np.float32), text_image_index=owner)
-            tasks.crossmodal.run(_cfg(tmp_path, "task=crossmodal", f"input={folder / 'pairs.npz'}", f"output={folder / 'report.json'}", "k=[1,5]"))
+            np.savez(
+                folder / "pairs.npz",
+                image_embeddings=images.astype(np.float32),
+                text_embeddings=texts.astype(np.float32),
+                text_image_index=owner,
+            )
+            tasks.crossmodal.run(
+                _cfg(
+                    tmp_path,
+                    "task=crossmodal",
+                    f"input={folder / 'pairs.npz'}",
+                    f"output={folder / 'report.json'}",
+                    "k=[1,5]",
+                )
+            )
             job += 1
     return root
 
@@ -66,10 +79,16 @@ def _direction_rows(folder: Path, key: str, direction: int) -> tuple[np.ndarray,
 
 def test_crossmodal_keys_pair_within_their_direction(tmp_path: Path):
     root = _crossmodal_sweep(tmp_path)
-    ab = tasks.abtest.run(_cfg(
-        tmp_path, "task=abtest", f"runs=[{root}]", f"baseline={root / '0'}", "metric=crossmodal/image_to_text_recall@5",
-        "guardrails=[crossmodal/text_to_image_recall@5]",
-    ))  # fmt: skip
+    ab = tasks.abtest.run(
+        _cfg(
+            tmp_path,
+            "task=abtest",
+            f"runs=[{root}]",
+            f"baseline={root / '0'}",
+            "metric=crossmodal/image_to_text_recall@5",
+            "guardrails=[crossmodal/text_to_image_recall@5]",
+        )
+    )
     blurry = next(e for label, e in ab["runs"].items() if label.startswith("2 "))["vs_baseline"]
     ids_a, a = _direction_rows(root / "0", "image_to_text_recall@5", 0)
     ids_b, b = _direction_rows(root / "2", "image_to_text_recall@5", 0)
@@ -80,13 +99,22 @@ def test_crossmodal_keys_pair_within_their_direction(tmp_path: Path):
     guard = blurry["guardrails"]["crossmodal/text_to_image_recall@5"]
     assert guard["n"] == 60 and guard["difference"] == pytest.approx(np.mean(gb - ga), abs=1e-12)
     # the grouped comparison pairs the same rows within each seed
-    table = tasks.compare.run(_cfg(
-        tmp_path, "task=compare", f"runs=[{root}]", "baseline='noise=0.5'", "metric=crossmodal/text_to_image_recall@1",
-        "guardrails=[crossmodal/image_to_text_recall@1]",
-    ))  # fmt: skip
+    table = tasks.compare.run(
+        _cfg(
+            tmp_path,
+            "task=compare",
+            f"runs=[{root}]",
+            "baseline='noise=0.5'",
+            "metric=crossmodal/text_to_image_recall@1",
+            "guardrails=[crossmodal/image_to_text_recall@1]",
+        )
+    )
     got = {c["metric"]: c for c in table["baseline"]["comparisons"]}
     for key, direction, n in (("text_to_image_recall@1", 1, 60), ("image_to_text_recall@1", 0, 30)):
-        d = [_direction_rows(root / str(j + 2), key, direction)[1] - _direction_rows(root / str(j), key, direction)[1] for j in (0, 1)]
+        d = [
+            _direction_rows(root / str(j + 2), key, direction)[1] - _direction_rows(root / str(j), key, direction)[1]
+            for j in (0, 1)
+        ]
         assert got[f"crossmodal/{key}"]["n_queries"] == n
         assert got[f"crossmodal/{key}"]["difference"] == pytest.approx(np.mean(d), abs=1e-12)
         assert got[f"crossmodal/{key}"]["decision"] == "worse"
@@ -98,11 +126,19 @@ def test_crossmodal_keys_pair_within_their_direction(tmp_path: Path):
 def test_wandb_group_is_the_setting_and_a_given_group_wins(tmp_path: Path):
     cfg = _cfg(tmp_path, "logger=wandb", config="train")
     assert cfg.logger.wandb.group is None
-    assert apply_sweep_group(cfg, ["seed=3", "model.lr=0.003", "experiment=shapes_smoke"]) == "experiment=shapes_smoke,model.lr=0.003"
+    assert (
+        apply_sweep_group(cfg, ["seed=3", "model.lr=0.003", "experiment=shapes_smoke"])
+        == "experiment=shapes_smoke,model.lr=0.003"
+    )
     assert cfg.logger.wandb.group == cfg.sweep_group == "experiment=shapes_smoke,model.lr=0.003"
-    assert OmegaConf.to_container(cfg, resolve=True)["sweep_group"] == cfg.sweep_group  # logged with the hyperparameters
+    assert (
+        OmegaConf.to_container(cfg, resolve=True)["sweep_group"] == cfg.sweep_group
+    )  # logged with the hyperparameters
     given = _cfg(tmp_path, "logger=wandb", "logger.wandb.group=ablation-7", config="train")
-    assert apply_sweep_group(given, ["seed=1", "model.lr=0.003"]) == "model.lr=0.003" and given.logger.wandb.group == "ablation-7"
+    assert (
+        apply_sweep_group(given, ["seed=1", "model.lr=0.003"]) == "model.lr=0.003"
+        and given.logger.wandb.group == "ablation-7"
+    )
     # seeds only (or no override, outside a Hydra job): the task's name, as before
     assert apply_sweep_group(_cfg(tmp_path, "logger=wandb", config="train"), ["seed=1"]) == "train"
     assert apply_sweep_group(_cfg(tmp_path, "logger=wandb", config="train")) == "train"
@@ -118,9 +154,15 @@ def multirun(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """train.py -m: two learning rates × seeds 1-3, one epoch each whose only evaluation is the one at the end of fit."""
     logs = tmp_path_factory.mktemp("sweep")
     run_script(
-        "train.py", "-m", "experiment=shapes_smoke", "seed=1,2,3", f"model.lr={','.join(LRS)}", "trainer.max_epochs=1",
-        "trainer.check_val_every_n_epoch=2", f"paths.log_dir={logs}",
-    )  # fmt: skip
+        "train.py",
+        "-m",
+        "experiment=shapes_smoke",
+        "seed=1,2,3",
+        f"model.lr={','.join(LRS)}",
+        "trainer.max_epochs=1",
+        "trainer.check_val_every_n_epoch=2",
+        f"paths.log_dir={logs}",
+    )
     (sweep,) = (logs / "train" / "multiruns").iterdir()
     return sweep
 
@@ -129,16 +171,24 @@ def multirun(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_multirun_compares_into_two_groups_of_three(multirun: Path, tmp_path: Path):
     output = tmp_path / "cmp" / "sweep.json"
     result = run_script(
-        "evaluate.py", "task=compare", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
-        "guardrails=[retrieval/map@r]", f"output={output}", f"hydra.run.dir={tmp_path / 'h'}",
-    )  # fmt: skip
+        "evaluate.py",
+        "task=compare",
+        f"runs=[{multirun}]",
+        "baseline='model.lr=0.001'",
+        "metric=retrieval/precision@1",
+        "guardrails=[retrieval/map@r]",
+        f"output={output}",
+        f"hydra.run.dir={tmp_path / 'h'}",
+    )
     table = json.loads(output.read_text())
     assert list(table["groups"]) == [f"model.lr={lr}" for lr in LRS]
     finals: dict[str, dict[str, list[float]]] = {lr: {"precision@1": [], "map@r": []} for lr in LRS}
     for job in sorted(p for p in multirun.iterdir() if p.is_dir() and p.name.isdigit()):
         overrides = (job / ".hydra" / "overrides.yaml").read_text()
         lr = next(lr for lr in LRS if f"model.lr={lr}\n" in overrides)
-        last = [json.loads(line) for line in (job / "retrieval" / "history.jsonl").read_text().splitlines() if line.strip()][-1]
+        last = [
+            json.loads(line) for line in (job / "retrieval" / "history.jsonl").read_text().splitlines() if line.strip()
+        ][-1]
         for key in finals[lr]:
             finals[lr][key].append(last[key])
     for lr in LRS:
@@ -163,16 +213,27 @@ def test_multirun_compares_into_two_groups_of_three(multirun: Path, tmp_path: Pa
         groups.setdefault(run.group, set()).add(run.config["seed"])
     assert len(groups) == 2 and all(seeds == {1, 2, 3} for seeds in groups.values())
     # the setting without the seed and without where the job logs (paths.log_dir)
-    assert sorted(g.split(",") for g in groups)[0] == ["experiment=shapes_smoke", "model.lr=0.001", "trainer.check_val_every_n_epoch=2", "trainer.max_epochs=1"]
+    assert sorted(g.split(",") for g in groups)[0] == [
+        "experiment=shapes_smoke",
+        "model.lr=0.001",
+        "trainer.check_val_every_n_epoch=2",
+        "trainer.max_epochs=1",
+    ]
 
 
 @pytest.mark.slow
 def test_multirun_crossmodal_keys_pair_within_their_direction(multirun: Path, tmp_path: Path):
     """The per-query files the crossmodal callback writes during training: both directions in one file."""
-    table = tasks.compare.run(_cfg(
-        tmp_path, "task=compare", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=crossmodal/image_to_text_recall@1",
-        "guardrails=[crossmodal/text_to_image_recall@1]",
-    ))  # fmt: skip
+    table = tasks.compare.run(
+        _cfg(
+            tmp_path,
+            "task=compare",
+            f"runs=[{multirun}]",
+            "baseline='model.lr=0.001'",
+            "metric=crossmodal/image_to_text_recall@1",
+            "guardrails=[crossmodal/text_to_image_recall@1]",
+        )
+    )
     job = multirun / "0" / "crossmodal"
     last = [json.loads(line) for line in (job / "history.jsonl").read_text().splitlines() if line.strip()][-1]
     with np.load(job / last["per_query_file"]) as pq:
@@ -189,7 +250,9 @@ def _final_values(multirun: Path, keys: tuple[str, ...]) -> dict[str, dict[str, 
     for job in sorted(p for p in multirun.iterdir() if p.is_dir() and p.name.isdigit()):
         overrides = (job / ".hydra" / "overrides.yaml").read_text()
         lr = next(lr for lr in LRS if f"model.lr={lr}\n" in overrides)
-        last = [json.loads(line) for line in (job / "retrieval" / "history.jsonl").read_text().splitlines() if line.strip()][-1]
+        last = [
+            json.loads(line) for line in (job / "retrieval" / "history.jsonl").read_text().splitlines() if line.strip()
+        ][-1]
         for key in keys:
             finals[lr][key].append(last[key])
     return finals
@@ -198,10 +261,20 @@ def _final_values(multirun: Path, keys: tuple[str, ...]) -> dict[str, dict[str, 
 @pytest.mark.slow
 def test_the_report_of_a_multirun_opens_with_its_groups_and_pictures(multirun: Path, tmp_path: Path):
     output = tmp_path / "report.html"
-    tasks.run_task("report", _cfg(
-        tmp_path, "task=report", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
-        "guardrails=[retrieval/map@r]", "bootstrap_rounds=500", "ci_seed=3", f"output={output}",
-    ))  # fmt: skip
+    tasks.run_task(
+        "report",
+        _cfg(
+            tmp_path,
+            "task=report",
+            f"runs=[{multirun}]",
+            "baseline='model.lr=0.001'",
+            "metric=retrieval/precision@1",
+            "guardrails=[retrieval/map@r]",
+            "bootstrap_rounds=500",
+            "ci_seed=3",
+            f"output={output}",
+        ),
+    )
     text = output.read_text(encoding="utf-8")
     start = text.index('<table class="sweep-groups">')
     groups = text[start : text.index("</table>", start)]
@@ -209,23 +282,39 @@ def test_the_report_of_a_multirun_opens_with_its_groups_and_pictures(multirun: P
     assert [name for name, _ in rows] == [f"model.lr={lr}" for lr in LRS]  # one row per setting
     finals = _final_values(multirun, ("precision@1", "map@r"))
     for (name, row), lr in zip(rows, LRS):
-        cells = {key: dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', attributes)) for key, attributes in re.findall(r'<td class="num" data-key="([^"]+)"([^>]*)>', row)}
+        cells = {
+            key: dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', attributes))
+            for key, attributes in re.findall(r'<td class="num" data-key="([^"]+)"([^>]*)>', row)
+        }
         assert {"retrieval/precision@1", "retrieval/map@r"} <= set(cells)
         for key, values in finals[lr].items():
             cell = cells[f"retrieval/{key}"]
-            assert cell["data-n"] == "3" and float(cell["data-mean"]) == pytest.approx(np.mean(values), rel=1e-12, abs=1e-15)
+            assert cell["data-n"] == "3" and float(cell["data-mean"]) == pytest.approx(
+                np.mean(values), rel=1e-12, abs=1e-15
+            )
             assert float(cell["data-low"]) <= float(cell["data-mean"]) <= float(cell["data-high"])
             assert float(cell["data-pooled-low"]) <= float(cell["data-pooled-high"])  # the per-query interval is there
     # the tests against the baseline, as task=compare decides them, with the surviving differences marked
-    table = tasks.compare.run(_cfg(
-        tmp_path, "task=compare", f"runs=[{multirun}]", "baseline='model.lr=0.001'", "metric=retrieval/precision@1",
-        "guardrails=[retrieval/map@r]", "bootstrap_rounds=500", "ci_seed=3",
-    ))  # fmt: skip
+    table = tasks.compare.run(
+        _cfg(
+            tmp_path,
+            "task=compare",
+            f"runs=[{multirun}]",
+            "baseline='model.lr=0.001'",
+            "metric=retrieval/precision@1",
+            "guardrails=[retrieval/map@r]",
+            "bootstrap_rounds=500",
+            "ci_seed=3",
+        )
+    )
     for name, row in rows:  # the pooled interval drawn with the bootstrap settings given
         pooled = table["groups"][name]["metrics"]["retrieval/precision@1"]["pooled"]
         assert f'data-pooled-low="{pooled["low"]!r}" data-pooled-high="{pooled["high"]!r}"' in row
     decided = {(c["group"], c["metric"]): c for c in table["baseline"]["comparisons"]}
-    shown = re.findall(r'<tr class="(survives|test)" data-group="([^"]+)" data-metric="([^"]+)" data-decision="([^"]+)">(.*?)</tr>', text)
+    shown = re.findall(
+        r'<tr class="(survives|test)" data-group="([^"]+)" data-metric="([^"]+)" data-decision="([^"]+)">(.*?)</tr>',
+        text,
+    )
     assert {(g, m) for _, g, m, _, _ in shown} == set(decided) and len(shown) == 2
     for css, group, metric, decision, row in shown:
         assert decision == decided[(group, metric)]["decision"]
@@ -233,7 +322,9 @@ def test_the_report_of_a_multirun_opens_with_its_groups_and_pictures(multirun: P
         assert f"{decided[(group, metric)]['p_adjusted']:.4f}" in row
     assert "Holm–Bonferroni over 2 comparisons" in text
     # the sweep's pictures, one per column, inlined and decoding
-    pictures = re.findall(r'<figure class="sweep-picture" data-key="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text)
+    pictures = re.findall(
+        r'<figure class="sweep-picture" data-key="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text
+    )
     assert sorted(key for key, _ in pictures) == sorted(cells)
     for _, data in pictures:
         with Image.open(io.BytesIO(base64.b64decode(data, validate=True))) as image:

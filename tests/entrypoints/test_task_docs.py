@@ -38,8 +38,13 @@ def test_evaluate_docstring_names_every_task():
 
 
 def test_evaluate_tasks_option_prints_every_task():
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "evaluate.py"), "--tasks"], capture_output=True, text=True,
-                            timeout=300, cwd=REPO_ROOT)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "evaluate.py"), "--tasks"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert _named(result.stdout) == set(TASKS) and all(line.startswith("python evaluate.py task=") for line in lines)

@@ -37,8 +37,22 @@ def test_short_run_logs_offline_wandb_and_csv(smoke: tuple[Path, str]):
     (wandb_file,) = find_offline_runs(tmp_path)
     run = read_offline_run(wandb_file)
     keys = set(run.keys())
-    expected = {"train/loss", "val/loss", "retrieval/precision@1", "retrieval/precision@5", "retrieval/r_precision", "retrieval/map@r", "retrieval/num_queries"}
-    expected |= {"zeroshot/top1", "zeroshot/top5", "zeroshot/balanced_accuracy", "crossmodal/image_to_text_recall@1", "crossmodal/text_to_image_recall@1"}
+    expected = {
+        "train/loss",
+        "val/loss",
+        "retrieval/precision@1",
+        "retrieval/precision@5",
+        "retrieval/r_precision",
+        "retrieval/map@r",
+        "retrieval/num_queries",
+    }
+    expected |= {
+        "zeroshot/top1",
+        "zeroshot/top5",
+        "zeroshot/balanced_accuracy",
+        "crossmodal/image_to_text_recall@1",
+        "crossmodal/text_to_image_recall@1",
+    }
     assert expected <= keys, sorted(expected - keys)
     assert "val/zeroshot_acc" not in keys, "zero-shot accuracy moved from the module to ZeroShotEvalCallback"
     assert run.summary["crossmodal/num_texts"] == 16 * 4 and run.summary["zeroshot/num_classes"] == 16
@@ -98,7 +112,7 @@ def test_the_run_ends_with_its_summary_read_against_the_history(smoke: tuple[Pat
     shown: dict[str, list[str]] = {}
     family = None
     for line in table[1:]:
-        if (heading := re.match(r"^(\w+)/  (\d+) evaluations", line)):
+        if heading := re.match(r"^(\w+)/  (\d+) evaluations", line):
             family = heading.group(1)
             shown[family] = []
             records = [json.loads(x) for x in (run / family / "history.jsonl").read_text().splitlines() if x.strip()]
@@ -128,10 +142,13 @@ def test_the_run_ends_with_its_summary_read_against_the_history(smoke: tuple[Pat
         assert json.loads((run / name / "schema.json").read_text())["headline"] == keys
     where = dict(line.split(": ", 1) for line in paths)
     assert {k: v.strip() for k, v in where.items()} == {
-        "run folder": str(run), "every key": str(run / "metrics.md"), "HTML report": str(run / "report.html"),
-        "CSV log": str(run / "csv" / "metrics.csv"), "checkpoints": str(run / "checkpoints"),
+        "run folder": str(run),
+        "every key": str(run / "metrics.md"),
+        "HTML report": str(run / "report.html"),
+        "CSV log": str(run / "csv" / "metrics.csv"),
+        "checkpoints": str(run / "checkpoints"),
         "W&B offline": f"wandb sync {wandb_file.parent}",
-    }  # fmt: skip
+    }
     # the full table: every scalar of every family, with the other logged values
     full = (run / "metrics.md").read_text()
     for name in HEADLINES:
@@ -146,8 +163,14 @@ def test_multirun_makes_one_wandb_run_per_job(tmp_path: Path):
     # One epoch while validation runs every 2: no validation at all, so only the evaluation at the end of fit gives
     # each job its numbers (and the value train.py returns to the sweeper).
     run_script(
-        "train.py", "-m", "seed=1,2", "experiment=shapes_smoke", "trainer.max_epochs=1", "trainer.check_val_every_n_epoch=2",
-        "logger=wandb", f"paths.log_dir={tmp_path}",
+        "train.py",
+        "-m",
+        "seed=1,2",
+        "experiment=shapes_smoke",
+        "trainer.max_epochs=1",
+        "trainer.check_val_every_n_epoch=2",
+        "logger=wandb",
+        f"paths.log_dir={tmp_path}",
     )
     runs = [read_offline_run(p) for p in find_offline_runs(tmp_path)]
     assert len(runs) == 2
@@ -177,8 +200,14 @@ def test_multirun_makes_one_wandb_run_per_job(tmp_path: Path):
 def test_optuna_sweep_optimises_the_returned_objective(tmp_path: Path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     run_script(
-        "train.py", "hparams_search=shapes_optuna", "experiment=shapes_smoke", "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.sampler.n_startup_trials=2", "logger=csv", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}",
+        "train.py",
+        "hparams_search=shapes_optuna",
+        "experiment=shapes_smoke",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler.n_startup_trials=2",
+        "logger=csv",
+        "trainer.max_epochs=1",
+        f"paths.log_dir={tmp_path}",
     )
     (results,) = tmp_path.glob("train/multiruns/*/optimization_results.yaml")
     best = yaml.safe_load(results.read_text())

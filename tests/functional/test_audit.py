@@ -89,7 +89,9 @@ def test_worked_example_by_hand() -> None:
 
 def test_ties_choose_the_smaller_label_and_index() -> None:
     # Equal weights for labels 3 and 1: the suggestion is 1. Equal qualities rank by index.
-    nb = Neighbors(torch.arange(3), torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]), torch.tensor([[1, 2], [0, 2], [0, 1]]))
+    nb = Neighbors(
+        torch.arange(3), torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]), torch.tensor([[1, 2], [0, 2], [0, 1]])
+    )
     a = audit_neighbors(nb, torch.tensor([0, 3, 1]))
     assert a.suggested_label[0].item() == 1
     assert a.suggested_share[0].item() == 0.5
@@ -105,11 +107,17 @@ def test_class_of_one_item_and_all_labels_equal() -> None:
     assert a.label_quality[10].item() == 1.0 and not bool(a.is_suspect[10])
     assert a.outlier_score[10].item() == 0.0
     same = audit_neighbors(_neighbors(x, 4), torch.zeros(len(x), dtype=torch.long))
-    assert same.suspects.numel() == 0 and torch.allclose(same.own_share, torch.ones(len(x), dtype=torch.float64)) and same.cross_label.sum() == 0
+    assert (
+        same.suspects.numel() == 0
+        and torch.allclose(same.own_share, torch.ones(len(x), dtype=torch.float64))
+        and same.cross_label.sum() == 0
+    )
 
 
 def test_zero_weights_fall_back_to_equal_weights() -> None:
-    nb = Neighbors(torch.arange(3), torch.tensor([[-0.5, -0.2], [-0.5, 0.0], [-0.2, 0.0]]), torch.tensor([[1, 2], [0, 2], [0, 1]]))
+    nb = Neighbors(
+        torch.arange(3), torch.tensor([[-0.5, -0.2], [-0.5, 0.0], [-0.2, 0.0]]), torch.tensor([[1, 2], [0, 2], [0, 1]])
+    )
     a = audit_neighbors(nb, torch.tensor([0, 0, 1]))
     assert a.own_share.tolist() == pytest.approx([0.5, 0.5, 0.0])
 

@@ -28,7 +28,10 @@ from beyondlabels.functional.rprecision import check_rprecision_settings
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: check_int(1, "window", minimum=2, hint="values per window"), "`window` must be an int >= 2 (values per window), got 1."),
+        (
+            lambda: check_int(1, "window", minimum=2, hint="values per window"),
+            "`window` must be an int >= 2 (values per window), got 1.",
+        ),
         (lambda: check_int(9, "n", minimum=1, maximum=8), "`n` must be an int in [1, 8], got 9."),
         (lambda: check_int(9, "n", maximum=8), "`n` must be an int <= 8, got 9."),
         (lambda: check_positive_int(True, "k"), "`k` must be a positive int, got True."),
@@ -77,5 +80,7 @@ def test_rprecision_settings_are_checked_in_their_family_package():
     assert check_rprecision_settings(100, 1, (10, 1, 5), "folds", 10, 0, 0.8, 256) == ((1, 5, 10), 0.8)
     with pytest.raises(ValueError, match=r"^`protocol` must be one of \['folds', 'resample'\], got 'fold'\.$"):
         check_rprecision_settings(100, 1, (1,), "fold", 10, 0, 0.8, 256)
-    with pytest.raises(ValueError, match=r"^`near_duplicate_threshold` must be a cosine in \[-1, 1\] or None \(off\), got 2\.$"):
+    with pytest.raises(
+        ValueError, match=r"^`near_duplicate_threshold` must be a cosine in \[-1, 1\] or None \(off\), got 2\.$"
+    ):
         check_rprecision_settings(100, 1, (1,), "folds", 10, 0, 2, 256)

@@ -34,7 +34,9 @@ from tests.oracles.convergence_oracle import (
 
 NOISE = np.random.default_rng(0).normal(0, 0.01, size=80)
 RISING_THEN_FLAT = [0.2 + 0.02 * min(i, 15) + NOISE[i] for i in range(40)]
-RISING_THEN_FALLING = [0.2 + 0.02 * i + NOISE[i] for i in range(20)] + [0.6 - 0.02 * i + NOISE[20 + i] for i in range(20)]
+RISING_THEN_FALLING = [0.2 + 0.02 * i + NOISE[i] for i in range(20)] + [
+    0.6 - 0.02 * i + NOISE[20 + i] for i in range(20)
+]
 FLAT_THEN_FALLING = [0.5 + NOISE[i] for i in range(50)] + [0.5 - 0.01 * i + NOISE[50 + i] for i in range(30)]
 # dyadic levels: window means are exact, so equal means are exact ties (the first best window wins); a constant
 # curve has a zero noise scale (the statistic is then +-inf)
@@ -45,7 +47,9 @@ CONSTANT = [0.5] * 12
 def _compare_series(curve, settings):
     rule = ConvergenceRule(**settings)
     got = rule.series_tests(curve)
-    oracle_settings = {k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise", "noise_estimate")}
+    oracle_settings = {
+        k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise", "noise_estimate")
+    }
     expected = series_run(curve, settings["window"], alpha=settings.get("alpha", 0.05), **oracle_settings)
     assert got["downturn"].shape == (1, len(expected))
     for name in SERIES_KEYS:
@@ -54,8 +58,22 @@ def _compare_series(curve, settings):
     return got, expected
 
 
-SERIES_KEYS = ("downturn_p", "plateau_p", "noise", "correlation", "correlation_high", "noise_df", "covered", "beyond",
-               "noise_start", "best", "best_index", "candidates", "downturn", "plateau")  # fmt: skip
+SERIES_KEYS = (
+    "downturn_p",
+    "plateau_p",
+    "noise",
+    "correlation",
+    "correlation_high",
+    "noise_df",
+    "covered",
+    "beyond",
+    "noise_start",
+    "best",
+    "best_index",
+    "candidates",
+    "downturn",
+    "plateau",
+)
 
 
 def _ar1_curve(rho: float, n: int, seed: int, sd: float = 0.01) -> list[float]:
@@ -100,10 +118,30 @@ CASES = [
     (RISING_THEN_FALLING, {"window": 3, "noise_estimate": "windows", "alpha": 0.2}),
     ([0.5 + 0.01 * (-1) ** i + 0.001 * NOISE[i] for i in range(30)], {"window": 5, "noise_estimate": "windows"}),
 ]
-IDS = ["rising-flat", "rising-falling", "rising-falling-w3", "rising-falling-min", "flat-falling", "few-looks",
-       "ar-0.5", "ar-negative", "ar-wandering", "rise-then-fall", "zigzag", "constant", "differences-rising-flat",
-       "differences-rising-falling-w3", "differences-min", "differences-few-looks", "known-noise", "steps",
-       "differences-constant", "windows-scale", "windows-scale-w3", "windows-scale-zigzag"]  # fmt: skip
+IDS = [
+    "rising-flat",
+    "rising-falling",
+    "rising-falling-w3",
+    "rising-falling-min",
+    "flat-falling",
+    "few-looks",
+    "ar-0.5",
+    "ar-negative",
+    "ar-wandering",
+    "rise-then-fall",
+    "zigzag",
+    "constant",
+    "differences-rising-flat",
+    "differences-rising-falling-w3",
+    "differences-min",
+    "differences-few-looks",
+    "known-noise",
+    "steps",
+    "differences-constant",
+    "windows-scale",
+    "windows-scale-w3",
+    "windows-scale-zigzag",
+]
 
 
 @pytest.mark.parametrize(("curve", "settings"), CASES, ids=IDS)
@@ -118,7 +156,9 @@ def test_one_value_at_a_time_matches_every_look(curve, settings):
     state = rule.new_state()
     outs = [rule.observe(state, step, float(v)) for step, v in enumerate(curve)]
     w = settings["window"]
-    oracle_settings = {k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise", "noise_estimate")}
+    oracle_settings = {
+        k: v for k, v in settings.items() if k in ("mode", "min_delta", "max_looks", "noise", "noise_estimate")
+    }
     expected = series_run(curve, w, alpha=settings.get("alpha", 0.05), **oracle_settings)
     assert all(math.isnan(o["downturn_p"]) and o["downturn"] == 0.0 for o in outs[: 2 * w - 1])
     max_looks = settings.get("max_looks", 1000)
@@ -131,7 +171,9 @@ def test_one_value_at_a_time_matches_every_look(curve, settings):
         assert (out["downturn"], out["plateau"]) == (look["downturn"], look["plateau"])
         assert out["spent"] == pytest.approx(min(i + 1, max_looks) * settings.get("alpha", 0.05) / max_looks)
     flags = {e: [0.0] * (2 * w - 1) + [look[e] for look in expected] for e in ("plateau", "downturn")}
-    starts = sorted((i, e) for e, f in flags.items() for i in range(len(f)) if f[i] == 1.0 and (i == 0 or f[i - 1] == 0.0))
+    starts = sorted(
+        (i, e) for e, f in flags.items() for i in range(len(f)) if f[i] == 1.0 and (i == 0 or f[i - 1] == 0.0)
+    )
     starts.sort(key=lambda start: (start[0], ("plateau", "downturn").index(start[1])))  # one step: plateau first
     assert [(e["step"], e["event"]) for e in state["events"]] == starts
     for event in state["events"]:
@@ -166,7 +208,11 @@ def test_the_curves_reach_every_branch():
     assert series_run(zigzag, 10, noise_estimate="differences") == series_run(zigzag, 10, noise_estimate="windows")
     constant = series_run(CONSTANT, 3, noise_estimate="differences")
     assert constant[0]["noise"] == 0.0 and constant[0]["downturn_p"] == 1.0 and constant[0]["plateau_p"] == 1.0
-    ar1 = [look for curve, w in ((AR_MID, 5), (AR_NEGATIVE, 4), (AR_WANDERING, 5), (RISE_THEN_FALL, 5)) for look in series_run(curve, w)]
+    ar1 = [
+        look
+        for curve, w in ((AR_MID, 5), (AR_NEGATIVE, 4), (AR_WANDERING, 5), (RISE_THEN_FALL, 5))
+        for look in series_run(curve, w)
+    ]
     assert any(math.isnan(look["correlation"]) and look["covered"] == 0.0 and look["downturn_p"] == 1.0 for look in ar1)
     assert any(look["correlation"] < 0 for look in ar1) and any(look["covered"] == 1.0 for look in ar1)
     wandering = series_run(AR_WANDERING, 5)
@@ -216,11 +262,28 @@ def test_ar1_noise_is_the_numpy_fit():
         fit = ar1_noise(curve, w)
         start, expected = noise_at_look(curve, w)
         assert fit["start"] == start
-        for key in ("correlation", "correlation_high", "sd", "scale", "df", "scale_adjacent", "df_adjacent", "ordinates", "covered", "beyond"):
+        for key in (
+            "correlation",
+            "correlation_high",
+            "sd",
+            "scale",
+            "df",
+            "scale_adjacent",
+            "df_adjacent",
+            "ordinates",
+            "covered",
+            "beyond",
+        ):
             assert fit[key] == pytest.approx(expected[key], rel=1e-7), key
     many = ar1_noise(torch.tensor([AR_MID[:70], AR_NEGATIVE[:70]]), 5)
-    assert many["correlation"].tolist() == [ar1_noise(AR_MID[:70], 5)["correlation"], ar1_noise(AR_NEGATIVE[:70], 5)["correlation"]]
-    with pytest.raises(ValueError, match=r"^`values` must be finite numbers \[t\] or \[runs, t\] with t >= 2 \* window \+ 2 = 12, got shape \(11,\)\.$"):
+    assert many["correlation"].tolist() == [
+        ar1_noise(AR_MID[:70], 5)["correlation"],
+        ar1_noise(AR_NEGATIVE[:70], 5)["correlation"],
+    ]
+    with pytest.raises(
+        ValueError,
+        match=r"^`values` must be finite numbers \[t\] or \[runs, t\] with t >= 2 \* window \+ 2 = 12, got shape \(11,\)\.$",
+    ):
         ar1_noise(AR_MID[:11], 5)
     with pytest.raises(ValueError, match=r"^`window` must be an int >= 2 \(values per window\), got 1\.$"):
         ar1_noise(AR_MID, 1)
@@ -249,7 +312,9 @@ def test_the_grid_search_finds_the_whittle_minimum():
         curve = _ar1_curve(rho, n, seed)
         fit = ar1_noise(curve, 10)
         stretch = np.asarray(curve[int(fit["start"]) : n - 20])
-        best = optimize.minimize_scalar(_profile, args=(stretch, 10), bounds=(GRID[0], GRID[-1]), method="bounded", options={"xatol": 1e-9})
+        best = optimize.minimize_scalar(
+            _profile, args=(stretch, 10), bounds=(GRID[0], GRID[-1]), method="bounded", options={"xatol": 1e-9}
+        )
         assert abs(fit["correlation"] - best.x) <= 0.001 + 1e-9
         nearby = [g for g in GRID if abs(g - best.x) <= 0.002]
         assert _profile(fit["correlation"], stretch, 10) <= min(_profile(g, stretch, 10) for g in nearby) + 1e-12
@@ -288,7 +353,10 @@ def test_the_sign_flip_bound_covers_the_exact_tail():
 
 def _paired_runs(rule, evaluations, ids_of):
     state = rule.new_state()
-    outs = [rule.observe(state, step, float(np.nanmean(values)), per_query=(ids_of(step), values)) for step, values in enumerate(evaluations)]
+    outs = [
+        rule.observe(state, step, float(np.nanmean(values)), per_query=(ids_of(step), values))
+        for step, values in enumerate(evaluations)
+    ]
     return state, outs
 
 
@@ -306,7 +374,9 @@ def test_the_paired_test_matches_the_numpy_rule(mode, min_delta):
         order = rng.permutation(400)[: 390 if step % 3 == 0 else 400]
         evaluations.append(values[order])
         orders.append(100 + order)
-    rule = ConvergenceRule(window=3, mode=mode, min_delta=min_delta, rounds=20, **DIFFERENCES)  # 30 values: enough for it
+    rule = ConvergenceRule(
+        window=3, mode=mode, min_delta=min_delta, rounds=20, **DIFFERENCES
+    )  # 30 values: enough for it
     state, outs = _paired_runs(rule, evaluations, lambda step: torch.as_tensor(orders[step]))
     sign = 1.0 if mode == "max" else -1.0
     scalars = [float(np.nanmean(values)) for values in evaluations]
@@ -320,7 +390,9 @@ def test_the_paired_test_matches_the_numpy_rule(mode, min_delta):
             if step + 1 < 6:  # no look before 2w values: the paired confirmation alone decides nothing
                 assert math.isnan(out["downturn_p"]) and out["downturn"] == 0.0 and out["paired"] == 0.0
             else:  # both must reject: the larger p-value decides
-                series = series_run(scalars[: step + 1], 3, mode=mode, min_delta=min_delta, **DIFFERENCES)[-1]["downturn_p"]
+                series = series_run(scalars[: step + 1], 3, mode=mode, min_delta=min_delta, **DIFFERENCES)[-1][
+                    "downturn_p"
+                ]
                 want = max(series, paired)
                 assert out["downturn_p"] == pytest.approx(want, rel=1e-9, abs=1e-15)
                 assert out["paired"] == (1.0 if paired > series else 0.0)
@@ -355,9 +427,18 @@ def test_bad_settings_are_clear_errors():
         ({"min_delta": -0.1}, r"^`min_delta` must be a number >= 0, got -0\.1\.$"),
         ({"alpha": 0}, r"^`alpha` must be a false-alarm rate strictly between 0 and 1 \(e\.g\. 0\.05\), got 0\.$"),
         ({"alpha": 1.0}, r"^`alpha` must be a false-alarm rate strictly between 0 and 1 \(e\.g\. 0\.05\), got 1\.0\.$"),
-        ({"max_looks": 0}, r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$"),
-        ({"noise": 0.0}, r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got 0\.0\.$"),
-        ({"noise_estimate": "mad"}, r"^`noise_estimate` must be one of \['ar1', 'differences', 'windows'\], got 'mad'\.$"),
+        (
+            {"max_looks": 0},
+            r"^`max_looks` must be a positive int \(the most evaluations a run tests, e\.g\. 1000\), got 0\.$",
+        ),
+        (
+            {"noise": 0.0},
+            r"^`noise` must be None \(estimated from the series\) or the noise sd, a number > 0, got 0\.0\.$",
+        ),
+        (
+            {"noise_estimate": "mad"},
+            r"^`noise_estimate` must be one of \['ar1', 'differences', 'windows'\], got 'mad'\.$",
+        ),
     ]:
         with pytest.raises(ValueError, match=match):
             ConvergenceRule(**kwargs)
@@ -370,12 +451,18 @@ def test_per_query_values_that_cannot_be_paired_are_clear_errors_and_change_noth
     state = rule.new_state()
     rule.observe(state, 0, 0.5, per_query=([1, 2, 3], [1.0, 0.0, 1.0]))
     before = copy.deepcopy(state)
-    with pytest.raises(ValueError, match=r"^`per_query` must hold one distinct query id per value, got 3 ids \(2 distinct\) for 3 values\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`per_query` must hold one distinct query id per value, got 3 ids \(2 distinct\) for 3 values\.$",
+    ):
         rule.observe(state, 1, 0.5, per_query=([1, 1, 3], [1.0, 0.0, 1.0]))
     assert state == before
     positional = rule.new_state()
     rule.observe(positional, 0, 0.5, per_query=(None, [1.0, 0.0, 1.0]))
-    with pytest.raises(ValueError, match=r"^`per_query` without query ids must keep the order and number of queries \(3 at the best evaluation, 2 now\); give the query ids to pair by id\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`per_query` without query ids must keep the order and number of queries \(3 at the best evaluation, 2 now\); give the query ids to pair by id\.$",
+    ):
         rule.observe(positional, 1, 0.5, per_query=(None, [1.0, 0.0]))
     assert len(positional["series"]) == 1 and positional["best"]["step"] == 0
 

@@ -69,7 +69,9 @@ def data():
 
 
 def _run(images, texts, owner, **kwargs):
-    return crossmodal_retrieval_metrics(torch.from_numpy(images), torch.from_numpy(texts), torch.from_numpy(owner), **kwargs)
+    return crossmodal_retrieval_metrics(
+        torch.from_numpy(images), torch.from_numpy(texts), torch.from_numpy(owner), **kwargs
+    )
 
 
 def test_oracle_fixture_has_what_it_promises(data):
@@ -146,12 +148,18 @@ def test_matches_trec_eval_success_at_k():
         return pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
 
     t2i = success(txt @ img.T, {f"t{t}": {f"d{owner[t]}": 1} for t in range(len(txt))})
-    qrels_i2t = {f"i{i}": {f"d{t}": 1 for t in np.nonzero(owner == i)[0]} for i in range(len(img)) if (owner == i).any()}
+    qrels_i2t = {
+        f"i{i}": {f"d{t}": 1 for t in np.nonzero(owner == i)[0]} for i in range(len(img)) if (owner == i).any()
+    }
     keep = [i for i in range(len(img)) if (owner == i).any()]
     i2t = success((img @ txt.T)[keep], qrels_i2t)
     for k in KS:
-        assert float(got[f"text_to_image_recall@{k}"]) == pytest.approx(np.mean([v[f"success_{k}"] for v in t2i.values()]))
-        assert float(got[f"image_to_text_recall@{k}"]) == pytest.approx(np.mean([v[f"success_{k}"] for v in i2t.values()]))
+        assert float(got[f"text_to_image_recall@{k}"]) == pytest.approx(
+            np.mean([v[f"success_{k}"] for v in t2i.values()])
+        )
+        assert float(got[f"image_to_text_recall@{k}"]) == pytest.approx(
+            np.mean([v[f"success_{k}"] for v in i2t.values()])
+        )
 
 
 def test_agrees_with_the_core_separate_query_retrieval(data):
@@ -176,7 +184,9 @@ def _assert_same(a: dict, b: dict) -> None:
             for name in a[key]:
                 x, y = a[key][name], b[key][name]
                 assert torch.equal(x.isnan(), y.isnan()) if x.is_floating_point() else True, name
-                assert torch.equal(x.nan_to_num(0.0) if x.is_floating_point() else x, y.nan_to_num(0.0) if y.is_floating_point() else y), name
+                assert torch.equal(
+                    x.nan_to_num(0.0) if x.is_floating_point() else x, y.nan_to_num(0.0) if y.is_floating_point() else y
+                ), name
         elif key != "neighbors":
             x, y = a[key], b[key]
             assert x.dtype == y.dtype and (torch.equal(x, y) or (x.isnan() & y.isnan()).all()), key
@@ -198,7 +208,9 @@ def test_chunking_shares_and_fast_mode_do_not_change_values(data):
 def test_ids_are_reported(data):
     images, texts, owner = (torch.from_numpy(a) for a in data)
     image_ids, text_ids = torch.arange(len(images)) * 10 + 3, torch.arange(len(texts)) + 1000
-    pq = crossmodal_retrieval_metrics(images, texts, owner, ks=(1,), image_ids=image_ids, text_ids=text_ids)["per_query"]
+    pq = crossmodal_retrieval_metrics(images, texts, owner, ks=(1,), image_ids=image_ids, text_ids=text_ids)[
+        "per_query"
+    ]
     assert pq["query_id"].tolist() == image_ids.tolist() + text_ids.tolist()
     assert pq["image_id"].tolist() == image_ids.tolist() + image_ids[owner].tolist()
     assert pq["direction"].tolist() == [0] * len(images) + [1] * len(texts)

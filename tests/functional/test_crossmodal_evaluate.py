@@ -18,16 +18,22 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 REQUIRED = [
     *(f"{d}_recall@{k}" for d in ("image_to_text", "text_to_image") for k in (1, 5, 10)),
-    "image_to_text_mean_rank", "text_to_image_mean_rank", "image_to_text_median_rank", "text_to_image_median_rank",
-    "num_images", "num_texts",
-]  # fmt: skip
+    "image_to_text_mean_rank",
+    "text_to_image_mean_rank",
+    "image_to_text_median_rank",
+    "text_to_image_median_rank",
+    "num_images",
+    "num_texts",
+]
 
 
 def test_report_matches_the_oracle(tmp_path: Path):
     images, texts, owner = paired_data(seed=7)
     np.savez(tmp_path / "pairs.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owner)
     out = tmp_path / "out" / "report.json"
-    tasks.crossmodal.run(evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}"))
+    tasks.crossmodal.run(
+        evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}")
+    )
     report = json.loads(out.read_text())
     ref = oracle(images.astype(np.float64), texts.astype(np.float64), owner)
     assert report["task"] == "crossmodal" and report["ks"] == [1, 5, 10]
@@ -42,10 +48,18 @@ def test_report_matches_the_oracle(tmp_path: Path):
 
 def test_ids_and_k_are_read(tmp_path: Path):
     images, texts, owner = paired_data(seed=1, n_images=12)
-    np.savez(tmp_path / "p.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owner,
-             image_ids=np.arange(12) + 500, text_ids=np.arange(len(texts)) * 2)  # fmt: skip
+    np.savez(
+        tmp_path / "p.npz",
+        image_embeddings=images,
+        text_embeddings=texts,
+        text_image_index=owner,
+        image_ids=np.arange(12) + 500,
+        text_ids=np.arange(len(texts)) * 2,
+    )
     out = tmp_path / "r.json"
-    report = tasks.crossmodal.run(evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'p.npz'}", f"output={out}", "k=[2,3]"))
+    report = tasks.crossmodal.run(
+        evaluate_config(tmp_path, "task=crossmodal", f"input={tmp_path / 'p.npz'}", f"output={out}", "k=[2,3]")
+    )
     assert "text_to_image_recall@2" in report and "text_to_image_recall@1" not in report
     with np.load(tmp_path / report["per_query_file"]) as pq:
         assert pq["query_id"][:12].tolist() == list(range(500, 512))
@@ -54,10 +68,34 @@ def test_ids_and_k_are_read(tmp_path: Path):
 @pytest.mark.parametrize(
     "arrays,message",
     [
-        ({"image_embeddings": np.ones((3, 2), np.float32), "text_embeddings": np.ones((2, 2), np.float32)}, "text_image_index"),
-        ({"image_embeddings": np.ones((3, 2), np.float32), "text_embeddings": np.ones((2, 2), np.float32), "text_image_index": np.array([0.0, 1.0])}, "text_image_index"),
-        ({"image_embeddings": np.ones(3, np.float32), "text_embeddings": np.ones((2, 2), np.float32), "text_image_index": np.array([0, 1])}, "image_embeddings"),
-        ({"image_embeddings": np.ones((3, 2), np.float32), "text_embeddings": np.ones((2, 2), np.float32), "text_image_index": np.array([0, 7])}, "text_image_index"),
+        (
+            {"image_embeddings": np.ones((3, 2), np.float32), "text_embeddings": np.ones((2, 2), np.float32)},
+            "text_image_index",
+        ),
+        (
+            {
+                "image_embeddings": np.ones((3, 2), np.float32),
+                "text_embeddings": np.ones((2, 2), np.float32),
+                "text_image_index": np.array([0.0, 1.0]),
+            },
+            "text_image_index",
+        ),
+        (
+            {
+                "image_embeddings": np.ones(3, np.float32),
+                "text_embeddings": np.ones((2, 2), np.float32),
+                "text_image_index": np.array([0, 1]),
+            },
+            "image_embeddings",
+        ),
+        (
+            {
+                "image_embeddings": np.ones((3, 2), np.float32),
+                "text_embeddings": np.ones((2, 2), np.float32),
+                "text_image_index": np.array([0, 7]),
+            },
+            "text_image_index",
+        ),
     ],
 )
 def test_bad_files_are_named(tmp_path: Path, arrays: dict, message: str):
@@ -76,10 +114,20 @@ def test_command_line(tmp_path: Path):
     np.savez(tmp_path / "pairs.npz", image_embeddings=images, text_embeddings=texts, text_image_index=owner)
     out = tmp_path / "report.json"
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "evaluate.py"), "task=crossmodal", f"input={tmp_path / 'pairs.npz'}", f"output={out}",
-         f"paths.log_dir={tmp_path / 'logs'}"],
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=script_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO_ROOT / "evaluate.py"),
+            "task=crossmodal",
+            f"input={tmp_path / 'pairs.npz'}",
+            f"output={out}",
+            f"paths.log_dir={tmp_path / 'logs'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env=script_env(),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert set(REQUIRED) <= set(json.loads(out.read_text()))
     assert "text_to_image_recall@1" in result.stdout

@@ -97,7 +97,9 @@ def test_graded_ndcg_matches_trec_eval(gallery):
     res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.5,10"}).evaluate(run)
     for k in (5, 10):
         ref = np.mean([res[q][f"ndcg_cut_{k}"] for q in sorted(res)])
-        assert float(out[f"g_ndcg@{k}"]) == pytest.approx(ref, abs=1e-14), k  # pytrec_eval returns full doubles: measured 2.2e-16
+        assert float(out[f"g_ndcg@{k}"]) == pytest.approx(ref, abs=1e-14), (
+            k
+        )  # pytrec_eval returns full doubles: measured 2.2e-16
 
 
 def test_graded_ideal_with_a_separate_query_set_and_id_exclusion():
@@ -157,7 +159,9 @@ def _by_shares(count: int, emb, labels, ids=None, query=False, **kw):
         parts.append(retrieval_per_query(emb, labels, ids, share=(i, count), **extra, **kw))
     joined = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     graded = [g.name for g in kw.get("graded", ())]
-    return aggregate_retrieval(joined, labels, ks=kw["ks"], curve_max_k=kw.get("curve_max_k"), graded=graded, query_ids=ids)
+    return aggregate_retrieval(
+        joined, labels, ks=kw["ks"], curve_max_k=kw.get("curve_max_k"), graded=graded, query_ids=ids
+    )
 
 
 @pytest.mark.parametrize("count", [2, 3, 7])

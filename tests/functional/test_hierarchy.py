@@ -87,7 +87,9 @@ def test_paper_worked_examples():
     assert float(train["hP"]) == 1.0 and float(train["hR"]) == 0.75
     pool = hierarchical_precision_recall(tax.indices(["high_jump"]), tax.indices(["pool"]), tax)
     assert round(float(pool["hP"]), 2) == 0.67 and round(float(pool["hR"]), 2) == 0.67
-    both = hierarchical_precision_recall(tax.indices(["mode_of_transport", "high_jump"]), tax.indices(["train", "pool"]), tax)
+    both = hierarchical_precision_recall(
+        tax.indices(["mode_of_transport", "high_jump"]), tax.indices(["train", "pool"]), tax
+    )
     assert float(both["hP"]) == pytest.approx((1 + 2 / 3) / 2)
     assert float(both["hR"]) == pytest.approx((0.75 + 2 / 3) / 2)
     # pooled: (3 + 2) / (3 + 3) and (3 + 2) / (4 + 3)
@@ -142,12 +144,18 @@ def test_matches_hiclass_and_set_oracle_on_random_trees(seed, size, window, incl
     p, r, inter, npred, ngt = oracle(parent, root, preds, gts, include_root)
     np.testing.assert_allclose(out["per_query"]["hP"].numpy(), p, atol=1e-12)
     np.testing.assert_allclose(out["per_query"]["hR"].numpy(), r, atol=1e-12)
-    assert float(out["micro_hP"]) == pytest.approx(inter / npred) and float(out["micro_hR"]) == pytest.approx(inter / ngt)
+    assert float(out["micro_hP"]) == pytest.approx(inter / npred) and float(out["micro_hR"]) == pytest.approx(
+        inter / ngt
+    )
     exact = np.mean([a == b for a, b in zip(preds, gts)])
     assert float(out["exact_match"]) == pytest.approx(exact)
 
     # LCA depths of the errors: histogram and mean from the set oracle (depth of the LCA = |common path| - 1)
-    depths = [len(set(path_to(parent, root, a, True)) & set(path_to(parent, root, b, True))) - 1 for a, b in zip(preds, gts) if a != b]
+    depths = [
+        len(set(path_to(parent, root, a, True)) & set(path_to(parent, root, b, True))) - 1
+        for a, b in zip(preds, gts)
+        if a != b
+    ]
     hist = np.bincount(depths, minlength=tax.max_depth + 1) / len(depths)
     np.testing.assert_allclose(out["error_lca_depth_fraction"].numpy(), hist, atol=1e-12)
     assert float(out["mean_error_lca_depth"]) == pytest.approx(np.mean(depths))
@@ -268,8 +276,15 @@ def test_per_class_means_and_mistake_lca_depth():
     out = hierarchical_precision_recall(pred, gt, tax)
     means = per_class_means(out["per_query"], ("hP", "hR"))
     train, pool = tax.index("train"), tax.index("pool")
-    rows = {int(n): (float(p), float(r), int(c)) for n, p, r, c in zip(means["node"], means["hP"], means["hR"], means["count"])}
-    assert rows[train] == (1.0, pytest.approx(0.875), 2) and rows[pool] == (pytest.approx(2 / 3), pytest.approx(2 / 3), 1)
+    rows = {
+        int(n): (float(p), float(r), int(c))
+        for n, p, r, c in zip(means["node"], means["hP"], means["hR"], means["count"])
+    }
+    assert rows[train] == (1.0, pytest.approx(0.875), 2) and rows[pool] == (
+        pytest.approx(2 / 3),
+        pytest.approx(2 / 3),
+        1,
+    )
     m = mistake_lca_depth(gt, pred, tax)
     # mistakes: train vs mode_of_transport (LCA mode_of_transport, depth 3) and pool vs high_jump (LCA sport, depth 2)
     assert float(m["mean_mistake_lca_depth"]) == 2.5 and int(m["num_mistakes"]) == 2
@@ -315,7 +330,10 @@ def test_sibling_confusions_earn_more_hierarchical_credit_than_stranger_confusio
     gains = taxonomy_class_gains(tax, ["a1", "a2", "b1", "b2"], labels="index")
     directions = torch.eye(4).repeat_interleave(2, dim=0)  # items 2i and 2i+1 share direction i
     pairs = {"siblings": [0, 1, 0, 1, 2, 3, 2, 3], "strangers": [0, 2, 0, 2, 1, 3, 1, 3]}
-    results = {m: embedding_retrieval_metrics(directions, torch.tensor(lab), ks=(1,), graded=[gains]) for m, lab in pairs.items()}
+    results = {
+        m: embedding_retrieval_metrics(directions, torch.tensor(lab), ks=(1,), graded=[gains])
+        for m, lab in pairs.items()
+    }
     for model in results:
         assert float(results[model]["precision@1"]) == 0.0
     # a sibling shares {A} of two-node ancestor sets: gain 1/2; a stranger shares nothing below the root

@@ -231,10 +231,18 @@ def test_spearman_on_class_pairs_matches_scipy():
     assert out["spearman_pairs"] == 21
     assert out["spearman_rho"] == pytest.approx(ref.statistic, abs=1e-12)
     assert out["spearman_p"] == pytest.approx(ref.pvalue, rel=1e-6)
-    full = mismatch_analysis(torch.tensor(lab), torch.tensor(lab[::-1].copy()), m, num_trials=10,
-                             embeddings=torch.tensor(x), embedding_classes=torch.tensor(lab))
+    full = mismatch_analysis(
+        torch.tensor(lab),
+        torch.tensor(lab[::-1].copy()),
+        m,
+        num_trials=10,
+        embeddings=torch.tensor(x),
+        embedding_classes=torch.tensor(lab),
+    )
     assert full["spearman_rho"] == out["spearman_rho"]
-    assert set(mismatch_output_schema(spearman=True).scalar_keys()) == {k for k in full if k not in ("per_query", "null")}
+    assert set(mismatch_output_schema(spearman=True).scalar_keys()) == {
+        k for k in full if k not in ("per_query", "null")
+    }
 
 
 def test_no_mismatch_gives_nan_statistics_and_zero_counts():
@@ -267,8 +275,11 @@ def test_pair_table_counts_directed_pairs():
     ],
 )
 def test_bad_arguments_are_named(kwargs, match):
-    args = {"query_classes": torch.tensor([0, 1]), "retrieved_classes": torch.tensor([1, 2]),
-            "similarity": [[1.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 1.0]]}
+    args = {
+        "query_classes": torch.tensor([0, 1]),
+        "retrieved_classes": torch.tensor([1, 2]),
+        "similarity": [[1.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 1.0]],
+    }
     args.update(kwargs)
     q, r, m = args.pop("query_classes"), args.pop("retrieved_classes"), args.pop("similarity")
     with pytest.raises(ValueError, match=match):

@@ -33,9 +33,15 @@ SETS = {
 
 def architecture() -> FeatureProfiles:
     """Gothic, Bauhaus and International Style as in the paper's worked examples."""
+
     def cls(levels, roof, elements, windows, materials):
-        return {**dict(zip(ORDINAL, levels, strict=True)), "roof_types": roof, "architectural_elements": elements,
-                "windows": windows, "materials": materials}
+        return {
+            **dict(zip(ORDINAL, levels, strict=True)),
+            "roof_types": roof,
+            "architectural_elements": elements,
+            "windows": windows,
+            "materials": materials,
+        }
 
     return FeatureProfiles(
         {
@@ -87,7 +93,9 @@ def random_data(seed: int) -> dict:
     rng = random.Random(seed)
     lmax = rng.randint(1, 4)
     ordinal = {f"o{k}": "" for k in range(rng.randint(0, 4))}
-    sets = {f"s{k}": [f"v{k}_{j}" for j in range(rng.randint(1, 4))] for k in range(rng.randint(1 if not ordinal else 0, 3))}
+    sets = {
+        f"s{k}": [f"v{k}_{j}" for j in range(rng.randint(1, 4))] for k in range(rng.randint(1 if not ordinal else 0, 3))
+    }
     classes = {}
     for c in range(rng.randint(2, 9)):
         profile = {f: rng.randint(0, lmax) for f in ordinal}
@@ -110,7 +118,8 @@ def test_matrix_matches_a_plain_python_oracle_and_its_properties(seed):
 def test_unavailable_groups_are_left_out_and_one_empty_set_scores_zero():
     p = FeatureProfiles(
         {"a": {"x": 1, "g": [], "h": ["u"]}, "b": {"x": 1, "g": [], "h": []}, "c": {"x": 1, "g": ["p"], "h": ["u"]}},
-        ordinal=["x"], sets={"g": ["p"], "h": ["u"]},
+        ordinal=["x"],
+        sets={"g": ["p"], "h": ["u"]},
     )
     m = feature_similarity(p)
     assert float(m[0, 1]) == pytest.approx(0.5)  # ordinal 1, g unavailable, h one-empty 0
@@ -159,8 +168,14 @@ def test_pair_distribution_matches_numpy():
 @pytest.mark.parametrize(
     "change, match",
     [
-        (lambda d: d["classes"]["square"].update(corners=3), r"class 'square', ordinal feature 'corners': level 3 is outside 0..2"),
-        (lambda d: d["classes"]["circle"].update(edge_kinds=["wavy"]), r"class 'circle', set group 'edge_kinds': value\(s\) 'wavy' not in"),
+        (
+            lambda d: d["classes"]["square"].update(corners=3),
+            r"class 'square', ordinal feature 'corners': level 3 is outside 0..2",
+        ),
+        (
+            lambda d: d["classes"]["circle"].update(edge_kinds=["wavy"]),
+            r"class 'circle', set group 'edge_kinds': value\(s\) 'wavy' not in",
+        ),
         (lambda d: d["classes"]["star"].update(colour=1), r"class 'star': unknown feature\(s\) 'colour'"),
     ],
 )
@@ -225,4 +240,6 @@ def test_profile_graded_ndcg_matches_trec_eval():
     res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.5,10"}).evaluate(run)
     for k in (5, 10):
         ref = np.mean([res[q][f"ndcg_cut_{k}"] for q in sorted(res)])
-        assert float(out[f"profile_ndcg@{k}"]) == pytest.approx(ref, abs=1e-14), k  # pytrec_eval returns full doubles: measured 1.1e-16
+        assert float(out[f"profile_ndcg@{k}"]) == pytest.approx(ref, abs=1e-14), (
+            k
+        )  # pytrec_eval returns full doubles: measured 1.1e-16

@@ -30,7 +30,9 @@ def test_matches_sklearn_up_to_sign(n, d, k):
     np.testing.assert_allclose(ratio.numpy(), ref.explained_variance_ratio_, rtol=0, atol=1e-5)
     for j in range(k):
         sign = np.sign(expected[:, j] @ coords[:, j].numpy())  # sklearn's own sign rule may differ from ours
-        np.testing.assert_allclose(coords[:, j].numpy(), sign * expected[:, j], rtol=0, atol=1e-4 * np.abs(expected).max())
+        np.testing.assert_allclose(
+            coords[:, j].numpy(), sign * expected[:, j], rtol=0, atol=1e-4 * np.abs(expected).max()
+        )
 
 
 def test_ratio_is_component_variance_over_total_variance():
@@ -90,11 +92,15 @@ def test_bad_input_is_named(embeddings, k, match):
 def test_plot_writes_a_png_titled_with_the_explained_variance(tmp_path):
     rng = np.random.default_rng(0)
     coords, labels = rng.normal(size=(60, 2)), np.arange(60) % 3
-    path = save_embedding_projection_png(coords, labels, ["a", "b", "c"], [0.4567, float("nan")], tmp_path / "sub" / "p.png", title="eval")
+    path = save_embedding_projection_png(
+        coords, labels, ["a", "b", "c"], [0.4567, float("nan")], tmp_path / "sub" / "p.png", title="eval"
+    )
     image = Image.open(path)
     assert image.format == "PNG" and image.size[0] > 100
     assert image.text["Title"] == "eval\nPC1 45.7%, PC2 n/a of the variance"
-    many = save_embedding_projection_png(coords, np.arange(60) % 30, [f"c{i}" for i in range(30)], [0.5, 0.1], tmp_path / "many.png")
+    many = save_embedding_projection_png(
+        coords, np.arange(60) % 30, [f"c{i}" for i in range(30)], [0.5, 0.1], tmp_path / "many.png"
+    )
     assert many.is_file()  # more than 20 classes: one colour scale, no legend
 
 

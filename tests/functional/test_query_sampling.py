@@ -80,7 +80,9 @@ def test_shares_of_a_sample_give_the_single_result(data):
     emb, labels, ids = data
     rows = sample_queries(ids, 120, seed=0)
     single = retrieval_per_query(emb, labels, ids, ks=KS, query_rows=rows, chunk_size=32)
-    parts = [retrieval_per_query(emb, labels, ids, ks=KS, query_rows=rows, chunk_size=32, share=(i, 3)) for i in range(3)]
+    parts = [
+        retrieval_per_query(emb, labels, ids, ks=KS, query_rows=rows, chunk_size=32, share=(i, 3)) for i in range(3)
+    ]
     joined = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     assert_same_outputs(
         aggregate_retrieval(joined, labels, ks=KS, query_ids=ids, query_pool=600),
@@ -88,7 +90,9 @@ def test_shares_of_a_sample_give_the_single_result(data):
     )
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"max_queries": 0}, "max_queries"), ({"max_queries": 5, "query_seed": 1.5}, "seed")])
+@pytest.mark.parametrize(
+    ("kwargs", "name"), [({"max_queries": 0}, "max_queries"), ({"max_queries": 5, "query_seed": 1.5}, "seed")]
+)
 def test_bad_sampling_arguments(data, kwargs, name):
     emb, labels, ids = data
     with pytest.raises(ValueError, match=name):

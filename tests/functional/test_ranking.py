@@ -93,7 +93,10 @@ def test_condensed_precision_matches_trec_eval_judged_docs_only():
         if pq["num_relevant"][i] == 0:
             continue
         for k in KS:
-            assert pq[f"condensed_precision@{k}"][i].item() == pytest.approx(reference[query][f"P_{k}"], abs=1e-12), (query, k)
+            assert pq[f"condensed_precision@{k}"][i].item() == pytest.approx(reference[query][f"P_{k}"], abs=1e-12), (
+                query,
+                k,
+            )
 
 
 def _dcg_by_hand(gains):
@@ -110,7 +113,9 @@ def test_exponential_gain_ndcg_by_hand():
     assert out["ndcg@5"].item() == pytest.approx(dcg5 / idcg5, abs=1e-12)
     dcg3, idcg3 = 7.0, 7 + 7 / math.log2(3) + 3 / 2
     assert out["ndcg@3"].item() == pytest.approx(dcg3 / idcg3, abs=1e-12)
-    assert out["ndcg_linear@5"].item() == pytest.approx(_dcg_by_hand([3, 0, 0, 2, 1]) / _dcg_by_hand([3, 3, 2, 1, 1]), abs=1e-12)
+    assert out["ndcg_linear@5"].item() == pytest.approx(
+        _dcg_by_hand([3, 0, 0, 2, 1]) / _dcg_by_hand([3, 3, 2, 1, 1]), abs=1e-12
+    )
     # judged-only precision and coverage: top 3 = 3, unjudged, 0 -> 1 relevant of 2 judged
     assert out["judged_precision@3"].item() == 0.5 and out["judged@3"].item() == 2
     assert out["coverage@3"].item() == pytest.approx(2 / 3)
@@ -159,7 +164,10 @@ def test_bad_inputs_are_clear_errors():
         judge_run({"1": ["a"]}, {"1": {"a": 0.5}})
     with pytest.raises(ValueError, match=r"^run: query '1' lists document 'a' twice"):
         judge_run({"1": ["a", "a"]}, {"1": {"a": 1}})
-    with pytest.raises(ValueError, match=r"^no query is in both the run \(2 queries, e\.g\. \['1', '3'\]\) and the qrels \(1, e\.g\. \['2'\]\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^no query is in both the run \(2 queries, e\.g\. \['1', '3'\]\) and the qrels \(1, e\.g\. \['2'\]\)",
+    ):
         judge_run({"1": ["a"], "3": ["b"]}, {"2": {"a": 1}})
     with pytest.raises(ValueError, match=r"^`relevance_level` must be a positive int .*got 0\.$"):
         ranking_metrics(torch.zeros(1, 1), torch.tensor([1]), torch.zeros(1, 1), relevance_level=0)

@@ -71,7 +71,9 @@ def _oracle_qrels(qrels):
 
 
 def _trec(qrels, run, relevance_level=1, judged_only=False, measures=MEASURES):
-    evaluator = pytrec_eval.RelevanceEvaluator(_oracle_qrels(qrels), measures, relevance_level=relevance_level, judged_docs_only_flag=judged_only)
+    evaluator = pytrec_eval.RelevanceEvaluator(
+        _oracle_qrels(qrels), measures, relevance_level=relevance_level, judged_docs_only_flag=judged_only
+    )
     return evaluator.evaluate({q: docs for q, docs in run.items() if docs})
 
 
@@ -79,7 +81,9 @@ def _trec(qrels, run, relevance_level=1, judged_only=False, measures=MEASURES):
 def test_every_measure_equals_trec_eval(seed, level):
     qrels, run = _collection(seed)
     judged = judge_run(run, qrels)
-    out = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=KS, relevance_level=level, query_ids=judged.query_ids)
+    out = ranking_metrics(
+        judged.ranked, judged.num_retrieved, judged.pool, ks=KS, relevance_level=level, query_ids=judged.query_ids
+    )
     reference = _trec(qrels, run, level)
     condensed = _trec(qrels, run, level, judged_only=True, measures={f"P.{CUTS}"})
     pq = out["per_query"]
@@ -105,7 +109,10 @@ def test_every_measure_equals_trec_eval(seed, level):
         for key, name in PAIRS:
             assert pq[key][i].item() == pytest.approx(ref[name], abs=1e-12), (query, key)
         for k in KS:
-            assert pq[f"condensed_precision@{k}"][i].item() == pytest.approx(condensed[query][f"P_{k}"], abs=1e-12), (query, k)
+            assert pq[f"condensed_precision@{k}"][i].item() == pytest.approx(condensed[query][f"P_{k}"], abs=1e-12), (
+                query,
+                k,
+            )
     assert compared >= 25 and lone >= 3 and empty >= 1
     for key, name in PAIRS:  # means over the queries with a relevant document
         expected = np.mean([reference[q][name] if run[q] else 0.0 for q in kept])
@@ -174,7 +181,9 @@ def test_ranking_audit_in_two_updates_equals_the_kernel_and_trec_eval():
     for key, value in kernel["per_query"].items():
         mine = out["per_query"][key]
         assert torch.equal(mine.isnan(), value[order].isnan()), key
-        assert torch.allclose(mine.nan_to_num(0.0).double(), value[order].nan_to_num(0.0).double(), rtol=0, atol=1e-12), key
+        assert torch.allclose(
+            mine.nan_to_num(0.0).double(), value[order].nan_to_num(0.0).double(), rtol=0, atol=1e-12
+        ), key
     for i, code in enumerate(out["per_query"]["query_id"].tolist()):
         query = judged.queries[judged.query_ids.tolist().index(code)]
         if out["per_query"]["num_relevant"][i] == 0 or not run[query]:
@@ -186,7 +195,9 @@ def test_ranking_audit_in_two_updates_equals_the_kernel_and_trec_eval():
 
 
 def test_grades_that_are_not_ints_are_clear_errors():
-    with pytest.raises(ValueError, match=r"^qrels: query '1', document 'a' has grade 1\.5; grades are ints \(negative: pooled"):
+    with pytest.raises(
+        ValueError, match=r"^qrels: query '1', document 'a' has grade 1\.5; grades are ints \(negative: pooled"
+    ):
         judge_run({"1": ["a"]}, {"1": {"a": 1.5}})
     with pytest.raises(ValueError, match=r"^qrels: query '1', document 'a' has grade 'x'; grades are ints"):
         judge_run({"1": ["a"]}, {"1": {"a": "x"}})

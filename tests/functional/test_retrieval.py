@@ -74,7 +74,9 @@ def test_ids_give_the_same_result_as_positions(gallery):
     ids = torch.randperm(len(labels), generator=torch.Generator().manual_seed(3)) * 7 + 100
     a = embedding_retrieval_metrics(emb, labels, ks=KS)
     b = embedding_retrieval_metrics(emb, labels, ids, ks=KS)
-    assert torch.equal(b["per_query"]["query_id"], ids) and torch.equal(a["per_query"]["query_id"], torch.arange(len(ids)))
+    assert torch.equal(b["per_query"]["query_id"], ids) and torch.equal(
+        a["per_query"]["query_id"], torch.arange(len(ids))
+    )
     a["per_query"].pop("query_id"), b["per_query"].pop("query_id")
     assert_same_outputs(a, b)
 
@@ -82,9 +84,7 @@ def test_ids_give_the_same_result_as_positions(gallery):
 def test_separate_query_set_matches_oracle():
     emb, labels = clustered_without_ties(90, 12, 6, seed=10)
     q, ql = clustered(30, 12, 7, seed=99)  # label 6 is absent from the gallery -> lone
-    ours = embedding_retrieval_metrics(
-        emb, labels, ks=KS, curve_max_k=CURVE, query_embeddings=q, query_labels=ql
-    )
+    ours = embedding_retrieval_metrics(emb, labels, ks=KS, curve_max_k=CURVE, query_embeddings=q, query_labels=ql)
     ref = oracle.retrieval_metrics(
         emb.numpy(), labels.numpy(), ks=KS, curve_max_k=CURVE, query_embeddings=q.numpy(), query_labels=ql.numpy()
     )
@@ -184,7 +184,11 @@ def test_matches_torchmetrics_on_positive_scores(gallery):
     indexes = torch.arange(n)[:, None].expand(n, n)[off]
     ours = embedding_retrieval_metrics(emb, labels, ks=(1, 5))
     for k in (1, 5):
-        for name, cls in (("precision", tr.RetrievalPrecision), ("recall", tr.RetrievalRecall), ("hit", tr.RetrievalHitRate)):
+        for name, cls in (
+            ("precision", tr.RetrievalPrecision),
+            ("recall", tr.RetrievalRecall),
+            ("hit", tr.RetrievalHitRate),
+        ):
             ref = cls(top_k=k, empty_target_action="skip")(preds, target, indexes=indexes)
             assert float(ours[f"{name}@{k}"]) == pytest.approx(float(ref), abs=1e-6), (name, k)
     ref = tr.RetrievalRPrecision(empty_target_action="skip")(preds, target, indexes=indexes)
@@ -332,8 +336,15 @@ def test_symmetric_leave_one_out_equals_query_set_search(n, classes, chunk_size)
     ids = torch.arange(n)
     loo = embedding_retrieval_metrics(emb, labels, ids, ks=KS, chunk_size=chunk_size, return_neighbors=40)
     qs = embedding_retrieval_metrics(
-        emb, labels, ids, ks=KS, chunk_size=chunk_size, return_neighbors=40,
-        query_embeddings=emb, query_labels=labels, query_ids=ids,
+        emb,
+        labels,
+        ids,
+        ks=KS,
+        chunk_size=chunk_size,
+        return_neighbors=40,
+        query_embeddings=emb,
+        query_labels=labels,
+        query_ids=ids,
     )
     assert_same_outputs(loo, qs)
 
@@ -360,7 +371,9 @@ def test_wide_rows_with_many_ties_follow_the_tie_rule():
         _, idx = cosine_topk(emb[:200], emb, k, chunk_size=64)
         np.testing.assert_array_equal(idx.numpy(), _reference_topk(emb[:200], emb, k))
     out = embedding_retrieval_metrics(emb, labels, ks=(1, 5), return_neighbors=300, chunk_size=256)
-    np.testing.assert_array_equal(out["neighbors"]["indices"].numpy(), _reference_topk(emb, emb, 300, exclude_self=True))
+    np.testing.assert_array_equal(
+        out["neighbors"]["indices"].numpy(), _reference_topk(emb, emb, 300, exclude_self=True)
+    )
     ref = oracle.retrieval_metrics(emb.numpy(), labels.numpy(), ks=(1, 5))
     assert_matches_oracle(out, ref, ks=(1, 5))
 
@@ -426,7 +439,9 @@ def test_float64_and_half_inputs_are_accepted():
     assert_same_outputs(embedding_retrieval_metrics(emb.double(), labels.int()), ref)
     for dtype in (torch.float16, torch.bfloat16):
         low = emb.to(dtype)
-        assert_same_outputs(embedding_retrieval_metrics(low, labels), embedding_retrieval_metrics(low.float(), labels), dtype)
+        assert_same_outputs(
+            embedding_retrieval_metrics(low, labels), embedding_retrieval_metrics(low.float(), labels), dtype
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -461,7 +476,10 @@ L = torch.tensor([0, 0, 1, 1, 2, 2])
         ({"embeddings": E, "labels": L, "ks": (1,), "curve_max_k": 0}, "curve_max_k"),
         ({"embeddings": E, "labels": L, "ks": (1,), "return_neighbors": -1}, "return_neighbors"),
         ({"embeddings": E, "labels": L, "ks": (1,), "return_neighbors": 6}, "return_neighbors"),
-        ({"embeddings": E, "labels": L, "query_embeddings": torch.randn(2, 3), "query_labels": L[:2]}, "query_embeddings"),
+        (
+            {"embeddings": E, "labels": L, "query_embeddings": torch.randn(2, 3), "query_labels": L[:2]},
+            "query_embeddings",
+        ),
         ({"embeddings": E, "labels": L, "query_embeddings": torch.randn(2, 4)}, "query_labels"),
         ({"embeddings": E, "labels": L, "query_embeddings": torch.randn(2, 4), "query_labels": L[:3]}, "query_labels"),
         ({"embeddings": E, "labels": L, "query_labels": L}, "query_embeddings"),

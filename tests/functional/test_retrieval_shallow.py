@@ -96,8 +96,18 @@ def test_shallow_equals_deep_for_a_separate_query_set_with_exclusion():
     emb, labels = clustered_without_ties(120, 12, 4, seed=10, noise=1.5)
     ids = torch.arange(120) + 1000
     q = torch.arange(0, 120, 3)
-    queries, q_labels, q_ids = emb[q] + 0.05 * torch.randn(len(q), 12, generator=torch.Generator().manual_seed(1)), labels[q], ids[q]
-    kw = {"ks": (1, 5), "query_embeddings": queries, "query_labels": q_labels, "query_ids": q_ids, "return_neighbors": 3}
+    queries, q_labels, q_ids = (
+        emb[q] + 0.05 * torch.randn(len(q), 12, generator=torch.Generator().manual_seed(1)),
+        labels[q],
+        ids[q],
+    )
+    kw = {
+        "ks": (1, 5),
+        "query_embeddings": queries,
+        "query_labels": q_labels,
+        "query_ids": q_ids,
+        "return_neighbors": 3,
+    }
     deep = embedding_retrieval_metrics(emb, labels, ids, **kw)
     shallow = embedding_retrieval_metrics(emb, labels, ids, deep_metrics=False, **kw)
     assert_shallow_equals_deep(shallow, deep)
@@ -113,9 +123,17 @@ def test_shares_concatenate_to_the_single_call(gallery, count, sampled):
     kw = {"ks": (1, 5), "curve_max_k": 8, "graded": [_gains(10)], "query_rows": rows, "chunk_size": 16}
     parts = [retrieval_per_query(emb, labels, ids, share=(i, count), deep_metrics=False, **kw) for i in range(count)]
     joined = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
-    agg = {"ks": (1, 5), "curve_max_k": 8, "graded": ["tree"], "query_ids": ids, "query_pool": len(ids) if sampled else None}
+    agg = {
+        "ks": (1, 5),
+        "curve_max_k": 8,
+        "graded": ["tree"],
+        "query_ids": ids,
+        "query_pool": len(ids) if sampled else None,
+    }
     got = aggregate_retrieval(joined, labels, deep_metrics=False, **agg)
-    single = aggregate_retrieval(retrieval_per_query(emb, labels, ids, deep_metrics=False, **kw), labels, deep_metrics=False, **agg)
+    single = aggregate_retrieval(
+        retrieval_per_query(emb, labels, ids, deep_metrics=False, **kw), labels, deep_metrics=False, **agg
+    )
     deep = aggregate_retrieval(retrieval_per_query(emb, labels, ids, **kw), labels, **agg)
     assert_same_outputs(got, single)
     assert_shallow_equals_deep(got, deep)
@@ -126,7 +144,9 @@ def test_matches_the_numpy_oracle(gallery):
     ks = (1, 3, 5, 10)
     ours = embedding_retrieval_metrics(emb, labels, ks=ks, curve_max_k=12, deep_metrics=False)
     ref = oracle.retrieval_metrics(emb.numpy(), labels.numpy(), ks=ks, curve_max_k=12)
-    assert int(ours["num_queries"]) == ref["num_queries"] and int(ours["num_lone_queries"]) == ref["num_lone_queries"] == 2
+    assert (
+        int(ours["num_queries"]) == ref["num_queries"] and int(ours["num_lone_queries"]) == ref["num_lone_queries"] == 2
+    )
     for key in [f"{m}@{k}" for m in ("precision", "recall", "hit", "macro_precision") for k in ks]:
         assert float(ours[key]) == pytest.approx(ref[key], rel=1e-12, abs=1e-12), key
     np.testing.assert_allclose(ours["precision_curve"].numpy(), ref["precision_curve"], rtol=1e-12, atol=1e-12)

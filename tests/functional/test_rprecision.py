@@ -85,7 +85,9 @@ def test_matches_numpy_oracle_both_directions_and_curve():
 
 def test_resample_redraws_per_repeat():
     img, txt = _pairs(40, noise=1.5, seed=3)
-    out = text_image_r_precision(img, txt, num_candidates=8, top_r=(1,), protocol="resample", repeats=4, seed=7, near_duplicate_threshold=None)
+    out = text_image_r_precision(
+        img, txt, num_candidates=8, top_r=(1,), protocol="resample", repeats=4, seed=7, near_duplicate_threshold=None
+    )
     means = []
     for k in range(4):
         sets = draw_candidate_sets(txt, num_candidates=8, seed=7, repeat=k, near_duplicate_threshold=None)
@@ -98,7 +100,9 @@ def test_resample_redraws_per_repeat():
 def test_equals_torchmetrics_hit_rate_on_the_same_groups():
     img, txt = _pairs(50, noise=2.0, seed=5)
     sets = draw_candidate_sets(txt, num_candidates=10, near_duplicate_threshold=None)
-    cands = torch.cat([torch.arange(50).unsqueeze(1), sets.distractor_ids], dim=1).numpy()  # ids are 0..N-1: ids are rows
+    cands = torch.cat(
+        [torch.arange(50).unsqueeze(1), sets.distractor_ids], dim=1
+    ).numpy()  # ids are 0..N-1: ids are rows
     scores = torch.from_numpy(np.take_along_axis(numpy_scores(img, txt), cands, axis=1))
     target = torch.zeros_like(scores, dtype=torch.bool)
     target[:, 0] = True
@@ -145,7 +149,9 @@ def test_planted_ties_count_as_misses():
     assert out["r_precision@2"].item() == 1.0
     # with the captions' codes equal, the duplicate is no distractor: no tie is left
     codes = torch.tensor([5, 5, 1, 2, 3, 4, 6, 7, 8, 9])
-    out = text_image_r_precision(img, txt, caption_codes=codes, num_candidates=9, top_r=(1,), repeats=1, near_duplicate_threshold=None)
+    out = text_image_r_precision(
+        img, txt, caption_codes=codes, num_candidates=9, top_r=(1,), repeats=1, near_duplicate_threshold=None
+    )
     assert out["r_precision"].item() == 1.0
 
 
@@ -198,7 +204,9 @@ def test_exclusions_class_caption_and_near_duplicates():
     txt = torch.randn(60, 6, generator=_gen(11))
     classes = torch.arange(60) % 4
     codes = torch.arange(60) % 30  # sample i and i + 30 share a caption
-    sets = draw_candidate_sets(txt, num_candidates=20, class_ids=classes, caption_codes=codes, near_duplicate_threshold=0.5)
+    sets = draw_candidate_sets(
+        txt, num_candidates=20, class_ids=classes, caption_codes=codes, near_duplicate_threshold=0.5
+    )
     tn = torch.nn.functional.normalize(txt, dim=1)
     for q, ds in enumerate(sets.distractor_ids.tolist()):
         assert all(classes[d] != classes[q] for d in ds)
@@ -210,7 +218,9 @@ def test_exclusions_class_caption_and_near_duplicates():
 def test_hard_negatives_are_the_nearest_eligible_captions():
     img, txt = _pairs(40, d=4, noise=0.5, seed=12)
     classes = torch.arange(40) % 5
-    sets = draw_candidate_sets(txt, num_candidates=6, class_ids=classes, hard_negatives=True, near_duplicate_threshold=0.9)
+    sets = draw_candidate_sets(
+        txt, num_candidates=6, class_ids=classes, hard_negatives=True, near_duplicate_threshold=0.9
+    )
     t = txt.double().numpy()
     t = t / np.linalg.norm(t, axis=1, keepdims=True)
     sim = t @ t.T
@@ -218,7 +228,9 @@ def test_hard_negatives_are_the_nearest_eligible_captions():
         eligible = [j for j in range(40) if classes[j] != classes[q] and sim[q, j] < 0.9]
         expected = sorted(eligible, key=lambda j: (-sim[q, j], j))[:5]
         assert sets.distractor_ids[q].tolist() == expected
-    out = text_image_r_precision(img, txt, class_ids=classes, num_candidates=6, top_r=(1,), hard_negatives=True, near_duplicate_threshold=0.9)
+    out = text_image_r_precision(
+        img, txt, class_ids=classes, num_candidates=6, top_r=(1,), hard_negatives=True, near_duplicate_threshold=0.9
+    )
     ranks = oracle_ranks(img.double().numpy(), txt.double().numpy(), sets.distractor_ids.numpy(), "image_to_text")
     assert out["hard_r_precision"].item() == pytest.approx((ranks <= 1).mean())
     assert out["hard_r_precision"].item() < out["r_precision"].item()  # hard negatives are harder
@@ -261,7 +273,9 @@ def test_scores_are_the_pair_cosine_bitwise_the_same_whatever_the_blocking(monke
     def check(scores: torch.Tensor, queries: torch.Tensor, cands: torch.Tensor, direction: str) -> None:
         own = queries.unsqueeze(1).expand_as(cands)
         image, text = (own, cands) if direction == "image_to_text" else (cands, own)
-        np.testing.assert_allclose(scores.double().numpy(), ref[image.numpy(), text.numpy()], rtol=0, atol=fp32_bound(24))
+        np.testing.assert_allclose(
+            scores.double().numpy(), ref[image.numpy(), text.numpy()], rtol=0, atol=fp32_bound(24)
+        )
         for pair, value in zip(zip(image.flatten().tolist(), text.flatten().tolist()), scores.flatten().tolist()):
             assert seen.setdefault(pair, value) == value, pair  # float32 values: equal as floats = equal bits
 
@@ -273,7 +287,9 @@ def test_scores_are_the_pair_cosine_bitwise_the_same_whatever_the_blocking(monke
     check(t2i, torch.arange(53), cands, "text_to_image")
     assert i2t[3, 12] == i2t[3, 0] and t2i[7, 1] == t2i[7, 0]  # the planted ties
     monkeypatch.setattr(rprecision._pairs, "_MAX_PAIRS", 7)
-    assert torch.equal(candidate_scores(img, txt, rows), i2t) and torch.equal(candidate_scores(img, txt, rows, "text_to_image"), t2i)
+    assert torch.equal(candidate_scores(img, txt, rows), i2t) and torch.equal(
+        candidate_scores(img, txt, rows, "text_to_image"), t2i
+    )
     monkeypatch.undo()
     for part in (torch.arange(0, 17), torch.arange(30, 53)):  # other pools and candidate sets: the same bits per pair
         m = part.numel()
@@ -289,12 +305,21 @@ def test_outputs_are_bitwise_the_same_for_any_chunk_size_and_order():
     txt[40] = txt[10] + 0.01  # a near-duplicate pair
     ids = torch.randperm(500, generator=_gen(2))[:75] - 100
     classes, codes = ids % 3, ids % 25
-    settings = dict(class_ids=classes, caption_codes=codes, num_candidates=16, top_r=(1, 4), hard_negatives=True, near_duplicate_threshold=0.7)
+    settings = dict(
+        class_ids=classes,
+        caption_codes=codes,
+        num_candidates=16,
+        top_r=(1, 4),
+        hard_negatives=True,
+        near_duplicate_threshold=0.7,
+    )
     ref = text_image_r_precision(img, txt, ids, chunk_size=256, **settings)
     assert 0.05 < ref["r_precision"].item() < 0.95
     # the ranks are those of the drawn sets under numpy's float64 cosines (rows in ascending id order)
     order = torch.argsort(ids)
-    sets = draw_candidate_sets(txt, ids, num_candidates=16, class_ids=classes, caption_codes=codes, near_duplicate_threshold=0.7)
+    sets = draw_candidate_sets(
+        txt, ids, num_candidates=16, class_ids=classes, caption_codes=codes, near_duplicate_threshold=0.7
+    )
     rows = torch.searchsorted(ids[order], sets.distractor_ids).numpy()
     sim = numpy_scores(img[order], txt[order])
     gt = np.diag(sim)[:, None]
@@ -302,15 +327,33 @@ def test_outputs_are_bitwise_the_same_for_any_chunk_size_and_order():
     assert min(np.abs(i2t - gt).min(), np.abs(t2i - gt).min()) > 2 * fp32_bound(16)  # no near tie: fp32 ranks the same
     assert ref["per_query"]["rank"].tolist() == (1 + (i2t >= gt).sum(axis=1)).tolist()
     assert ref["per_query"]["text_to_image_r_precision"].tolist() == (t2i < gt).all(axis=1).astype(float).tolist()
-    np.testing.assert_allclose(ref["per_query"]["clip_score"].numpy(), 100.0 * np.maximum(gt[:, 0], 0), rtol=0, atol=100 * fp32_bound(16))
+    np.testing.assert_allclose(
+        ref["per_query"]["clip_score"].numpy(), 100.0 * np.maximum(gt[:, 0], 0), rtol=0, atol=100 * fp32_bound(16)
+    )
     for chunk, seed in [(1, 0), (5, 1), (16, 2)]:
         perm = torch.randperm(75, generator=_gen(seed))
         s = {**settings, "class_ids": classes[perm], "caption_codes": codes[perm]}
         assert_same_outputs(text_image_r_precision(img[perm], txt[perm], ids[perm], chunk_size=chunk, **s), ref, chunk)
         for hard in (False, True):
-            a = draw_candidate_sets(txt, ids, num_candidates=16, class_ids=classes, caption_codes=codes, hard_negatives=hard, near_duplicate_threshold=0.7)
-            b = draw_candidate_sets(txt[perm], ids[perm], num_candidates=16, class_ids=classes[perm], caption_codes=codes[perm],
-                                    hard_negatives=hard, near_duplicate_threshold=0.7, chunk_size=chunk)  # fmt: skip
+            a = draw_candidate_sets(
+                txt,
+                ids,
+                num_candidates=16,
+                class_ids=classes,
+                caption_codes=codes,
+                hard_negatives=hard,
+                near_duplicate_threshold=0.7,
+            )
+            b = draw_candidate_sets(
+                txt[perm],
+                ids[perm],
+                num_candidates=16,
+                class_ids=classes[perm],
+                caption_codes=codes[perm],
+                hard_negatives=hard,
+                near_duplicate_threshold=0.7,
+                chunk_size=chunk,
+            )
             assert torch.equal(a.distractor_ids, b.distractor_ids) and torch.equal(a.query_ids, b.query_ids)
 
 
@@ -334,16 +377,30 @@ def test_hard_negatives_equal_a_full_sort_with_planted_ties(threshold):
     score = directions[np.arange(n) % 20][:, np.arange(n) % 20].tolist()  # copies of one direction tie exactly
     expected, straddles = [], 0
     for q in order.tolist():
-        eligible = [j for j in range(n) if j != q and classes[j] != classes[q] and codes[j] != codes[q]
-                    and (threshold is None or score[q][j] < threshold)]  # fmt: skip
+        eligible = [
+            j
+            for j in range(n)
+            if j != q
+            and classes[j] != classes[q]
+            and codes[j] != codes[q]
+            and (threshold is None or score[q][j] < threshold)
+        ]
         ranked = sorted(eligible, key=lambda j: (-score[q][j], int(ids[j])))
         expected.append([int(ids[j]) for j in ranked[:k]])
         straddles += score[q][ranked[k - 1]] == score[q][ranked[k]]
     assert straddles > 5  # the tie rule decides who is in
     perm = torch.randperm(n, generator=_gen(19))
     for chunk in (1, 7, 256):
-        got = draw_candidate_sets(txt[perm], ids[perm], num_candidates=k + 1, class_ids=classes[perm], caption_codes=codes[perm],
-                                  hard_negatives=True, near_duplicate_threshold=threshold, chunk_size=chunk)  # fmt: skip
+        got = draw_candidate_sets(
+            txt[perm],
+            ids[perm],
+            num_candidates=k + 1,
+            class_ids=classes[perm],
+            caption_codes=codes[perm],
+            hard_negatives=True,
+            near_duplicate_threshold=threshold,
+            chunk_size=chunk,
+        )
         assert got.distractor_ids.tolist() == expected
 
 
@@ -353,18 +410,28 @@ def check_device_against_cpu(device: str, monkeypatch) -> None:
     except where a score gap is below 1e-6."""
     tie = 1e-6
     img, txt = _pairs(300, d=32, noise=3.0, seed=20)
-    ids, classes, codes = torch.arange(300) * 3 - 7, torch.arange(300) % 7, torch.arange(300) % 120  # ascending ids: rows
+    ids, classes, codes = (
+        torch.arange(300) * 3 - 7,
+        torch.arange(300) % 7,
+        torch.arange(300) % 120,
+    )  # ascending ids: rows
     kwargs = dict(num_candidates=20, class_ids=classes, caption_codes=codes, near_duplicate_threshold=None, seed=3)
     cpu = draw_candidate_sets(txt, ids, **kwargs)
-    gpu = draw_candidate_sets(txt.to(device), ids.to(device), **{**kwargs, "class_ids": classes.to(device), "caption_codes": codes.to(device)})
+    gpu = draw_candidate_sets(
+        txt.to(device), ids.to(device), **{**kwargs, "class_ids": classes.to(device), "caption_codes": codes.to(device)}
+    )
     assert torch.equal(gpu.distractor_ids.cpu(), cpu.distractor_ids)
     rows = torch.searchsorted(ids, cpu.distractor_ids)
     sim = numpy_scores(img, txt)
     cands = torch.cat([torch.arange(300).unsqueeze(1), rows], dim=1).numpy()
     i2t = candidate_scores(img.to(device), txt.to(device), rows.to(device))
     t2i = candidate_scores(img.to(device), txt.to(device), rows.to(device), "text_to_image")
-    np.testing.assert_allclose(i2t.cpu().double().numpy(), np.take_along_axis(sim, cands, axis=1), rtol=0, atol=fp32_bound(32))
-    np.testing.assert_allclose(t2i.cpu().double().numpy(), np.take_along_axis(sim.T, cands, axis=1), rtol=0, atol=fp32_bound(32))
+    np.testing.assert_allclose(
+        i2t.cpu().double().numpy(), np.take_along_axis(sim, cands, axis=1), rtol=0, atol=fp32_bound(32)
+    )
+    np.testing.assert_allclose(
+        t2i.cpu().double().numpy(), np.take_along_axis(sim.T, cands, axis=1), rtol=0, atol=fp32_bound(32)
+    )
     monkeypatch.setattr(rprecision._pairs, "_MAX_PAIRS", 7)  # the products in small pieces: the same bits
     assert torch.equal(candidate_scores(img.to(device), txt.to(device), rows.to(device)), i2t)
     assert torch.equal(candidate_scores(img.to(device), txt.to(device), rows.to(device), "text_to_image"), t2i)
@@ -377,7 +444,9 @@ def check_device_against_cpu(device: str, monkeypatch) -> None:
     settings = dict(num_candidates=20, hard_negatives=True)
     out_cpu = text_image_r_precision(img, txt, ids, **settings)
     out_gpu = text_image_r_precision(img.to(device), txt.to(device), ids.to(device), **settings)
-    assert_same_outputs(text_image_r_precision(img.to(device), txt.to(device), ids.to(device), chunk_size=7, **settings), out_gpu)
+    assert_same_outputs(
+        text_image_r_precision(img.to(device), txt.to(device), ids.to(device), chunk_size=7, **settings), out_gpu
+    )
     pools = ((txt, ids), (txt.to(device), ids.to(device)))
     drawn = [draw_candidate_sets(t, i, num_candidates=20) for t, i in pools]
     assert torch.equal(drawn[1].distractor_ids.cpu(), drawn[0].distractor_ids)
@@ -390,7 +459,9 @@ def check_device_against_cpu(device: str, monkeypatch) -> None:
     random_rows = torch.searchsorted(ids, drawn[0].distractor_ids).numpy()
     near_i2t = (np.abs(np.take_along_axis(sim, random_rows, axis=1) - gt) < tie).any(axis=1)
     near_t2i = (np.abs(np.take_along_axis(sim.T, random_rows, axis=1) - gt) < tie).any(axis=1)
-    near_hard = ~(hard_rows[0] == hard_rows[1]).all(axis=1) | (np.abs(np.take_along_axis(sim, hard_rows[0], axis=1) - gt) < tie).any(axis=1)
+    near_hard = ~(hard_rows[0] == hard_rows[1]).all(axis=1) | (
+        np.abs(np.take_along_axis(sim, hard_rows[0], axis=1) - gt) < tie
+    ).any(axis=1)
     expected_rank = 1 + (np.take_along_axis(sim, random_rows, axis=1) >= gt).sum(axis=1)
     expected_hard = (np.take_along_axis(sim, hard_rows[0], axis=1) < gt).all(axis=1).astype(float)
     for out in (out_cpu, out_gpu):  # numpy's ranks and hits away from ties
@@ -401,7 +472,12 @@ def check_device_against_cpu(device: str, monkeypatch) -> None:
     assert 0.05 < expected_hard.mean() < 0.95 and near_i2t.mean() < 0.05  # informative, and few places left to rounding
     a = {key: value.cpu().numpy() for key, value in out_cpu["per_query"].items()}
     b = {key: value.cpu().numpy() for key, value in out_gpu["per_query"].items()}
-    for key, near in (("rank", near_i2t), ("r_precision", near_i2t), ("text_to_image_r_precision", near_t2i), ("hard_r_precision", near_hard)):
+    for key, near in (
+        ("rank", near_i2t),
+        ("r_precision", near_i2t),
+        ("text_to_image_r_precision", near_t2i),
+        ("hard_r_precision", near_hard),
+    ):
         assert np.all((a[key] == b[key]) | near), key
     np.testing.assert_allclose(b["clip_score"], a["clip_score"], rtol=0, atol=100 * 2 * fp32_bound(32))
 

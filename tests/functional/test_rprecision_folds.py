@@ -63,7 +63,9 @@ def dm_gan_folds(hits: np.ndarray, ids: np.ndarray, seed: int, folds: int) -> tu
     return float(means.mean()), float(means.std()), means
 
 
-def oracle_hits(img: np.ndarray, txt: np.ndarray, distractor_rows: np.ndarray, cut: int) -> tuple[np.ndarray, np.ndarray]:
+def oracle_hits(
+    img: np.ndarray, txt: np.ndarray, distractor_rows: np.ndarray, cut: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample hits (rank of the ground truth <= cut; a tie counts against it) image->text and text->image."""
     a = img / np.linalg.norm(img, axis=1, keepdims=True)
     b = txt / np.linalg.norm(txt, axis=1, keepdims=True)
@@ -89,9 +91,16 @@ def _case(n: int, num_candidates: int, aligned: int = 0, seed: int = 0, noise: f
 
 def _kernel(img, txt, ids, sets, num_candidates, repeats, seed):
     return text_image_r_precision(
-        torch.from_numpy(img).float(), torch.from_numpy(txt).float(), torch.from_numpy(ids).long(), candidate_sets=sets,
-        num_candidates=num_candidates, top_r=(1, 3), repeats=repeats, seed=seed, near_duplicate_threshold=None,
-    )  # fmt: skip
+        torch.from_numpy(img).float(),
+        torch.from_numpy(txt).float(),
+        torch.from_numpy(ids).long(),
+        candidate_sets=sets,
+        num_candidates=num_candidates,
+        top_r=(1, 3),
+        repeats=repeats,
+        seed=seed,
+        near_duplicate_threshold=None,
+    )
 
 
 # ---- the tests -------------------------------------------------------------------------------------------------------
@@ -232,9 +241,16 @@ def test_seeded_draw_equals_the_oracle(seed, repeat):
     t = lambda rows: torch.from_numpy(rows)  # noqa: E731
     for chunk in (1, 7, 256):
         sets = draw_candidate_sets(
-            t(txt[perm]).float(), t(ids[perm]), num_candidates=k + 1, seed=seed, repeat=repeat, class_ids=t(classes[perm]),
-            caption_codes=t(captions[perm]), near_duplicate_threshold=0.9, chunk_size=chunk,
-        )  # fmt: skip
+            t(txt[perm]).float(),
+            t(ids[perm]),
+            num_candidates=k + 1,
+            seed=seed,
+            repeat=repeat,
+            class_ids=t(classes[perm]),
+            caption_codes=t(captions[perm]),
+            near_duplicate_threshold=0.9,
+            chunk_size=chunk,
+        )
         assert sets.query_ids.tolist() == sorted(expected)
         assert {q: d for q, d in zip(sets.query_ids.tolist(), sets.distractor_ids.tolist())} == expected, chunk
 
@@ -249,10 +265,14 @@ def test_seeded_draw_without_exclusions_and_a_dominant_class():
     t = torch.from_numpy
     got = draw_candidate_sets(t(txt).float(), t(ids), num_candidates=40, seed=9, near_duplicate_threshold=None)
     stats: dict = {}
-    assert dict(zip(got.query_ids.tolist(), got.distractor_ids.tolist())) == oracle_draw(ids, txt, 39, 9, 0, stats=stats)
+    assert dict(zip(got.query_ids.tolist(), got.distractor_ids.tolist())) == oracle_draw(
+        ids, txt, 39, 9, 0, stats=stats
+    )
     assert stats.get("self", 0) > 0 and stats.get("repeat", 0) > 0
     classes = np.where(np.arange(n) < 52, 0, 1 + np.arange(n) % 3)
-    got = draw_candidate_sets(t(txt).float(), t(ids), num_candidates=6, seed=2, class_ids=t(classes), near_duplicate_threshold=None)
+    got = draw_candidate_sets(
+        t(txt).float(), t(ids), num_candidates=6, seed=2, class_ids=t(classes), near_duplicate_threshold=None
+    )
     assert dict(zip(got.query_ids.tolist(), got.distractor_ids.tolist())) == oracle_draw(ids, txt, 5, 2, 0, classes)
 
 
@@ -268,7 +288,12 @@ def test_seeded_draw_when_near_duplicates_crowd_the_pool():
     assert stats["near"] > 45 * 5 and stats["repeat"] > 45 * 5, stats
     for chunk in (1, 256):
         got = draw_candidate_sets(
-            torch.from_numpy(txt).float(), torch.from_numpy(ids), num_candidates=39, seed=1, near_duplicate_threshold=0.9, chunk_size=chunk
+            torch.from_numpy(txt).float(),
+            torch.from_numpy(ids),
+            num_candidates=39,
+            seed=1,
+            near_duplicate_threshold=0.9,
+            chunk_size=chunk,
         )
         assert dict(zip(got.query_ids.tolist(), got.distractor_ids.tolist())) == expected
 
@@ -280,9 +305,18 @@ def test_resample_uses_the_oracle_draws():
     img = txt + 8.0 * rng.normal(size=txt.shape)
     t = torch.from_numpy
     out = text_image_r_precision(
-        t(img).float(), t(txt).float(), t(ids), class_ids=t(classes), caption_codes=t(captions), num_candidates=8,
-        top_r=(1,), protocol="resample", repeats=3, seed=4, near_duplicate_threshold=0.9,
-    )  # fmt: skip
+        t(img).float(),
+        t(txt).float(),
+        t(ids),
+        class_ids=t(classes),
+        caption_codes=t(captions),
+        num_candidates=8,
+        top_r=(1,),
+        protocol="resample",
+        repeats=3,
+        seed=4,
+        near_duplicate_threshold=0.9,
+    )
     row = {int(i): r for r, i in enumerate(ids)}
     means = []
     for repeat in range(3):
@@ -305,4 +339,6 @@ def test_too_few_eligible_names_the_exact_count():
     for chunk in (1, 4, 256):
         for hard in (False, True):
             with pytest.raises(ValueError, match=r"sample id 103 has only 6 eligible distractors .* needs 7"):
-                draw_candidate_sets(torch.from_numpy(txt).float(), ids, num_candidates=8, chunk_size=chunk, hard_negatives=hard)
+                draw_candidate_sets(
+                    torch.from_numpy(txt).float(), ids, num_candidates=8, chunk_size=chunk, hard_negatives=hard
+                )

@@ -30,7 +30,9 @@ def _faiss_search(gallery: np.ndarray, queries: np.ndarray, depth: int) -> tuple
     return index.search(queries, depth)
 
 
-def _ours(gallery: np.ndarray, depth: int, queries: np.ndarray | None = None, **options) -> tuple[np.ndarray, np.ndarray]:
+def _ours(
+    gallery: np.ndarray, depth: int, queries: np.ndarray | None = None, **options
+) -> tuple[np.ndarray, np.ndarray]:
     q = None if queries is None else torch.from_numpy(queries)
     chunks = list(search_neighbors(torch.from_numpy(gallery), depth, queries=q, **options))
     n = (gallery if queries is None else queries).shape[0]

@@ -138,14 +138,20 @@ print(json.dumps([_select.usable_cpus(), _select.worker_threads(), len(_select._
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
-@pytest.mark.parametrize(("cpus", "torch_threads", "expected"), [({0}, 2, 1), ({0, 1}, 1, 1), ({0, 1}, 2, 2), ({0, 1}, 8, 2)])
+@pytest.mark.parametrize(
+    ("cpus", "torch_threads", "expected"), [({0}, 2, 1), ({0, 1}, 1, 1), ({0, 1}, 2, 2), ({0, 1}, 8, 2)]
+)
 def test_threads_follow_the_affinity_and_torch_thread_count(cpus, torch_threads, expected):
     """A scheduler's CPU affinity (a SLURM job given 1 of the machine's cores) caps the threads, as does torch's count
     (a fresh process per case: the affinity is set before torch starts its threads)."""
     if not cpus <= os.sched_getaffinity(0):
         pytest.skip(f"this machine does not offer CPUs {sorted(cpus)}")
-    done = subprocess.run([sys.executable, "-c", CHILD.format(cpus=sorted(cpus), torch_threads=torch_threads)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD.format(cpus=sorted(cpus), torch_threads=torch_threads)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     usable, workers, slices, pool_threads, correct = json.loads(done.stdout.strip().splitlines()[-1])
     assert (usable, workers, slices) == (len(cpus), expected, expected) and correct

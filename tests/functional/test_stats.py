@@ -38,7 +38,9 @@ def skewed():
 def test_bootstrap_matches_scipy_within_monte_carlo_error(skewed, method):
     rounds = 20000
     ours = bootstrap_ci(skewed, rounds=rounds, method=method, seed=3)
-    ref = sps.bootstrap((skewed,), np.mean, n_resamples=rounds, method="BCa" if method == "bca" else "percentile", random_state=7)
+    ref = sps.bootstrap(
+        (skewed,), np.mean, n_resamples=rounds, method="BCa" if method == "bca" else "percentile", random_state=7
+    )
     # standard error of the bootstrap distribution, and the Monte Carlo error of its tail quantiles at 20,000 rounds
     se = float(np.std(skewed, ddof=1) / math.sqrt(len(skewed)))
     assert ours.estimate == pytest.approx(float(np.mean(skewed)))
@@ -87,7 +89,9 @@ def test_paired_bootstrap_matches_scipy_paired_resampling():
     a = rng.uniform(size=40)
     b = np.clip(a + rng.normal(0.05, 0.15, size=40), 0, 1)
     result = ab_test(a, b, rounds=20000)
-    ref = sps.bootstrap((a, b), lambda x, y: np.mean(y - x), paired=True, n_resamples=20000, method="percentile", random_state=0)
+    ref = sps.bootstrap(
+        (a, b), lambda x, y: np.mean(y - x), paired=True, n_resamples=20000, method="percentile", random_state=0
+    )
     se = float(np.std(b - a, ddof=1) / math.sqrt(40))
     assert abs(result.bootstrap.low - ref.confidence_interval.low) < 0.05 * se
     assert abs(result.bootstrap.high - ref.confidence_interval.high) < 0.05 * se
@@ -100,9 +104,13 @@ def test_cohen_kappa_matches_sklearn(weights):
     b = np.where(rng.uniform(size=200) < 0.6, a, rng.integers(0, 4, size=200))
     assert cohen_kappa(a, b, weights=weights) == pytest.approx(cohen_kappa_score(a, b, weights=weights), abs=1e-12)
     binary_a, binary_b = (a > 1).astype(int), (b > 1).astype(int)
-    assert cohen_kappa(binary_a.tolist(), binary_b.tolist()) == pytest.approx(cohen_kappa_score(binary_a, binary_b), abs=1e-12)
+    assert cohen_kappa(binary_a.tolist(), binary_b.tolist()) == pytest.approx(
+        cohen_kappa_score(binary_a, binary_b), abs=1e-12
+    )
     names = np.array(["bad", "ok", "good", "great"])
-    assert cohen_kappa(list(names[a]), list(names[b])) == pytest.approx(cohen_kappa_score(names[a], names[b]), abs=1e-12)
+    assert cohen_kappa(list(names[a]), list(names[b])) == pytest.approx(
+        cohen_kappa_score(names[a], names[b]), abs=1e-12
+    )
 
 
 def test_rank_correlations_match_scipy():
@@ -163,7 +171,10 @@ def test_queries_are_matched_by_id():
     a, b = torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.3, 0.1, 0.2])
     ids, diff, unmatched = paired_differences(a, b, [1, 2, 3], [3, 1, 2])
     assert ids.tolist() == [1, 2, 3] and diff.abs().max() < 1e-12 and unmatched == 0
-    with pytest.raises(ValueError, match=r"not hold the same queries: 2 query ids .*only in A, e\.g\. \[3\]; only in B, e\.g\. \[4\].*intersect=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"not hold the same queries: 2 query ids .*only in A, e\.g\. \[3\]; only in B, e\.g\. \[4\].*intersect=True",
+    ):
         paired_differences(a, b, [1, 2, 3], [1, 2, 4])
     with pytest.raises(ValueError, match=r"^`ids_a` holds duplicate query ids"):
         paired_differences(a, b, [1, 1, 3], [1, 2, 3])
@@ -181,7 +192,10 @@ def test_sample_size_for_a_target_half_width():
 def test_difference_of_two_windows():
     """Each window resampled on its own, ``a``'s indices drawn first from the one generator (seed 11 by default), the
     interval the percentile interval of the differences of the resampled means."""
-    windows = {"rising": ([0.1, 0.12, 0.11, 0.13], [0.3, 0.32, 0.31, 0.29, 0.33]), "flat": ([0.3, 0.32, 0.31, 0.29], [0.31, 0.29, 0.3, 0.32])}
+    windows = {
+        "rising": ([0.1, 0.12, 0.11, 0.13], [0.3, 0.32, 0.31, 0.29, 0.33]),
+        "flat": ([0.3, 0.32, 0.31, 0.29], [0.31, 0.29, 0.3, 0.32]),
+    }
     windows = {name: (np.array(a), np.array(b)) for name, (a, b) in windows.items()}  # float64 in, float64 compared
     for name, (a, b) in windows.items():
         got = bootstrap_difference_ci(a, b, rounds=500)
@@ -198,11 +212,18 @@ def test_difference_of_two_windows():
 
 def test_confidence_interval_keys_and_schema():
     schema = OutputSchema(
-        {"p@1": KeySpec("scalar", True), "rank": KeySpec("scalar", False), "macro": KeySpec("scalar", True), "n": KeySpec("scalar", None, count=True)},
+        {
+            "p@1": KeySpec("scalar", True),
+            "rank": KeySpec("scalar", False),
+            "macro": KeySpec("scalar", True),
+            "n": KeySpec("scalar", None, count=True),
+        },
         {"p@1": KeySpec("per_query", True), "rank": KeySpec("per_query", False), "n": KeySpec("per_query", None)},
     )
     assert confidence_interval_keys(schema) == ["p@1", "rank"]
-    with pytest.raises(ValueError, match=r"names \['macro'\], which have no per-query values; choose from \['p@1', 'rank'\]"):
+    with pytest.raises(
+        ValueError, match=r"names \['macro'\], which have no per-query values; choose from \['p@1', 'rank'\]"
+    ):
         confidence_interval_keys(schema, ["macro"])
     extended = with_confidence_intervals(schema, ["rank"])
     assert extended["rank_ci_low"].higher_is_better is False and extended["rank_ci_high"].kind == "scalar"
@@ -215,11 +236,20 @@ def test_confidence_interval_keys_and_schema():
     ("call", "match"),
     [
         (lambda: bootstrap_ci([1.0], rounds=0), r"^`rounds` must be a positive int .*got 0\.$"),
-        (lambda: bootstrap_ci([1.0], confidence=95), r"^`confidence` must be a number strictly between 0 and 1 .*got 95\.$"),
-        (lambda: bootstrap_ci([1.0], method="normal"), r"^`method` must be one of \['percentile', 'bca'\], got 'normal'\.$"),
+        (
+            lambda: bootstrap_ci([1.0], confidence=95),
+            r"^`confidence` must be a number strictly between 0 and 1 .*got 95\.$",
+        ),
+        (
+            lambda: bootstrap_ci([1.0], method="normal"),
+            r"^`method` must be one of \['percentile', 'bca'\], got 'normal'\.$",
+        ),
         (lambda: bootstrap_ci([[1.0]]), r"^`values` must be a 1-D vector .*got shape \(1, 1\)"),
         (lambda: ab_test([1.0], [1.0], tolerance=-1), r"^`tolerance` must be a number >= 0 .*got -1\.$"),
-        (lambda: ab_test([1.0], [1.0], higher_is_better="max"), r"^`higher_is_better` must be True .* or False .*got 'max'\.$"),
+        (
+            lambda: ab_test([1.0], [1.0], higher_is_better="max"),
+            r"^`higher_is_better` must be True .* or False .*got 'max'\.$",
+        ),
         (lambda: cohen_kappa([1, 2], [1]), r"^`rater_a` and `rater_b` must label the same .*got 2 and 1 labels\.$"),
         (lambda: cohen_kappa([1.5], [1.5]), r"^`rater_a`: labels must be ints or strings, got the float 1\.5"),
     ],
@@ -245,7 +275,6 @@ def test_grouped_intervals_equal_one_bootstrap_per_key():
 def test_large_evaluations_use_the_normal_interval_which_the_bootstrap_approaches():
     from scipy.stats import norm
 
-
     rng = np.random.default_rng(3)
     values = torch.tensor(rng.binomial(1, 0.3, size=30_000).astype(float))
     normal = confidence_intervals({"p": values}, ["p"], rounds=500, max_bootstrap_n=20_000)
@@ -254,7 +283,10 @@ def test_large_evaluations_use_the_normal_interval_which_the_bootstrap_approache
     assert normal["p_ci_high"] == pytest.approx(values.mean().item() + half, rel=1e-12)
     boot = confidence_intervals({"p": values}, ["p"], rounds=500, max_bootstrap_n=10**9)
     width = normal["p_ci_high"] - normal["p_ci_low"]
-    assert abs(boot["p_ci_low"] - normal["p_ci_low"]) < 0.1 * width and abs(boot["p_ci_high"] - normal["p_ci_high"]) < 0.1 * width
+    assert (
+        abs(boot["p_ci_low"] - normal["p_ci_low"]) < 0.1 * width
+        and abs(boot["p_ci_high"] - normal["p_ci_high"]) < 0.1 * width
+    )
 
 
 def test_python_floats_are_taken_as_doubles():

@@ -24,7 +24,11 @@ def test_seed_summary_matches_scipy(values):
     v = v[~np.isnan(v)]
     s = seed_summary(values, rounds=1000, seed=3)
     low, high = scipy.stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=scipy.stats.sem(v))
-    assert (s.mean, s.sd, s.n) == (pytest.approx(v.mean(), abs=1e-15), pytest.approx(np.std(v, ddof=1), rel=1e-12), len(v))
+    assert (s.mean, s.sd, s.n) == (
+        pytest.approx(v.mean(), abs=1e-15),
+        pytest.approx(np.std(v, ddof=1), rel=1e-12),
+        len(v),
+    )
     assert (s.t.low, s.t.high) == (pytest.approx(low, rel=1e-9), pytest.approx(high, rel=1e-9))
     if len(v) >= MIN_BOOTSTRAP_SEEDS:
         assert (s.bootstrap.low, s.bootstrap.high) == pytest.approx(numpy_percentile_bootstrap(v, 1000, 3), abs=1e-12)

@@ -40,10 +40,13 @@ def test_hand_computation_with_two_templates():
     prompts = class_prompts(names, templates)
     assert prompts == ["a cat", "a photo of a cat", "a dog", "a photo of a dog", "a bird", "a photo of a bird"]
     table = {
-        "a cat": (2, 0, 0), "a photo of a cat": (0, 3, 0),
-        "a dog": (0, 0, 5), "a photo of a dog": (0, 0, 1),
-        "a bird": (1, 0, 0), "a photo of a bird": (0, 0, -4),
-    }  # fmt: skip
+        "a cat": (2, 0, 0),
+        "a photo of a cat": (0, 3, 0),
+        "a dog": (0, 0, 5),
+        "a photo of a dog": (0, 0, 1),
+        "a bird": (1, 0, 0),
+        "a photo of a bird": (0, 0, -4),
+    }
     prompt_emb = torch.tensor([table[p] for p in prompts], dtype=torch.float32)
     classes = prompt_ensemble(prompt_emb, num_classes=3)
     r = 1 / math.sqrt(2)
@@ -65,12 +68,16 @@ def test_class_embeddings_match_open_clip_build_zero_shot_classifier():
     from beyondlabels.demo import TinyCLIP
 
     torch.manual_seed(0)
-    model = TinyCLIP(embed_dim=16, vision_width=32, vision_layers=1, vision_head_width=16, text_width=32, text_heads=2, text_layers=1).eval()
+    model = TinyCLIP(
+        embed_dim=16, vision_width=32, vision_layers=1, vision_head_width=16, text_width=32, text_heads=2, text_layers=1
+    ).eval()
     names = ["square", "circle", "right triangle", "star", "cross"]
     templates = ["a {}", "a small {}", "a photo of a {}."]
     with torch.no_grad():
         ours = prompt_ensemble(model.encode_text(class_prompts(names, templates)), num_classes=len(names))
-        reference = open_clip.build_zero_shot_classifier(model.clip, model.tokenizer, names, templates, num_classes_per_batch=2)
+        reference = open_clip.build_zero_shot_classifier(
+            model.clip, model.tokenizer, names, templates, num_classes_per_batch=2
+        )
     assert reference.shape == (16, len(names))
     torch.testing.assert_close(ours, reference.T, rtol=1e-5, atol=1e-6)
 
@@ -83,12 +90,18 @@ def test_accuracies_match_scikit_learn():
     scores = rng.normal(size=(n, c)).astype(np.float32)  # continuous: no ties
     labels = rng.integers(0, c - 1, size=n)  # class c-1 has no samples: it is left out of the balanced accuracy
     labels[labels == 3] = 4  # and class 3 neither
-    m = classification_metrics(topk_classes(torch.from_numpy(scores), 5), torch.from_numpy(labels), num_classes=c, ks=(1, 3, 5))
+    m = classification_metrics(
+        topk_classes(torch.from_numpy(scores), 5), torch.from_numpy(labels), num_classes=c, ks=(1, 3, 5)
+    )
     for k in (1, 3, 5):
-        assert float(m[f"top{k}"]) == pytest.approx(metrics.top_k_accuracy_score(labels, scores, k=k, labels=np.arange(c)), abs=1e-12)
+        assert float(m[f"top{k}"]) == pytest.approx(
+            metrics.top_k_accuracy_score(labels, scores, k=k, labels=np.arange(c)), abs=1e-12
+        )
     predicted = scores.argmax(axis=1)
     assert float(m["balanced_accuracy"]) == pytest.approx(metrics.balanced_accuracy_score(labels, predicted), abs=1e-12)
-    np.testing.assert_array_equal(m["confusion_matrix"].numpy(), metrics.confusion_matrix(labels, predicted, labels=np.arange(c)))
+    np.testing.assert_array_equal(
+        m["confusion_matrix"].numpy(), metrics.confusion_matrix(labels, predicted, labels=np.arange(c))
+    )
 
 
 def test_ties_rank_the_smaller_class_first():
@@ -117,8 +130,14 @@ def test_schema_lists_every_key():
         (lambda: zeroshot_scores(torch.ones(2, 3), torch.ones(4, 2)), "class_embeddings"),
         (lambda: topk_classes(torch.ones(2, 3), 4), "k"),
         (lambda: topk_classes(torch.tensor([[float("nan"), 1.0]]), 1), "scores"),
-        (lambda: classification_metrics(torch.tensor([[0], [1]]), torch.tensor([0, 5]), num_classes=3, ks=(1,)), "labels"),
-        (lambda: classification_metrics(torch.tensor([[0], [1]]), torch.tensor([0, 1]), num_classes=3, ks=(1, 2)), "ks"),
+        (
+            lambda: classification_metrics(torch.tensor([[0], [1]]), torch.tensor([0, 5]), num_classes=3, ks=(1,)),
+            "labels",
+        ),
+        (
+            lambda: classification_metrics(torch.tensor([[0], [1]]), torch.tensor([0, 1]), num_classes=3, ks=(1, 2)),
+            "ks",
+        ),
         (lambda: classification_metrics(torch.tensor([[0, 1]]), torch.tensor([0]), num_classes=1, ks=(1, 2)), "ks"),
     ],
 )

@@ -62,7 +62,13 @@ def cosine_tolerance(dim: int) -> float:
 
 
 def assert_matches_cpu(
-    got: Mapping, cpu: Mapping, device: torch.device, *, rtol: float = 1e-12, atol: float = 1e-12, tolerances: Mapping[str, float] | None = None
+    got: Mapping,
+    cpu: Mapping,
+    device: torch.device,
+    *,
+    rtol: float = 1e-12,
+    atol: float = 1e-12,
+    tolerances: Mapping[str, float] | None = None,
 ) -> None:
     """``got`` (computed on ``device``) holds the keys, dtypes and shapes of ``cpu``, every tensor on ``device``;
     integer and bool tensors equal, float ones within ``rtol`` / ``atol`` (the float64 reductions of the two devices
@@ -78,7 +84,13 @@ def assert_matches_cpu(
             continue
         assert isinstance(value, torch.Tensor), key
         assert value.device == device, (key, value.device)
-        assert value.dtype == ref.dtype and value.shape == ref.shape, (key, value.dtype, ref.dtype, value.shape, ref.shape)
+        assert value.dtype == ref.dtype and value.shape == ref.shape, (
+            key,
+            value.dtype,
+            ref.dtype,
+            value.shape,
+            ref.shape,
+        )
         value = value.cpu()
         if ref.is_floating_point():
             tol = (tolerances or {}).get(key)

@@ -36,23 +36,42 @@ def _outcomes(junit: Path) -> dict[str, str]:
 
 
 def _test_names(path: Path) -> list[str]:
-    return [n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    return [
+        n.name
+        for n in ast.parse(path.read_text()).body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+    ]
 
 
 def test_the_device_helpers_follow_the_dry_run_variable(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(DRY_RUN_ENV, "1")
-    assert (accelerator_device(1), lightning_accelerator(), process_group_backend()) == (torch.device("cpu"), "cpu", "gloo")
+    assert (accelerator_device(1), lightning_accelerator(), process_group_backend()) == (
+        torch.device("cpu"),
+        "cpu",
+        "gloo",
+    )
     monkeypatch.delenv(DRY_RUN_ENV)
-    assert (accelerator_device(1), lightning_accelerator(), process_group_backend()) == (torch.device("cuda", 1), "gpu", "nccl")
+    assert (accelerator_device(1), lightning_accelerator(), process_group_backend()) == (
+        torch.device("cuda", 1),
+        "gpu",
+        "nccl",
+    )
 
 
 @pytest.mark.slow
 def test_gpu_check_dry_run_passes_every_gpu_test(repo_root: Path, tmp_path: Path):
     junit = tmp_path / "gpu.xml"
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith("SLURM_")}
-    env.update({DRY_RUN_ENV: "1", "PYTHON": sys.executable, "PYTEST_ADDOPTS": f"-p no:cacheprovider --junitxml={junit}"})
+    env.update(
+        {DRY_RUN_ENV: "1", "PYTHON": sys.executable, "PYTEST_ADDOPTS": f"-p no:cacheprovider --junitxml={junit}"}
+    )
     proc = subprocess.run(
-        ["bash", str(repo_root / "scripts" / "gpu_check.sh")], cwd=repo_root, env=env, capture_output=True, text=True, timeout=600
+        ["bash", str(repo_root / "scripts" / "gpu_check.sh")],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     outcomes = _outcomes(junit)

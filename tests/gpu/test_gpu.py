@@ -14,8 +14,8 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 
+from beyondlabels.callbacks import RetrievalEvalCallback  # noqa: E402
 from beyondlabels.functional import embedding_retrieval_metrics  # noqa: E402
 from beyondlabels.functional.abtest import ab_test  # noqa: E402
 from beyondlabels.functional.bootstrap import bootstrap_ci, bootstrap_difference_ci  # noqa: E402
@@ -64,8 +64,13 @@ def tie_free_pairs(n_images: int = 40, captions: int = 2, gap: float = 1e-5):
         if min(min_gap(cos), min_gap(cos.T)) > gap:
             text_ids = g.permutation(10**5)[: len(owner)]
             image_ids = np.arange(n_images) * 3 + 1
-            return (torch.tensor(images, dtype=torch.float32), torch.from_numpy(image_ids), torch.tensor(texts, dtype=torch.float32),
-                    torch.from_numpy(image_ids[owner]), torch.from_numpy(text_ids))  # fmt: skip
+            return (
+                torch.tensor(images, dtype=torch.float32),
+                torch.from_numpy(image_ids),
+                torch.tensor(texts, dtype=torch.float32),
+                torch.from_numpy(image_ids[owner]),
+                torch.from_numpy(text_ids),
+            )
     raise RuntimeError("no tie-free sample found")
 
 
@@ -81,8 +86,16 @@ def test_crossmodal_metric_on_cuda_equals_cpu():
         metric = CrossModalRetrieval(ks=(1, 5, 10), return_neighbors=5).to(dev)
         half = len(text_ids) // 2
         metric.update(*to(dev, images, image_ids))
-        metric.update(text_embeddings=texts[:half].to(dev), text_image_ids=text_image_ids[:half].to(dev), text_ids=text_ids[:half].to(dev))
-        metric.update(text_embeddings=texts[half:].to(dev), text_image_ids=text_image_ids[half:].to(dev), text_ids=text_ids[half:].to(dev))
+        metric.update(
+            text_embeddings=texts[:half].to(dev),
+            text_image_ids=text_image_ids[:half].to(dev),
+            text_ids=text_ids[:half].to(dev),
+        )
+        metric.update(
+            text_embeddings=texts[half:].to(dev),
+            text_image_ids=text_image_ids[half:].to(dev),
+            text_ids=text_ids[half:].to(dev),
+        )
         outs[side] = metric.compute()
     assert {"per_query", "neighbors"} <= outs["cpu"].keys()
     assert_matches_cpu(outs["device"], outs["cpu"], device, tolerances={"neighbors/scores": cosine_tolerance(DIM)})
@@ -182,9 +195,16 @@ def test_retrieval_callback_under_a_gpu_trainer_equals_cpu_metrics(tmp_path: Pat
     dm, model = PointDataModule(), DeviceRecordingEncoder()
     callback = RetrievalEvalCallback(every_n_epochs=1, ks=(1, 5), num_mismatches=0, projection_points=0)
     trainer = pl.Trainer(
-        default_root_dir=tmp_path, max_epochs=2, accelerator=lightning_accelerator(), devices=1, callbacks=[callback],
-        logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-    )  # fmt: skip
+        default_root_dir=tmp_path,
+        max_epochs=2,
+        accelerator=lightning_accelerator(),
+        devices=1,
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(model, dm)
     assert model.encoded_on == {str(device)}
     assert [h["epoch"] for h in callback.history] == [0, 1]

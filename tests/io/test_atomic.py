@@ -40,11 +40,16 @@ def _figure():
 WRITERS = {
     "json report": (lambda p: write_json(p, {"map@r": 0.5}), lambda p: json.loads(p.read_text())["map@r"] == 0.5),
     "text": (lambda p: write_text(p, "x" * 5000), lambda p: p.read_text() == "x" * 5000),
-    "npz (per-query)": (lambda p: save_per_query(p, {"query_id": np.arange(500), "precision@1": np.ones(500)}),
-                        lambda p: np.load(p)["precision@1"].sum() == 500),
+    "npz (per-query)": (
+        lambda p: save_per_query(p, {"query_id": np.arange(500), "precision@1": np.ones(500)}),
+        lambda p: np.load(p)["precision@1"].sum() == 500,
+    ),
     "png": (lambda p: save_figure(_figure(), p), lambda p: p.read_bytes()[:4] == b"\x89PNG"),
-    "torch (cache shard)": (lambda p: save_torch({"features": torch.ones(50, 8)}, p), lambda p: torch.load(p)["features"].sum() == 400),
-}  # fmt: skip
+    "torch (cache shard)": (
+        lambda p: save_torch({"features": torch.ones(50, 8)}, p),
+        lambda p: torch.load(p)["features"].sum() == 400,
+    ),
+}
 SUFFIX = {"npz (per-query)": ".npz", "png": ".png"}
 
 
@@ -71,7 +76,7 @@ def test_a_process_killed_before_its_rename_leaves_a_temporary_that_the_next_sta
 import os, sys
 from beyondlabels.io.atomic import write_json
 os.replace = lambda *a: os._exit(9)  # the process dies between the temporary and the rename
-write_json({str(tmp_path / 'schema.json')!r}, {{"keys": {{}}}})
+write_json({str(tmp_path / "schema.json")!r}, {{"keys": {{}}}})
 """
     (tmp_path / "schema.json").write_text('{"old": true}')
     assert subprocess.run([sys.executable, "-c", script], timeout=60).returncode == 9
@@ -130,10 +135,14 @@ def test_the_history_log_appends_and_rewrites_once_per_start(tmp_path: Path):
 def test_library_code_writes_files_only_through_the_atomic_helpers():
     """A plain write_text / np.savez / savefig / torch.save to a path would leave a truncated file on a full disk
     (a write into a handle the caller opened atomically says so with ``# atomic: ...``)."""
-    plain = re.compile(r"\.write_text\(|\.write_bytes\(|np\.savez(_compressed)?\(|\bfig\.savefig\(|torch\.save\(|open\([^)]*[\"'][wa]b?[\"']")
+    plain = re.compile(
+        r"\.write_text\(|\.write_bytes\(|np\.savez(_compressed)?\(|\bfig\.savefig\(|torch\.save\(|open\([^)]*[\"'][wa]b?[\"']"
+    )
     allowed = {"src/beyondlabels/io/atomic.py"}  # the helpers themselves
     offenders = []
-    for path in sorted([*(REPO / "src").rglob("*.py"), *(REPO / "callbacks").rglob("*.py"), REPO / "evaluate.py", REPO / "train.py"]):
+    for path in sorted(
+        [*(REPO / "src").rglob("*.py"), *(REPO / "callbacks").rglob("*.py"), REPO / "evaluate.py", REPO / "train.py"]
+    ):
         rel = str(path.relative_to(REPO))
         if rel in allowed:
             continue

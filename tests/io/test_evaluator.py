@@ -73,7 +73,9 @@ def test_cache_hit_miss_and_invalidation(tmp_path):
     assert (again.cache.hits, again.cache.misses) == (2, 1)  # only the new prompt is encoded
     assert torch.equal(f2[0], f1[1]) and torch.equal(f2[2], f1[1])
     model = again.model
-    torch.testing.assert_close(f2, _reference_text_features(model, [PROMPTS[1], PROMPTS[2], PROMPTS[1]]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        f2, _reference_text_features(model, [PROMPTS[1], PROMPTS[2], PROMPTS[1]]), rtol=0, atol=1e-6
+    )
     # a changed evaluator (other weights) never reads the stale entries
     changed = ClipEvaluator(model_cfg=TINY_CONFIG, init_seed=4, cache_dir=cache)
     f3 = changed.encode_texts(PROMPTS[:2])
@@ -124,10 +126,21 @@ def test_the_demo_dual_encoder_becomes_an_evaluator(tmp_path, vision):
     from beyondlabels.demo.model import TinyCLIP
 
     torch.manual_seed(0)
-    module = TinyCLIP(embed_dim=16, vision=vision, conv_width=8, vision_width=32, vision_layers=1, vision_head_width=16,
-                      text_width=32, text_heads=2, text_layers=1).eval()  # fmt: skip
+    module = TinyCLIP(
+        embed_dim=16,
+        vision=vision,
+        conv_width=8,
+        vision_width=32,
+        vision_layers=1,
+        vision_head_width=16,
+        text_width=32,
+        text_heads=2,
+        text_layers=1,
+    ).eval()
     kwargs = save_tiny_clip_evaluator(module, tmp_path / "tiny.pt")
-    assert kwargs["model_cfg"]["vision"] == vision and kwargs["model_factory"] == "beyondlabels.demo.model.tiny_clip_model"
+    assert (
+        kwargs["model_cfg"]["vision"] == vision and kwargs["model_factory"] == "beyondlabels.demo.model.tiny_clip_model"
+    )
     ev = ClipEvaluator(**kwargs)
     images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

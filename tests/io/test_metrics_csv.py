@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from beyondlabels.callbacks import ConvergenceMonitor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pytorch_lightning.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
+from beyondlabels.callbacks import ConvergenceMonitor
 from beyondlabels.io.metrics_csv import read_convergence_events
 
 NOISE = np.random.default_rng(0).normal(0, 0.01, size=60)
@@ -56,10 +56,17 @@ def test_the_events_of_a_lightning_csv_log_are_the_monitors_own(tmp_path: Path):
     # reading of the CSV log, not the rule (the AR(1) default needs a longer curve to fit its correlation)
     monitor = ConvergenceMonitor("val/score", window=5, rounds=200, min_delta=0.005, noise_estimate="differences")
     trainer = pl.Trainer(
-        default_root_dir=tmp_path, max_epochs=len(CURVE), accelerator="cpu", callbacks=[monitor], log_every_n_steps=1,
-        logger=CSVLogger(tmp_path, name="csv", version=""), enable_progress_bar=False, enable_model_summary=False,
-        enable_checkpointing=False, num_sanity_val_steps=0,
-    )  # fmt: skip
+        default_root_dir=tmp_path,
+        max_epochs=len(CURVE),
+        accelerator="cpu",
+        callbacks=[monitor],
+        log_every_n_steps=1,
+        logger=CSVLogger(tmp_path, name="csv", version=""),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(CurveModule())
     expected = monitor.events
     assert {e["event"] for e in expected} == {"plateau", "downturn"}, "the curve makes both kinds of event"

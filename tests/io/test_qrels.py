@@ -15,8 +15,12 @@ from beyondlabels.io.qrels import load_qrels, load_run, update_qrels
 
 
 def test_trec_files(tmp_path: Path):
-    (tmp_path / "qrels.txt").write_text("# judged by two assessors\n301 0 d1 2\n301 0 d2 0\n\n302 0 d9 1\n", encoding="utf-8")
-    (tmp_path / "run.txt").write_text("301 Q0 d2 1 3.5 sys\n301 Q0 d1 2 1.25 sys\n302 Q0 d7 1 0.4 sys\n", encoding="utf-8")
+    (tmp_path / "qrels.txt").write_text(
+        "# judged by two assessors\n301 0 d1 2\n301 0 d2 0\n\n302 0 d9 1\n", encoding="utf-8"
+    )
+    (tmp_path / "run.txt").write_text(
+        "301 Q0 d2 1 3.5 sys\n301 Q0 d1 2 1.25 sys\n302 Q0 d7 1 0.4 sys\n", encoding="utf-8"
+    )
     qrels, run = load_qrels(tmp_path / "qrels.txt"), load_run(tmp_path / "run.txt")
     assert qrels == {"301": {"d1": 2, "d2": 0}, "302": {"d9": 1}}
     assert run == {"301": {"d2": 3.5, "d1": 1.25}, "302": {"d7": 0.4}}
@@ -102,10 +106,18 @@ def test_trec_eval_style_graded_qrels_with_negative_grades(tmp_path: Path):
     assert min(g for j in qrels.values() for g in j.values()) == -2
     judged = judge_run(run, qrels)
     out = ranking_metrics(judged.ranked, judged.num_retrieved, judged.pool, ks=(5, 10))
-    reference = pytrec_eval.RelevanceEvaluator(pytrec_eval.parse_qrel(qrels_lines), {"map", "bpref", "recip_rank", "P.5,10", "ndcg_cut.10"}).evaluate(pytrec_eval.parse_run(run_lines))
+    reference = pytrec_eval.RelevanceEvaluator(
+        pytrec_eval.parse_qrel(qrels_lines), {"map", "bpref", "recip_rank", "P.5,10", "ndcg_cut.10"}
+    ).evaluate(pytrec_eval.parse_run(run_lines))
     pq = out["per_query"]
     for i, query in enumerate(judged.queries):
         assert pq["num_relevant"][i] > 0
-        for key, name in (("map", "map"), ("bpref", "bpref"), ("recip_rank", "recip_rank"), ("precision@5", "P_5"), ("ndcg_linear@10", "ndcg_cut_10")):
+        for key, name in (
+            ("map", "map"),
+            ("bpref", "bpref"),
+            ("recip_rank", "recip_rank"),
+            ("precision@5", "P_5"),
+            ("ndcg_linear@10", "ndcg_cut_10"),
+        ):
             assert pq[key][i].item() == pytest.approx(reference[query][name], abs=1e-12), (query, key)
     assert len(judged.queries) == 20

@@ -52,7 +52,14 @@ def write_callback_folder(
             rel = f"per_query/step_{record['step']:09d}.npz"
             (folder / "per_query").mkdir(exist_ok=True)
             q = np.arange(4, dtype=np.int64) + 100
-            np.savez(folder / rel, query_id=q, **{"precision@1": np.full(4, record["step"] / 100.0), "first_relevant_rank": np.array([1.0, 2.0, np.nan, 1.0])})
+            np.savez(
+                folder / rel,
+                query_id=q,
+                **{
+                    "precision@1": np.full(4, record["step"] / 100.0),
+                    "first_relevant_rank": np.array([1.0, 2.0, np.nan, 1.0]),
+                },
+            )
             record["per_query_file"] = rel
         out.append(record)
     (folder / "history.json").write_text(json.dumps(out))
@@ -65,9 +72,30 @@ def write_callback_folder(
 
 
 RECORDS = [
-    {"step": 10, "epoch": 0, "precision@1": 0.5, "mean_first_relevant_rank": 3.0, "num_queries": 40, "precision_curve": [0.5, 0.4]},
-    {"step": 20, "epoch": 1, "precision@1": 0.7, "mean_first_relevant_rank": 4.0, "num_queries": 40, "precision_curve": [0.7, 0.6]},
-    {"step": 30, "epoch": 2, "precision@1": 0.6, "mean_first_relevant_rank": 2.0, "num_queries": 39, "precision_curve": [0.6, 0.5]},
+    {
+        "step": 10,
+        "epoch": 0,
+        "precision@1": 0.5,
+        "mean_first_relevant_rank": 3.0,
+        "num_queries": 40,
+        "precision_curve": [0.5, 0.4],
+    },
+    {
+        "step": 20,
+        "epoch": 1,
+        "precision@1": 0.7,
+        "mean_first_relevant_rank": 4.0,
+        "num_queries": 40,
+        "precision_curve": [0.7, 0.6],
+    },
+    {
+        "step": 30,
+        "epoch": 2,
+        "precision@1": 0.6,
+        "mean_first_relevant_rank": 2.0,
+        "num_queries": 39,
+        "precision_curve": [0.6, 0.5],
+    },
     {"step": 40, "epoch": 3, "error": "RuntimeError: CUDA out of memory"},
 ]
 
@@ -88,7 +116,9 @@ def test_find_accepts_file_callback_run_and_multirun_folders(multirun: Path) -> 
     assert found == [multirun / job / "retrieval" / "history.json" for job in ("0", "1", "2", "10")]
     assert find_evaluation_runs(multirun / "1") == [multirun / "1" / "retrieval" / "history.json"]
     assert find_evaluation_runs(multirun / "1" / "retrieval") == [multirun / "1" / "retrieval" / "history.json"]
-    assert find_evaluation_runs(multirun / "1" / "retrieval" / "history.json") == [multirun / "1" / "retrieval" / "history.json"]
+    assert find_evaluation_runs(multirun / "1" / "retrieval" / "history.json") == [
+        multirun / "1" / "retrieval" / "history.json"
+    ]
 
 
 def test_no_history_says_what_was_searched_and_expected(tmp_path: Path) -> None:
@@ -206,13 +236,20 @@ def test_run_label(tmp_path: Path) -> None:
 def test_two_callbacks_in_one_run_folder(tmp_path: Path) -> None:
     write_callback_folder(tmp_path / "run" / "retrieval", RECORDS)
     t2i = OutputSchema({"r_precision": KeySpec("scalar", True)})
-    write_callback_folder(tmp_path / "run" / "t2i", [{"step": 10, "epoch": 0, "r_precision": 0.25}], schema=t2i, per_query=False)
+    write_callback_folder(
+        tmp_path / "run" / "t2i", [{"step": 10, "epoch": 0, "r_precision": 0.25}], schema=t2i, per_query=False
+    )
     found = find_evaluation_runs(tmp_path / "run")
     assert [f.parent.name for f in found] == ["retrieval", "t2i"]
     with pytest.raises(ValueError, match="holds 2 evaluation histories"):
         read_evaluation_run(tmp_path / "run")
     schema = evaluation_schema(tmp_path / "run")
-    assert schema.scalar_keys() == ["retrieval/precision@1", "retrieval/mean_first_relevant_rank", "retrieval/num_queries", "t2i/r_precision"]
+    assert schema.scalar_keys() == [
+        "retrieval/precision@1",
+        "retrieval/mean_first_relevant_rank",
+        "retrieval/num_queries",
+        "t2i/r_precision",
+    ]
     assert schema.mode("retrieval/mean_first_relevant_rank") == "min"
     assert evaluation_schema(tmp_path / "elsewhere") is None
 
@@ -244,8 +281,18 @@ def test_report_json_reads_as_one_evaluation(tmp_path: Path) -> None:
     folder = tmp_path / "eval_job"
     folder.mkdir()
     save_per_query(folder / "report.per_query.npz", {"query_id": np.arange(3), "precision@1": np.ones(3)})
-    report = {"task": "retrieval", "precision@1": 0.75, "num_queries": 3, "precision_curve": [0.75], "ks": [1],
-              "num_items": 3, "num_labels": 2, "per_query_file": "report.per_query.npz", "settings": {}, "schema": SCHEMA.to_json()}
+    report = {
+        "task": "retrieval",
+        "precision@1": 0.75,
+        "num_queries": 3,
+        "precision_curve": [0.75],
+        "ks": [1],
+        "num_items": 3,
+        "num_labels": 2,
+        "per_query_file": "report.per_query.npz",
+        "settings": {},
+        "schema": SCHEMA.to_json(),
+    }
     (folder / "report.json").write_text(json.dumps(report))
     (folder / "other.json").write_text(json.dumps({"not": "a report"}))
     assert find_evaluation_runs(tmp_path) == [folder / "report.json"]

@@ -136,7 +136,9 @@ try:
     WORDNET = find_wordnet_dir()
 except FileNotFoundError as _err:
     WORDNET = None
-    _REASON = f"WordNet 3.0 files are not installed ({_err}); `make test` installs Debian's wordnet-base where apt works"
+    _REASON = (
+        f"WordNet 3.0 files are not installed ({_err}); `make test` installs Debian's wordnet-base where apt works"
+    )
 else:
     _REASON = ""
 needs_wordnet = pytest.mark.skipif(WORDNET is None, reason=_REASON)

@@ -154,10 +154,7 @@ def test_records_match_wandb_core_reader(runs: Runs, which: str) -> None:
         if ref_rec["type"] != "history":
             continue
         n_history += 1
-        row = {
-            ".".join(item.nested_key) or item.key: json.loads(item.value_json)
-            for item in rec.history.item
-        }
+        row = {".".join(item.nested_key) or item.key: json.loads(item.value_json) for item in rec.history.item}
         ref_row = ref_rec["history"]["item"]
         assert row.keys() == ref_row.keys()
         assert all(_same(row[k], ref_row[k]) for k in row), (row, ref_row)

@@ -82,9 +82,13 @@ def test_retrieval_values_do_not_change_and_one_search_runs(monkeypatch: pytest.
     audited = _computed(AuditSettings(k=8), return_neighbors=2)
     assert len(calls) == 2  # the audit reads the same search
     assert audited["neighbors"]["ids"].shape == (120, 2)
-    added = tuple(k for k in audited if k.startswith("audit_")) + tuple(f"per_query/{k}" for k in audited["per_query"] if k.startswith("audit_"))
+    added = tuple(k for k in audited if k.startswith("audit_")) + tuple(
+        f"per_query/{k}" for k in audited["per_query"] if k.startswith("audit_")
+    )
     assert_same_outputs(audited, plain, ignore=("label_names", "audit", *added))
-    assert set(audited["per_query"]) - set(plain["per_query"]) == {k for k in audited["per_query"] if k.startswith("audit_")}
+    assert set(audited["per_query"]) - set(plain["per_query"]) == {
+        k for k in audited["per_query"] if k.startswith("audit_")
+    }
     assert "neighbors" not in _computed({"k": 3})
 
 

@@ -25,8 +25,14 @@ def make_pairs(seed: int = 0, n_images: int = 30, dim: int = 8):
     owner = np.repeat(np.arange(n_images), counts)
     texts = (images[owner] + 1.2 * g.normal(size=(len(owner), dim))).astype(np.float32)
     text_ids = g.permutation(10**6)[: len(owner)] + 5
-    return (torch.from_numpy(images), torch.from_numpy(image_ids), torch.from_numpy(texts),
-            torch.from_numpy(image_ids[owner]), torch.from_numpy(text_ids), owner)  # fmt: skip
+    return (
+        torch.from_numpy(images),
+        torch.from_numpy(image_ids),
+        torch.from_numpy(texts),
+        torch.from_numpy(image_ids[owner]),
+        torch.from_numpy(text_ids),
+        owner,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +46,13 @@ def reference(pairs, **kwargs):
     rank_of = torch.empty_like(io)
     rank_of[io] = torch.arange(len(io))
     return crossmodal_retrieval_metrics(
-        images[io], texts[to], rank_of[torch.from_numpy(owner)][to], ks=KS, image_ids=image_ids[io], text_ids=text_ids[to], **kwargs
+        images[io],
+        texts[to],
+        rank_of[torch.from_numpy(owner)][to],
+        ks=KS,
+        image_ids=image_ids[io],
+        text_ids=text_ids[to],
+        **kwargs,
     )
 
 
@@ -103,12 +115,17 @@ def test_repeated_ids_are_dropped(pairs):
 
 
 def test_one_caption_per_image_needs_no_text_ids():
-    images, texts = torch.randn(6, 4, generator=torch.Generator().manual_seed(0)), torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    images, texts = (
+        torch.randn(6, 4, generator=torch.Generator().manual_seed(0)),
+        torch.randn(6, 4, generator=torch.Generator().manual_seed(1)),
+    )
     ids = torch.tensor([5, 3, 9, 1, 0, 7])
     m = CrossModalRetrieval(ks=(1, 5))
     m.update(images, ids, texts, ids)
     order = torch.argsort(ids)
-    ref = crossmodal_retrieval_metrics(images[order], texts[order], torch.arange(6), ks=(1, 5), image_ids=ids[order], text_ids=ids[order])
+    ref = crossmodal_retrieval_metrics(
+        images[order], texts[order], torch.arange(6), ks=(1, 5), image_ids=ids[order], text_ids=ids[order]
+    )
     assert_same(ref, m.compute())
 
 

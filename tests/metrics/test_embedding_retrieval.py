@@ -232,13 +232,28 @@ def test_compute_errors():
 
 
 def _ddp_worker(
-    rank: int, world: int, store: str, shards, out_path: str, distributed_search: bool, max_queries, deep_metrics: bool = True,
+    rank: int,
+    world: int,
+    store: str,
+    shards,
+    out_path: str,
+    distributed_search: bool,
+    max_queries,
+    deep_metrics: bool = True,
     string_labels: bool = False,
 ) -> None:
     init_gloo(rank, world, store)
     try:
         emb, labels, ids = shards[rank]
-        m = EmbeddingRetrieval(ks=KS, curve_max_k=12, return_neighbors=2, distributed_search=distributed_search, chunk_size=16, max_queries=max_queries, deep_metrics=deep_metrics)
+        m = EmbeddingRetrieval(
+            ks=KS,
+            curve_max_k=12,
+            return_neighbors=2,
+            distributed_search=distributed_search,
+            chunk_size=16,
+            max_queries=max_queries,
+            deep_metrics=deep_metrics,
+        )
         if string_labels:
             labels = [f"class {int(v)}" for v in labels]
         for s in range(0, len(ids), 11):  # uneven batches
@@ -263,7 +278,12 @@ def test_two_process_gloo_equals_single_process(data, tmp_path, distributed_sear
     single.update(emb, labels, ids)
     ref = single.compute()
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path, distributed_search, max_queries), nprocs=2, join=True)
+    mp.spawn(
+        _ddp_worker,
+        args=(2, gloo_store(tmp_path), shards, out_path, distributed_search, max_queries),
+        nprocs=2,
+        join=True,
+    )
     for rank in range(2):
         got = torch.load(f"{out_path}.{rank}")
         assert int(got["num_duplicates"]) == 10 and int(ref["num_duplicates"]) == 0
@@ -281,7 +301,9 @@ def test_two_process_gloo_shallow_mode_equals_single_process(data, tmp_path, max
     ref = single.compute()
     assert "r_precision" not in ref and "first_relevant_rank" not in ref["per_query"]
     out_path = str(tmp_path / "out")
-    mp.spawn(_ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path, True, max_queries, False), nprocs=2, join=True)
+    mp.spawn(
+        _ddp_worker, args=(2, gloo_store(tmp_path), shards, out_path, True, max_queries, False), nprocs=2, join=True
+    )
     for rank in range(2):
         assert_same(torch.load(f"{out_path}.{rank}"), ref)
 
@@ -295,8 +317,11 @@ def test_shallow_mode_equals_the_kernel_and_follows_its_schema(data):
     ref = embedding_retrieval_metrics(
         emb[order], labels[order], ids[order], ks=KS, deep_metrics=False, max_queries=60, return_neighbors=3
     )
-    ref["neighbors"] = {"ids": ids[order][ref["neighbors"]["indices"]], "labels": labels[order][ref["neighbors"]["indices"]],
-                        "scores": ref["neighbors"]["scores"]}
+    ref["neighbors"] = {
+        "ids": ids[order][ref["neighbors"]["indices"]],
+        "labels": labels[order][ref["neighbors"]["indices"]],
+        "scores": ref["neighbors"]["scores"],
+    }
     assert_same(out, ref)
     schema = m.output_schema()
     assert set(out) - {"per_query", "neighbors", "label_names"} == set(schema)

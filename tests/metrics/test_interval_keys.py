@@ -43,7 +43,13 @@ def _zeroshot():
 def _crossmodal():
     g = torch.Generator().manual_seed(3)
     m = CrossModalRetrieval(ks=(1, 3))
-    m.update(torch.randn(12, 6, generator=g), torch.arange(12), torch.randn(24, 6, generator=g), torch.arange(24) // 2, torch.arange(24))
+    m.update(
+        torch.randn(12, 6, generator=g),
+        torch.arange(12),
+        torch.randn(24, 6, generator=g),
+        torch.arange(24) // 2,
+        torch.arange(24),
+    )
     return m
 
 

@@ -57,7 +57,9 @@ def test_numbers_match_numpy():
     pairs = sim[np.triu_indices(C, 1)]
     assert out["num_mismatches"] == wrong.sum()
     assert out["mean_similarity"] == pytest.approx(sims.mean(), abs=1e-12)
-    assert out["mean_percentile_rank"] == pytest.approx(np.mean([sps.percentileofscore(pairs, s, kind="weak") for s in sims]), abs=1e-10)
+    assert out["mean_percentile_rank"] == pytest.approx(
+        np.mean([sps.percentileofscore(pairs, s, kind="weak") for s in sims]), abs=1e-10
+    )
     assert torch.equal(out["per_query"]["query_id"], ids)
     # the null from its documented rule: per query class (ascending) a [B, mismatches of that class] float64 uniform
     # block from one CPU generator seeded with `seed`, each draw the first class whose cumulative frequency share
@@ -183,7 +185,9 @@ def test_two_process_gloo_equals_single_process(tmp_path):
 def _retrieval_metric():
     from beyondlabels.metrics import RetrievalWithMismatch
 
-    return RetrievalWithMismatch(ClassGains(similarity(), list(range(C)), name="s"), num_trials=300, seed=2, ks=(1, 5), chunk_size=16)
+    return RetrievalWithMismatch(
+        ClassGains(similarity(), list(range(C)), name="s"), num_trials=300, seed=2, ks=(1, 5), chunk_size=16
+    )
 
 
 def test_retrieval_with_mismatch_matches_numpy():
@@ -251,18 +255,29 @@ def _class_pair_spearman_oracle(emb: np.ndarray, labels: np.ndarray, sim: np.nda
 @pytest.mark.parametrize("max_queries", [None, 30])
 def test_retrieval_with_mismatch_spearman_matches_scipy_on_pairwise_cosines(max_queries):
     q, _, emb, ids = data()
-    m = RetrievalWithMismatch(ClassGains(similarity(), list(range(C)), name="s"), num_trials=50, seed=2, ks=(1,), chunk_size=16,
-                              max_queries=max_queries)  # fmt: skip
+    m = RetrievalWithMismatch(
+        ClassGains(similarity(), list(range(C)), name="s"),
+        num_trials=50,
+        seed=2,
+        ks=(1,),
+        chunk_size=16,
+        max_queries=max_queries,
+    )
     for s in range(0, len(q), 25):
         m.update(emb[s : s + 25], q[s : s + 25], ids[s : s + 25])
     out = m.compute()
     rho, p, pairs = _class_pair_spearman_oracle(emb.double().numpy(), q.numpy(), similarity())
     assert pairs == C * (C - 1) // 2 and int(out["mismatch_spearman_pairs"]) == pairs
     assert out["mismatch_spearman_pairs"].dtype == torch.long
-    assert float(out["mismatch_spearman_rho"]) == pytest.approx(rho, abs=1e-10)  # the whole gallery, also with max_queries
+    assert float(out["mismatch_spearman_rho"]) == pytest.approx(
+        rho, abs=1e-10
+    )  # the whole gallery, also with max_queries
     assert float(out["mismatch_spearman_p"]) == pytest.approx(p, rel=1e-6)
     schema = m.output_schema()
-    assert schema["mismatch_spearman_rho"].higher_is_better is True and schema["mismatch_spearman_p"].higher_is_better is False
+    assert (
+        schema["mismatch_spearman_rho"].higher_is_better is True
+        and schema["mismatch_spearman_p"].higher_is_better is False
+    )
     assert schema["mismatch_spearman_pairs"].count
     assert set(schema.scalar_keys()) <= set(out)
 
@@ -305,8 +320,14 @@ def test_retrieval_with_mismatch_projection_sample_is_fixed_by_id():
     assert off.compute()["projection_sample"] is None
 
 
-@pytest.mark.parametrize("kwargs, match", [({"projection_points": -1}, "`projection_points`"), ({"projection_points": 2.5}, "`projection_points`"),
-                                           ({"projection_seed": "a"}, "`projection_seed`")])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"projection_points": -1}, "`projection_points`"),
+        ({"projection_points": 2.5}, "`projection_points`"),
+        ({"projection_seed": "a"}, "`projection_seed`"),
+    ],
+)
 def test_retrieval_with_mismatch_projection_options_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RetrievalWithMismatch(ClassGains([[1.0, 0.5], [0.5, 1.0]], [0, 1]), **kwargs)

@@ -16,7 +16,9 @@ matplotlib.use("Agg")
 
 # Every family's metric of the registry (its own example()), and the retrieval family's variant with the mismatch
 # analysis: a family registered in beyondlabels.families is drawn here from then on.
-METRICS = {family.name: family.load("metric") for family in REGISTRY} | {"retrieval_with_mismatch": RetrievalWithMismatch}
+METRICS = {family.name: family.load("metric") for family in REGISTRY} | {
+    "retrieval_with_mismatch": RetrievalWithMismatch
+}
 
 
 def _fed(name: str):

@@ -28,7 +28,9 @@ def data():
 
 def reference(scores, labels, ids):
     order = torch.argsort(ids)
-    return classification_metrics(topk_classes(scores[order], max(KS)), labels[order], num_classes=C, ks=KS, ids=ids[order])
+    return classification_metrics(
+        topk_classes(scores[order], max(KS)), labels[order], num_classes=C, ks=KS, ids=ids[order]
+    )
 
 
 def assert_same(a: dict, b: dict) -> None:

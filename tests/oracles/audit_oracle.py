@@ -29,8 +29,14 @@ def _median(values: list[float]) -> float:
     return (v[(m - 1) // 2] + v[m // 2]) / 2
 
 
-def audit_oracle(idx: np.ndarray, sc: np.ndarray, labels: np.ndarray, quality_threshold: float = 0.5,
-                 outlier_threshold: float = 3.5, duplicate_threshold: float = 0.995) -> dict:
+def audit_oracle(
+    idx: np.ndarray,
+    sc: np.ndarray,
+    labels: np.ndarray,
+    quality_threshold: float = 0.5,
+    outlier_threshold: float = 3.5,
+    duplicate_threshold: float = 0.995,
+) -> dict:
     n, k = idx.shape
     own, sugg, sugg_share = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n)
     for i in range(n):
@@ -74,8 +80,17 @@ def audit_oracle(idx: np.ndarray, sc: np.ndarray, labels: np.ndarray, quality_th
                 pairs[key] = max(pairs.get(key, -2.0), float(s))
     keys = sorted(pairs)
     return {
-        "own_share": own, "suggested_label": sugg, "suggested_share": sugg_share, "class_rate": rate,
-        "label_quality": quality, "is_suspect": suspect, "suspects": ranked, "kth_distance": dist,
-        "outlier_score": z, "is_outlier": z > outlier_threshold, "pairs": keys,
-        "pair_scores": [pairs[p] for p in keys], "cross_label": [labels[a] != labels[b] for a, b in keys],
+        "own_share": own,
+        "suggested_label": sugg,
+        "suggested_share": sugg_share,
+        "class_rate": rate,
+        "label_quality": quality,
+        "is_suspect": suspect,
+        "suspects": ranked,
+        "kth_distance": dist,
+        "outlier_score": z,
+        "is_outlier": z > outlier_threshold,
+        "pairs": keys,
+        "pair_scores": [pairs[p] for p in keys],
+        "cross_label": [labels[a] != labels[b] for a, b in keys],
     }

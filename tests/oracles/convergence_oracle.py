@@ -88,12 +88,19 @@ def ar1_fit(x, window):
     best = min(fine, key=lambda i: (objective(i), fine.index(i)))
     rho = GRID[best]
     z = stats.norm.ppf(0.99)
-    high = max([rho] + [GRID[i] for i in coarse_set if GRID[i] >= rho and 2 * weight * (objective(i) - objective(best)) <= z * z])
+    high = max(
+        [rho]
+        + [GRID[i] for i in coarse_set if GRID[i] >= rho and 2 * weight * (objective(i) - objective(best)) <= z * z]
+    )
     innovation = a * (1 + rho * rho) - 2 * b * rho
     sigma2 = innovation / (1 - rho * rho)
     slopes = [2 * (math.cos(lam) - rho) / (1 - 2 * rho * math.cos(lam) + rho * rho) for lam in freqs]
-    info = np.array([[weight, sum(o * s for o, s in zip(weights, slopes))],
-                     [sum(o * s for o, s in zip(weights, slopes)), sum(o * s * s for o, s in zip(weights, slopes))]])
+    info = np.array(
+        [
+            [weight, sum(o * s for o, s in zip(weights, slopes))],
+            [sum(o * s for o, s in zip(weights, slopes)), sum(o * s * s for o, s in zip(weights, slopes))],
+        ]
+    )
     out = {"correlation": rho, "correlation_high": high, "sd": math.sqrt(sigma2), "ordinates": weight}
     for name, adjacent in (("", rho < 0), ("_adjacent", True)):  # the worst separation: adjacent for rho < 0
         q = window_variance(rho, window, adjacent)
@@ -141,7 +148,13 @@ def series_look(curve, window, mode="max", min_delta=0.0, max_looks=1000, noise=
             sd = correlation = se = se_a = df = df_a = math.nan
             covered = 0.0
         else:
-            sd, correlation, high, covered, beyond = fit["sd"], fit["correlation"], fit["correlation_high"], fit["covered"], fit["beyond"]
+            sd, correlation, high, covered, beyond = (
+                fit["sd"],
+                fit["correlation"],
+                fit["correlation_high"],
+                fit["covered"],
+                fit["beyond"],
+            )
             se, df, se_a, df_a = fit["scale"], fit["df"], fit["scale_adjacent"], fit["df_adjacent"]
     else:
         if noise is None:

@@ -100,8 +100,14 @@ def test_returned_values_are_copies():
 
 def _base() -> dict:
     return {
-        "features": {"ordinal": {"size": "0 small .. 2 big", "legs": "0 none .. 2 many"}, "sets": {"color": ["red", "blue"]}},
-        "classes": {"ant": {"size": 0, "legs": 2, "color": ["red"]}, "whale": {"size": 2, "legs": 0, "color": ["blue"]}},
+        "features": {
+            "ordinal": {"size": "0 small .. 2 big", "legs": "0 none .. 2 many"},
+            "sets": {"color": ["red", "blue"]},
+        },
+        "classes": {
+            "ant": {"size": 0, "legs": 2, "color": ["red"]},
+            "whale": {"size": 2, "legs": 0, "color": ["blue"]},
+        },
     }
 
 
@@ -192,7 +198,11 @@ def test_require_classes_and_lookups_name_what_is_missing():
     [
         ("p.yaml", "features: {ordinal: {a: x}}\nclasses:\n  c: {a: 0}\n  c: {a: 1}\n", "duplicate key 'c'"),
         ("p.json", '{"features": {"ordinal": {"a": "x"}}, "classes": {"c": {"a": 0}, "c": {"a": 1}}}', "duplicate key"),
-        ("p.yaml", "features: {ordinal: {a: x}}\nclasses: {c: {a: 5}}\n", "p.yaml': invalid feature profiles: class 'c'"),
+        (
+            "p.yaml",
+            "features: {ordinal: {a: x}}\nclasses: {c: {a: 5}}\n",
+            "p.yaml': invalid feature profiles: class 'c'",
+        ),
         ("p.toml", "", "unsupported suffix"),
     ],
 )

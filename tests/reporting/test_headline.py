@@ -68,8 +68,11 @@ def test_the_headlines_the_issue_names():
     assert retrieval_output_schema((1, 5, 10)).headline == ["precision@1", "r_precision", "map@r", "ndcg@10"]
     assert retrieval_output_schema((5, 10), deep_metrics=False).headline == ["precision@5", "precision@10", "ndcg@10"]
     assert crossmodal_output_schema((1, 5, 10)).headline == [
-        "image_to_text_recall@1", "image_to_text_recall@5", "text_to_image_recall@1", "text_to_image_recall@5",
-    ]  # fmt: skip
+        "image_to_text_recall@1",
+        "image_to_text_recall@5",
+        "text_to_image_recall@1",
+        "text_to_image_recall@5",
+    ]
     assert zeroshot_output_schema((1, 5)).headline == ["top1", "balanced_accuracy"]
     assert hierarchy_output_schema().headline == ["hP", "hR", "hF"]
     assert rprecision_output_schema().headline == ["r_precision", "text_to_image_r_precision"]
@@ -79,8 +82,11 @@ def test_a_metric_keeps_its_family_headline_and_the_audit_adds_its_notes():
     metric = EmbeddingRetrieval(ks=(1, 5, 10), audit={"k": 5})
     schema = metric.output_schema()
     assert schema.headline == ["precision@1", "r_precision", "map@r", "ndcg@10"]
-    assert schema.notes == {"audit_num_suspects": "suspected label errors", "audit_num_outliers": "outliers",
-                            "audit_num_cross_label_duplicates": "cross-label duplicates"}  # fmt: skip
+    assert schema.notes == {
+        "audit_num_suspects": "suspected label errors",
+        "audit_num_outliers": "outliers",
+        "audit_num_cross_label_duplicates": "cross-label duplicates",
+    }
     assert EmbeddingRetrieval(ks=(1,)).output_schema().notes == {}
 
 
@@ -127,8 +133,12 @@ def test_a_schema_json_from_elsewhere_with_a_bad_headline_names_the_file(tmp_pat
     folder.mkdir(parents=True)
     (folder / "history.jsonl").write_text(json.dumps({"step": 1, "epoch": 0, "a": 0.5}) + "\n")
     keys = {"a": {"kind": "scalar", "higher_is_better": True, "count": False}}
-    for bad in ({"keys": keys, "headline": ["b"]}, {"keys": keys, "headline": "a"}, {"keys": keys, "notes": ["a"]},
-                {"keys": keys, "headline": [["a"]]}):  # fmt: skip
+    for bad in (
+        {"keys": keys, "headline": ["b"]},
+        {"keys": keys, "headline": "a"},
+        {"keys": keys, "notes": ["a"]},
+        {"keys": keys, "headline": [["a"]]},
+    ):
         (folder / "schema.json").write_text(json.dumps(bad))
         with pytest.raises(ValueError, match="schema.json"):
             read_evaluation_run(folder)

@@ -100,21 +100,44 @@ def _manifest(family: Path) -> dict[str, bytes]:
     media = family / "media"
     files = {
         "embedding_projection.png": _png(media / "embedding_projection.png", (20, 120, 200), (40, 30)),
-        "tables/worst_mismatches/r000_query_image.png": _png(media / "tables/worst_mismatches/r000_query_image.png", (200, 30, 30)),
-        "tables/worst_mismatches/r000_retrieved_image.png": _png(media / "tables/worst_mismatches/r000_retrieved_image.png", (30, 200, 30)),
-        "tables/worst_mismatches/r001_query_image.png": _png(media / "tables/worst_mismatches/r001_query_image.png", (30, 30, 200)),
+        "tables/worst_mismatches/r000_query_image.png": _png(
+            media / "tables/worst_mismatches/r000_query_image.png", (200, 30, 30)
+        ),
+        "tables/worst_mismatches/r000_retrieved_image.png": _png(
+            media / "tables/worst_mismatches/r000_retrieved_image.png", (30, 200, 30)
+        ),
+        "tables/worst_mismatches/r001_query_image.png": _png(
+            media / "tables/worst_mismatches/r001_query_image.png", (30, 30, 200)
+        ),
     }
     manifest = {
-        "format": 1, "prefix": family.name, "step": 30, "epoch": 3,
+        "format": 1,
+        "prefix": family.name,
+        "step": 30,
+        "epoch": 3,
         "figures": [{"name": "embedding_projection", "file": "embedding_projection.png", "caption": f"PCA {EVIL}"}],
         "tables": [
-            {"name": "worst_mismatches", "columns": ["query_image", "query_label", "retrieved_image", "similarity"],
-             "rows": [[{"image": "tables/worst_mismatches/r000_query_image.png"}, "circle", {"image": "tables/worst_mismatches/r000_retrieved_image.png"}, 0.25],
-                      [{"image": "tables/worst_mismatches/r001_query_image.png"}, EVIL, None, 3]]},
-            {"name": "confusion_matrix", "columns": ["true", "circle", "star"], "rows": [["circle", 5, 1], ["star", 0, 6]]},
+            {
+                "name": "worst_mismatches",
+                "columns": ["query_image", "query_label", "retrieved_image", "similarity"],
+                "rows": [
+                    [
+                        {"image": "tables/worst_mismatches/r000_query_image.png"},
+                        "circle",
+                        {"image": "tables/worst_mismatches/r000_retrieved_image.png"},
+                        0.25,
+                    ],
+                    [{"image": "tables/worst_mismatches/r001_query_image.png"}, EVIL, None, 3],
+                ],
+            },
+            {
+                "name": "confusion_matrix",
+                "columns": ["true", "circle", "star"],
+                "rows": [["circle", 5, 1], ["star", 0, 6]],
+            },
         ],
         "curves": [{"name": "precision_curve", "xname": "k", "x": [1, 2, 3], "y": [0.9, 0.85, 0.8]}],
-    }  # fmt: skip
+    }
     (media / "media.json").write_text(json.dumps(manifest), encoding="utf-8")
     return files
 
@@ -185,7 +208,11 @@ def test_values_are_the_last_successful_evaluation_with_its_interval(tmp_path: P
         for key in KEYS:
             attributes, cell_text = cells[key]
             low, high = last[f"{key}_ci_low"], last[f"{key}_ci_high"]
-            assert (float(attributes["data-value"]), float(attributes["data-low"]), float(attributes["data-high"])) == (last[key], low, high)
+            assert (float(attributes["data-value"]), float(attributes["data-low"]), float(attributes["data-high"])) == (
+                last[key],
+                low,
+                high,
+            )
             assert cell_text == f"{last[key]:.4f} [{low:.4f}, {high:.4f}]"
         assert cells["num_queries"][1] == "64"  # a count, no interval
 
@@ -226,7 +253,9 @@ def test_a_broken_run_folder_still_gives_a_report_that_says_what_is_missing(tmp_
     made = _run(tmp_path / "run")
     run = tmp_path / "run"
     (run / ".hydra" / "config.yaml").unlink()
-    (run / "retrieval" / "confidence_intervals.png").write_bytes(made["files"]["confidence_intervals"][:40])  # cut short
+    (run / "retrieval" / "confidence_intervals.png").write_bytes(
+        made["files"]["confidence_intervals"][:40]
+    )  # cut short
     (run / "hierarchy" / "media" / "tables" / "worst_mismatches" / "r000_retrieved_image.png").unlink()
     (run / "zeroshot").mkdir()
     (run / "zeroshot" / "history.jsonl").write_text('{"step": 1\n{"step": 2, "epoch": 0}\n')  # a broken first line
@@ -297,7 +326,9 @@ def test_a_multirun_opens_with_its_settings_across_seeds_and_their_pictures(tmp_
 
     jobs = _sweep(tmp_path / "multirun")
     text, page = _report(tmp_path, tmp_path / "multirun")
-    assert text.index('<table class="sweep-groups">') < text.index('<table class="sweep">'), "the grouped table comes first"
+    assert text.index('<table class="sweep-groups">') < text.index('<table class="sweep">'), (
+        "the grouped table comes first"
+    )
     rows = _rows(text, "sweep-groups")
     assert [r[0][1] for r in rows] == ["model.lr=0.001", "model.lr=0.003"]  # named by what differs
     keys = [f"{p}/{k}" for p in ("hierarchy", "retrieval") for k in KEYS]
@@ -323,10 +354,16 @@ def test_a_multirun_opens_with_its_settings_across_seeds_and_their_pictures(tmp_
             assert image.format == "PNG" and image.size[0] > 100
             image.load()
     # metrics= selects the columns of both tables
-    chosen = write_report([tmp_path / "multirun"], tmp_path / "chosen.html", keys=["retrieval/map@r"]).read_text(encoding="utf-8")
-    assert [len(r) for r in _rows(chosen, "sweep-groups")] == [3, 3] and [len(r) for r in _rows(chosen, "sweep")] == [4] * 6
+    chosen = write_report([tmp_path / "multirun"], tmp_path / "chosen.html", keys=["retrieval/map@r"]).read_text(
+        encoding="utf-8"
+    )
+    assert [len(r) for r in _rows(chosen, "sweep-groups")] == [3, 3] and [len(r) for r in _rows(chosen, "sweep")] == [
+        4
+    ] * 6
     # against a baseline without per-query files: the test row says why there is no conclusion
-    tested = write_report([tmp_path / "multirun"], tmp_path / "t.html", baseline="model.lr=0.001", metric="retrieval/map@r").read_text(encoding="utf-8")
+    tested = write_report(
+        [tmp_path / "multirun"], tmp_path / "t.html", baseline="model.lr=0.001", metric="retrieval/map@r"
+    ).read_text(encoding="utf-8")
     words = " ".join(_Page(tested).text)
     assert "model.lr=0.001 (baseline)" in words and "no conclusion (no per-query values of retrieval/map@r" in words
 
@@ -340,18 +377,24 @@ def test_a_sweep_that_cannot_be_grouped_still_lists_its_jobs_and_says_why(tmp_pa
     text, _ = _report(tmp_path, tmp_path / "unseeded")
     assert "sweep-groups" not in text and len(_rows(text, "sweep")) == 4
     assert "no job sets a seed key (seed_keys=['seed'])" in notes(text) and "pass seed_keys=" in notes(text)
-    seeded = write_report([tmp_path / "unseeded"], tmp_path / "seeded.html", seed_keys=["data.noise"]).read_text(encoding="utf-8")
+    seeded = write_report([tmp_path / "unseeded"], tmp_path / "seeded.html", seed_keys=["data.noise"]).read_text(
+        encoding="utf-8"
+    )
     assert [r[1][1] for r in _rows(seeded, "sweep-groups")] == ["2", "2"]
 
     jobs = _sweep(tmp_path / "broken")
-    (jobs["0.003"][0] / "retrieval" / "history.jsonl").write_text('{"step": 1\n{"step": 2, "epoch": 0}\n')  # line 1 broken
+    (jobs["0.003"][0] / "retrieval" / "history.jsonl").write_text(
+        '{"step": 1\n{"step": 2, "epoch": 0}\n'
+    )  # line 1 broken
     text, _ = _report(tmp_path, tmp_path / "broken")
     assert "left out of the grouped table" in notes(text) and "history.jsonl" in notes(text)
     counts = {r[0][1]: {a["data-key"]: a["data-n"] for a, _ in r[2:]} for r in _rows(text, "sweep-groups")}
     assert counts["model.lr=0.003"]["retrieval/map@r"] == "2" and counts["model.lr=0.003"]["hierarchy/map@r"] == "3"
     assert len(_rows(text, "sweep")) == 6
 
-    text = write_report([tmp_path / "broken"], tmp_path / "b.html", baseline="model.lr=9", metric="retrieval/map@r").read_text(encoding="utf-8")
+    text = write_report(
+        [tmp_path / "broken"], tmp_path / "b.html", baseline="model.lr=9", metric="retrieval/map@r"
+    ).read_text(encoding="utf-8")
     assert "the test against baseline='model.lr=9' on metric='retrieval/map@r' failed" in notes(text)
     assert len(_rows(text, "sweep-groups")) == 2 and "sweep-tests" not in text
     text = write_report([tmp_path / "broken"], tmp_path / "c.html", keys=["retrieval/nope"]).read_text(encoding="utf-8")
@@ -364,7 +407,16 @@ def _chromium() -> str | None:
 
 
 def _browse(binary: str, page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}", *args, page.as_uri()]
+    command = [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        *args,
+        page.as_uri(),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
 
 
@@ -376,15 +428,19 @@ def _rendered(binary: str, page: Path, profile: Path) -> dict[str, str]:
     return dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', tag.group(0)))
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no chromium binary (Debian: apt-get install chromium; `make test` tries it)")
+@pytest.mark.skipif(
+    _chromium() is None, reason="no chromium binary (Debian: apt-get install chromium; `make test` tries it)"
+)
 def test_the_report_renders_in_headless_chromium(tmp_path: Path):
     binary = _chromium()
     _run(tmp_path / "run")
     output = write_report([tmp_path / "run"], tmp_path / "report.html")
     count = len(_Page(output.read_text(encoding="utf-8")).images())
     assert _rendered(binary, output, tmp_path / "profile") == {
-        "data-images": str(count), "data-images-broken": "0", "data-script-errors": "0"
-    }  # fmt: skip
+        "data-images": str(count),
+        "data-images-broken": "0",
+        "data-script-errors": "0",
+    }
     shot = tmp_path / "shot.png"
     _browse(binary, output, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1200,1600")
     with Image.open(shot) as image:
@@ -394,5 +450,7 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path):
     assert (pixels.min(axis=2) < 100).mean() > 0.002, "no dark text or lines on the page"
     # the check itself sees a picture that does not decode
     broken = tmp_path / "broken.html"
-    broken.write_text(output.read_text(encoding="utf-8").replace("data:image/png;base64,", "data:image/png;base64,AAAA", 1))
+    broken.write_text(
+        output.read_text(encoding="utf-8").replace("data:image/png;base64,", "data:image/png;base64,AAAA", 1)
+    )
     assert _rendered(binary, broken, tmp_path / "profile")["data-images-broken"] == "1"

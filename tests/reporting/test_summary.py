@@ -162,9 +162,11 @@ def _demo_like_folder(root: Path, steps: list[int]) -> None:
     rng = np.random.default_rng(3)
     graded = {"graded": ["hierarchical", "profile"], "mistake_stats": {"hierarchical": ["lca_depth"]}}
     schemas = {
-        "retrieval": retrieval_output_schema((1, 5, 10), **graded), "crossmodal": crossmodal_output_schema((1, 5, 10)),
-        "zeroshot": zeroshot_output_schema((1, 5)), "hierarchy": hierarchy_output_schema(),
-    }  # fmt: skip
+        "retrieval": retrieval_output_schema((1, 5, 10), **graded),
+        "crossmodal": crossmodal_output_schema((1, 5, 10)),
+        "zeroshot": zeroshot_output_schema((1, 5)),
+        "hierarchy": hierarchy_output_schema(),
+    }
     for prefix, schema in schemas.items():
         schema = with_confidence_intervals(schema, confidence_interval_keys(schema))
         records = []

@@ -30,7 +30,9 @@ SCHEMA = OutputSchema(
 )
 
 
-def _write_run(folder: Path, records: list[dict], overrides: list[str] | None = None, schema: OutputSchema = SCHEMA) -> Path:
+def _write_run(
+    folder: Path, records: list[dict], overrides: list[str] | None = None, schema: OutputSchema = SCHEMA
+) -> Path:
     folder.mkdir(parents=True)
     (folder / "history.json").write_text(json.dumps(records))
     (folder / "schema.json").write_text(json.dumps(schema.to_json()))
@@ -42,10 +44,21 @@ def _write_run(folder: Path, records: list[dict], overrides: list[str] | None = 
 
 def _records(base: float) -> list[dict]:
     def rec(step: int, p: float, rank: float, n: int) -> dict:
-        return {"step": step, "epoch": step // 10, **{f"macro_precision@{k}": p / k for k in KS}, "mean_first_relevant_rank": rank,
-                "num_queries": n, "precision_curve": [p, p / 2]}
+        return {
+            "step": step,
+            "epoch": step // 10,
+            **{f"macro_precision@{k}": p / k for k in KS},
+            "mean_first_relevant_rank": rank,
+            "num_queries": n,
+            "precision_curve": [p, p / 2],
+        }
 
-    return [rec(10, base, 5.0, 40), rec(20, base + 0.2, 7.0, 40), rec(30, base + 0.1, 3.0, 38), {"step": 40, "epoch": 4, "error": "ValueError: boom"}]
+    return [
+        rec(10, base, 5.0, 40),
+        rec(20, base + 0.2, 7.0, 40),
+        rec(30, base + 0.1, 3.0, 38),
+        {"step": 40, "epoch": 4, "error": "ValueError: boom"},
+    ]
 
 
 @pytest.fixture
@@ -59,18 +72,30 @@ def test_final_values(two_runs: list) -> None:
     table = compare_evaluation_runs(two_runs)
     assert table["which"] == "final"
     assert list(table["runs"]) == ["0 (seed=1)", "1 (seed=2)"]
-    assert table["runs"]["0 (seed=1)"]["failed_evaluations"] == 1 and table["runs"]["1 (seed=2)"]["failed_evaluations"] == 0
+    assert (
+        table["runs"]["0 (seed=1)"]["failed_evaluations"] == 1
+        and table["runs"]["1 (seed=2)"]["failed_evaluations"] == 0
+    )
     # one row per scalar of the schema, in schema order, prefixed as logged; curves are not rows
     assert list(table["metrics"]) == [
-        "retrieval/macro_precision@1", "retrieval/macro_precision@5", "retrieval/macro_precision@10",
-        "retrieval/mean_first_relevant_rank", "retrieval/num_queries",
+        "retrieval/macro_precision@1",
+        "retrieval/macro_precision@5",
+        "retrieval/macro_precision@10",
+        "retrieval/mean_first_relevant_rank",
+        "retrieval/num_queries",
     ]
     p1 = table["metrics"]["retrieval/macro_precision@1"]
-    assert p1["direction"] == "max" and p1["values"] == {"0 (seed=1)": pytest.approx(0.6), "1 (seed=2)": pytest.approx(0.4)}
+    assert p1["direction"] == "max" and p1["values"] == {
+        "0 (seed=1)": pytest.approx(0.6),
+        "1 (seed=2)": pytest.approx(0.4),
+    }
     assert p1["steps"] == {"0 (seed=1)": 30, "1 (seed=2)": 30}  # the failed evaluation at step 40 is skipped
     assert table["metrics"]["retrieval/mean_first_relevant_rank"]["direction"] == "min"
     assert table["metrics"]["retrieval/num_queries"] == {
-        "direction": None, "count": True, "values": {"0 (seed=1)": 38, "1 (seed=2)": 38}, "steps": {"0 (seed=1)": 30, "1 (seed=2)": 30}
+        "direction": None,
+        "count": True,
+        "values": {"0 (seed=1)": 38, "1 (seed=2)": 38},
+        "steps": {"0 (seed=1)": 30, "1 (seed=2)": 30},
     }
     json.dumps(table)  # JSON-ready
 
@@ -109,20 +134,33 @@ def test_same_names_in_two_sweeps_get_distinct_columns(tmp_path: Path) -> None:
 
 def test_shared_overrides_leave_the_labels(tmp_path: Path) -> None:
     runs = [
-        read_evaluation_run(_write_run(tmp_path / "sweep" / str(j) / "retrieval", _records(0.1 * j), [f"seed={j}", "experiment=shapes_smoke", "trainer.max_epochs=2"]))
+        read_evaluation_run(
+            _write_run(
+                tmp_path / "sweep" / str(j) / "retrieval",
+                _records(0.1 * j),
+                [f"seed={j}", "experiment=shapes_smoke", "trainer.max_epochs=2"],
+            )
+        )
         for j in range(2)
     ]
     table = compare_evaluation_runs(runs)
     assert list(table["runs"]) == ["0 (seed=0)", "1 (seed=1)"]
     assert table["common_overrides"] == ["experiment=shapes_smoke", "trainer.max_epochs=2"]
-    assert compare_evaluation_runs(runs[:1])["runs"].keys() == {"0 (seed=0, experiment=shapes_smoke, trainer.max_epochs=2)"}
+    assert compare_evaluation_runs(runs[:1])["runs"].keys() == {
+        "0 (seed=0, experiment=shapes_smoke, trainer.max_epochs=2)"
+    }
 
 
 def test_callbacks_of_one_run_share_a_column(tmp_path: Path) -> None:
     runs = [
         read_evaluation_run(_write_run(tmp_path / "run" / "retrieval", _records(0.5))),
-        read_evaluation_run(_write_run(tmp_path / "run" / "t2i", [{"step": 10, "epoch": 1, "r_precision": 0.25}],
-                                       schema=OutputSchema({"r_precision": KeySpec("scalar", True)}))),
+        read_evaluation_run(
+            _write_run(
+                tmp_path / "run" / "t2i",
+                [{"step": 10, "epoch": 1, "r_precision": 0.25}],
+                schema=OutputSchema({"r_precision": KeySpec("scalar", True)}),
+            )
+        ),
     ]
     table = compare_evaluation_runs(runs)
     assert list(table["runs"]) == ["run"]
@@ -134,7 +172,9 @@ def _offline(name: str, rows: list[dict]) -> OfflineRun:
     summary: dict = {}
     for row in rows:
         summary.update(row)
-    return OfflineRun(Path(f"{name}.wandb"), run_id=name, name=name, history=rows, summary=summary, exit_code=0, complete=True)
+    return OfflineRun(
+        Path(f"{name}.wandb"), run_id=name, name=name, history=rows, summary=summary, exit_code=0, complete=True
+    )
 
 
 def test_offline_wandb_runs(tmp_path: Path) -> None:
@@ -143,16 +183,23 @@ def test_offline_wandb_runs(tmp_path: Path) -> None:
         {"_step": 1, "trainer/global_step": 20, "retrieval/map@r": 0.5, "retrieval/mean_first_relevant_rank": 6.0},
         {"_step": 2, "trainer/global_step": 30, "retrieval/map@r": 0.4, "retrieval/mean_first_relevant_rank": 5.0},
     ]
-    schema = OutputSchema({"map@r": KeySpec("scalar", True), "mean_first_relevant_rank": KeySpec("scalar", False)}).prefixed("retrieval")
+    schema = OutputSchema(
+        {"map@r": KeySpec("scalar", True), "mean_first_relevant_rank": KeySpec("scalar", False)}
+    ).prefixed("retrieval")
     partial = _offline("b", rows[:2])
     partial.complete = False
     runs = [_offline("a", rows), partial]
     final = compare_wandb_runs(runs, schemas=[schema, None])
-    assert list(final["runs"]) == ["a (a)", "b (b) (incomplete)"] and final["runs"]["b (b) (incomplete)"]["complete"] is False
+    assert (
+        list(final["runs"]) == ["a (a)", "b (b) (incomplete)"]
+        and final["runs"]["b (b) (incomplete)"]["complete"] is False
+    )
     assert final["metrics"]["retrieval/map@r"]["values"] == {"a (a)": 0.4, "b (b) (incomplete)": 0.5}
     assert final["metrics"]["retrieval/map@r"]["direction"] == "max"
     best = compare_wandb_runs(runs[:1], which="best", schemas=[schema], labels=["job 0"])
-    assert best["metrics"]["retrieval/map@r"]["values"] == {"job 0": 0.5} and best["metrics"]["retrieval/map@r"]["steps"] == {"job 0": 20}
+    assert best["metrics"]["retrieval/map@r"]["values"] == {"job 0": 0.5} and best["metrics"]["retrieval/map@r"][
+        "steps"
+    ] == {"job 0": 20}
     assert best["metrics"]["retrieval/mean_first_relevant_rank"]["values"] == {"job 0": 4.0}
     # without a schema: no direction, so "best" is the last value
     assert compare_wandb_runs(runs[:1], which="best")["metrics"]["retrieval/map@r"]["values"] == {"a (a)": 0.4}
@@ -174,10 +221,19 @@ def test_metric_names_are_never_cut_on_an_80_column_terminal(tmp_path: Path) -> 
         for r in records:
             if "error" not in r:
                 r[long_key.split("/", 1)[1]] = 0.05 * job
-        folder = _write_run(tmp_path / str(job) / "retrieval", records, [f"model.embed_dim={64 * (job + 1)}", f"seed={job}"], schema)
+        folder = _write_run(
+            tmp_path / str(job) / "retrieval", records, [f"model.embed_dim={64 * (job + 1)}", f"seed={job}"], schema
+        )
         runs.append(read_evaluation_run(folder))
-    runs.append(read_evaluation_run(_write_run(tmp_path / "6" / "taxonomy_and_profiles",
-                                               [{"step": 1, "epoch": 0, long_key.split("/", 1)[1]: 0.9}], schema=schema)))
+    runs.append(
+        read_evaluation_run(
+            _write_run(
+                tmp_path / "6" / "taxonomy_and_profiles",
+                [{"step": 1, "epoch": 0, long_key.split("/", 1)[1]: 0.9}],
+                schema=schema,
+            )
+        )
+    )
     table = compare_evaluation_runs(runs)
     assert long_key in table["metrics"]
     text = _render(table)
@@ -195,7 +251,10 @@ def test_metric_names_are_never_cut_on_an_80_column_terminal(tmp_path: Path) -> 
 
 
 def test_short_names_fit_80_columns_and_runs_continue_in_more_tables(two_runs: list, tmp_path: Path) -> None:
-    many = [read_evaluation_run(_write_run(tmp_path / "m" / str(j) / "retrieval", _records(0.1 * j), [f"seed={j}"])) for j in range(8)]
+    many = [
+        read_evaluation_run(_write_run(tmp_path / "m" / str(j) / "retrieval", _records(0.1 * j), [f"seed={j}"]))
+        for j in range(8)
+    ]
     text = _render(compare_evaluation_runs(many))
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "(1/" in text  # split over several tables
@@ -215,8 +274,14 @@ def test_values_format(two_runs: list) -> None:
 def test_metrics_table_uses_the_schema() -> None:
     long_key = "macro_precision_with_an_unusually_long_name_for_a_cutoff_that_does_not_fit@10"
     schema = SCHEMA.merged(OutputSchema({long_key: KeySpec("scalar", True)}))
-    metrics = {"macro_precision@1": 0.5, "num_queries": 12, "mean_first_relevant_rank": 2.5, long_key: 0.25,
-               "precision_curve": [0.5], "num_items": 13}
+    metrics = {
+        "macro_precision@1": 0.5,
+        "num_queries": 12,
+        "mean_first_relevant_rank": 2.5,
+        long_key: 0.25,
+        "precision_curve": [0.5],
+        "num_items": 13,
+    }
     console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
     print_metrics_table(metrics, title="t", schema=schema, console=console)
     text = console.export_text()
@@ -237,11 +302,19 @@ def test_metrics_table_shows_each_interval_in_its_metric_row(capsys: pytest.Capt
             "num_queries": KeySpec("scalar", None, count=True),
         }
     )
-    metrics = {"precision@1": 0.5, "precision@1_ci_low": 0.375, "precision@1_ci_high": float("nan"), "mean_rank": 2.5,
-               "mean_rank_ci_low": 2.0, "num_queries": 12}
+    metrics = {
+        "precision@1": 0.5,
+        "precision@1_ci_low": 0.375,
+        "precision@1_ci_high": float("nan"),
+        "mean_rank": 2.5,
+        "mean_rank_ci_low": 2.0,
+        "num_queries": 12,
+    }
     print_metrics_table(metrics, title="t", schema=schema)  # the default console: what a task prints
     lines = capsys.readouterr().out.splitlines()
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]] for line in lines if line.startswith("│")}
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]] for line in lines if line.startswith("│")
+    }
     assert rows["precision@1"] == ["↑", "0.5000  [0.3750, nan]"]
     assert "precision@1_ci_low" not in rows and "precision@1_ci_high" not in rows
     # a lone bound has no pair to join: it keeps its own row

@@ -12,8 +12,18 @@ from beyondlabels.functional import (
 from beyondlabels.metrics import HierarchicalPrecisionRecall
 from beyondlabels.taxonomy import Taxonomy
 
-TREE = Taxonomy({"physical_object": "entity", "artifact": "physical_object", "transport": "artifact",
-                 "train": "transport", "activity": "entity", "sport": "activity", "pool": "sport"}, root="entity")
+TREE = Taxonomy(
+    {
+        "physical_object": "entity",
+        "artifact": "physical_object",
+        "transport": "artifact",
+        "train": "transport",
+        "activity": "entity",
+        "sport": "activity",
+        "pool": "sport",
+    },
+    root="entity",
+)
 
 
 def _path(node: str, include_root: bool) -> set[str]:

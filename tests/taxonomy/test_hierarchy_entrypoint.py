@@ -27,7 +27,9 @@ DEMO_TAXONOMY = REPO_ROOT / "src" / "beyondlabels" / "demo" / "data" / "taxonomy
 def _cfg(tmp_path: Path, *overrides: str):
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", "task=hierarchy", *overrides])
+        cfg = compose(
+            config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", "task=hierarchy", *overrides]
+        )
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "job")
     return cfg
@@ -40,7 +42,13 @@ def _write(path: Path, rows: list[str]) -> Path:
 
 def test_report_matches_the_kernel(tmp_path: Path):
     tax = demo_taxonomy()
-    pairs = [("square", "rhombus"), ("circle", "ellipse"), ("star", "polygon"), ("arrow", "arrow"), ("hexagon", "shape")]
+    pairs = [
+        ("square", "rhombus"),
+        ("circle", "ellipse"),
+        ("star", "polygon"),
+        ("arrow", "arrow"),
+        ("hexagon", "shape"),
+    ]
     rows = [json.dumps({"gt": g, "pred": p, "id": 10 + i}) for i, (g, p) in enumerate(pairs)]
     rows.insert(2, json.dumps({"gt": "right_triangle", "pred_text": "A right triangle."}))
     predictions = _write(tmp_path / "p.jsonl", rows)
@@ -64,13 +72,17 @@ def test_report_matches_the_kernel(tmp_path: Path):
 @pytest.mark.parametrize(
     ("rows", "match"),
     [
-        (['{"gt": "square", "pred": "rhombuz"}', '{"gt": "circel", "pred": "circle"}'],
-         r"unknown taxonomy node\(s\) 'rhombuz' \(line 1\), 'circel' \(line 2\)"),
+        (
+            ['{"gt": "square", "pred": "rhombuz"}', '{"gt": "circel", "pred": "circle"}'],
+            r"unknown taxonomy node\(s\) 'rhombuz' \(line 1\), 'circel' \(line 2\)",
+        ),
         (['{"gt": "square", "pred": "square"}', "not json"], r"line 2: not valid JSON"),
         (['{"gt": "square"}'], r"line 1: give exactly one of 'pred'"),
         (['{"gt": "square", "pred": "square", "pred_text": "x"}'], r"line 1: give exactly one"),
-        (['{"gt": "square", "pred": "square", "id": 1}', '{"gt": "square", "pred": "circle", "id": 1}'],
-         r"id 1 appears on lines 1 and 2"),
+        (
+            ['{"gt": "square", "pred": "square", "id": 1}', '{"gt": "square", "pred": "circle", "id": 1}'],
+            r"id 1 appears on lines 1 and 2",
+        ),
         (['{"gt": "shape", "pred": "square"}'], r"'gt' is the root 'shape' on line\(s\) \[1\]"),
         (['{"gt": 3, "pred": "square"}'], r"line 1: 'gt' must be a node name"),
     ],
@@ -79,7 +91,9 @@ def test_bad_rows_are_named_and_nothing_is_written(tmp_path: Path, rows, match):
     predictions = _write(tmp_path / "bad.jsonl", rows)
     output = tmp_path / "out" / "report.json"
     with pytest.raises(ValueError, match=match):
-        tasks.hierarchy.run(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}", f"output={output}"))
+        tasks.hierarchy.run(
+            _cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}", f"output={output}")
+        )
     assert not output.parent.exists() or not any(output.parent.iterdir())
 
 

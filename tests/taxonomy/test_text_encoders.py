@@ -86,17 +86,30 @@ def _cfg(tmp_path: Path, *overrides: str):
 
 
 def test_task_hierarchy_takes_an_encoder_by_target_and_the_mapper_options(tmp_path: Path):
-    rows = [{"gt": "square", "pred_text": "a square"}, {"gt": "rhombus", "pred_text": "a diamond shape"},
-            {"gt": "circle", "pred_text": "the shape"}]
+    rows = [
+        {"gt": "square", "pred_text": "a square"},
+        {"gt": "rhombus", "pred_text": "a diamond shape"},
+        {"gt": "circle", "pred_text": "the shape"},
+    ]
     predictions = tmp_path / "p.jsonl"
     predictions.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     output = tmp_path / "out" / "report.json"
-    cfg = _cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}", f"output={output}",
-               "hierarchy.encoder={_target_: beyondlabels.taxonomy.HashingTextEncoder, dim: 64}",
-               "hierarchy.rules=[exact]", "hierarchy.context=null")  # fmt: skip
+    cfg = _cfg(
+        tmp_path,
+        f"taxonomy={DEMO_TAXONOMY}",
+        f"predictions={predictions}",
+        f"output={output}",
+        "hierarchy.encoder={_target_: beyondlabels.taxonomy.HashingTextEncoder, dim: 64}",
+        "hierarchy.rules=[exact]",
+        "hierarchy.context=null",
+    )
     report = tasks.hierarchy.run(cfg)
-    mapper = TextToNode(instantiate({"_target_": "beyondlabels.demo.demo_taxonomy"}), encoder=HashingTextEncoder(64),
-                        rules=["exact"], context=None)  # fmt: skip
+    mapper = TextToNode(
+        instantiate({"_target_": "beyondlabels.demo.demo_taxonomy"}),
+        encoder=HashingTextEncoder(64),
+        rules=["exact"],
+        context=None,
+    )
     matches = mapper.map([r["pred_text"] for r in rows])
     want = [m.rule for m in matches]
     assert report["rules"] == {rule: want.count(rule) for rule in dict.fromkeys(want)}
@@ -105,21 +118,34 @@ def test_task_hierarchy_takes_an_encoder_by_target_and_the_mapper_options(tmp_pa
     assert report["abstentions"] == abstained and report["settings"]["encoder"]["dim"] == 64
     saved = json.loads(output.read_text())
     assert saved["hP"] == pytest.approx(report["hP"]) and saved["abstention_rate"] == pytest.approx(abstained / 3)
-    legacy = tasks.hierarchy.run(_cfg(tmp_path, f"taxonomy={DEMO_TAXONOMY}", f"predictions={predictions}",
-                                      f"output={tmp_path / 'legacy.json'}", "hierarchy.abstention_precision=1.0",
-                                      "hierarchy.encoder={_target_: beyondlabels.taxonomy.HashingTextEncoder, dim: 64}",
-                                      "hierarchy.rules=[exact]", "hierarchy.context=null"))  # fmt: skip
+    legacy = tasks.hierarchy.run(
+        _cfg(
+            tmp_path,
+            f"taxonomy={DEMO_TAXONOMY}",
+            f"predictions={predictions}",
+            f"output={tmp_path / 'legacy.json'}",
+            "hierarchy.abstention_precision=1.0",
+            "hierarchy.encoder={_target_: beyondlabels.taxonomy.HashingTextEncoder, dim: 64}",
+            "hierarchy.rules=[exact]",
+            "hierarchy.context=null",
+        )
+    )
     assert legacy["hP"] == pytest.approx(report["hP"] + abstained / 3)
 
 
 def test_the_callback_config_builds_an_encoder_by_target():
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(config_name="train", overrides=[
-            "callbacks=hierarchy", "callbacks.hierarchy.source=text",
-            "callbacks.hierarchy.encoder={_target_: beyondlabels.taxonomy.HashingTextEncoder, dim: 32}",
-            "callbacks.hierarchy.rules=[exact, lca]", "callbacks.hierarchy.lca_gap=0.5",
-        ])  # fmt: skip
+        cfg = compose(
+            config_name="train",
+            overrides=[
+                "callbacks=hierarchy",
+                "callbacks.hierarchy.source=text",
+                "callbacks.hierarchy.encoder={_target_: beyondlabels.taxonomy.HashingTextEncoder, dim: 32}",
+                "callbacks.hierarchy.rules=[exact, lca]",
+                "callbacks.hierarchy.lca_gap=0.5",
+            ],
+        )
     callback = instantiate(cfg.callbacks.hierarchy)
     assert isinstance(callback.encoder, HashingTextEncoder) and callback.encoder.dim == 32
     mapper = callback._mapper

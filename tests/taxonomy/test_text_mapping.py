@@ -74,11 +74,31 @@ def test_lexical_rules(answer, node, rule):
 def test_lca_fallback_and_embedding_rule():
     # "woody stuff" is equally close to oak and pine: the LCA (tree) is the conservative answer; "evergreen" is
     # clearly nearest to pine.
-    vectors = {name: [0.0] * 4 for name in ("thing", "animal", "dog", "golden retriever", "shark", "white shark",
-                                             "great white shark", "vehicle", "red fire truck", "big red fire truck",
-                                             "plant", "tree")}
-    vectors.update({"oak": [1.0, 0.0, 0.0, 0.0], "pine": [0.0, 1.0, 0.0, 0.0], "woody stuff": [1.0, 1.0, 0.0, 0.0],
-                    "evergreen": [0.2, 1.0, 0.0, 0.0]})
+    vectors = {
+        name: [0.0] * 4
+        for name in (
+            "thing",
+            "animal",
+            "dog",
+            "golden retriever",
+            "shark",
+            "white shark",
+            "great white shark",
+            "vehicle",
+            "red fire truck",
+            "big red fire truck",
+            "plant",
+            "tree",
+        )
+    }
+    vectors.update(
+        {
+            "oak": [1.0, 0.0, 0.0, 0.0],
+            "pine": [0.0, 1.0, 0.0, 0.0],
+            "woody stuff": [1.0, 1.0, 0.0, 0.0],
+            "evergreen": [0.2, 1.0, 0.0, 0.0],
+        }
+    )
     encoder = FixedEncoder(vectors)
     mapper = TextToNode(TREE, encoder=encoder, top_k=3, rules=["exact", "lca"], lca_gap=0.25, context=None)
     woody, evergreen = mapper.map(["woody stuff", "evergreen"])
@@ -168,7 +188,9 @@ def test_the_demo_tiny_clip_can_be_the_encoder():
     from beyondlabels.demo import TinyCLIP
 
     torch.manual_seed(0)
-    model = TinyCLIP(embed_dim=16, vision_width=32, vision_layers=1, vision_head_width=16, text_width=32, text_heads=2, text_layers=1)
+    model = TinyCLIP(
+        embed_dim=16, vision_width=32, vision_layers=1, vision_head_width=16, text_width=32, text_heads=2, text_layers=1
+    )
     tax = demo_taxonomy()
     matches = TextToNode(tax, encoder=model).map(["a square", "something else entirely"])
     assert (matches[0].node, matches[0].rule) == ("square", "exact") and matches[1].node in tax
@@ -241,7 +263,9 @@ def test_mapping_quality_matches_an_oracle_on_its_own_matches():
         p.append(len(pred & gold) / len(pred) if pred else 0.0)  # an abstention earns no precision
         r.append(len(pred & gold) / len(gold))
     assert quality["hP"] == pytest.approx(sum(p) / len(p)) and quality["hR"] == pytest.approx(sum(r) / len(r))
-    assert quality["exact_match"] == pytest.approx(sum(m.node == i["node"] for m, i in zip(matches, items)) / len(items))
+    assert quality["exact_match"] == pytest.approx(
+        sum(m.node == i["node"] for m, i in zip(matches, items)) / len(items)
+    )
     assert sum(quality["rules"].values()) == len(items) == quality["num_samples"]
     # answers that are a class name (after normalisation) are always mapped exactly
     for item, match in zip(items, matches):

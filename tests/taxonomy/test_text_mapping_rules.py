@@ -90,11 +90,29 @@ def test_a_one_word_match_does_not_override_a_clear_best_candidate():
 
 
 ANSWERS = [
-    "a vehicle with wheels and pedals", "an armed vehicle of the army", "a craft that flies", "a boat with sails",
-    "a craft on the water", "something with wheels", "a jeep of the armed forces", "a tank", "aircraft with wings",
-    "a military boat", "wheeled military vehicle", "a vehicle that flies over water", "car or bicycle",
-    "wings over the water", "water flies", "armed sails", "tricycles and bicycles", "militant", "wheelie", "bicycling",
-    "tanker", "jeeps", "boating",
+    "a vehicle with wheels and pedals",
+    "an armed vehicle of the army",
+    "a craft that flies",
+    "a boat with sails",
+    "a craft on the water",
+    "something with wheels",
+    "a jeep of the armed forces",
+    "a tank",
+    "aircraft with wings",
+    "a military boat",
+    "wheeled military vehicle",
+    "a vehicle that flies over water",
+    "car or bicycle",
+    "wings over the water",
+    "water flies",
+    "armed sails",
+    "tricycles and bicycles",
+    "militant",
+    "wheelie",
+    "bicycling",
+    "tanker",
+    "jeeps",
+    "boating",
 ]
 
 
@@ -122,8 +140,9 @@ def test_no_rule_falls_back_to_the_root():
         for match in TextToNode(VEHICLES, encoder=ConceptEncoder(), **kwargs).map(answers):
             assert not match.abstained and match.rule in ("embedding", "expected"), (rules, match)
     # an answer that is the root, or whose best candidate is the root, is an abstention, and counted
-    quality = mapping_quality(TextToNode(VEHICLES, encoder=ConceptEncoder()), ["a vehicle", "a vehicle, a vehicle"],
-                              ["car", "car"])
+    quality = mapping_quality(
+        TextToNode(VEHICLES, encoder=ConceptEncoder()), ["a vehicle", "a vehicle, a vehicle"], ["car", "car"]
+    )
     assert [m.abstained for m in quality["matches"]] == [True, True] and quality["abstentions"] == 2
     assert quality["hP"] == 0.0  # an abstention earns no precision
 
@@ -165,8 +184,18 @@ def test_the_expected_rule_matches_its_definition_on_a_real_tree():
 
     tax = demo_taxonomy()
     encoder = HashingTextEncoder(128)
-    answers = ["a red rhombus", "four sided shape", "a curved thing", "triangle with a right angle", "a star shape",
-               "polygon with six sides", "an arrow pointing left", "a round ellipse", "a sharp angle", "a box"]
+    answers = [
+        "a red rhombus",
+        "four sided shape",
+        "a curved thing",
+        "triangle with a right angle",
+        "a star shape",
+        "polygon with six sides",
+        "an arrow pointing left",
+        "a round ellipse",
+        "a sharp angle",
+        "a box",
+    ]
     mapper = TextToNode(tax, encoder=encoder, top_k=6, rules=["expected"], context=None)
     nodes = mapper.node_embeddings()
     for answer, match in zip(answers, mapper.map(answers)):
@@ -210,7 +239,7 @@ def test_node_texts_are_embedded_with_their_parent_for_context():
     mapper = TextToNode(VEHICLES, node_texts={"boat": ["boat", "ship"]})
     assert "boat (craft)" in mapper.embedded_texts and "ship (craft)" in mapper.embedded_texts
     assert "vehicle" in mapper.embedded_texts  # the root alone
-    assert mapper.node_texts[: 1] == ["vehicle"] and "ship" in mapper.node_texts  # the lexical rules read these
+    assert mapper.node_texts[:1] == ["vehicle"] and "ship" in mapper.node_texts  # the lexical rules read these
     both = TextToNode(VEHICLES, context="both")
     assert {"boat", "boat (craft)"} <= set(both.embedded_texts)
     assert TextToNode(VEHICLES, context=None).embedded_texts == TextToNode(VEHICLES, context=None).node_texts

@@ -273,14 +273,18 @@ def check_depths(depth: object, n_queries: int, limit: int, device: torch.device
     query; each at least 1 and at most ``limit`` (the gallery items available to a query)."""
     if isinstance(depth, Tensor):
         if depth.dim() != 1 or depth.shape[0] != n_queries or depth.is_floating_point() or depth.dtype == torch.bool:
-            raise ValueError(f"`depth` as a tensor must be 1-D integer with one entry per query ({n_queries}), got {tuple(depth.shape)} {depth.dtype}.")
+            raise ValueError(
+                f"`depth` as a tensor must be 1-D integer with one entry per query ({n_queries}), got {tuple(depth.shape)} {depth.dtype}."
+            )
         depths = depth.to(device=device, dtype=torch.long)
         if n_queries and int(depths.min()) < 1:
             raise ValueError("`depth` must be >= 1 for every query.")
     else:
         depths = torch.full((n_queries,), check_positive_int(depth, "depth"), dtype=torch.long, device=device)
     if n_queries and int(depths.max()) > limit:
-        raise ValueError(f"`depth` {int(depths.max())} exceeds the {limit} gallery items available to a query; lower it.")
+        raise ValueError(
+            f"`depth` {int(depths.max())} exceeds the {limit} gallery items available to a query; lower it."
+        )
     return depths
 
 

@@ -51,8 +51,14 @@ class Interval:
         return bool(self.low <= value <= self.high)
 
     def to_json(self) -> dict[str, Any]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high, "confidence": self.confidence, "method": self.method, "n": self.n}
-
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "method": self.method,
+            "n": self.n,
+        }
 
 
 def vector(values: Any, name: str) -> Tensor:
@@ -67,7 +73,9 @@ def vector(values: Any, name: str) -> Tensor:
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"`{name}` must be a 1-D sequence of numbers, got {type(values).__name__}: {exc}") from exc
     if tensor.dim() != 1 or tensor.is_complex() or tensor.dtype == torch.bool:
-        raise ValueError(f"`{name}` must be a 1-D vector of real numbers (one per query), got shape {tuple(tensor.shape)} {tensor.dtype}.")
+        raise ValueError(
+            f"`{name}` must be a 1-D vector of real numbers (one per query), got shape {tuple(tensor.shape)} {tensor.dtype}."
+        )
     return tensor.to(torch.float64)
 
 
@@ -91,7 +99,6 @@ def t_sf(t: float, df: float) -> float:
     return float(special.stdtr(df, -t))
 
 
-
 # ---- resampling -----------------------------------------------------------------------------------------------------
 
 
@@ -107,7 +114,9 @@ def resampled_means(values: Tensor, rounds: int, generator: torch.Generator) -> 
     for start in range(0, rounds, chunk):
         size = min(chunk, rounds - start)
         index = torch.randint(n, (size, n), generator=generator)
-        counts = torch.zeros(size, n, dtype=torch.float64).scatter_add_(1, index, torch.ones(size, n, dtype=torch.float64))
+        counts = torch.zeros(size, n, dtype=torch.float64).scatter_add_(
+            1, index, torch.ones(size, n, dtype=torch.float64)
+        )
         parts.append(counts @ values / n)
     return torch.cat(parts)
 
@@ -118,7 +127,9 @@ def bootstrap_means(groups: Sequence[Tensor], rounds: int, seed: int) -> list[Te
     return [resampled_means(values.unsqueeze(1), rounds, generator)[:, 0] for values in groups]
 
 
-def interval_from(means: Tensor, estimate: float, confidence: float, method: str, n: int, jackknife: Tensor | None) -> Interval:
+def interval_from(
+    means: Tensor, estimate: float, confidence: float, method: str, n: int, jackknife: Tensor | None
+) -> Interval:
     alpha = (1.0 - confidence) / 2.0
     levels = torch.tensor([alpha, 1.0 - alpha], dtype=torch.float64)
     if method == "bca":
@@ -138,4 +149,3 @@ def interval_from(means: Tensor, estimate: float, confidence: float, method: str
 
 def point_interval(estimate: float, confidence: float, method: str, n: int) -> Interval:
     return Interval(estimate, estimate, estimate, confidence, method, n)
-

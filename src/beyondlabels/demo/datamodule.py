@@ -50,7 +50,9 @@ class ShapesDataset(Dataset):
             return self.sample.captions[index]
         named = (torch.rand(3) < self.caption_keep).tolist()
         s = self.sample
-        attributes = [value if keep else None for value, keep in zip((s.sizes[index], s.colors[index], s.positions[index]), named)]
+        attributes = [
+            value if keep else None for value, keep in zip((s.sizes[index], s.colors[index], s.positions[index]), named)
+        ]
         return compose_caption(self.class_names[int(s.labels[index])], *attributes)
 
     def __getitem__(self, index: int) -> dict[str, Any]:

@@ -108,7 +108,11 @@ def export_demo_evaluator(module: Any, path: str | os.PathLike[str], training: M
     with atomic_file(path) as fh:
         kwargs = save_tiny_clip_evaluator(module, fh)
     kwargs.pop("checkpoint")
-    record = {"format": _FORMAT, "evaluator": kwargs, "training": plain(dict(training)) if training else {"exported": True}}
+    record = {
+        "format": _FORMAT,
+        "evaluator": kwargs,
+        "training": plain(dict(training)) if training else {"exported": True},
+    }
     write_json(_json_path(path), record, sort_keys=True)
     return _json_path(path)
 
@@ -127,10 +131,18 @@ def _train(epochs: int, seed: int, model: Mapping[str, Any], data: Mapping[str, 
         datamodule = ShapesDataModule(**data)
         clip = TinyCLIP(**model)
         trainer = pl.Trainer(
-            max_epochs=epochs, accelerator=accelerator, devices=devices, logger=False, callbacks=[],
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-            limit_val_batches=0, default_root_dir=root,
-        )  # fmt: skip
+            max_epochs=epochs,
+            accelerator=accelerator,
+            devices=devices,
+            logger=False,
+            callbacks=[],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            default_root_dir=root,
+        )
         trainer.fit(clip, datamodule=datamodule)
     return clip.cpu().eval()
 
@@ -177,7 +189,9 @@ def demo_evaluator(
             raise ValueError(f"`{name}` must be a mapping of keyword arguments or None, got {type(value).__name__}.")
     path, device = Path(path), torch.device(device)
     if path.suffix == ".json":
-        raise ValueError(f"`path` {path} must name the state-dict file (e.g. tiny_clip.pt); its JSON is written beside it.")
+        raise ValueError(
+            f"`path` {path} must name the state-dict file (e.g. tiny_clip.pt); its JSON is written beside it."
+        )
     training = _training_record(epochs, seed, model, data, source_checkpoint)
     json_path = _json_path(path)
     if _reusable(path, json_path, training, source_checkpoint):
@@ -189,17 +203,25 @@ def demo_evaluator(
         try:
             clip = TinyCLIP.load_from_checkpoint(str(source_checkpoint), map_location="cpu", weights_only=False)
         except (KeyError, TypeError, RuntimeError) as exc:
-            raise ValueError(f"`source_checkpoint` {source_checkpoint} is not a Lightning checkpoint of a TinyCLIP: {exc}") from exc
+            raise ValueError(
+                f"`source_checkpoint` {source_checkpoint} is not a Lightning checkpoint of a TinyCLIP: {exc}"
+            ) from exc
         export_demo_evaluator(clip, path, training)
     else:
-        log.info("demo evaluator: training TinyCLIP for %d epoch(s) (seed %d) -> %s; later runs reuse it", epochs, seed, path)
+        log.info(
+            "demo evaluator: training TinyCLIP for %d epoch(s) (seed %d) -> %s; later runs reuse it", epochs, seed, path
+        )
         export_demo_evaluator(_train(epochs, seed, model or {}, data or {}, device), path, training)
     arguments = _evaluator_arguments(_read_record(json_path), json_path)
     _check_fits_checkpoint(arguments["model_cfg"], path, json_path)
     return ClipEvaluator(
-        **arguments, model_factory=tiny_clip_model, checkpoint=path, cache_dir=cache_dir, batch_size=batch_size,
+        **arguments,
+        model_factory=tiny_clip_model,
+        checkpoint=path,
+        cache_dir=cache_dir,
+        batch_size=batch_size,
         device=device,
-    )  # fmt: skip
+    )
 
 
 def _training_record(
@@ -218,9 +240,12 @@ def _training_record(
             )
         return {"source_checkpoint": str(source.resolve())}
     return {
-        "epochs": epochs, "seed": seed, "model": plain(dict(model or {})), "data": plain(dict(data or {})),
+        "epochs": epochs,
+        "seed": seed,
+        "model": plain(dict(model or {})),
+        "data": plain(dict(data or {})),
         "defaults": _FORMAT,
-    }  # fmt: skip
+    }
 
 
 def _reusable(path: Path, json_path: Path, training: dict[str, Any], source_checkpoint: object) -> bool:
@@ -341,7 +366,9 @@ def save_tiny_clip_evaluator(module: Any, path: str | os.PathLike[str] | IO[byte
     # `vision` and `conv_width` are optional hyperparameters: a TinyCLIP without them is a ViT.
     needed = tuple(k for k in ARCHITECTURE_KEYS if k not in ("vision", "conv_width")) + ("image_mean", "image_std")
     if hp is None or not hasattr(module, "clip") or any(k not in hp for k in needed):
-        raise ValueError(f"`module` must be a TinyCLIP (hyperparameters {needed} and a `clip` model), got {type(module).__name__}.")
+        raise ValueError(
+            f"`module` must be a TinyCLIP (hyperparameters {needed} and a `clip` model), got {type(module).__name__}."
+        )
     model_cfg = {k: plain(hp[k]) for k in ARCHITECTURE_KEYS if k in hp}
     model_cfg.setdefault("vision", "vit")
     state = {k: v.detach().cpu() for k, v in module.clip.state_dict().items()}

@@ -64,7 +64,9 @@ def caption_grams(text: str) -> list[str]:
 
 def _check_prompts(prompts: Any) -> list[str]:
     if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not all(isinstance(p, str) for p in prompts):
-        raise ValueError(f"`prompts` must be a list of strings (one caption per picture), got {type(prompts).__name__}.")
+        raise ValueError(
+            f"`prompts` must be a list of strings (one caption per picture), got {type(prompts).__name__}."
+        )
     if not prompts:
         raise ValueError("`prompts` is empty; pass at least one caption.")
     return list(prompts)
@@ -110,10 +112,14 @@ class ShapeGenerator(pl.LightningModule):
         except (TypeError, ValueError):
             channels = []
         if len(channels) < 1 or any(c < 1 for c in channels):
-            raise ValueError(f"`channels` must list at least one positive width (the 4×4 map, then one per stage), got {channels!r}.")
+            raise ValueError(
+                f"`channels` must list at least one positive width (the 4×4 map, then one per stage), got {channels!r}."
+            )
         check_choice(loss, "loss", LOSSES)
         if not lr > 0 or weight_decay < 0 or warmup_steps < 0:
-            raise ValueError(f"`lr` must be > 0, `weight_decay` and `warmup_steps` >= 0; got {lr!r}, {weight_decay!r}, {warmup_steps!r}.")
+            raise ValueError(
+                f"`lr` must be > 0, `weight_decay` and `warmup_steps` >= 0; got {lr!r}, {weight_decay!r}, {warmup_steps!r}."
+            )
         self.save_hyperparameters()
         self.hparams["channels"] = channels
         self.image_size = 4 * 2 ** (len(channels) - 1)
@@ -145,7 +151,9 @@ class ShapeGenerator(pl.LightningModule):
             offsets.append(len(indices))
             indices.extend(zlib.crc32(g.encode("utf-8")) % buckets for g in caption_grams(prompt))
         device = self.embedding.weight.device
-        return torch.tensor(indices, dtype=torch.long, device=device), torch.tensor(offsets, dtype=torch.long, device=device)
+        return torch.tensor(indices, dtype=torch.long, device=device), torch.tensor(
+            offsets, dtype=torch.long, device=device
+        )
 
     def forward(self, prompts: Sequence[str]) -> Tensor:
         """Pictures ``[B, 3, S, S]`` in ``[0, 1]`` for ``B`` captions (with gradients; see :meth:`generate`)."""
@@ -173,12 +181,16 @@ class ShapeGenerator(pl.LightningModule):
     # ---- training ---------------------------------------------------------------------------------------------------
     def _loss(self, batch: dict[str, Any]) -> tuple[Tensor, int]:
         if not isinstance(batch, dict) or "image" not in batch or "caption" not in batch:
-            raise ValueError("ShapeGenerator trains on dict batches with `image` [B, 3, S, S] in [0, 1] and `caption` (B strings).")
+            raise ValueError(
+                "ShapeGenerator trains on dict batches with `image` [B, 3, S, S] in [0, 1] and `caption` (B strings)."
+            )
         target = batch["image"].to(self.dtype)
         generated = self(list(batch["caption"]))
         if target.shape != generated.shape:
-            raise ValueError(f"batch `image` has shape {tuple(target.shape)} but the generator makes {tuple(generated.shape)}; "
-                             f"set `channels` so that 4 · 2^(len(channels) - 1) is the picture size.")  # fmt: skip
+            raise ValueError(
+                f"batch `image` has shape {tuple(target.shape)} but the generator makes {tuple(generated.shape)}; "
+                f"set `channels` so that 4 · 2^(len(channels) - 1) is the picture size."
+            )
         if self.hparams.loss == "l1":
             loss = torch.nn.functional.l1_loss(generated, target)
         else:
@@ -196,6 +208,9 @@ class ShapeGenerator(pl.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_warmup_cosine(
-            self.named_parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
-            warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
-        )  # fmt: skip
+            self.named_parameters(),
+            lr=self.hparams.lr,
+            weight_decay=self.hparams.weight_decay,
+            warmup_steps=self.hparams.warmup_steps,
+            total_steps=self.trainer.estimated_stepping_batches,
+        )

@@ -16,7 +16,7 @@ Examples:
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -27,7 +27,7 @@ from beyondlabels.profiles import FeatureProfiles
 from beyondlabels.taxonomy import Taxonomy
 
 
-@lru_cache(maxsize=None)
+@cache
 def demo_taxonomy() -> Taxonomy:
     """The demo class tree (``data/taxonomy.yaml``); its leaves are exactly the demo classes.
 
@@ -40,7 +40,7 @@ def demo_taxonomy() -> Taxonomy:
         return read_taxonomy(path)
 
 
-@lru_cache(maxsize=None)
+@cache
 def demo_profiles() -> FeatureProfiles:
     """The demo classes' feature profiles (``data/profiles.yaml``), checked to cover every demo class.
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
@@ -13,7 +14,6 @@ from torch import nn
 
 from beyondlabels._internal.checks import check_choice
 from beyondlabels.demo.optim import adamw_warmup_cosine
-
 
 VISION_TOWERS = ("conv", "vit")
 
@@ -127,7 +127,9 @@ class TinyCLIP(pl.LightningModule):
     def predict_labels(self, images: torch.Tensor) -> torch.Tensor:
         """Zero-shot class indices (N,): the most similar class prompt of each picture (ties: the smaller index)."""
         if not self.class_prompts:
-            raise ValueError("predict_labels needs class prompts: pass class_prompts=[...] or a datamodule with class_prompts")
+            raise ValueError(
+                "predict_labels needs class prompts: pass class_prompts=[...] or a datamodule with class_prompts"
+            )
         scores = self.encode_image(images) @ self.encode_text(self.class_prompts).T
         return scores.argmax(dim=1)
 
@@ -161,16 +163,30 @@ class TinyCLIP(pl.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_warmup_cosine(
-            self.named_parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
-            warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches, betas=(0.9, 0.98),
+            self.named_parameters(),
+            lr=self.hparams.lr,
+            weight_decay=self.hparams.weight_decay,
+            warmup_steps=self.hparams.warmup_steps,
+            total_steps=self.trainer.estimated_stepping_batches,
+            betas=(0.9, 0.98),
             no_decay=lambda name, param: param.ndim < 2 or "logit_scale" in name,
-        )  # fmt: skip
+        )
 
 
 ARCHITECTURE_KEYS = (
-    "embed_dim", "vision", "conv_width", "image_size", "patch_size", "vision_width", "vision_layers", "vision_head_width",
-    "context_length", "text_width", "text_heads", "text_layers",
-)  # fmt: skip
+    "embed_dim",
+    "vision",
+    "conv_width",
+    "image_size",
+    "patch_size",
+    "vision_width",
+    "vision_layers",
+    "vision_head_width",
+    "context_length",
+    "text_width",
+    "text_heads",
+    "text_layers",
+)
 
 
 def tiny_clip_model(**architecture: Any) -> CLIP:

@@ -71,10 +71,17 @@ SIZES: dict[str, tuple[float, float]] = {
 
 # Row-major 3×3 grid of position words; centres in [-1, 1] image coordinates (y grows downwards).
 POSITIONS: tuple[str, ...] = (
-    "upper left", "top", "upper right",
-    "left", "center", "right",
-    "lower left", "bottom", "lower right",
-)  # fmt: skip
+    "upper left",
+    "top",
+    "upper right",
+    "left",
+    "center",
+    "right",
+    "lower left",
+    "bottom",
+    "lower right",
+)
+
 
 def class_phrase(name: str) -> str:
     """The words a caption uses for a class name: ``"right_triangle"`` → ``"right triangle"``."""
@@ -167,16 +174,29 @@ def _outline(name: str, rng: np.random.Generator) -> tuple[str, np.ndarray]:
     if name == "cross":
         w = u(0.28, 0.36)
         return "polygon", np.array(
-            [[-w, -1], [w, -1], [w, -w], [1, -w], [1, w], [w, w],
-             [w, 1], [-w, 1], [-w, w], [-1, w], [-1, -w], [-w, -w]], float,
-        )  # fmt: skip
+            [
+                [-w, -1],
+                [w, -1],
+                [w, -w],
+                [1, -w],
+                [1, w],
+                [w, w],
+                [w, 1],
+                [-w, 1],
+                [-w, w],
+                [-1, w],
+                [-1, -w],
+                [-w, -w],
+            ],
+            float,
+        )
     if name == "arrow":
         shaft, head = u(0.18, 0.26), u(0.50, 0.65)
         neck = u(0.05, 0.25)
         return "polygon", np.array(
-            [[-1, -shaft], [neck, -shaft], [neck, -head], [1, 0],
-             [neck, head], [neck, shaft], [-1, shaft]], float,
-        )  # fmt: skip
+            [[-1, -shaft], [neck, -shaft], [neck, -head], [1, 0], [neck, head], [neck, shaft], [-1, shaft]],
+            float,
+        )
     raise ValueError(f"unknown shape class {name!r}; expected one of {CLASS_NAMES}")
 
 

@@ -10,6 +10,7 @@ hierarchical precision / recall over a class tree and taxonomy-derived gains; ``
 
 from beyondlabels.functional.abtest import ABResult, ab_test, paired_differences, paired_t_ci, sample_size
 from beyondlabels.functional.agreement import Correlation, cohen_kappa, kendall_tau, spearman
+from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
 from beyondlabels.functional.bootstrap import Interval, bootstrap_ci, bootstrap_difference_ci
 from beyondlabels.functional.convergence import ConvergenceRule
 from beyondlabels.functional.crossmodal import (
@@ -48,6 +49,12 @@ from beyondlabels.functional.ranking import (
     term_satisfaction,
 )
 from beyondlabels.functional.relevance import ClassGains
+from beyondlabels.functional.retrieval import (
+    aggregate_retrieval,
+    embedding_retrieval_metrics,
+    retrieval_output_schema,
+    retrieval_per_query,
+)
 from beyondlabels.functional.rprecision import (
     CandidateSets,
     candidate_scores,
@@ -56,15 +63,14 @@ from beyondlabels.functional.rprecision import (
     rprecision_output_schema,
     text_image_r_precision,
 )
-from beyondlabels.functional.retrieval import (
-    aggregate_retrieval,
-    embedding_retrieval_metrics,
-    retrieval_output_schema,
-    retrieval_per_query,
-)
-from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
-from beyondlabels.functional.sweeps import GroupDifference, SeedSummary, paired_group_difference, pooled_query_interval, seed_summary
+from beyondlabels.functional.sweeps import (
+    GroupDifference,
+    SeedSummary,
+    paired_group_difference,
+    pooled_query_interval,
+    seed_summary,
+)
 from beyondlabels.functional.zeroshot import (
     class_prompts,
     classification_metrics,

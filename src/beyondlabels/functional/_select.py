@@ -47,7 +47,10 @@ def _executor() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="beyondlabels-select"))
+            _pool = (
+                os.getpid(),
+                ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="beyondlabels-select"),
+            )
         return _pool[1]
 
 

@@ -58,9 +58,7 @@ class Workspace:
         return buf[:numel].view(shape)
 
 
-def to_keys(
-    vals: Tensor, idx: Tensor, col0: int = 0, out: Tensor | None = None, ws: Workspace | None = None
-) -> Tensor:
+def to_keys(vals: Tensor, idx: Tensor, col0: int = 0, out: Tensor | None = None, ws: Workspace | None = None) -> Tensor:
     """int64 keys whose descending order is the ranking order (descending score, then ascending index < 2**32).
 
     The item of column ``idx`` has index ``col0 + idx``. The high word is the fp32 score mapped to an int32 of the
@@ -268,10 +266,8 @@ def mask_excluded(scores: Tensor, excl: Tensor | None) -> None:
         scores[rows, excl[rows]] = float("-inf")
 
 
-
 def flat_keys(vals: Tensor, cols: Tensor, col0: int) -> Tensor:
     """`to_keys` of a 1-D ``vals`` (a fresh tensor, overwritten) with int32 columns ``cols`` (offset ``col0``)."""
     bits = vals.add_(0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0
     ordered = (bits >> 31).bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
     return ordered.to(torch.int64).bitwise_left_shift_(32).add_(_LOW32 - col0).sub_(cols)
-

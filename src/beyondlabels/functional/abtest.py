@@ -96,7 +96,13 @@ class ABResult:
             "disagree": self.disagree,
             "unmatched": self.unmatched,
             "guardrails": {
-                name: {"difference": g.difference, "worse_by": g.worse_by, "breached": g.breached, "n": g.n, "higher_is_better": g.higher_is_better}
+                name: {
+                    "difference": g.difference,
+                    "worse_by": g.worse_by,
+                    "breached": g.breached,
+                    "n": g.n,
+                    "higher_is_better": g.higher_is_better,
+                }
                 for name, g in self.guardrails.items()
             },
         }
@@ -132,12 +138,16 @@ def paired_differences(
         raise ValueError("give query ids for both runs (`ids_a` and `ids_b`) or for neither (match by position).")
     if ids_a is None:
         if x.numel() != y.numel():
-            raise ValueError(f"`a` has {x.numel()} values and `b` {y.numel()}; without query ids they must have one value per query in the same order.")
+            raise ValueError(
+                f"`a` has {x.numel()} values and `b` {y.numel()}; without query ids they must have one value per query in the same order."
+            )
         return torch.arange(x.numel()), y - x, 0
     ia, ib = torch.as_tensor(ids_a).to("cpu", torch.long), torch.as_tensor(ids_b).to("cpu", torch.long)
     for ids, values, name in ((ia, x, "ids_a"), (ib, y, "ids_b")):
         if ids.dim() != 1 or ids.numel() != values.numel():
-            raise ValueError(f"`{name}` must hold one query id per value ({values.numel()}), got shape {tuple(ids.shape)}.")
+            raise ValueError(
+                f"`{name}` must hold one query id per value ({values.numel()}), got shape {tuple(ids.shape)}."
+            )
         if torch.unique(ids).numel() != ids.numel():
             raise ValueError(f"`{name}` holds duplicate query ids; each query must appear once per run.")
     common, in_a, in_b = _intersect(ia, ib)
@@ -248,7 +258,9 @@ def ab_test(
     checks: dict[str, GuardrailCheck] = {}
     for name, spec in (guardrails or {}).items():
         if not isinstance(spec, (tuple, list)) or len(spec) != 3:
-            raise ValueError(f"guardrail {name!r} must be (values_a, values_b, higher_is_better), got {type(spec).__name__}.")
+            raise ValueError(
+                f"guardrail {name!r} must be (values_a, values_b, higher_is_better), got {type(spec).__name__}."
+            )
         ga, gb, up = spec
         up = _check_direction(up, f"guardrails[{name!r}] higher_is_better")
         gids = (guardrail_ids or {}).get(name, (ids_a, ids_b))

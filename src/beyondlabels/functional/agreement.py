@@ -58,11 +58,15 @@ def cohen_kappa(rater_a: Any, rater_b: Any, weights: str | None = None) -> float
     codes_a, _ = encode_labels(_as_labels(rater_a, "rater_a"), "rater_a")
     codes_b, _ = encode_labels(_as_labels(rater_b, "rater_b"), "rater_b")
     if codes_a.numel() != codes_b.numel() or codes_a.numel() == 0:
-        raise ValueError(f"`rater_a` and `rater_b` must label the same non-empty set of items, got {codes_a.numel()} and {codes_b.numel()} labels.")
+        raise ValueError(
+            f"`rater_a` and `rater_b` must label the same non-empty set of items, got {codes_a.numel()} and {codes_b.numel()} labels."
+        )
     categories, inverse = torch.unique(torch.cat([codes_a, codes_b]), return_inverse=True)
     c, n = categories.numel(), codes_a.numel()
     ia, ib = inverse[:n], inverse[n:]
-    observed = torch.zeros(c, c, dtype=torch.float64).index_put_((ia, ib), torch.ones(n, dtype=torch.float64), accumulate=True)
+    observed = torch.zeros(c, c, dtype=torch.float64).index_put_(
+        (ia, ib), torch.ones(n, dtype=torch.float64), accumulate=True
+    )
     expected = torch.outer(observed.sum(1), observed.sum(0)) / n
     if weights is None:
         w = 1.0 - torch.eye(c, dtype=torch.float64)

@@ -113,14 +113,36 @@ from beyondlabels._internal.stats import vector
 from beyondlabels.functional.abtest import paired_differences
 from beyondlabels.functional.bootstrap import bootstrap_ci
 
-__all__ = ["STATE_VERSION", "ConvergenceRule", "ar1_noise", "covered_correlation", "noise_df", "noise_scale",
-           "sign_flip_bound", "transient_end"]  # fmt: skip
+__all__ = [
+    "STATE_VERSION",
+    "ConvergenceRule",
+    "ar1_noise",
+    "covered_correlation",
+    "noise_df",
+    "noise_scale",
+    "sign_flip_bound",
+    "transient_end",
+]
 
 STATE_VERSION = 2
 EVENTS = ("plateau", "downturn")
 NOISE_ESTIMATES = ("ar1", "differences", "windows")
-SERIES_KEYS = ("downturn_p", "plateau_p", "downturn", "plateau", "noise", "correlation", "correlation_high", "noise_df",
-               "covered", "beyond", "noise_start", "best", "best_index", "candidates")  # fmt: skip
+SERIES_KEYS = (
+    "downturn_p",
+    "plateau_p",
+    "downturn",
+    "plateau",
+    "noise",
+    "correlation",
+    "correlation_high",
+    "noise_df",
+    "covered",
+    "beyond",
+    "noise_start",
+    "best",
+    "best_index",
+    "candidates",
+)
 
 
 def noise_scale(values: Any) -> float:
@@ -178,8 +200,20 @@ def _t_sf(statistic: Tensor, df: Tensor | float) -> Tensor:
 RHO_GRID = torch.arange(-990, 1000, dtype=torch.float64) / 1000.0  # -0.99, -0.989, ..., 0.999: where rho is sought
 MIN_ORDINATES = 10  # weight of the band's periodogram ordinates below which the noise is not estimated
 BEYOND_ORDINATES = 20  # and from which a correlation beyond the covered one leaves the rest of the run uncovered
-NOISE_KEYS = ("start", "correlation", "correlation_high", "sd", "innovation_sd", "scale", "df", "scale_adjacent",
-              "df_adjacent", "ordinates", "covered", "beyond")  # fmt: skip
+NOISE_KEYS = (
+    "start",
+    "correlation",
+    "correlation_high",
+    "sd",
+    "innovation_sd",
+    "scale",
+    "df",
+    "scale_adjacent",
+    "df_adjacent",
+    "ordinates",
+    "covered",
+    "beyond",
+)
 
 
 def covered_correlation(window: int) -> float:
@@ -257,8 +291,15 @@ def _whittle(x: Tensor, window: int) -> dict[str, Tensor] | None:
     index, high = _grid_fit(a, b, log_sums / n, n)
     rho = torch.where(a > 0, RHO_GRID[index], 0.0)
     slope = 2 * (c - rho[:, None]) / (1 - 2 * rho[:, None] * c + rho[:, None] ** 2)
-    return {"rho": rho, "rho_high": high, "a": a, "b": b, "s1": (weights * slope).sum(1),
-            "s2": (weights * slope**2).sum(1), "n": torch.full_like(a, n)}  # fmt: skip
+    return {
+        "rho": rho,
+        "rho_high": high,
+        "a": a,
+        "b": b,
+        "s1": (weights * slope).sum(1),
+        "s2": (weights * slope**2).sum(1),
+        "n": torch.full_like(a, n),
+    }
 
 
 COARSE = torch.cat([torch.arange(0, RHO_GRID.numel(), 10), torch.tensor([RHO_GRID.numel() - 1])])  # -0.99..0.99, 0.999
@@ -298,8 +339,12 @@ def _window_variances(r: Tensor, w: int) -> dict[str, Tensor]:
     s, ds = powers.sum(1), (h * powers[:, :-1]).sum(1)
     c, dc = r * s * s / w**2, (s * s + 2 * r * s * ds) / w**2  # covariance of adjacent windows, and its derivative
     negative = c < 0
-    return {"q": 2 * v / w - 2 * torch.where(negative, c, 0.0), "dq": 2 * dv / w - 2 * torch.where(negative, dc, 0.0),
-            "q_adjacent": 2 * v / w - 2 * c, "dq_adjacent": 2 * dv / w - 2 * dc}  # fmt: skip
+    return {
+        "q": 2 * v / w - 2 * torch.where(negative, c, 0.0),
+        "dq": 2 * dv / w - 2 * torch.where(negative, dc, 0.0),
+        "q_adjacent": 2 * v / w - 2 * c,
+        "dq_adjacent": 2 * dv / w - 2 * dc,
+    }
 
 
 def _noise_from_fit(fit: dict[str, Tensor], window: int) -> dict[str, Tensor]:
@@ -313,9 +358,13 @@ def _noise_from_fit(fit: dict[str, Tensor], window: int) -> dict[str, Tensor]:
     det = n * s2 - s1**2
     known = seen & (det > 0)
     nan = torch.full_like(r, math.nan)
-    out = {"correlation": torch.where(seen, r, nan), "correlation_high": torch.where(seen, fit["rho_high"], nan),
-           "sd": torch.where(seen, marginal.sqrt(), nan), "innovation_sd": torch.where(seen, innovation.sqrt(), nan),
-           "ordinates": n}  # fmt: skip
+    out = {
+        "correlation": torch.where(seen, r, nan),
+        "correlation_high": torch.where(seen, fit["rho_high"], nan),
+        "sd": torch.where(seen, marginal.sqrt(), nan),
+        "innovation_sd": torch.where(seen, innovation.sqrt(), nan),
+        "ordinates": n,
+    }
     for name in ("", "_adjacent"):
         g = 2 * r / (1 - r * r) + q["dq" + name] / q["q" + name]  # d log(variance) / d rho
         variance = (s2 - 2 * g * s1 + g * g * n) / det  # of log(variance), from the Whittle information
@@ -420,12 +469,23 @@ class ConvergenceRule:
         object.__setattr__(self, "window", _check_window(self.window))
         check_choice(self.mode, "mode", ("max", "min"), what="'max' (higher is better) or 'min'")
         check_number(self.min_delta, "min_delta", at_least=0.0)
-        check_number(self.alpha, "alpha", above=0.0, below=1.0, what="a false-alarm rate strictly between 0 and 1", hint="e.g. 0.05")
+        check_number(
+            self.alpha,
+            "alpha",
+            above=0.0,
+            below=1.0,
+            what="a false-alarm rate strictly between 0 and 1",
+            hint="e.g. 0.05",
+        )
         object.__setattr__(
-            self, "max_looks", check_positive_int(self.max_looks, "max_looks", hint="the most evaluations a run tests, e.g. 1000")
+            self,
+            "max_looks",
+            check_positive_int(self.max_looks, "max_looks", hint="the most evaluations a run tests, e.g. 1000"),
         )
         if self.noise is not None:
-            check_number(self.noise, "noise", above=0.0, what="None (estimated from the series) or the noise sd, a number > 0")
+            check_number(
+                self.noise, "noise", above=0.0, what="None (estimated from the series) or the noise sd, a number > 0"
+            )
         check_choice(self.noise_estimate, "noise_estimate", NOISE_ESTIMATES)
         check_confidence(self.confidence)
         object.__setattr__(self, "rounds", check_rounds(self.rounds))
@@ -529,9 +589,18 @@ class ConvergenceRule:
             df = torch.full((runs, looks), math.inf, dtype=torch.float64)
         scale = sd * math.sqrt(2.0 / w)
         nan, ones = torch.full_like(sd, math.nan), torch.ones_like(sd)
-        return {"scale": scale, "df": df.clone(), "scale_adjacent": scale, "df_adjacent": df.clone(), "sd": sd,
-                "correlation": nan, "correlation_high": nan, "covered": ones, "beyond": torch.zeros_like(sd),
-                "start": torch.zeros_like(sd)}  # fmt: skip
+        return {
+            "scale": scale,
+            "df": df.clone(),
+            "scale_adjacent": scale,
+            "df_adjacent": df.clone(),
+            "sd": sd,
+            "correlation": nan,
+            "correlation_high": nan,
+            "covered": ones,
+            "beyond": torch.zeros_like(sd),
+            "start": torch.zeros_like(sd),
+        }
 
     # ---- one run, one evaluation at a time ----------------------------------------------------------------------------
     def new_state(self) -> dict[str, Any]:
@@ -542,10 +611,20 @@ class ConvergenceRule:
         (the best evaluation with per-query values: ``step``, ``mean``, ``ids``, ``values``; None before one);
         ``beyond`` (the step of the first look whose noise was correlated beyond the covered range; None before one);
         ``events``; ``version``."""
-        return {"version": STATE_VERSION, "series": [], "looks": 0, "plateau_looks": 0, "flags": {e: 0.0 for e in EVENTS},
-                "best": None, "beyond": None, "events": []}  # fmt: skip
+        return {
+            "version": STATE_VERSION,
+            "series": [],
+            "looks": 0,
+            "plateau_looks": 0,
+            "flags": {e: 0.0 for e in EVENTS},
+            "best": None,
+            "beyond": None,
+            "events": [],
+        }
 
-    def observe(self, state: dict[str, Any], step: int, value: float, per_query: tuple[Any, Any] | None = None) -> dict[str, float]:
+    def observe(
+        self, state: dict[str, Any], step: int, value: float, per_query: tuple[Any, Any] | None = None
+    ) -> dict[str, float]:
         """Add one evaluation to ``state`` (updated in place) and return what is logged: ``window_mean``,
         ``window_ci_low``, ``window_ci_high``, ``noise`` (the noise sd), ``correlation`` (its lag-1 correlation),
         ``correlation_high`` (its upper bound), ``noise_df`` (the downturn reference's degrees of freedom), ``covered``
@@ -569,11 +648,22 @@ class ConvergenceRule:
         band = bootstrap_ci(values[-w:], rounds=self.rounds, confidence=self.confidence, seed=self.seed)
         ar1 = self.noise is None and self.noise_estimate == "ar1"
         early_noise = math.nan if ar1 else self.noise or noise_scale(values)
-        out = {"window_mean": band.estimate, "window_ci_low": band.low, "window_ci_high": band.high,
-               "noise": early_noise, "correlation": math.nan, "correlation_high": math.nan, "noise_df": math.nan,
-               "covered": math.nan,
-               "plateau": 0.0, "plateau_p": math.nan, "downturn": 0.0, "downturn_p": math.nan, "paired_p": math.nan,
-               "paired": 0.0}  # fmt: skip
+        out = {
+            "window_mean": band.estimate,
+            "window_ci_low": band.low,
+            "window_ci_high": band.high,
+            "noise": early_noise,
+            "correlation": math.nan,
+            "correlation_high": math.nan,
+            "noise_df": math.nan,
+            "covered": math.nan,
+            "plateau": 0.0,
+            "plateau_p": math.nan,
+            "downturn": 0.0,
+            "downturn_p": math.nan,
+            "paired_p": math.nan,
+            "paired": 0.0,
+        }
         best_record: dict[str, Any] | None = None
         last = self._series_last_look(values) if t >= 2 * w else {}
         if last and last["beyond"] == 1.0 and state.get("beyond") is None:
@@ -590,15 +680,25 @@ class ConvergenceRule:
             out["paired_p"] = paired[0]
         if evaluation is not None:
             best = state["best"]
-            if math.isfinite(evaluation["mean"]) and (best is None or self.sign * evaluation["mean"] > self.sign * best["mean"]):
+            if math.isfinite(evaluation["mean"]) and (
+                best is None or self.sign * evaluation["mean"] > self.sign * best["mean"]
+            ):
                 state["best"] = evaluation
         if last and state["looks"] < self.max_looks:
             state["looks"] += 1
             start = int(last["best_index"])
-            tests = [(float(last["downturn_p"]), {"best_mean": float(last["best"]), "best_step": state["series"][start + w - 1][0]}, "series")]
+            tests = [
+                (
+                    float(last["downturn_p"]),
+                    {"best_mean": float(last["best"]), "best_step": state["series"][start + w - 1][0]},
+                    "series",
+                )
+            ]
             if paired is not None:
                 tests.append((paired[0], paired[1], "paired"))
-            p, best_record, test = max(tests, key=lambda item: item[0])  # both must reject; equal p: the series test is named
+            p, best_record, test = max(
+                tests, key=lambda item: item[0]
+            )  # both must reject; equal p: the series test is named
             out["downturn_p"] = p
             out["paired"] = float(test == "paired")
             out["downturn"] = float(decides and p <= self.alpha)
@@ -617,13 +717,17 @@ class ConvergenceRule:
         tests = self._series(values.unsqueeze(0), torch.tensor([values.numel()]))
         return {k: float(v[0, -1]) for k, v in tests.items()}
 
-    def _paired(self, state: dict[str, Any], step: int, per_query: tuple[Any, Any]) -> tuple[tuple[float, dict[str, Any]] | None, dict[str, Any]]:
+    def _paired(
+        self, state: dict[str, Any], step: int, per_query: tuple[Any, Any]
+    ) -> tuple[tuple[float, dict[str, Any]] | None, dict[str, Any]]:
         """The paired downturn test of this evaluation against the best earlier one (None before one) and this
         evaluation's record for the running best; ``state`` is not changed (a bad ``per_query`` raises first)."""
         ids, values = per_query
         current = vector(values, "per_query values")
         current_ids = None if ids is None else [int(i) for i in torch.as_tensor(ids).reshape(-1).tolist()]
-        if current_ids is not None and (len(current_ids) != current.numel() or len(set(current_ids)) != len(current_ids)):
+        if current_ids is not None and (
+            len(current_ids) != current.numel() or len(set(current_ids)) != len(current_ids)
+        ):
             raise ValueError(
                 f"`per_query` must hold one distinct query id per value, got {len(current_ids)} ids "
                 f"({len(set(current_ids))} distinct) for {current.numel()} values."

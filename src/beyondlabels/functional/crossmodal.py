@@ -111,7 +111,9 @@ def _check_pairs(image_embeddings: Tensor, text_embeddings: Tensor, text_image_i
             f"{text_embeddings.shape[1]}; both must live in one joint space."
         )
     if image_embeddings.device != text_embeddings.device:
-        raise ValueError(f"`image_embeddings` is on {image_embeddings.device} but `text_embeddings` on {text_embeddings.device}; use one device.")
+        raise ValueError(
+            f"`image_embeddings` is on {image_embeddings.device} but `text_embeddings` on {text_embeddings.device}; use one device."
+        )
     index = check_int_vector(text_image_index, "text_image_index", text_embeddings.shape[0], image_embeddings.device)
     n_img = image_embeddings.shape[0]
     bad = (index < 0) | (index >= n_img)
@@ -151,9 +153,16 @@ def crossmodal_per_query(
     index = _check_pairs(image_embeddings, text_embeddings, text_image_index)
     image_rows = torch.arange(image_embeddings.shape[0], device=index.device)
     common = {"ks": ks_t, "chunk_size": chunk_size, "precision": precision, "share": share}
-    i2t = retrieval_per_query(text_embeddings, index, query_embeddings=image_embeddings, query_labels=image_rows, **common)
+    i2t = retrieval_per_query(
+        text_embeddings, index, query_embeddings=image_embeddings, query_labels=image_rows, **common
+    )
     t2i = retrieval_per_query(
-        image_embeddings, image_rows, query_embeddings=text_embeddings, query_labels=index, return_neighbors=return_neighbors, **common
+        image_embeddings,
+        image_rows,
+        query_embeddings=text_embeddings,
+        query_labels=index,
+        return_neighbors=return_neighbors,
+        **common,
     )
     out: dict[str, Tensor] = {}
     for direction, rows in zip(DIRECTIONS, (i2t, t2i)):
@@ -188,7 +197,9 @@ def aggregate_crossmodal(
     text_image_index = text_image_index.to(device=device, dtype=torch.long)
     n_txt = int(rows["text_to_image/query_index"].numel())
     n_img = int(rows["image_to_text/query_index"].numel())
-    image_ids = torch.arange(n_img, device=device) if image_ids is None else image_ids.to(device=device, dtype=torch.long)
+    image_ids = (
+        torch.arange(n_img, device=device) if image_ids is None else image_ids.to(device=device, dtype=torch.long)
+    )
     text_ids = torch.arange(n_txt, device=device) if text_ids is None else text_ids.to(device=device, dtype=torch.long)
     nan = torch.tensor(float("nan"), dtype=torch.float64, device=device)
     out: dict[str, Tensor | dict[str, Tensor]] = {}
@@ -222,7 +233,9 @@ def aggregate_crossmodal(
     out["num_images_without_text"] = torch.tensor(n_lone, dtype=torch.long, device=device)
     per_query: dict[str, Tensor] = {
         "query_id": torch.cat([image_ids, text_ids]),
-        "direction": torch.cat([torch.zeros(n_img, dtype=torch.long, device=device), torch.ones(n_txt, dtype=torch.long, device=device)]),
+        "direction": torch.cat(
+            [torch.zeros(n_img, dtype=torch.long, device=device), torch.ones(n_txt, dtype=torch.long, device=device)]
+        ),
         "image_id": torch.cat([image_ids, image_ids[text_image_index]]),
         "num_relevant": torch.cat(columns.pop("num_relevant")),
     }

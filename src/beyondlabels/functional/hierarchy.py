@@ -130,7 +130,9 @@ def hierarchy_output_schema() -> OutputSchema:
 def _check_nodes(x: Any, name: str, size: int) -> Tensor:
     if not isinstance(x, Tensor) or x.dim() != 1:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"`{name}` must be a 1-D tensor of node indices, got {shape}; map names with Taxonomy.indices().")
+        raise ValueError(
+            f"`{name}` must be a 1-D tensor of node indices, got {shape}; map names with Taxonomy.indices()."
+        )
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise ValueError(f"`{name}` must hold integer node indices, got dtype {x.dtype}.")
     x = x.long()
@@ -175,7 +177,9 @@ def lca_depth(a: Tensor, b: Tensor, taxonomy: Taxonomy, chunk_size: int = DEFAUL
         right = torch.maximum(fa, fb) + 1
         level = log2[right - left]
         row = level * width
-        key = torch.minimum(flat[row + left], flat[row + right - torch.bitwise_left_shift(torch.ones_like(level), level)])
+        key = torch.minimum(
+            flat[row + left], flat[row + right - torch.bitwise_left_shift(torch.ones_like(level), level)]
+        )
         depth[lo : lo + chunk_size] = key // size
         index[lo : lo + chunk_size] = key % size
     return depth, index
@@ -183,7 +187,9 @@ def lca_depth(a: Tensor, b: Tensor, taxonomy: Taxonomy, chunk_size: int = DEFAUL
 
 def _harmonic(p: Tensor, r: Tensor) -> Tensor:
     total = p + r
-    return torch.where(total > 0, 2 * p * r / torch.where(total > 0, total, torch.ones_like(total)), torch.zeros_like(total))
+    return torch.where(
+        total > 0, 2 * p * r / torch.where(total > 0, total, torch.ones_like(total)), torch.zeros_like(total)
+    )
 
 
 def hierarchical_precision_recall(
@@ -260,7 +266,15 @@ def hierarchical_precision_recall(
         "abstentions": at_root.sum(),
         "abstention_rate": at_root.to(torch.float64).mean(),
         "error_lca_depth_fraction": fraction,
-        "per_query": {"hP": p, "hR": r, "hF_sample_mean": f, "exact_match": exact, "lca_depth": shared_depth, "pred": pred, "gt": gt},
+        "per_query": {
+            "hP": p,
+            "hR": r,
+            "hF_sample_mean": f,
+            "exact_match": exact,
+            "lca_depth": shared_depth,
+            "pred": pred,
+            "gt": gt,
+        },
     }
 
 
@@ -271,7 +285,9 @@ def _check_pair(pred: Tensor, gt: Tensor, taxonomy: Taxonomy, include_root: bool
     pred = _check_nodes(pred, "pred", size)
     gt = _check_nodes(gt, "gt", size)
     if pred.numel() != gt.numel():
-        raise ValueError(f"`pred` has {pred.numel()} entries and `gt` {gt.numel()}; give one prediction per ground truth.")
+        raise ValueError(
+            f"`pred` has {pred.numel()} entries and `gt` {gt.numel()}; give one prediction per ground truth."
+        )
     if pred.device != gt.device:
         raise ValueError(f"`pred` is on {pred.device} and `gt` on {gt.device}; put both on one device.")
     if pred.numel() == 0:
@@ -390,7 +406,11 @@ def mistake_lca_depth(
     depth, _ = lca_depth(q, r, taxonomy, chunk_size)
     wrong = q != r
     n = wrong.sum()
-    mean = depth[wrong].to(torch.float64).mean() if int(n) else torch.tensor(float("nan"), dtype=torch.float64, device=q.device)
+    mean = (
+        depth[wrong].to(torch.float64).mean()
+        if int(n)
+        else torch.tensor(float("nan"), dtype=torch.float64, device=q.device)
+    )
     return {"mean_mistake_lca_depth": mean, "num_mistakes": n, "lca_depth": depth}
 
 
@@ -452,7 +472,9 @@ def node_indices(taxonomy: Taxonomy, nodes: Any, name: str) -> Tensor:
     if isinstance(nodes, Tensor):
         return _check_nodes(nodes, name, len(taxonomy))
     if isinstance(nodes, str) or not isinstance(nodes, Sequence):
-        raise ValueError(f"`{name}` must be a list of node names or a 1-D tensor of node indices, got {type(nodes).__name__}.")
+        raise ValueError(
+            f"`{name}` must be a list of node names or a 1-D tensor of node indices, got {type(nodes).__name__}."
+        )
     if all(isinstance(v, str) for v in nodes):
         try:
             return taxonomy.indices(nodes)

@@ -101,9 +101,13 @@ class AuditSettings:
         if isinstance(value, Mapping):
             unknown = set(value) - {f.name for f in fields(cls)}
             if unknown:
-                raise ValueError(f"`audit` has unknown settings {sorted(unknown)}; known: {[f.name for f in fields(cls)]}.")
+                raise ValueError(
+                    f"`audit` has unknown settings {sorted(unknown)}; known: {[f.name for f in fields(cls)]}."
+                )
             return cls(**dict(value))
-        raise ValueError(f"`audit` must be AuditSettings, a mapping of its fields, True or None, got {type(value).__name__}.")
+        raise ValueError(
+            f"`audit` must be AuditSettings, a mapping of its fields, True or None, got {type(value).__name__}."
+        )
 
 
 def _audit_setting(check: Callable[[Any, str], Any], value: Any, name: str) -> Any:
@@ -115,7 +119,11 @@ def _audit_setting(check: Callable[[Any, str], Any], value: Any, name: str) -> A
 
 
 def _check_thresholds(quality: object, outlier: object, duplicate: object) -> None:
-    for name, value in (("quality_threshold", quality), ("outlier_threshold", outlier), ("duplicate_threshold", duplicate)):
+    for name, value in (
+        ("quality_threshold", quality),
+        ("outlier_threshold", outlier),
+        ("duplicate_threshold", duplicate),
+    ):
         check_number(value, name)
 
 
@@ -338,7 +346,11 @@ def _outlier_scores(dist: Tensor, y_code: Tensor, counts: Tensor) -> Tensor:
     return torch.where(
         mad_i > 0,
         0.6745 * centred / torch.where(mad_i > 0, mad_i, torch.ones_like(mad_i)),
-        torch.where(mean_i > 0, centred / (1.2533 * torch.where(mean_i > 0, mean_i, torch.ones_like(mean_i))), torch.zeros_like(centred)),
+        torch.where(
+            mean_i > 0,
+            centred / (1.2533 * torch.where(mean_i > 0, mean_i, torch.ones_like(mean_i))),
+            torch.zeros_like(centred),
+        ),
     )
 
 
@@ -355,7 +367,11 @@ def _duplicate_pairs(neighbors: Neighbors, idx: Tensor, k: int, duplicate_thresh
     pair_uniq, pair_inv = torch.unique(pair_key, return_inverse=True)
     pair_scores = torch.full((pair_uniq.numel(),), -2.0, dtype=torch.float32, device=device)
     pair_scores = pair_scores.scatter_reduce(0, pair_inv, found_scores, reduce="amax")
-    pairs = torch.stack([pair_uniq // n, pair_uniq % n], dim=1) if pair_uniq.numel() else torch.zeros((0, 2), dtype=torch.long, device=device)
+    pairs = (
+        torch.stack([pair_uniq // n, pair_uniq % n], dim=1)
+        if pair_uniq.numel()
+        else torch.zeros((0, 2), dtype=torch.long, device=device)
+    )
     return pairs, pair_scores
 
 

@@ -47,8 +47,8 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_choice, check_matrix, check_positive_int, check_seed
-from beyondlabels.functional.profiles import pair_values
 from beyondlabels.functional.agreement import spearman
+from beyondlabels.functional.profiles import pair_values
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
@@ -81,7 +81,11 @@ def mismatch_output_schema(spearman: bool = False) -> OutputSchema:
     keys.update({"num_trials": count, "p_value": down})
     if spearman:
         keys.update({"spearman_rho": up, "spearman_p": down, "spearman_pairs": count})
-    per_query = {"mismatch": KeySpec("per_query", False), "similarity": KeySpec("per_query", True), "percentile_rank": KeySpec("per_query", True)}
+    per_query = {
+        "mismatch": KeySpec("per_query", False),
+        "similarity": KeySpec("per_query", True),
+        "percentile_rank": KeySpec("per_query", True),
+    }
     headline = ["mean_similarity", "mean_percentile_rank", "p_value", *(["spearman_rho"] if spearman else [])]
     return OutputSchema(keys, per_query, headline=headline)
 
@@ -130,7 +134,9 @@ def _frequencies(query: Tensor, counts: Any, num_classes: int) -> Tensor:
         return torch.bincount(query, minlength=num_classes).to(torch.float64)
     f = torch.as_tensor(counts, dtype=torch.float64).flatten()
     if f.numel() != num_classes or not bool(torch.isfinite(f).all()) or bool((f < 0).any()):
-        raise ValueError(f"`counts` must hold {num_classes} finite counts >= 0 (one per class of `similarity`), got {f.numel()} values.")
+        raise ValueError(
+            f"`counts` must hold {num_classes} finite counts >= 0 (one per class of `similarity`), got {f.numel()} values."
+        )
     return f
 
 
@@ -138,7 +144,9 @@ def _check_trials(num_trials: Any, seed: Any) -> tuple[int, int]:
     return check_positive_int(num_trials, "num_trials"), check_seed(seed)
 
 
-def frequency_null(query_classes: Any, similarity: Any, frequencies: Any, num_trials: int = 10_000, seed: int = 0) -> Tensor:
+def frequency_null(
+    query_classes: Any, similarity: Any, frequencies: Any, num_trials: int = 10_000, seed: int = 0
+) -> Tensor:
     """The ``[num_trials]`` float64 trial statistics of the frequency-aware null for mismatches of the given query
     classes (definition: the module docstring; ``frequencies`` are ``f_c``, one per class, >= 0).
 
@@ -166,7 +174,9 @@ def frequency_null(query_classes: Any, similarity: Any, frequencies: Any, num_tr
         weights[cls] = 0.0
         total = float(weights.sum())
         if total <= 0:
-            raise ValueError(f"class index {cls} has mismatches but no other class has a positive frequency; the null cannot draw an alternative.")
+            raise ValueError(
+                f"class index {cls} has mismatches but no other class has a positive frequency; the null cannot draw an alternative."
+            )
         support = torch.nonzero(weights > 0).flatten()  # classes of zero frequency are never drawn
         cdf = torch.cumsum(weights[support] / total, dim=0)
         cdf[-1] = 2.0  # every uniform draw in [0, 1) lands on a class, whatever the rounding of the sum
@@ -271,7 +281,9 @@ def mismatch_analysis(
     q = _index_vector(query_classes, "query_classes", c)
     r = _index_vector(retrieved_classes, "retrieved_classes", c)
     if q.numel() != r.numel():
-        raise ValueError(f"`query_classes` and `retrieved_classes` must have one entry per query, got {q.numel()} and {r.numel()}.")
+        raise ValueError(
+            f"`query_classes` and `retrieved_classes` must have one entry per query, got {q.numel()} and {r.numel()}."
+        )
     num_trials, seed = _check_trials(num_trials, seed)
     check_choice(percentile_kind, "percentile_kind", PERCENTILE_KINDS)
     f = _frequencies(q, counts, c)
@@ -280,7 +292,11 @@ def mismatch_analysis(
     pairs = pair_values(m)
     ranks = percentile_ranks(sims, pairs, percentile_kind)
     k = int(wrong.sum())
-    out: dict[str, Any] = {"num_queries": int(q.numel()), "num_mismatches": k, "mismatch_rate": k / q.numel() if q.numel() else math.nan}
+    out: dict[str, Any] = {
+        "num_queries": int(q.numel()),
+        "num_mismatches": k,
+        "mismatch_rate": k / q.numel() if q.numel() else math.nan,
+    }
     out["mean_similarity"] = float(sims.mean()) if k else math.nan
     out["median_similarity"] = _quantile(sims, 0.5)
     out["p75_similarity"] = _quantile(sims, 0.75)
@@ -351,5 +367,13 @@ def mismatch_pair_table(
     rows = []
     for o in order.tolist():
         a, b = divmod(int(pairs[o]), c)
-        rows.append({"query": classes[a], "retrieved": classes[b], "count": int(counts[o]), "share": int(counts[o]) / k, "similarity": float(m[a, b])})
+        rows.append(
+            {
+                "query": classes[a],
+                "retrieved": classes[b],
+                "count": int(counts[o]),
+                "share": int(counts[o]) / k,
+                "similarity": float(m[a, b]),
+            }
+        )
     return rows

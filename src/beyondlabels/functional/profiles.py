@@ -38,7 +38,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_matrix, check_non_negative_int, check_number, check_positive_int, gain_labels
+from beyondlabels._internal.checks import (
+    check_matrix,
+    check_non_negative_int,
+    check_number,
+    check_positive_int,
+    gain_labels,
+)
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.profiles import FeatureProfiles
 
@@ -64,7 +70,9 @@ def ordinal_group_score(a: Any, b: Any, ordinal_max: int = 2) -> float:
     """
     x, y = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
     if x.dim() != 1 or x.shape != y.shape or x.numel() == 0:
-        raise ValueError(f"`a` and `b` must be non-empty level vectors of one length, got {tuple(x.shape)} and {tuple(y.shape)}.")
+        raise ValueError(
+            f"`a` and `b` must be non-empty level vectors of one length, got {tuple(x.shape)} and {tuple(y.shape)}."
+        )
     ordinal_max = check_positive_int(ordinal_max, "ordinal_max")
     if bool(((x < 0) | (x > ordinal_max) | (y < 0) | (y > ordinal_max)).any()):
         raise ValueError(f"levels must lie within 0..{ordinal_max} (ordinal_max), got {x.tolist()} and {y.tolist()}.")
@@ -80,7 +88,9 @@ def _weights(profiles: FeatureProfiles, weights: Mapping[str, float] | None) -> 
         raise ValueError(f"`weights` must be a mapping {{group: weight}}, got {type(weights).__name__}.")
     for group, w in weights.items():
         if group not in out:
-            raise ValueError(f"`weights` names unknown group {group!r}; the groups are {groups} ('{ORDINAL_GROUP}' = all ordinal features).")
+            raise ValueError(
+                f"`weights` names unknown group {group!r}; the groups are {groups} ('{ORDINAL_GROUP}' = all ordinal features)."
+            )
         out[group] = check_number(w, f"weights[{group!r}]", at_least=0.0)
     if sum(out.values()) == 0:
         raise ValueError("`weights` are all 0; give at least one group a positive weight.")

@@ -158,10 +158,18 @@ def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
 
 def _check_grades(ranked: Any, num_retrieved: Any, pool: Any) -> tuple[Tensor, Tensor, Tensor]:
     if not isinstance(ranked, Tensor) or ranked.dim() != 2:
-        raise ValueError(f"`ranked` must be a 2-D tensor [Q, L] of grades in rank order (NaN = unjudged), got {type(ranked).__name__} {tuple(getattr(ranked, 'shape', ()))}.")
+        raise ValueError(
+            f"`ranked` must be a 2-D tensor [Q, L] of grades in rank order (NaN = unjudged), got {type(ranked).__name__} {tuple(getattr(ranked, 'shape', ()))}."
+        )
     if not isinstance(pool, Tensor) or pool.dim() != 2 or pool.shape[0] != ranked.shape[0]:
-        raise ValueError(f"`pool` must be a 2-D tensor [Q, M] of every judged grade per query (NaN padding), with Q = {ranked.shape[0]}.")
-    if not isinstance(num_retrieved, Tensor) or num_retrieved.shape != (ranked.shape[0],) or num_retrieved.is_floating_point():
+        raise ValueError(
+            f"`pool` must be a 2-D tensor [Q, M] of every judged grade per query (NaN padding), with Q = {ranked.shape[0]}."
+        )
+    if (
+        not isinstance(num_retrieved, Tensor)
+        or num_retrieved.shape != (ranked.shape[0],)
+        or num_retrieved.is_floating_point()
+    ):
         raise ValueError(f"`num_retrieved` must be an integer tensor [Q] = [{ranked.shape[0]}] of ranking lengths.")
     ranked, pool = ranked.to(torch.float64), pool.to(torch.float64)
     if bool(torch.isinf(ranked).any()) or bool(torch.isinf(pool).any()):
@@ -266,7 +274,11 @@ def ranking_per_query(
     rank = torch.arange(1, width + 1, device=device, dtype=torch.float64).unsqueeze(0)
     precision_at_rank = torch.where(relevant, cum_rel / rank, 0.0)
     out["map"] = torch.where(ok, _row_sum(precision_at_rank) / r_f.clamp(min=1), nan)
-    first = torch.where(relevant, rank, math.inf).amin(dim=1) if width else torch.full((q,), math.inf, dtype=torch.float64, device=device)
+    first = (
+        torch.where(relevant, rank, math.inf).amin(dim=1)
+        if width
+        else torch.full((q,), math.inf, dtype=torch.float64, device=device)
+    )
     out["recip_rank"] = torch.where(ok, 1.0 / first, nan)  # 1 / inf = 0: nothing relevant retrieved
     out["bpref"] = torch.where(ok, _bpref_sum(relevant, non_relevant, r_f, n_non_relevant) / r_f.clamp(min=1), nan)
     out["num_relevant"] = r_f
@@ -302,7 +314,9 @@ def _mean(values: Tensor) -> Tensor:
     return values[keep].sum() / keep.sum()
 
 
-def aggregate_ranking(per_query: Mapping[str, Tensor], ks: Sequence[int], query_ids: Tensor | None = None) -> dict[str, Any]:
+def aggregate_ranking(
+    per_query: Mapping[str, Tensor], ks: Sequence[int], query_ids: Tensor | None = None
+) -> dict[str, Any]:
     """Means and counts from :func:`ranking_per_query`'s output, plus ``per_query`` (with ``query_id``)."""
     ks = check_ks(ks)
     out: dict[str, Any] = {}
@@ -322,7 +336,9 @@ def aggregate_ranking(per_query: Mapping[str, Tensor], ks: Sequence[int], query_
     out["num_unjudged"] = unjudged.sum().to(torch.long) if unjudged is not None else torch.tensor(0, device=device)
     pq = {key: value for key, value in per_query.items() if not key.startswith("_")}
     n = ok.numel()
-    pq["query_id"] = torch.arange(n, device=device) if query_ids is None else query_ids.to(device=device, dtype=torch.long)
+    pq["query_id"] = (
+        torch.arange(n, device=device) if query_ids is None else query_ids.to(device=device, dtype=torch.long)
+    )
     out["per_query"] = pq
     return out
 
@@ -454,7 +470,9 @@ def _ranked_docs(query: str, docs: Any) -> list[str]:
             dup = next(d for d in ranked if d in seen or seen.add(d))  # type: ignore[func-returns-value]
             raise ValueError(f"run: query {query!r} lists document {dup!r} twice; a ranking holds each document once.")
         return ranked
-    raise ValueError(f"run: query {query!r} must map to {{doc: score}} or a list of docs in rank order, got {type(docs).__name__}.")
+    raise ValueError(
+        f"run: query {query!r} must map to {{doc: score}} or a list of docs in rank order, got {type(docs).__name__}."
+    )
 
 
 def _judged_grades(query: str, judgements: Any) -> dict[str, float]:
@@ -523,10 +541,15 @@ def judge_run(
         pool_sizes.append(len(grades))
     ids = torch.tensor([query_code(q) for q in queries], dtype=torch.long)
     return JudgedRun(
-        queries, ids, torch.tensor(ranked, dtype=torch.float64), torch.tensor(lengths, dtype=torch.long),
-        torch.tensor(pooled, dtype=torch.float64), torch.tensor(pool_sizes, dtype=torch.long), without_qrels,
+        queries,
+        ids,
+        torch.tensor(ranked, dtype=torch.float64),
+        torch.tensor(lengths, dtype=torch.long),
+        torch.tensor(pooled, dtype=torch.float64),
+        torch.tensor(pool_sizes, dtype=torch.long),
+        without_qrels,
         without_run,
-    )  # fmt: skip
+    )
 
 
 # ---- multi-term queries -------------------------------------------------------------------------------------------------
@@ -535,7 +558,9 @@ def judge_run(
 def _scores(scores: Any) -> Tensor:
     s = scores if isinstance(scores, Tensor) else torch.as_tensor(scores, dtype=torch.float64)
     if s.dim() not in (1, 2) or s.is_complex() or s.dtype == torch.bool:
-        raise ValueError(f"`scores` must be per-term scores [T] or [Q, T] (NaN = no such term), got shape {tuple(s.shape)}.")
+        raise ValueError(
+            f"`scores` must be per-term scores [T] or [Q, T] (NaN = no such term), got shape {tuple(s.shape)}."
+        )
     s = s.to(torch.float64)
     if bool(((s < 0) | (s > 1)).any()):
         raise ValueError("`scores` must lie in [0, 1] (NaN marks absent terms); rescale them first.")

@@ -63,17 +63,23 @@ class ClassGains:
             raise ValueError(f"`gains` must be 1 on the diagonal (same class = fully relevant); rows {bad} are not.")
         codes, _ = encode_labels(list(classes), "classes")
         if codes.numel() != matrix.shape[0]:
-            raise ValueError(f"`classes` has {codes.numel()} labels for a {matrix.shape[0]} x {matrix.shape[0]} matrix; they must match.")
+            raise ValueError(
+                f"`classes` has {codes.numel()} labels for a {matrix.shape[0]} x {matrix.shape[0]} matrix; they must match."
+            )
         sorted_codes, order = torch.sort(codes)
         if codes.numel() > 1 and bool((sorted_codes[1:] == sorted_codes[:-1]).any()):
             raise ValueError("`classes` holds the same label twice; each row of `gains` needs its own class.")
         stats: dict[str, Tensor] = {}
         for stat, values in (mistake_stats or {}).items():
             if not isinstance(stat, str) or not _NAME.match(stat):
-                raise ValueError(f"`mistake_stats` names must start with a letter and hold letters, digits or '_', got {stat!r}.")
+                raise ValueError(
+                    f"`mistake_stats` names must start with a letter and hold letters, digits or '_', got {stat!r}."
+                )
             table = torch.as_tensor(np.asarray(values) if not isinstance(values, Tensor) else values).to(torch.float64)
             if table.shape != matrix.shape or not bool(torch.isfinite(table).all()):
-                raise ValueError(f"`mistake_stats[{stat!r}]` must be a finite {tuple(matrix.shape)} matrix, got shape {tuple(table.shape)}.")
+                raise ValueError(
+                    f"`mistake_stats[{stat!r}]` must be a finite {tuple(matrix.shape)} matrix, got shape {tuple(table.shape)}."
+                )
             stats[stat] = table
         self.name = name
         self.mistake_stats = stats

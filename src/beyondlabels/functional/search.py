@@ -115,7 +115,10 @@ def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
 
 
 def exclusion_index(
-    query_ids: Tensor | None, gallery_ids: Tensor | None, device: torch.device | None = None, gallery_name: str = "gallery_ids"
+    query_ids: Tensor | None,
+    gallery_ids: Tensor | None,
+    device: torch.device | None = None,
+    gallery_name: str = "gallery_ids",
 ) -> Tensor | None:
     """For each query, the index of the gallery item that carries the query's id (``-1`` when none).
 
@@ -284,4 +287,3 @@ def cosine_topk(
         out_v[chunk.rows] = chunk.scores[:, :k]
         out_i[chunk.rows] = chunk.indices[:, :k]
     return out_v, out_i
-

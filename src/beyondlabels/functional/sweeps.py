@@ -89,7 +89,12 @@ class SeedSummary:
 
 
 def seed_summary(
-    values: Any, *, confidence: float = 0.95, rounds: int = 2000, seed: int = 11, min_bootstrap: int = MIN_BOOTSTRAP_SEEDS
+    values: Any,
+    *,
+    confidence: float = 0.95,
+    rounds: int = 2000,
+    seed: int = 11,
+    min_bootstrap: int = MIN_BOOTSTRAP_SEEDS,
 ) -> SeedSummary:
     """Mean, sd, n, t interval and (from ``min_bootstrap`` seeds on) bootstrap interval of one value per seed.
 
@@ -108,7 +113,9 @@ def seed_summary(
     return SeedSummary(mean, sd, n, t, boot)
 
 
-def pooled_query_interval(per_query: Sequence[Any], *, confidence: float = 0.95, rounds: int = 2000, seed: int = 11) -> Interval:
+def pooled_query_interval(
+    per_query: Sequence[Any], *, confidence: float = 0.95, rounds: int = 2000, seed: int = 11
+) -> Interval:
     """Percentile bootstrap interval of the mean over every job's per-query values together (NaN left out).
 
     Examples:
@@ -226,7 +233,9 @@ def paired_group_difference(
         per_seed.append(float(d[ok].mean()) if ok.any() else math.nan)
         for query, value in zip(ids.tolist(), d.tolist()):
             columns.setdefault(query, []).append(value)
-    by_query = np.array([np.nanmean(v) if not np.all(np.isnan(v)) else np.nan for v in columns.values()], dtype=np.float64)
+    by_query = np.array(
+        [np.nanmean(v) if not np.all(np.isnan(v)) else np.nan for v in columns.values()], dtype=np.float64
+    )
     by_query = by_query[~np.isnan(by_query)]
     seed_t, _, seed_pvalue = paired_t_ci(np.asarray(per_seed), confidence=confidence)
     interval = bootstrap_ci(by_query, rounds=rounds, confidence=confidence, seed=seed)
@@ -235,8 +244,21 @@ def paired_group_difference(
     pvalue = max(query_pvalue, seed_pvalue) if across_seeds else query_pvalue
     sd = float(by_query.std(ddof=1)) if by_query.size > 1 else math.nan
     mean = float(by_query.mean()) if by_query.size else math.nan
-    effect = mean / sd if sd and not math.isnan(sd) else (math.nan if mean == 0 or math.isnan(mean) else math.copysign(math.inf, mean))
+    effect = (
+        mean / sd
+        if sd and not math.isnan(sd)
+        else (math.nan if mean == 0 or math.isnan(mean) else math.copysign(math.inf, mean))
+    )
     return GroupDifference(
-        list(shared), per_seed, seed_t, interval, int(by_query.size), pvalue, effect, query_pvalue, seed_pvalue, unmatched,
+        list(shared),
+        per_seed,
+        seed_t,
+        interval,
+        int(by_query.size),
+        pvalue,
+        effect,
+        query_pvalue,
+        seed_pvalue,
+        unmatched,
         INTERSECTION_UNION if across_seeds else QUERIES_ONLY,
     )

@@ -61,9 +61,16 @@ __all__ = [
 def check_templates(templates: object) -> tuple[str, ...]:
     """Validate prompt templates: a non-empty sequence of strings with exactly one ``{}`` each."""
     if isinstance(templates, str) or not isinstance(templates, Sequence) or len(templates) == 0:
-        raise ValueError(f"`templates` must be a non-empty list of strings such as 'a photo of a {{}}.', got {templates!r}.")
+        raise ValueError(
+            f"`templates` must be a non-empty list of strings such as 'a photo of a {{}}.', got {templates!r}."
+        )
     for template in templates:
-        if not isinstance(template, str) or template.count("{}") != 1 or template.replace("{}", "").count("{") or template.replace("{}", "").count("}"):
+        if (
+            not isinstance(template, str)
+            or template.count("{}") != 1
+            or template.replace("{}", "").count("{")
+            or template.replace("{}", "").count("}")
+        ):
             raise ValueError(
                 f"`templates` must be strings with exactly one '{{}}' where the class name goes (and no other braces), got {template!r}."
             )
@@ -137,9 +144,13 @@ def zeroshot_scores(image_embeddings: Tensor, class_embeddings: Tensor) -> Tenso
     images = normalize_rows(image_embeddings, "image_embeddings")
     classes = normalize_rows(class_embeddings, "class_embeddings")
     if images.shape[1] != classes.shape[1]:
-        raise ValueError(f"`image_embeddings` has dimension {images.shape[1]} but `class_embeddings` has {classes.shape[1]}; they must match.")
+        raise ValueError(
+            f"`image_embeddings` has dimension {images.shape[1]} but `class_embeddings` has {classes.shape[1]}; they must match."
+        )
     if images.device != classes.device:
-        raise ValueError(f"`image_embeddings` is on {images.device} but `class_embeddings` on {classes.device}; use one device.")
+        raise ValueError(
+            f"`image_embeddings` is on {images.device} but `class_embeddings` on {classes.device}; use one device."
+        )
     return images @ classes.T
 
 
@@ -177,7 +188,11 @@ def zeroshot_output_schema(ks: Sequence[int]) -> OutputSchema:
     keys = {f"top{k}": KeySpec("scalar", True) for k in ks}
     keys["balanced_accuracy"] = KeySpec("scalar", True)
     keys["num_samples"] = keys["num_classes"] = KeySpec("scalar", None, count=True)
-    per_query = {"query_id": KeySpec("per_query", None), "label": KeySpec("per_query", None), "prediction": KeySpec("per_query", None)}
+    per_query = {
+        "query_id": KeySpec("per_query", None),
+        "label": KeySpec("per_query", None),
+        "prediction": KeySpec("per_query", None),
+    }
     per_query.update({f"top{k}": KeySpec("per_query", True) for k in ks})
     return OutputSchema(keys, per_query, headline=[f"top{ks[0]}", "balanced_accuracy"])
 
@@ -206,14 +221,25 @@ def classification_metrics(
     """
     ks_t = check_ks(ks)
     check_positive_int(num_classes, "num_classes")
-    if not isinstance(predictions, Tensor) or predictions.dim() != 2 or predictions.is_floating_point() or predictions.dtype == torch.bool:
+    if (
+        not isinstance(predictions, Tensor)
+        or predictions.dim() != 2
+        or predictions.is_floating_point()
+        or predictions.dtype == torch.bool
+    ):
         raise ValueError("`predictions` must be an integer tensor [N, K] of ranked classes (see topk_classes).")
     n, width = predictions.shape
     if ks_t[-1] > num_classes:
         raise ValueError(f"`ks` contains {ks_t[-1]} but there are only {num_classes} classes; lower it.")
     if ks_t[-1] > width:
         raise ValueError(f"`ks` contains {ks_t[-1]} but `predictions` holds only the top {width} classes; rank deeper.")
-    if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.is_floating_point() or labels.dtype == torch.bool or labels.shape[0] != n:
+    if (
+        not isinstance(labels, Tensor)
+        or labels.dim() != 1
+        or labels.is_floating_point()
+        or labels.dtype == torch.bool
+        or labels.shape[0] != n
+    ):
         raise ValueError(f"`labels` must be an integer tensor [N] with one class per prediction row ({n}).")
     device = predictions.device
     labels = labels.to(device=device, dtype=torch.long)

@@ -7,7 +7,6 @@ encoders named in configs (``beyondlabels.io.text_encoders``). Every file the pr
 
 from beyondlabels.io.predictions import HierarchyPredictions, read_hierarchy_predictions
 from beyondlabels.io.profiles_files import load_profiles, read_profiles
-
 from beyondlabels.io.qrels import QrelsChange, QrelsUpdate, load_qrels, load_run, update_qrels
 from beyondlabels.io.run_files import (
     EvaluationRun,

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from beyondlabels.functional.labels import encode_labels, label_code
 from beyondlabels._internal.parse import load_npz, parse_json
+from beyondlabels.functional.labels import encode_labels, label_code
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,9 @@ def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
     embeddings = float_matrix(arrays, "embeddings", path)
     labels = arrays["labels"]
     if labels.ndim != 1 or len(labels) != len(embeddings):
-        raise ValueError(f"'labels' in {path} must be 1-D with one label per embedding row ({len(embeddings)}), got shape {labels.shape}")
+        raise ValueError(
+            f"'labels' in {path} must be 1-D with one label per embedding row ({len(embeddings)}), got shape {labels.shape}"
+        )
     ids = int_vector(arrays, "ids", path, len(embeddings), default_rows=True)
     codes, names = encode_labels(labels, name=f"'labels' in {path}")
     return EmbeddingSet(
@@ -80,7 +82,9 @@ def read_npz(path: str | Path, required: tuple[str, ...], what: str) -> dict[str
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist; pass input=PATH.npz with arrays {', '.join(required)}")
+        raise FileNotFoundError(
+            f"input file {path} does not exist; pass input=PATH.npz with arrays {', '.join(required)}"
+        )
     arrays = load_npz(path, f"input file {path}")
     missing = [name for name in required if name not in arrays]
     if missing:
@@ -96,13 +100,17 @@ def float_matrix(arrays: dict[str, np.ndarray], name: str, path: Path) -> torch.
     return torch.from_numpy(a.astype(np.float32, copy=False))
 
 
-def int_vector(arrays: dict[str, np.ndarray], name: str, path: Path, size: int, default_rows: bool = False) -> torch.Tensor | None:
+def int_vector(
+    arrays: dict[str, np.ndarray], name: str, path: Path, size: int, default_rows: bool = False
+) -> torch.Tensor | None:
     """``arrays[name]`` as int64 ``[size]``; when absent, the row positions (``default_rows``) or None."""
     if name not in arrays:
         return torch.arange(size) if default_rows else None
     a = arrays[name]
     if a.ndim != 1 or len(a) != size or not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"'{name}' in {path} must be 1-D integers, {size} of them, got shape {a.shape} dtype {a.dtype}")
+        raise ValueError(
+            f"'{name}' in {path} must be 1-D integers, {size} of them, got shape {a.shape} dtype {a.dtype}"
+        )
     return torch.from_numpy(a.astype(np.int64))
 
 

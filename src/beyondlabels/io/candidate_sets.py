@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from beyondlabels.functional.rprecision import CandidateSets
 from beyondlabels._internal.parse import load_npz
+from beyondlabels.functional.rprecision import CandidateSets
 from beyondlabels.io.atomic import save_npz
 
 __all__ = ["load_candidate_sets", "save_candidate_sets"]
@@ -29,7 +29,11 @@ def save_candidate_sets(sets: CandidateSets, path: str | Path) -> None:
     path = Path(path)
     if path.suffix != ".npz":  # as np.savez names the file
         path = path.with_name(path.name + ".npz")
-    save_npz(path, {"query_ids": sets.query_ids.cpu().numpy(), "distractor_ids": sets.distractor_ids.cpu().numpy()}, compressed=False)
+    save_npz(
+        path,
+        {"query_ids": sets.query_ids.cpu().numpy(), "distractor_ids": sets.distractor_ids.cpu().numpy()},
+        compressed=False,
+    )
 
 
 def load_candidate_sets(path: str | Path) -> CandidateSets:
@@ -51,5 +55,7 @@ def load_candidate_sets(path: str | Path) -> CandidateSets:
     q = torch.from_numpy(data["query_ids"].astype(np.int64))
     d = torch.from_numpy(data["distractor_ids"].astype(np.int64))
     if q.dim() != 1 or d.dim() != 2 or d.shape[0] != q.shape[0]:
-        raise ValueError(f"`path` {path}: `query_ids` {tuple(q.shape)} and `distractor_ids` {tuple(d.shape)} must be [N] and [N, R-1].")
+        raise ValueError(
+            f"`path` {path}: `query_ids` {tuple(q.shape)} and `distractor_ids` {tuple(d.shape)} must be [N] and [N, R-1]."
+        )
     return CandidateSets(q, d)

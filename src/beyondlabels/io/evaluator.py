@@ -210,7 +210,9 @@ class ClipEvaluator:
                 elif model_cfg is not None:
                     cfg = plain(model_cfg)
                     self.model = CLIP(**cfg)
-                    self.tokenizer = SimpleTokenizer(context_length=int(cfg.get("text_cfg", {}).get("context_length", 77)))
+                    self.tokenizer = SimpleTokenizer(
+                        context_length=int(cfg.get("text_cfg", {}).get("context_length", 77))
+                    )
                 else:
                     self.model = open_clip.create_model(model_name, pretrained=pretrained)
                     self.tokenizer = open_clip.get_tokenizer(model_name)
@@ -250,14 +252,19 @@ class ClipEvaluator:
     @torch.no_grad()
     def encode_images(self, images: Tensor) -> Tensor:
         """fp32 L2-normalised features ``[N, D]`` of images ``[N, 3, H, W]`` with values in ``[0, 1]``."""
-        if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3 or not images.is_floating_point():
+        if (
+            not isinstance(images, Tensor)
+            or images.dim() != 4
+            or images.shape[1] != 3
+            or not images.is_floating_point()
+        ):
             got = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, Tensor) else type(images).__name__
             raise ValueError(f"`images` must be a float tensor [N, 3, H, W] with values in [0, 1], got {got}.")
         if images.shape[0] == 0:
             raise ValueError("`images` is empty; pass at least one image.")
         if not bool(torch.isfinite(images).all()):
             raise ValueError("`images` contains NaN or Inf values; check the generator's output.")
-        if (float(images.min()) < 0.0 or float(images.max()) > 1.0):
+        if float(images.min()) < 0.0 or float(images.max()) > 1.0:
             raise ValueError(
                 f"`images` must lie in [0, 1], got values in [{float(images.min()):.3g}, {float(images.max()):.3g}]; "
                 "map the generator's output to [0, 1] (e.g. (x + 1) / 2 for tanh outputs)."
@@ -266,7 +273,9 @@ class ClipEvaluator:
         for start in range(0, images.shape[0], self.batch_size):
             x = images[start : start + self.batch_size].to(self.device, torch.float32)
             if tuple(x.shape[-2:]) != self.image_size:
-                x = torch.nn.functional.interpolate(x, size=self.image_size, mode="bicubic", antialias=True, align_corners=False)
+                x = torch.nn.functional.interpolate(
+                    x, size=self.image_size, mode="bicubic", antialias=True, align_corners=False
+                )
             x = (x - self.mean) / self.std
             out.append(self.model.encode_image(x, normalize=True).float())
         return torch.cat(out)
@@ -306,7 +315,9 @@ def _check_model_choice(
 ) -> None:
     """One model (a name or a config), and weights that fit it (a tag with a name, a checkpoint, or neither)."""
     if (model_name is None) == (model_cfg is None):
-        raise ValueError("pass exactly one of `model_name` (an open_clip model name) and `model_cfg` (a CLIP config dict).")
+        raise ValueError(
+            "pass exactly one of `model_name` (an open_clip model name) and `model_cfg` (a CLIP config dict)."
+        )
     if pretrained is not None and checkpoint is not None:
         raise ValueError("pass `pretrained` (an open_clip tag) or `checkpoint` (a local file), not both.")
     dotted = isinstance(model_factory, str) and "." in model_factory

@@ -47,7 +47,15 @@ from typing import Any
 from beyondlabels.io.atomic import atomic_file, write_json
 from beyondlabels.io.paths import UnsafePathError, inside
 
-__all__ = ["MANIFEST_FILE", "MEDIA_FORMAT", "MEDIA_NAME", "check_media_name", "encode_png", "table_image_path", "write_media_folder"]
+__all__ = [
+    "MANIFEST_FILE",
+    "MEDIA_FORMAT",
+    "MEDIA_NAME",
+    "check_media_name",
+    "encode_png",
+    "table_image_path",
+    "write_media_folder",
+]
 
 MANIFEST_FILE = "media.json"
 MEDIA_FORMAT = 1
@@ -161,7 +169,9 @@ def _encode(
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and the files it names (path relative to the media folder -> bytes); every check is here."""
     names: set[str] = set()
-    for name, what in [(f[0], "figure") for f in figures] + [(t[0], "table") for t in tables] + [(c[0], "curve") for c in curves]:
+    for name, what in (
+        [(f[0], "figure") for f in figures] + [(t[0], "table") for t in tables] + [(c[0], "curve") for c in curves]
+    ):
         if check_media_name(name, f"{what} name") in names:
             raise ValueError(
                 f"the media name {name!r} is used twice; give every figure, table and curve its own name "
@@ -169,8 +179,15 @@ def _encode(
             )
         names.add(name)
     files: dict[str, bytes] = {}
-    manifest: dict[str, Any] = {"format": MEDIA_FORMAT, "prefix": prefix, "step": int(step), "epoch": int(epoch),
-                                "figures": [], "tables": [], "curves": []}  # fmt: skip
+    manifest: dict[str, Any] = {
+        "format": MEDIA_FORMAT,
+        "prefix": prefix,
+        "step": int(step),
+        "epoch": int(epoch),
+        "figures": [],
+        "tables": [],
+        "curves": [],
+    }
     for name, data, caption in figures:
         files[f"{name}.png"] = bytes(data)
         manifest["figures"].append({"name": name, "file": f"{name}.png", "caption": str(caption)})
@@ -199,9 +216,14 @@ def _encode(
             cells_out.append(out)
         manifest["tables"].append({"name": name, "columns": columns, "rows": cells_out})
     for name, xname, x, y in curves:
-        manifest["curves"].append({"name": name, "xname": str(xname),
-                                   "x": [_json_cell(float(v)) if not isinstance(v, int) else v for v in x],
-                                   "y": [_json_cell(float(v)) for v in y]})  # fmt: skip
+        manifest["curves"].append(
+            {
+                "name": name,
+                "xname": str(xname),
+                "x": [_json_cell(float(v)) if not isinstance(v, int) else v for v in x],
+                "y": [_json_cell(float(v)) for v in y],
+            }
+        )
     return manifest, files
 
 

@@ -95,8 +95,13 @@ def _scan_row(
             continue  # not an observation of this series
         if value == 1.0 and previous.get(column) != 1.0:
             step = cell(step_column)
-            events.append({
-                "series": series, "event": event, "step": int(step) if step is not None else None,
-                "p": cell(p_column), "window_mean": cell(mean_column),
-            })  # fmt: skip
+            events.append(
+                {
+                    "series": series,
+                    "event": event,
+                    "step": int(step) if step is not None else None,
+                    "p": cell(p_column),
+                    "window_mean": cell(mean_column),
+                }
+            )
         previous[column] = value

@@ -32,7 +32,9 @@ def load_mismatch_pairs(path: str | Path, rank_max: int = 1) -> tuple[list[str],
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"pairs file {path} does not exist; pass pairs=PATH.csv (query_label, retrieved_label[, rank])")
+        raise FileNotFoundError(
+            f"pairs file {path} does not exist; pass pairs=PATH.csv (query_label, retrieved_label[, rank])"
+        )
     if path.suffix == ".npz":
         cols = {n: np.asarray(a).tolist() for n, a in load_npz(path, f"pairs file {path}").items()}
     else:

@@ -84,7 +84,7 @@ def read_hierarchy_predictions(path: str | os.PathLike[str], taxonomy: Taxonomy)
             raise ValueError(f"{where}: not valid JSON ({err.detail}); each line must be one JSON object") from None
         if not isinstance(row, dict):
             raise ValueError(
-                f"{where}: expected a JSON object like {{\"gt\": ..., \"pred\": ...}}, got {type(row).__name__}"
+                f'{where}: expected a JSON object like {{"gt": ..., "pred": ...}}, got {type(row).__name__}'
             )
         if not isinstance(row.get("gt"), str) or not row["gt"]:
             raise ValueError(f"{where}: 'gt' must be a node name (a non-empty string), got {row.get('gt')!r}")
@@ -121,7 +121,9 @@ def read_hierarchy_predictions(path: str | os.PathLike[str], taxonomy: Taxonomy)
     seen: dict[int, int] = {}
     for n, sample_id in zip(lines, ids):
         if sample_id in seen:
-            raise ValueError(f"predictions file '{path}': id {sample_id} appears on lines {seen[sample_id]} and {n}; ids must be unique")
+            raise ValueError(
+                f"predictions file '{path}': id {sample_id} appears on lines {seen[sample_id]} and {n}; ids must be unique"
+            )
         seen[sample_id] = n
     index = taxonomy.indices
     return HierarchyPredictions(

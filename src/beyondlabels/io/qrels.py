@@ -132,11 +132,17 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
     if file.suffix.lower() == ".json":
         data = _read_json(file, "qrels")
         if not isinstance(data, dict):
-            raise ValueError(f"{file}: qrels JSON must be an object {{query: {{document: grade or null}}}}, got {type(data).__name__}")
+            raise ValueError(
+                f"{file}: qrels JSON must be an object {{query: {{document: grade or null}}}}, got {type(data).__name__}"
+            )
         for query, judgements in data.items():
             if not isinstance(judgements, dict):
-                raise ValueError(f"{file}: query {query!r} must map to {{document: grade or null}}, got {type(judgements).__name__}")
-            qrels[str(query)] = {str(doc): _grade(g, f"{file}: query {query!r}, document {doc!r}") for doc, g in judgements.items()}
+                raise ValueError(
+                    f"{file}: query {query!r} must map to {{document: grade or null}}, got {type(judgements).__name__}"
+                )
+            qrels[str(query)] = {
+                str(doc): _grade(g, f"{file}: query {query!r}, document {doc!r}") for doc, g in judgements.items()
+            }
         return qrels
     for number, line in enumerate(_lines(file), start=1):
         parts = line.split()
@@ -174,7 +180,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     if file.suffix.lower() == ".json":
         data = _read_json(file, "run")
         if not isinstance(data, dict):
-            raise ValueError(f"{file}: run JSON must be an object {{query: {{document: score}}}} or {{query: [document, ...]}}")
+            raise ValueError(
+                f"{file}: run JSON must be an object {{query: {{document: score}}}} or {{query: [document, ...]}}"
+            )
         for query, docs in data.items():
             where = f"{file}: query {query!r}"
             if isinstance(docs, dict):
@@ -192,7 +200,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
                     raise ValueError(f"{where}: a document is listed twice; a ranking holds each document once")
                 run[str(query)] = ranked
             else:
-                raise ValueError(f"{where}: must map to {{document: score}} or a list of documents, got {type(docs).__name__}")
+                raise ValueError(
+                    f"{where}: must map to {{document: score}} or a list of documents, got {type(docs).__name__}"
+                )
         return run
     for number, line in enumerate(_lines(file), start=1):
         parts = line.split()
@@ -235,7 +245,9 @@ class QrelsUpdate:
     added: int = 0
 
 
-def update_qrels(old: Mapping[str, Mapping[str, int | None]], new: Mapping[str, Mapping[str, int | None]], on_change: str = "warn") -> QrelsUpdate:
+def update_qrels(
+    old: Mapping[str, Mapping[str, int | None]], new: Mapping[str, Mapping[str, int | None]], on_change: str = "warn"
+) -> QrelsUpdate:
     """Merge a newer qrels version into an older one, append-only (rules: the module docstring).
 
     Raises:
@@ -269,5 +281,7 @@ def update_qrels(old: Mapping[str, Mapping[str, int | None]], new: Mapping[str, 
         message = f"the newer qrels change {len(changes)} existing judgement(s) (qrels are append-only): {sample}"
         if on_change == "error":
             raise ValueError(message + ". Judge new documents only, or pass on_change='warn' / 'keep'.")
-        log.warning("%s; %s", message, "kept the newer judgements" if on_change == "warn" else "kept the older judgements")
+        log.warning(
+            "%s; %s", message, "kept the newer judgements" if on_change == "warn" else "kept the older judgements"
+        )
     return QrelsUpdate(merged, changes, added)

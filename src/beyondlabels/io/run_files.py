@@ -204,7 +204,9 @@ class EvaluationRun:
     file: Path | None = None
     run_folder: Path | None = None
     overrides: list[str] = field(default_factory=list)
-    _per_query_cache: dict[int, dict[str, np.ndarray]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _per_query_cache: dict[int, dict[str, np.ndarray]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -250,7 +252,9 @@ class EvaluationRun:
         if self.schema is None:
             raise ValueError(f"{self.path}: no {SCHEMA_FILE}, so the direction of {key!r} is unknown; use final()")
         if key not in self.schema.scalar_keys():
-            raise KeyError(f"{key!r} is not a scalar key of {self.path / SCHEMA_FILE}; scalars: {self.schema.scalar_keys()}")
+            raise KeyError(
+                f"{key!r} is not a scalar key of {self.path / SCHEMA_FILE}; scalars: {self.schema.scalar_keys()}"
+            )
         mode = self.schema.mode(key)
         if mode is None:
             raise ValueError(f"{key!r} has no direction in {self.path / SCHEMA_FILE} (a count or setting); use final()")
@@ -288,7 +292,9 @@ class EvaluationRun:
         else:
             record = next((r for r in records if int(r["step"]) == int(step)), None)
             if record is None:
-                raise KeyError(f"{self.file}: no successful evaluation at step {step}; steps with results: {self.steps}")
+                raise KeyError(
+                    f"{self.file}: no successful evaluation at step {step}; steps with results: {self.steps}"
+                )
         at = int(record["step"])
         if at in self._per_query_cache:
             return dict(self._per_query_cache[at])
@@ -344,10 +350,14 @@ def _read_schema(file: Path) -> OutputSchema | None:
 
 def _check_history(file: Path, history: Any) -> list[dict[str, Any]]:
     if not isinstance(history, list):
-        raise ValueError(f"{file}: malformed history: expected a JSON list of evaluation records, got a {type(history).__name__}")
+        raise ValueError(
+            f"{file}: malformed history: expected a JSON list of evaluation records, got a {type(history).__name__}"
+        )
     for index, record in enumerate(history):
         if not isinstance(record, dict):
-            raise ValueError(f"{file}: malformed history: record #{index} is not an object (got {type(record).__name__})")
+            raise ValueError(
+                f"{file}: malformed history: record #{index} is not an object (got {type(record).__name__})"
+            )
         step = record.get("step")
         if not is_int(step):
             raise ValueError(f"{file}: malformed history: record #{index} has no integer 'step' (got {step!r})")
@@ -387,7 +397,9 @@ def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
             raise ValueError(f"{file}: malformed history: line {number} is not valid JSON ({exc.detail})") from None
         step = record.get("step") if isinstance(record, dict) else None
         if not is_int(step):
-            raise ValueError(f"{file}: malformed history: line {number} is not an evaluation record with an integer 'step'")
+            raise ValueError(
+                f"{file}: malformed history: line {number} is not an evaluation record with an integer 'step'"
+            )
         records.append(record)
     return records
 
@@ -496,7 +508,9 @@ class StepRetention:
         self.count += 1
         value = record.get(self.best) if self.best is not None else None
         if is_number(value) and not math.isnan(value):
-            better = self.best_value is None or (value > self.best_value if self.mode == "max" else value < self.best_value)
+            better = self.best_value is None or (
+                value > self.best_value if self.mode == "max" else value < self.best_value
+            )
             if better:
                 self.best_step, self.best_value = step, float(value)
         self.latest = step
@@ -527,7 +541,14 @@ def _read_report(file: Path, data: dict[str, Any]) -> EvaluationRun:
     else:
         name, overrides = file.stem, []
     return EvaluationRun(
-        path=file.parent, name=name, prefix=prefix, history=[record], schema=schema, file=file, run_folder=file, overrides=overrides
+        path=file.parent,
+        name=name,
+        prefix=prefix,
+        history=[record],
+        schema=schema,
+        file=file,
+        run_folder=file,
+        overrides=overrides,
     )
 
 
@@ -598,7 +619,9 @@ def evaluation_schema(run_folder: str | os.PathLike[str]) -> OutputSchema | None
 QUERY_KIND_COLUMNS = ("direction",)
 
 
-def query_values(arrays: Mapping[str, np.ndarray], key: str, file: str | os.PathLike[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def query_values(
+    arrays: Mapping[str, np.ndarray], key: str, file: str | os.PathLike[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The query ids and float64 values of ``key`` in a per-query file's arrays (:meth:`EvaluationRun.per_query`).
 
     When the file holds several kinds of query (a column of :data:`QUERY_KIND_COLUMNS` with more than one value),

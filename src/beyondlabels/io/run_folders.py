@@ -44,7 +44,14 @@ from typing import Any
 
 from beyondlabels._internal.parse import parse_json
 from beyondlabels.io.paths import inside, is_inside
-from beyondlabels.io.run_files import HISTORY_FILE, LEGACY_HISTORY_FILE, SCHEMA_FILE, EvaluationRun, read_evaluation_run, run_overrides
+from beyondlabels.io.run_files import (
+    HISTORY_FILE,
+    LEGACY_HISTORY_FILE,
+    SCHEMA_FILE,
+    EvaluationRun,
+    read_evaluation_run,
+    run_overrides,
+)
 
 __all__ = [
     "MANIFEST_FILE",
@@ -232,7 +239,9 @@ def read_run_folder(path: str | os.PathLike[str]) -> RunFolder:
         )
     run.families = [read_family_folder(p) for p in sorted(folder.iterdir()) if p.is_dir() and _is_family_folder(p)]
     if not run.families:
-        run.problems.append("no evaluation folder (a folder with history.jsonl, schema.json or media/): nothing was evaluated")
+        run.problems.append(
+            "no evaluation folder (a folder with history.jsonl, schema.json or media/): nothing was evaluated"
+        )
     return run
 
 
@@ -244,7 +253,9 @@ def read_multirun_folder(path: str | os.PathLike[str]) -> MultirunFolder:
     """
     folder = Path(path)
     if not is_multirun_folder(folder):
-        raise FileNotFoundError(f"{folder} is not a Hydra multirun folder (multirun.yaml and numbered job folders 0/, 1/, ...)")
+        raise FileNotFoundError(
+            f"{folder} is not a Hydra multirun folder (multirun.yaml and numbered job folders 0/, 1/, ...)"
+        )
     jobs = [read_run_folder(p) for p in _job_folders(folder)]
     return MultirunFolder(path=folder, config=_read_text(folder, "multirun.yaml"), jobs=jobs)
 
@@ -263,7 +274,9 @@ def read_family_folder(path: str | os.PathLike[str]) -> FamilyFolder:
             family.problems.append(f"{folder.name}/{HISTORY_FILE} is unreadable: {exc}")
         else:
             if family.run.schema is None:
-                family.problems.append(f"{folder.name}/{SCHEMA_FILE} is missing: the directions of the values are unknown")
+                family.problems.append(
+                    f"{folder.name}/{SCHEMA_FILE} is missing: the directions of the values are unknown"
+                )
             if not family.run.records:
                 family.problems.append(f"{folder.name}: no successful evaluation in the history")
     family.images = _family_images(folder, family.problems)
@@ -362,14 +375,18 @@ def read_media_manifest(media: str | os.PathLike[str], problems: list[str] | Non
             problems.append(f"{where}: table {name!r} needs a name, columns and rows; left out")
             continue
         if not all(isinstance(row, list) and len(row) == len(columns) for row in rows):
-            problems.append(f"{where}: table {name!r} has a row whose length is not that of its {len(columns)} columns; left out")
+            problems.append(
+                f"{where}: table {name!r} has a row whose length is not that of its {len(columns)} columns; left out"
+            )
             continue
         table_rows = []
         for r, row in enumerate(rows):
             cells = []
             for c, cell in enumerate(row):
                 if isinstance(cell, dict):
-                    cell = _media_image(media, cell.get("image"), f"{where}, table {name!r} row {r} column {columns[c]!r}", problems)
+                    cell = _media_image(
+                        media, cell.get("image"), f"{where}, table {name!r} row {r} column {columns[c]!r}", problems
+                    )
                 cells.append(cell)
             table_rows.append(cells)
         manifest.tables.append(MediaTable(name, [str(c) for c in columns], table_rows))
@@ -379,7 +396,9 @@ def read_media_manifest(media: str | os.PathLike[str], problems: list[str] | Non
         if not isinstance(name, str) or not numbers or len(x) != len(y):
             problems.append(f"{where}: curve {name!r} needs a name and numeric x and y of one length; left out")
             continue
-        manifest.curves.append(MediaCurve(name, str(entry.get("xname") or "x"), [float(v) for v in x], [float(v) for v in y]))
+        manifest.curves.append(
+            MediaCurve(name, str(entry.get("xname") or "x"), [float(v) for v in x], [float(v) for v in y])
+        )
     return manifest
 
 

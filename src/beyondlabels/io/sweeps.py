@@ -33,7 +33,15 @@ __all__ = ["RUN_KEYS", "SEED_KEYS", "SweepJob", "group_jobs", "override_name", "
 SEED_KEYS = ("seed",)
 # Override keys (and key prefixes: ``paths`` covers ``paths.log_dir``) that say where and how a job runs and logs, not
 # what it trains; a job resumed with ``ckpt_path=`` or run on more devices stays in its setting's group.
-RUN_KEYS = ("ckpt_path", "paths", "hydra", "logger", "trainer.devices", "trainer.num_nodes", "trainer.enable_progress_bar")
+RUN_KEYS = (
+    "ckpt_path",
+    "paths",
+    "hydra",
+    "logger",
+    "trainer.devices",
+    "trainer.num_nodes",
+    "trainer.enable_progress_bar",
+)
 
 
 def _is_run_key(key: str) -> bool:

@@ -95,8 +95,7 @@ def _corrupt(path: Path, offset: int, what: str) -> ValueError:
 def _check_file_header(path: Path, header: bytes) -> None:
     if len(header) < FILE_HEADER_LEN:
         raise ValueError(
-            f"{path}: not a W&B run log (only {len(header)} bytes, "
-            f"shorter than the {FILE_HEADER_LEN}-byte file header)"
+            f"{path}: not a W&B run log (only {len(header)} bytes, shorter than the {FILE_HEADER_LEN}-byte file header)"
         )
     ident, magic, version = _FILE_HEADER.unpack(header)
     if ident != FILE_IDENT or magic != FILE_MAGIC:
@@ -105,9 +104,7 @@ def _check_file_header(path: Path, header: bytes) -> None:
             f"{FILE_IDENT!r} and magic 0x{FILE_MAGIC:04X})"
         )
     if version != FILE_VERSION:
-        raise ValueError(
-            f"{path}: unsupported W&B run log version {version} (this reader knows {FILE_VERSION})"
-        )
+        raise ValueError(f"{path}: unsupported W&B run log version {version} (this reader knows {FILE_VERSION})")
 
 
 def _iter_chunks(path: Path, fp: Any) -> Iterator[tuple[int, int, bytes]]:
@@ -191,8 +188,7 @@ def iter_record_bytes(path: str | os.PathLike[str], *, strict: bool = False) -> 
             if strict:
                 where = f"the record starting at byte {first_pos}" if parts else "a record"
                 raise ValueError(
-                    f"{path}: truncated W&B run log: the file ends inside {where} "
-                    f"({os.path.getsize(path)} bytes)"
+                    f"{path}: truncated W&B run log: the file ends inside {where} ({os.path.getsize(path)} bytes)"
                 ) from None
 
 
@@ -212,9 +208,7 @@ def iter_records(path: str | os.PathLike[str], *, strict: bool = False) -> Itera
         try:
             record.ParseFromString(payload)
         except DecodeError as exc:
-            raise ValueError(
-                f"{path}: corrupt W&B run log: record #{index} is not a valid Record ({exc})"
-            ) from exc
+            raise ValueError(f"{path}: corrupt W&B run log: record #{index} is not a valid Record ({exc})") from exc
         yield record
 
 
@@ -332,9 +326,7 @@ def _decode(path: Path, item: Any) -> Any:
     try:
         return json.loads(item.value_json)
     except ValueError as exc:
-        raise ValueError(
-            f"{path}: value of {'/'.join(_item_path(item))!r} is not valid JSON ({exc})"
-        ) from exc
+        raise ValueError(f"{path}: value of {'/'.join(_item_path(item))!r} is not valid JSON ({exc})") from exc
 
 
 def _apply_updates(path: Path, target: dict[str, Any], record: Any) -> None:

@@ -110,7 +110,9 @@ class PerSampleMetric(Metric):
         """A small evaluation of this metric: an instance updated with a few seeded samples, ready for ``compute()``.
         Every family's metric defines one; the contract tests over the families of :mod:`beyondlabels.families` run
         it (``plot()``, intervals, headline keys), so a new family is checked the moment it is registered."""
-        raise NotImplementedError(f"{cls.__name__} defines no example(): a family's metric returns a small updated instance")
+        raise NotImplementedError(
+            f"{cls.__name__} defines no example(): a family's metric returns a small updated instance"
+        )
 
     def output_schema(self) -> OutputSchema:
         """Kind and direction of every key :meth:`compute` returns."""
@@ -132,7 +134,9 @@ class PerSampleMetric(Metric):
             except (TypeError, ValueError, RuntimeError) as exc:
                 raise ValueError(f"`ids` must be integer sample ids, got {type(ids).__name__}: {exc}") from exc
         if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(f"`ids` must be a 1-D integer tensor [B] of global sample ids, got {tuple(ids.shape)} {ids.dtype}.")
+            raise ValueError(
+                f"`ids` must be a 1-D integer tensor [B] of global sample ids, got {tuple(ids.shape)} {ids.dtype}."
+            )
         if ids.shape[0] != batch_size:
             raise ValueError(f"`ids` has {ids.shape[0]} entries for a batch of {batch_size}; they must match.")
         if self.validate_args and bool((ids == _NO_ID).any()):
@@ -164,8 +168,12 @@ class PerSampleMetric(Metric):
         distributed_available: Any = None,
     ) -> None:
         """torchmetrics' ``sync``, recording whether the states were gathered (:meth:`work_share` reads it)."""
-        super().sync(dist_sync_fn=dist_sync_fn, process_group=process_group, should_sync=should_sync,
-                     distributed_available=distributed_available)  # fmt: skip
+        super().sync(
+            dist_sync_fn=dist_sync_fn,
+            process_group=process_group,
+            should_sync=should_sync,
+            distributed_available=distributed_available,
+        )
         available = distributed_available if distributed_available is not None else self.distributed_available_fn
         if should_sync and callable(available) and available():
             self._states_gathered = True
@@ -191,7 +199,9 @@ class PerSampleMetric(Metric):
             try:
                 values[name] = dim_zero_cat(getattr(self, name))
             except RuntimeError as exc:
-                raise ValueError(f"the `{name}` of different updates do not fit together ({exc}); every update must use the same shape.") from exc
+                raise ValueError(
+                    f"the `{name}` of different updates do not fit together ({exc}); every update must use the same shape."
+                ) from exc
         placeholder = ids == _NO_ID
         if bool(placeholder.any()):
             if not bool(placeholder.all()):
@@ -239,7 +249,9 @@ class PerSampleMetric(Metric):
         """Concatenate every process's rows of per-query tensors (uneven counts allowed), rank by rank."""
         if self.work_share() is None:
             return rows
-        return {key: torch.cat(gather_all_tensors(value.contiguous(), self.process_group)) for key, value in rows.items()}
+        return {
+            key: torch.cat(gather_all_tensors(value.contiguous(), self.process_group)) for key, value in rows.items()
+        }
 
     def scalars(self, results: dict[str, Any], prefix: str = "") -> dict[str, Tensor]:
         """The scalar entries of ``results`` (one :meth:`compute`), each as a 0-d float tensor under

@@ -127,7 +127,9 @@ class CrossModalRetrieval(PerSampleMetric):
             raise ValueError(f"`{name}` has {value.shape[0]} entries for {length} embeddings; they must match.")
         value = value.to(device=device, dtype=torch.long)
         if self.validate_args and value.numel() and bool(((value < 0) | (value >= _MAX_ID)).any()):
-            raise ValueError(f"`{name}` must lie in [0, 2**62), got {value[(value < 0) | (value >= _MAX_ID)][:5].tolist()}.")
+            raise ValueError(
+                f"`{name}` must lie in [0, 2**62), got {value[(value < 0) | (value >= _MAX_ID)][:5].tolist()}."
+            )
         return value
 
     def update(
@@ -140,7 +142,9 @@ class CrossModalRetrieval(PerSampleMetric):
     ) -> None:
         """Add images, captions or both (see the class docstring for the inputs)."""
         if image_embeddings is None and text_embeddings is None:
-            raise ValueError("pass `image_embeddings` (with `image_ids`), `text_embeddings` (with `text_image_ids`), or both.")
+            raise ValueError(
+                "pass `image_embeddings` (with `image_ids`), `text_embeddings` (with `text_image_ids`), or both."
+            )
         if image_embeddings is not None:
             emb = self._check_embeddings(image_embeddings, "image_embeddings")
             ids = self._check_id_vector(image_ids, "image_ids", emb.shape[0], emb.device)
@@ -190,5 +194,9 @@ class CrossModalRetrieval(PerSampleMetric):
         out = aggregate_crossmodal(rows, row, ks=self.ks, image_ids=image_ids, text_ids=text_ids)
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
         if "neighbors" in out:
-            out["neighbors"] = {"text_ids": text_ids, "image_ids": image_ids[out["neighbors"]["indices"]], "scores": out["neighbors"]["scores"]}
+            out["neighbors"] = {
+                "text_ids": text_ids,
+                "image_ids": image_ids[out["neighbors"]["indices"]],
+                "scores": out["neighbors"]["scores"],
+            }
         return out

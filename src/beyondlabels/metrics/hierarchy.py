@@ -89,7 +89,9 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         tree = Taxonomy({"b": "a", "c": "a", "d": "b", "e": "b", "f": "c"}, root="a")
         g = torch.Generator().manual_seed(1)
         metric = cls(tree)
-        metric.update(torch.randint(0, 6, (30,), generator=g), torch.randint(1, 6, (30,), generator=g), torch.arange(30))
+        metric.update(
+            torch.randint(0, 6, (30,), generator=g), torch.randint(1, 6, (30,), generator=g), torch.arange(30)
+        )
         return metric
 
     def output_schema(self) -> OutputSchema:
@@ -108,7 +110,11 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         gt = self._nodes(gt_nodes, "gt_nodes")
         if pred.numel() != gt.numel():
             raise ValueError(f"`pred_nodes` has {pred.numel()} entries and `gt_nodes` {gt.numel()}; they must match.")
-        device = pred.device if isinstance(pred_nodes, Tensor) else (gt.device if isinstance(gt_nodes, Tensor) else self.device)
+        device = (
+            pred.device
+            if isinstance(pred_nodes, Tensor)
+            else (gt.device if isinstance(gt_nodes, Tensor) else self.device)
+        )
         pred, gt = pred.to(device), gt.to(device)
         if self.validate_args and not self.include_root and bool((gt == 0).any()):
             raise ValueError(

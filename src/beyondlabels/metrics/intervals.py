@@ -53,7 +53,9 @@ def confidence_interval_keys(schema: OutputSchema, keys: bool | Sequence[str] = 
         raise ValueError(f"`confidence_intervals` must be True, False or a list of metric names, got {keys!r}.")
     unknown = [k for k in keys if k not in eligible]
     if unknown:
-        raise ValueError(f"`confidence_intervals` names {unknown}, which have no per-query values; choose from {eligible}.")
+        raise ValueError(
+            f"`confidence_intervals` names {unknown}, which have no per-query values; choose from {eligible}."
+        )
     return list(keys)
 
 
@@ -109,7 +111,11 @@ def confidence_intervals(
         for column, (key, _) in enumerate(members):
             estimate = float(estimates[column])
             if means is None or bool((matrix[:, column] == matrix[0, column]).all()):
-                interval = point_interval(estimate, confidence, "percentile", n) if n else Interval(math.nan, math.nan, math.nan, confidence, "percentile", 0)
+                interval = (
+                    point_interval(estimate, confidence, "percentile", n)
+                    if n
+                    else Interval(math.nan, math.nan, math.nan, confidence, "percentile", 0)
+                )
             else:
                 interval = interval_from(means[:, column], estimate, confidence, "percentile", n, None)
             out[f"{key}_ci_low"], out[f"{key}_ci_high"] = interval.low, interval.high

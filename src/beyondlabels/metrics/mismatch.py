@@ -42,7 +42,9 @@ _EXAMPLE_GAINS = ClassGains([[1.0, 0.6, 0.1], [0.6, 1.0, 0.3], [0.1, 0.3, 1.0]],
 def _as_gains(similarity: Any, labels: Any) -> ClassGains:
     if isinstance(similarity, ClassGains):
         if labels is not None:
-            raise ValueError("`labels` applies to FeatureProfiles similarity only; a ClassGains already lists its classes.")
+            raise ValueError(
+                "`labels` applies to FeatureProfiles similarity only; a ClassGains already lists its classes."
+            )
         return similarity
     if isinstance(similarity, FeatureProfiles):
         return profile_class_gains(similarity, name="profile", labels=labels)
@@ -106,7 +108,9 @@ class LabelMismatchAnalysis(PerSampleMetric):
         if counts is not None:
             c = torch.as_tensor(counts, dtype=torch.float64).flatten()
             if c.numel() != self.gains.num_classes or not bool(torch.isfinite(c).all()) or bool((c < 0).any()):
-                raise ValueError(f"`counts` must hold {self.gains.num_classes} finite counts >= 0, one per class, got {c.numel()} values.")
+                raise ValueError(
+                    f"`counts` must hold {self.gains.num_classes} finite counts >= 0, one per class, got {c.numel()} values."
+                )
             counts = c
         self.counts = counts
         self.num_trials, self.seed, self.percentile_kind = num_trials, seed, percentile_kind
@@ -131,19 +135,36 @@ class LabelMismatchAnalysis(PerSampleMetric):
         extra = OutputSchema({"num_duplicates": self.count_spec()}, {"query_id": KeySpec("per_query", None)})
         return mismatch_output_schema(spearman=self.with_embeddings).merged(extra)
 
-    def update(self, query_labels: Tensor, retrieved_labels: Tensor, ids: Any = None, embeddings: Tensor | None = None) -> None:
+    def update(
+        self, query_labels: Tensor, retrieved_labels: Tensor, ids: Any = None, embeddings: Tensor | None = None
+    ) -> None:
         """Add a batch: each query's label and the label retrieved at rank 1 (int label codes, ``[B]``), optional
         global ids, and (with ``with_embeddings``) the queries' embeddings ``[B, D]``."""
         for value, name in ((query_labels, "query_labels"), (retrieved_labels, "retrieved_labels")):
-            if not isinstance(value, Tensor) or value.dim() != 1 or value.is_floating_point() or value.dtype == torch.bool:
-                raise ValueError(f"`{name}` must be a 1-D integer tensor of label codes, got {getattr(value, 'shape', type(value))}.")
+            if (
+                not isinstance(value, Tensor)
+                or value.dim() != 1
+                or value.is_floating_point()
+                or value.dtype == torch.bool
+            ):
+                raise ValueError(
+                    f"`{name}` must be a 1-D integer tensor of label codes, got {getattr(value, 'shape', type(value))}."
+                )
         if query_labels.shape != retrieved_labels.shape:
-            raise ValueError(f"`query_labels` and `retrieved_labels` must have one entry per query, got {query_labels.numel()} and {retrieved_labels.numel()}.")
+            raise ValueError(
+                f"`query_labels` and `retrieved_labels` must have one entry per query, got {query_labels.numel()} and {retrieved_labels.numel()}."
+            )
         ids = self.check_ids(ids, query_labels.numel(), query_labels.device)
         states = {"labels_query": query_labels.long(), "labels_retrieved": retrieved_labels.long()}
         if self.with_embeddings:
-            if not isinstance(embeddings, Tensor) or embeddings.dim() != 2 or embeddings.shape[0] != query_labels.numel():
-                raise ValueError(f"`embeddings` must be a [B, D] tensor with one row per query (with_embeddings=True), got {getattr(embeddings, 'shape', None)}.")
+            if (
+                not isinstance(embeddings, Tensor)
+                or embeddings.dim() != 2
+                or embeddings.shape[0] != query_labels.numel()
+            ):
+                raise ValueError(
+                    f"`embeddings` must be a [B, D] tensor with one row per query (with_embeddings=True), got {getattr(embeddings, 'shape', None)}."
+                )
             if self.validate_args and not bool(torch.isfinite(embeddings).all()):
                 raise ValueError("`embeddings` holds NaN or infinite values.")
             states["embeddings"] = embeddings.detach().float()
@@ -159,8 +180,14 @@ class LabelMismatchAnalysis(PerSampleMetric):
         if self.with_embeddings:
             extra = {"embeddings": samples.values["embeddings"].cpu(), "embedding_classes": q}
         out = mismatch_analysis(
-            q, r, self.gains.gains, counts=self.counts, num_trials=self.num_trials, seed=self.seed,
-            percentile_kind=self.percentile_kind, **extra,
+            q,
+            r,
+            self.gains.gains,
+            counts=self.counts,
+            num_trials=self.num_trials,
+            seed=self.seed,
+            percentile_kind=self.percentile_kind,
+            **extra,
         )
         null = out.pop("null")
         out["num_duplicates"] = samples.num_duplicates
@@ -168,7 +195,8 @@ class LabelMismatchAnalysis(PerSampleMetric):
         per_query["query_id"] = samples.ids
         # scalars as 0-d tensors, like every metric's compute(): counts int64, the rest float64
         result: dict[str, Any] = {
-            key: torch.tensor(value, dtype=torch.long if isinstance(value, int) else torch.float64) for key, value in out.items()
+            key: torch.tensor(value, dtype=torch.long if isinstance(value, int) else torch.float64)
+            for key, value in out.items()
         }
         result["per_query"] = per_query
         result["null_distribution"] = null
@@ -222,7 +250,9 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
         **kwargs: Any,
     ) -> None:
         if not isinstance(gains, ClassGains):
-            raise ValueError(f"`gains` must be a ClassGains (e.g. profile_class_gains(profiles)), got {type(gains).__name__}.")
+            raise ValueError(
+                f"`gains` must be a ClassGains (e.g. profile_class_gains(profiles)), got {type(gains).__name__}."
+            )
         check_int_at_least(num_trials, "num_trials", 1)
         check_int(seed, "seed")
         check_int(projection_seed, "projection_seed")
@@ -243,7 +273,9 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
 
     def output_schema(self) -> OutputSchema:
         mismatch = mismatch_output_schema(spearman=True)
-        return super().output_schema().merged(OutputSchema({f"mismatch_{k}": mismatch[k] for k in mismatch.scalar_keys()}))
+        return (
+            super().output_schema().merged(OutputSchema({f"mismatch_{k}": mismatch[k] for k in mismatch.scalar_keys()}))
+        )
 
     def compute(self) -> dict[str, Any]:
         samples = self.gathered_samples()  # gathered and deduplicated once, for the search and the analysis
@@ -252,8 +284,13 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
         q = self.mismatch_gains.class_index(out["per_query"]["label"].cpu(), "labels")
         r = self.mismatch_gains.class_index(out["neighbors"]["labels"][:, 0].cpu(), "labels")
         analysis = mismatch_analysis(
-            q, r, self.mismatch_gains.gains, num_trials=self.num_trials, seed=self.seed,
-            embeddings=embeddings, embedding_classes=self.mismatch_gains.class_index(labels, "labels"),
+            q,
+            r,
+            self.mismatch_gains.gains,
+            num_trials=self.num_trials,
+            seed=self.seed,
+            embeddings=embeddings,
+            embedding_classes=self.mismatch_gains.class_index(labels, "labels"),
         )
         out["null_distribution"] = analysis.pop("null")
         out["mismatch_pairs"] = {"query": q, "retrieved": r}
@@ -289,4 +326,6 @@ def retrieval_metric(
     """
     if gains is None:
         return EmbeddingRetrieval(**options)
-    return RetrievalWithMismatch(gains, num_trials=num_trials, seed=seed, projection_points=projection_points, **options)
+    return RetrievalWithMismatch(
+        gains, num_trials=num_trials, seed=seed, projection_points=projection_points, **options
+    )

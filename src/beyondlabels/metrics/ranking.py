@@ -60,7 +60,9 @@ class GradedRanking(PerSampleMetric):
     scores: list[Tensor]
     grades: list[Tensor]
 
-    def __init__(self, ks: Sequence[int] = (5, 10), relevance_level: int = 1, validate_args: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, ks: Sequence[int] = (5, 10), relevance_level: int = 1, validate_args: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
         self.ks = check_ks(ks)
         check_int_at_least(relevance_level, "relevance_level", 1, hint="the smallest relevant grade")
@@ -85,22 +87,32 @@ class GradedRanking(PerSampleMetric):
     def update(self, scores: Tensor, grades: Tensor, ids: Any = None) -> None:
         """Add a batch of queries (see the class docstring for the inputs)."""
         if not isinstance(scores, Tensor) or scores.dim() != 2 or not scores.is_floating_point():
-            raise ValueError(f"`scores` must be a 2-D float tensor [B, D] of candidate scores, got {getattr(scores, 'shape', type(scores).__name__)}.")
+            raise ValueError(
+                f"`scores` must be a 2-D float tensor [B, D] of candidate scores, got {getattr(scores, 'shape', type(scores).__name__)}."
+            )
         if not isinstance(grades, Tensor) or grades.shape != scores.shape:
-            raise ValueError(f"`grades` must be a tensor of the shape of `scores` {tuple(scores.shape)} (NaN = unjudged), got {getattr(grades, 'shape', type(grades).__name__)}.")
+            raise ValueError(
+                f"`grades` must be a tensor of the shape of `scores` {tuple(scores.shape)} (NaN = unjudged), got {getattr(grades, 'shape', type(grades).__name__)}."
+            )
         if self.scores and isinstance(self.scores, list) and self.scores[-1].shape[1] != scores.shape[1]:
-            raise ValueError(f"`scores` has {scores.shape[1]} candidates per query but earlier updates had {self.scores[-1].shape[1]}; pad rows with -inf scores.")
+            raise ValueError(
+                f"`scores` has {scores.shape[1]} candidates per query but earlier updates had {self.scores[-1].shape[1]}; pad rows with -inf scores."
+            )
         grades = grades.to(torch.float64)
         if self.validate_args:
             if bool(torch.isnan(scores).any()) or bool((scores == float("inf")).any()):
                 raise ValueError("`scores` contains NaN or +inf; use -inf for candidates that are not retrieved.")
             graded = grades[~torch.isnan(grades)]
             if bool((graded != graded.floor()).any()):
-                raise ValueError("`grades` must be ints (negative: pooled but not judged, as in trec_eval), or NaN for unjudged candidates.")
+                raise ValueError(
+                    "`grades` must be ints (negative: pooled but not judged, as in trec_eval), or NaN for unjudged candidates."
+                )
         ids = self.check_ids(ids, scores.shape[0], scores.device)
         # unjudged stored as -1, which the kernel reads as unjudged too: the base compares copies of an id with ==,
         # which NaN never satisfies
-        self.append_samples(ids, scores=scores.detach().to(torch.float64), grades=grades.nan_to_num(-1.0).to(scores.device))
+        self.append_samples(
+            ids, scores=scores.detach().to(torch.float64), grades=grades.nan_to_num(-1.0).to(scores.device)
+        )
 
     def compute(self) -> dict[str, Any]:
         """Rank the gathered queries' candidates and return every metric with per-query values."""

@@ -219,8 +219,11 @@ class EmbeddingRetrieval(PerSampleMetric):
             for key in plain.scalar_keys():
                 keys[f"clean/{key}"] = plain[key]
         # the counts a run summary shows on the family's note line, as "<value> <label>"
-        notes = {"audit_num_suspects": "suspected label errors", "audit_num_outliers": "outliers",
-                 "audit_num_cross_label_duplicates": "cross-label duplicates"}  # fmt: skip
+        notes = {
+            "audit_num_suspects": "suspected label errors",
+            "audit_num_outliers": "outliers",
+            "audit_num_cross_label_duplicates": "cross-label duplicates",
+        }
         return OutputSchema(keys, per_query, notes=notes)
 
     def update(self, embeddings: Tensor, labels: Any, ids: Any = None) -> None:
@@ -231,7 +234,11 @@ class EmbeddingRetrieval(PerSampleMetric):
         n = embeddings.shape[0]
         if embeddings.shape[1] == 0:
             raise ValueError("`embeddings` has zero columns; pass vectors of dimension >= 1.")
-        if self.embeddings and isinstance(self.embeddings, list) and self.embeddings[-1].shape[1] != embeddings.shape[1]:
+        if (
+            self.embeddings
+            and isinstance(self.embeddings, list)
+            and self.embeddings[-1].shape[1] != embeddings.shape[1]
+        ):
             raise ValueError(
                 f"`embeddings` has dimension {embeddings.shape[1]} but earlier updates had {self.embeddings[-1].shape[1]}; "
                 "every update must use the same embedding size."
@@ -263,7 +270,9 @@ class EmbeddingRetrieval(PerSampleMetric):
         query_rows = None if self.max_queries is None else sample_queries(ids, self.max_queries, self.query_seed)
         audit_k = 0 if self.audit is None else min(self.audit.k, ids.numel() - 1)
         if self.audit is not None and audit_k < 1:
-            raise ValueError(f"the audit needs at least 2 samples, got {ids.numel()}; feed more samples or turn `audit` off.")
+            raise ValueError(
+                f"the audit needs at least 2 samples, got {ids.numel()}; feed more samples or turn `audit` off."
+            )
         out = self._retrieval(emb, labels, ids, share, query_rows, max(self.return_neighbors, audit_k))
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
         if self.audit is not None:
@@ -311,9 +320,13 @@ class EmbeddingRetrieval(PerSampleMetric):
         n = ids.numel()
         nb = Neighbors(torch.arange(n, device=ids.device), found["scores"][:, :k], found["indices"][:, :k])
         a = audit_neighbors(
-            nb, labels, k=k, quality_threshold=settings.quality_threshold, outlier_threshold=settings.outlier_threshold,
+            nb,
+            labels,
+            k=k,
+            quality_threshold=settings.quality_threshold,
+            outlier_threshold=settings.outlier_threshold,
             duplicate_threshold=settings.duplicate_threshold,
-        )  # fmt: skip
+        )
         if self.return_neighbors:
             out["neighbors"] = {key: value[:, : self.return_neighbors] for key, value in found.items()}
         else:
@@ -341,9 +354,23 @@ class EmbeddingRetrieval(PerSampleMetric):
                 "suggested_shares": a.suggested_share[a.suspects],
                 "label_quality": a.label_quality[a.suspects],
             },
-            "outliers": {"ids": ids[top_outliers], "labels": labels[top_outliers], "scores": a.outlier_score[top_outliers]},
-            "duplicates": {"ids": ids[pairs], "labels": labels[pairs], "scores": a.duplicate_scores, "cross_label": a.cross_label},
-            "per_class": {"label": a.classes, "items": a.class_items, "suspects": a.class_suspects, "outliers": a.class_outliers},
+            "outliers": {
+                "ids": ids[top_outliers],
+                "labels": labels[top_outliers],
+                "scores": a.outlier_score[top_outliers],
+            },
+            "duplicates": {
+                "ids": ids[pairs],
+                "labels": labels[pairs],
+                "scores": a.duplicate_scores,
+                "cross_label": a.cross_label,
+            },
+            "per_class": {
+                "label": a.classes,
+                "items": a.class_items,
+                "suspects": a.class_suspects,
+                "outliers": a.class_outliers,
+            },
         }
         if settings.exclude_suspects:
             drop = torch.zeros(n, dtype=torch.bool, device=ids.device)
@@ -369,7 +396,9 @@ class EmbeddingRetrieval(PerSampleMetric):
         super().reset()
         self._label_names = {}
 
-    def state_dict(self, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False) -> dict[str, Any]:
+    def state_dict(
+        self, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Any]:
         """torchmetrics' ``state_dict``; with the states persistent (``metric.persistent(True)``) it also holds the
         names of string labels (``label_names``: ``{code: label}``), so a restored metric names them again."""
         destination = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
@@ -378,17 +407,29 @@ class EmbeddingRetrieval(PerSampleMetric):
         return destination
 
     def _load_from_state_dict(
-        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict, strict: bool, missing_keys: list[str],
-        unexpected_keys: list[str], error_msgs: list[str],
-    ) -> None:  # fmt: skip
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
         names = state_dict.pop(prefix + "label_names", None)
         if names is not None:
-            if not isinstance(names, dict) or not all(isinstance(k, int) and isinstance(v, str) for k, v in names.items()):
-                raise ValueError(f"`{prefix}label_names` in the state dict must map label codes (int) to names (str), got {type(names).__name__}.")
+            if not isinstance(names, dict) or not all(
+                isinstance(k, int) and isinstance(v, str) for k, v in names.items()
+            ):
+                raise ValueError(
+                    f"`{prefix}label_names` in the state dict must map label codes (int) to names (str), got {type(names).__name__}."
+                )
             self._label_names = dict(names)
         elif prefix + "labels" in state_dict:  # labels restored without names (saved by an older version): unnamed
             self._label_names = {}
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
 
 def _audit_per_query(a: LabelAudit) -> dict[str, Tensor]:

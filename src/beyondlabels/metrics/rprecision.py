@@ -89,7 +89,9 @@ class TextImageRPrecision(PerSampleMetric):
             num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, chunk_size
         )
         if candidate_sets is not None and not isinstance(candidate_sets, CandidateSets):
-            raise ValueError(f"`candidate_sets` must be CandidateSets (see `load_candidate_sets`), got {type(candidate_sets).__name__}.")
+            raise ValueError(
+                f"`candidate_sets` must be CandidateSets (see `load_candidate_sets`), got {type(candidate_sets).__name__}."
+            )
         if candidate_sets is not None and protocol != "folds":
             raise ValueError("`candidate_sets` pin one draw; use them with `protocol='folds'`.")
         self.num_candidates = num_candidates
@@ -115,7 +117,9 @@ class TextImageRPrecision(PerSampleMetric):
         return metric
 
     def output_schema(self) -> OutputSchema:
-        return rprecision_output_schema(self.top_r, self.hard_negatives).merged(OutputSchema({"num_duplicates": self.count_spec()}))
+        return rprecision_output_schema(self.top_r, self.hard_negatives).merged(
+            OutputSchema({"num_duplicates": self.count_spec()})
+        )
 
     def settings(self) -> dict[str, Any]:
         """The protocol as a plain dict (for reports and run configs)."""
@@ -137,9 +141,13 @@ class TextImageRPrecision(PerSampleMetric):
             shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
             raise ValueError(f"`{name}` must be a 2-D float tensor [B, D] with D >= 1, got {shape}.")
         if rows is not None and value.shape[0] != rows:
-            raise ValueError(f"`{name}` has {value.shape[0]} rows but `image_embeddings` has {rows}; row i of both is one sample.")
+            raise ValueError(
+                f"`{name}` has {value.shape[0]} rows but `image_embeddings` has {rows}; row i of both is one sample."
+            )
         if self.images and isinstance(self.images, list) and self.images[-1].shape[1] != value.shape[1]:
-            raise ValueError(f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.images[-1].shape[1]}; use one evaluator.")
+            raise ValueError(
+                f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.images[-1].shape[1]}; use one evaluator."
+            )
         if self.validate_args and not bool(torch.isfinite(value).all()):
             raise ValueError(f"`{name}` contains NaN or Inf values; check the generated images and the evaluator.")
         return value.detach().to(torch.float32)
@@ -149,7 +157,9 @@ class TextImageRPrecision(PerSampleMetric):
             return torch.full((n,), _MISSING, dtype=torch.long, device=device)
         if isinstance(value, Tensor):
             if value.dim() != 1 or value.is_floating_point() or value.dtype == torch.bool:
-                raise ValueError(f"`{name}` must be a 1-D integer tensor or a list of strings, got {tuple(value.shape)} {value.dtype}.")
+                raise ValueError(
+                    f"`{name}` must be a 1-D integer tensor or a list of strings, got {tuple(value.shape)} {value.dtype}."
+                )
             codes = value.to(device=device, dtype=torch.long)
         else:
             if isinstance(value, str) or not isinstance(value, Sequence):
@@ -176,7 +186,9 @@ class TextImageRPrecision(PerSampleMetric):
         img = self._embeddings(image_embeddings, "image_embeddings", None)
         txt = self._embeddings(text_embeddings, "text_embeddings", img.shape[0])
         if txt.shape[1] != img.shape[1]:
-            raise ValueError(f"`text_embeddings` has dimension {txt.shape[1]} but `image_embeddings` {img.shape[1]}; embed both with one evaluator.")
+            raise ValueError(
+                f"`text_embeddings` has dimension {txt.shape[1]} but `image_embeddings` {img.shape[1]}; embed both with one evaluator."
+            )
         n = img.shape[0]
         ids = self.check_ids(ids, n, img.device)
         self.append_samples(
@@ -194,7 +206,9 @@ class TextImageRPrecision(PerSampleMetric):
         if bool(missing.all()):
             return None
         if bool(missing.any()):
-            raise ValueError(f"some updates passed `{name}` and others did not; pass `{name}` in every update or in none.")
+            raise ValueError(
+                f"some updates passed `{name}` and others did not; pass `{name}` in every update or in none."
+            )
         return codes
 
     def compute(self) -> dict[str, Any]:

@@ -55,7 +55,9 @@ class ZeroShotClassification(PerSampleMetric):
         self.num_classes = check_positive_int(num_classes, "num_classes")
         self.ks = check_ks(ks)
         if self.ks[-1] > num_classes:
-            raise ValueError(f"`ks` contains {self.ks[-1]} but there are only {num_classes} classes; lower it (e.g. ks=[1]).")
+            raise ValueError(
+                f"`ks` contains {self.ks[-1]} but there are only {num_classes} classes; lower it (e.g. ks=[1])."
+            )
         self.add_sample_state("predictions")
         self.add_sample_state("labels", agree=True)
 
@@ -83,7 +85,9 @@ class ZeroShotClassification(PerSampleMetric):
             shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
             raise ValueError(f"`scores` must be a 2-D float tensor [B, num_classes], got {shape}.")
         if scores.shape[1] != self.num_classes:
-            raise ValueError(f"`scores` has {scores.shape[1]} columns but num_classes={self.num_classes}; pass one score per class.")
+            raise ValueError(
+                f"`scores` has {scores.shape[1]} columns but num_classes={self.num_classes}; pass one score per class."
+            )
         if not isinstance(labels, Tensor):
             try:
                 labels = torch.as_tensor(labels)
@@ -92,7 +96,9 @@ class ZeroShotClassification(PerSampleMetric):
         if labels.dim() != 1 or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
             raise ValueError(f"`labels` must be 1-D integer class indices, got {tuple(labels.shape)} {labels.dtype}.")
         if labels.shape[0] != scores.shape[0]:
-            raise ValueError(f"`labels` has {labels.shape[0]} entries for {scores.shape[0]} score rows; they must match.")
+            raise ValueError(
+                f"`labels` has {labels.shape[0]} entries for {scores.shape[0]} score rows; they must match."
+            )
         labels = labels.to(device=scores.device, dtype=torch.long)
         if self.validate_args and labels.numel() and bool(((labels < 0) | (labels >= self.num_classes)).any()):
             bad = labels[(labels < 0) | (labels >= self.num_classes)][:5].tolist()
@@ -104,7 +110,11 @@ class ZeroShotClassification(PerSampleMetric):
         """Deduplicate samples by id; top-k, balanced accuracy, confusion matrix and per-sample values."""
         samples = self.gathered_samples()
         out = classification_metrics(
-            samples.values["predictions"], samples.values["labels"], num_classes=self.num_classes, ks=self.ks, ids=samples.ids
+            samples.values["predictions"],
+            samples.values["labels"],
+            num_classes=self.num_classes,
+            ks=self.ks,
+            ids=samples.ids,
         )
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=samples.ids.device)
         return out

@@ -256,9 +256,7 @@ class FeatureProfiles:
             )
         features = data["features"]
         if not isinstance(features, Mapping):
-            raise ValueError(
-                f"'features' must be a mapping {{ordinal: ..., sets: ...}}, got {type(features).__name__}"
-            )
+            raise ValueError(f"'features' must be a mapping {{ordinal: ..., sets: ...}}, got {type(features).__name__}")
         unknown = [k for k in features if k not in ("ordinal", "sets")]
         if unknown:
             raise ValueError(f"'features' has unknown key(s) {_listing(unknown)}; use 'ordinal' and 'sets'")

@@ -1,7 +1,7 @@
 """Reports of evaluations: JSON-ready dicts, terminal tables and PNG plots."""
 
-from beyondlabels.reporting.prefixes import LOGGED_PREFIXES
 from beyondlabels.reporting.plots import save_precision_curve_png
+from beyondlabels.reporting.prefixes import LOGGED_PREFIXES
 from beyondlabels.reporting.retrieval import retrieval_report
 from beyondlabels.reporting.tables import (
     compare_evaluation_runs,

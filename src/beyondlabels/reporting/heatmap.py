@@ -53,7 +53,11 @@ def save_similarity_heatmap_png(
 
 
 def save_null_histogram_png(
-    null: Any, observed: float, path: str | Path, p_value: float | None = None, title: str = "mismatch similarity vs null"
+    null: Any,
+    observed: float,
+    path: str | Path,
+    p_value: float | None = None,
+    title: str = "mismatch similarity vs null",
 ) -> Path:
     """Histogram of the null's trial statistics with the observed mean similarity as a vertical line.
 

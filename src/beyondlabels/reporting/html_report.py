@@ -54,15 +54,23 @@ from beyondlabels.io.run_folders import (
     MultirunFolder,
     RunFolder,
     is_multirun_folder,
-    read_png,
     read_multirun_folder,
+    read_png,
     read_run_folder,
 )
 from beyondlabels.io.sweeps import SEED_KEYS
 from beyondlabels.reporting.sweeps import DAGGER, plot_sweep, sweep_comparison, sweep_headline_keys
 from beyondlabels.reporting.tables import ARROWS
 
-__all__ = ["grouped_sweep_html", "headline_keys", "interval_keys", "report_html", "sweep_section_html", "sweep_table_html", "write_report"]
+__all__ = [
+    "grouped_sweep_html",
+    "headline_keys",
+    "interval_keys",
+    "report_html",
+    "sweep_section_html",
+    "sweep_table_html",
+    "write_report",
+]
 
 _INTERVAL_SUFFIXES = ("_ci_low", "_ci_high")
 # Keys drawn in one band chart at most (the band plot's own limit).
@@ -230,13 +238,19 @@ def _band_charts(family: FamilyFolder, problems: list[str]) -> str:
             names = list(dict.fromkeys(k.split("@")[0] + ("@k" if "@" in k else "") for k in chart))
             title = f"{family.prefix}: {', '.join(names)}"
             try:
-                path = save_history_band_png(run.records, chart, Path(tmp) / f"band_{index}.png", title=title, max_keys=_KEYS_PER_CHART)
+                path = save_history_band_png(
+                    run.records, chart, Path(tmp) / f"band_{index}.png", title=title, max_keys=_KEYS_PER_CHART
+                )
             except (ValueError, TypeError, OSError) as exc:
                 problems.append(f"{family.prefix}: the chart of {', '.join(chart)} could not be drawn: {exc}")
                 continue
             if path is not None:
                 figures.append(f"<figure>{_png(path, title, problems)}</figure>")
-    return "<h4>Over the evaluations (band: interval)</h4>" + f'<div class="figures">{"".join(figures)}</div>' if figures else ""
+    return (
+        "<h4>Over the evaluations (band: interval)</h4>" + f'<div class="figures">{"".join(figures)}</div>'
+        if figures
+        else ""
+    )
 
 
 def _curve_png(curve: MediaCurve, title: str) -> bytes:
@@ -262,18 +276,26 @@ def _media(family: FamilyFolder, problems: list[str]) -> str:
     manifest = family.manifest
     if manifest is None:
         return ""
-    out = [f'<h4>Media of the last evaluation</h4><p class="muted">step {_e(manifest.step)}, epoch {_e(manifest.epoch)}</p>']
+    out = [
+        f'<h4>Media of the last evaluation</h4><p class="muted">step {_e(manifest.step)}, epoch {_e(manifest.epoch)}</p>'
+    ]
     for table in manifest.tables:
         head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
         body = "".join("<tr>" + "".join(_cell(c, problems) for c in row) + "</tr>" for row in table.rows)
-        out.append(f'<h4>{_e(table.name)}</h4><div class="scroll"><table class="media-table" data-name="{_e(table.name)}"><tr>{head}</tr>{body}</table></div>')
+        out.append(
+            f'<h4>{_e(table.name)}</h4><div class="scroll"><table class="media-table" data-name="{_e(table.name)}"><tr>{head}</tr>{body}</table></div>'
+        )
     figures = []
     for figure in manifest.figures:
         if figure.image.path is None:
-            figures.append(f'<figure><span class="muted">(missing: {_e(figure.image.missing)})</span><figcaption>{_e(figure.name)}</figcaption></figure>')
+            figures.append(
+                f'<figure><span class="muted">(missing: {_e(figure.image.missing)})</span><figcaption>{_e(figure.name)}</figcaption></figure>'
+            )
             continue
         caption = figure.name + (f": {figure.caption}" if figure.caption else "")
-        figures.append(f"<figure>{_png(figure.image.path, figure.name, problems)}<figcaption>{_e(caption)}</figcaption></figure>")
+        figures.append(
+            f"<figure>{_png(figure.image.path, figure.name, problems)}<figcaption>{_e(caption)}</figcaption></figure>"
+        )
     for curve in manifest.curves:
         try:
             png = _curve_png(curve, f"{family.prefix}: {curve.name}")
@@ -299,10 +321,16 @@ def _folder_images(family: FamilyFolder, problems: list[str]) -> str:
 def _family_section(family: FamilyFolder, anchor: str) -> str:
     problems = list(family.problems)
     overview = "".join(f"<div>{part}</div>" for part in (_values_table(family), _band_charts(family, problems)) if part)
-    body = (f'<div class="overview">{overview}</div>' if overview else "") + _media(family, problems) + _folder_images(family, problems)
+    body = (
+        (f'<div class="overview">{overview}</div>' if overview else "")
+        + _media(family, problems)
+        + _folder_images(family, problems)
+    )
     if not body:
         body = '<p class="muted">Nothing to show.</p>'
-    return f'<section class="family" id="{_e(anchor)}"><h3>{_e(family.prefix)}</h3>{_problems(problems)}{body}</section>'
+    return (
+        f'<section class="family" id="{_e(anchor)}"><h3>{_e(family.prefix)}</h3>{_problems(problems)}{body}</section>'
+    )
 
 
 def _run_section(run: RunFolder, anchor: str, heading: str = "h2") -> str:
@@ -330,13 +358,20 @@ def _final_values(run: RunFolder) -> tuple[dict[str, dict[str, Any]], list[str]]
             continue
         for key, value in last.items():
             if is_number(value) and not key.endswith(_INTERVAL_SUFFIXES):
-                records[f"{family.prefix}/{key}"] = {"value": value, "low": last.get(f"{key}_ci_low"), "high": last.get(f"{key}_ci_high")}
+                records[f"{family.prefix}/{key}"] = {
+                    "value": value,
+                    "low": last.get(f"{key}_ci_low"),
+                    "high": last.get(f"{key}_ci_high"),
+                }
         keys.extend(f"{family.prefix}/{key}" for key in interval_keys(family))
     return records, keys
 
 
 def sweep_table_html(
-    sweep: MultirunFolder, anchors: Sequence[str], keys: Sequence[str] | None = None, settings: Mapping[str, str] | None = None
+    sweep: MultirunFolder,
+    anchors: Sequence[str],
+    keys: Sequence[str] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> str:
     """The list of a multirun's jobs: one row per job (a link to its section ``anchors[i]``, its setting from
     ``settings`` (``{job folder: group name}``) when given, its overrides) with the final ``value [low, high]`` of
@@ -351,14 +386,18 @@ def sweep_table_html(
         cells = []
         for key in columns:
             entry = records.get(key)
-            record = {key: entry["value"], f"{key}_ci_low": entry["low"], f"{key}_ci_high": entry["high"]} if entry else {}
+            record = (
+                {key: entry["value"], f"{key}_ci_low": entry["low"], f"{key}_ci_high": entry["high"]} if entry else {}
+            )
             cells.append(_value_cell(record, key, False, key))
         overrides = ", ".join(job.overrides) or "none"
         setting = ""
         if settings is not None:
             name = named.get(str(job.path.resolve()))
             setting = f"<td>{_e(name)}</td>" if name is not None else '<td class="muted">(not grouped)</td>'
-        rows.append(f'<tr><td><a href="#{_e(anchor)}">{_e(job.name)}</a></td>{setting}<td><code>{_e(overrides)}</code></td>{"".join(cells)}</tr>')
+        rows.append(
+            f'<tr><td><a href="#{_e(anchor)}">{_e(job.name)}</a></td>{setting}<td><code>{_e(overrides)}</code></td>{"".join(cells)}</tr>'
+        )
     return f'<div class="scroll"><table class="sweep">{head}{"".join(rows)}</table></div>'
 
 
@@ -381,7 +420,11 @@ def _sweep_runs(sweep: MultirunFolder, notes: list[str]) -> list[EvaluationRun]:
 def _bounds(interval: Mapping[str, Any] | None) -> tuple[Any, Any]:
     interval = interval or {}
     low, high = interval.get("low"), interval.get("high")
-    return (low, high) if is_number(low) and is_number(high) and not (math.isnan(low) or math.isnan(high)) else (None, None)
+    return (
+        (low, high)
+        if is_number(low) and is_number(high) and not (math.isnan(low) or math.isnan(high))
+        else (None, None)
+    )
 
 
 def _group_cell(key: str, metric: Mapping[str, Any], survives: bool) -> str:
@@ -412,7 +455,9 @@ def _signed(value: Any) -> str:
 
 def _tests_html(table: Mapping[str, Any]) -> str:
     base = table["baseline"]
-    head = "".join(f"<th>{_e(h)}</th>" for h in ("group", "metric", "Δ seeds [t]", "Δ queries", "p", "p Holm", "d_z", "decision"))
+    head = "".join(
+        f"<th>{_e(h)}</th>" for h in ("group", "metric", "Δ seeds [t]", "Δ queries", "p", "p Holm", "d_z", "decision")
+    )
     rows = []
     for c in base["comparisons"]:
         arrow = ARROWS.get(c.get("direction"), "")
@@ -437,9 +482,15 @@ def _tests_html(table: Mapping[str, Any]) -> str:
         f"p: {base['test']} ({base['permutations']} sign assignments, or all of them when fewer); decisions use the adjusted p; "
         f"{DAGGER}: the difference survives the correction. {base.get('effect_size', '')}."
     )
-    reasons = "".join(f"<li>{_e(c['group'])} on {_e(c['metric'])}: no conclusion ({_e(c.get('reason', ''))})</li>" for c in base["comparisons"] if c.get("decision") == "no conclusion")
+    reasons = "".join(
+        f"<li>{_e(c['group'])} on {_e(c['metric'])}: no conclusion ({_e(c.get('reason', ''))})</li>"
+        for c in base["comparisons"]
+        if c.get("decision") == "no conclusion"
+    )
     table_html = f'<div class="scroll"><table class="sweep-tests"><tr>{head}</tr>{"".join(rows)}</table></div>'
-    return f'<h4>Against the baseline</h4><p class="muted">{_e(caption)}</p>{table_html}' + (f'<ul class="muted">{reasons}</ul>' if reasons else "")
+    return f'<h4>Against the baseline</h4><p class="muted">{_e(caption)}</p>{table_html}' + (
+        f'<ul class="muted">{reasons}</ul>' if reasons else ""
+    )
 
 
 def grouped_sweep_html(table: Mapping[str, Any]) -> str:
@@ -457,7 +508,11 @@ def grouped_sweep_html(table: Mapping[str, Any]) -> str:
     """
     keys = list(table["metrics"])
     base = table.get("baseline")
-    marks = {(c["group"], c["metric"]) for c in base["comparisons"] if c.get("decision") in ("better", "worse")} if base else set()
+    marks = (
+        {(c["group"], c["metric"]) for c in base["comparisons"] if c.get("decision") in ("better", "worse")}
+        if base
+        else set()
+    )
     base_name = base["group"] if base else None
     titles = [f"{k} {ARROWS.get(table['metrics'][k].get('direction'), '')}".strip() for k in keys]
     head = "<tr><th>setting</th><th>n</th>" + "".join(f"<th>{_e(t)}</th>" for t in titles) + "</tr>"
@@ -465,9 +520,13 @@ def grouped_sweep_html(table: Mapping[str, Any]) -> str:
     for name, group in table["groups"].items():
         label = name + (" (baseline)" if name == base_name else "")
         cells = "".join(_group_cell(k, group["metrics"][k], (name, k) in marks) for k in keys)
-        rows.append(f'<tr data-group="{_e(name)}"><td>{_e(label)}</td><td class="num">{len(group["jobs"])}</td>{cells}</tr>')
+        rows.append(
+            f'<tr data-group="{_e(name)}"><td>{_e(label)}</td><td class="num">{len(group["jobs"])}</td>{cells}</tr>'
+        )
     confidence = f"{table.get('confidence', 0.95):.0%}"
-    notes = [f"Mean over seeds [{confidence} t interval across seeds]; n = seeds; q: pooled per-query bootstrap interval over the group's jobs."]
+    notes = [
+        f"Mean over seeds [{confidence} t interval across seeds]; n = seeds; q: pooled per-query bootstrap interval over the group's jobs."
+    ]
     if table.get("common_overrides"):
         notes.append("Every group: " + ", ".join(table["common_overrides"]) + ".")
     out = [f'<div class="scroll"><table class="sweep-groups">{head}{"".join(rows)}</table></div>']
@@ -489,7 +548,9 @@ def _sweep_pictures(table: Mapping[str, Any], notes: list[str]) -> str:
             notes.append(f"the sweep pictures could not be drawn: {exc}")
             return ""
         for key, path in zip(table["metrics"], paths):
-            figures.append(f'<figure class="sweep-picture" data-key="{_e(key)}">{_png(path, key, notes)}<figcaption>{_e(key)}</figcaption></figure>')
+            figures.append(
+                f'<figure class="sweep-picture" data-key="{_e(key)}">{_png(path, key, notes)}<figcaption>{_e(key)}</figcaption></figure>'
+            )
     return f'<div class="figures">{"".join(figures)}</div>' if figures else ""
 
 
@@ -520,12 +581,23 @@ def sweep_section_html(
         for base, key in attempts:
             try:
                 table = sweep_comparison(
-                    runs, seed_keys=seed_keys, keys=keys, baseline=base, metric=key, guardrails=guardrails if key else (),
-                    level=level, rounds=rounds, seed=seed,
-                )  # fmt: skip
+                    runs,
+                    seed_keys=seed_keys,
+                    keys=keys,
+                    baseline=base,
+                    metric=key,
+                    guardrails=guardrails if key else (),
+                    level=level,
+                    rounds=rounds,
+                    seed=seed,
+                )
                 break
             except (ValueError, KeyError, TypeError, OSError) as exc:
-                what = f"the test against baseline={base!r} on metric={key!r}" if base is not None or key is not None else "grouping the jobs by setting"
+                what = (
+                    f"the test against baseline={base!r} on metric={key!r}"
+                    if base is not None or key is not None
+                    else "grouping the jobs by setting"
+                )
                 notes.append(f"{what} failed: {exc}")
     if table is not None and all(not s for g in table["groups"].values() for s in g["seeds"]):
         notes.append(
@@ -535,10 +607,14 @@ def sweep_section_html(
         table = None
     parts = []
     if table is not None:
-        parts.append(f'<h3>Settings across seeds</h3>{grouped_sweep_html(table)}')
+        parts.append(f"<h3>Settings across seeds</h3>{grouped_sweep_html(table)}")
         parts.append(_sweep_pictures(table, notes))
     columns = list(keys) if keys else (list(table["metrics"]) if table is not None else sweep_headline_keys(runs))
-    settings = {job["path"]: name for name, group in table["groups"].items() for job in group["jobs"]} if table is not None else None
+    settings = (
+        {job["path"]: name for name, group in table["groups"].items() for job in group["jobs"]}
+        if table is not None
+        else None
+    )
     parts.append(f"<h3>Jobs</h3>{sweep_table_html(sweep, anchors, columns or None, settings)}")
     return _problems(notes) + "".join(parts)
 
@@ -577,11 +653,23 @@ def report_html(
         if isinstance(source, MultirunFolder):
             job_anchors = [_anchor(anchor, "job", job.name) for job in source.jobs]
             nav.append(f'<li><a href="#{anchor}">{_e(source.path.name)}</a> (sweep of {len(source.jobs)} jobs)</li>')
-            parts = [f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2><p class="muted">{_e(source.path)}</p>']
-            parts.append(sweep_section_html(
-                source, job_anchors, keys=keys, seed_keys=seed_keys, baseline=baseline, metric=metric, guardrails=guardrails, level=level,
-                rounds=rounds, seed=seed,
-            ))  # fmt: skip
+            parts = [
+                f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2><p class="muted">{_e(source.path)}</p>'
+            ]
+            parts.append(
+                sweep_section_html(
+                    source,
+                    job_anchors,
+                    keys=keys,
+                    seed_keys=seed_keys,
+                    baseline=baseline,
+                    metric=metric,
+                    guardrails=guardrails,
+                    level=level,
+                    rounds=rounds,
+                    seed=seed,
+                )
+            )
             if source.config is not None:
                 parts.append(f"<details><summary>multirun.yaml</summary><pre>{_e(source.config)}</pre></details>")
             parts.extend(_run_section(job, a, "h2") for job, a in zip(source.jobs, job_anchors))
@@ -600,7 +688,9 @@ def report_html(
     )
 
 
-def write_report(runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder], output: str | os.PathLike[str], **options: Any) -> Path:
+def write_report(
+    runs: Sequence[str | os.PathLike[str] | RunFolder | MultirunFolder], output: str | os.PathLike[str], **options: Any
+) -> Path:
     """Write :func:`report_html` of ``runs`` (``options``: its keyword arguments) to ``output`` (atomically; its
     folder is created) and return its path."""
     output = Path(output)

@@ -56,7 +56,9 @@ def confusion_matrix_figure(matrix: Any, class_names: Sequence[str], title: str 
     """
     m = np.asarray(matrix, dtype=float)
     if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] != len(class_names):
-        raise ValueError(f"`matrix` must be [K, K] with K = len(class_names) = {len(class_names)}, got shape {m.shape}.")
+        raise ValueError(
+            f"`matrix` must be [K, K] with K = len(class_names) = {len(class_names)}, got shape {m.shape}."
+        )
     k = len(class_names)
     size = min(14.0, 3.0 + 0.4 * k)
     fig = _figure(size, size * 0.85, dpi=100)
@@ -78,7 +80,9 @@ def confusion_matrix_figure(matrix: Any, class_names: Sequence[str], title: str 
     return fig
 
 
-def scatter_figure(x: Sequence[float], y: Sequence[float], labels: Sequence[str], xname: str, yname: str, title: str = "") -> Any:
+def scatter_figure(
+    x: Sequence[float], y: Sequence[float], labels: Sequence[str], xname: str, yname: str, title: str = ""
+) -> Any:
     """One point per ``(x[i], y[i])``, annotated with ``labels[i]`` (up to :data:`MAX_LABELLED_CLASSES` points), on
     axes from 0 to 1 (the values are rates).
 
@@ -86,7 +90,9 @@ def scatter_figure(x: Sequence[float], y: Sequence[float], labels: Sequence[str]
         ValueError: for ``x``, ``y`` and ``labels`` of different lengths.
     """
     if not len(x) == len(y) == len(labels):
-        raise ValueError(f"`x`, `y` and `labels` must have one entry per point, got {len(x)}, {len(y)} and {len(labels)}.")
+        raise ValueError(
+            f"`x`, `y` and `labels` must have one entry per point, got {len(x)}, {len(y)} and {len(labels)}."
+        )
     fig = _figure(6.0, 5.0)
     ax = fig.add_subplot()
     ax.scatter(list(x), list(y), s=18)
@@ -98,7 +104,9 @@ def scatter_figure(x: Sequence[float], y: Sequence[float], labels: Sequence[str]
     return _finish(fig, ax, xname, yname, title)
 
 
-def curves_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xname: str, yname: str = "", title: str = "") -> Any:
+def curves_figure(
+    x: Sequence[float], ys: Mapping[str, Sequence[float]], xname: str, yname: str = "", title: str = ""
+) -> Any:
     """Lines ``ys[name]`` over ``x`` (one per name, with a legend when there are several).
 
     Raises:
@@ -124,7 +132,9 @@ def _caption(columns: Sequence[str], row: Sequence[Any], image_columns: Sequence
     return textwrap.fill(", ".join(parts), width)
 
 
-def table_images_grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "", size: int = 96) -> np.ndarray:
+def table_images_grid(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "", size: int = 96
+) -> np.ndarray:
     """The pictures of a table as one ``H×W×3`` uint8 image: each row's image cells side by side (each under its
     column's name, scaled to fit ``size`` pixels, small ones by pixel repetition) with the row's other cells as their
     caption; rows follow each other, several per line (six pictures a line). Drawn with PIL: milliseconds for a
@@ -151,7 +161,10 @@ def table_images_grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], tit
     line_height, char_width, pad = 12, 6, 6
     width = len(image_columns)
     block_width = width * (size + pad)
-    captions = [textwrap.wrap(_caption(columns, row, image_columns, 10_000), max(8, block_width // char_width)) or [""] for row in rows]
+    captions = [
+        textwrap.wrap(_caption(columns, row, image_columns, 10_000), max(8, block_width // char_width)) or [""]
+        for row in rows
+    ]
     block_height = line_height + size + pad + line_height * max(len(c) for c in captions) + pad
     per_line = max(1, 6 // width)
     lines = -(-len(rows) // per_line) if rows else 1

@@ -9,7 +9,9 @@ from beyondlabels._internal.checks import check_positive_int
 from beyondlabels.io.atomic import save_figure
 
 
-def save_precision_curve_png(curves: Mapping[str, Sequence[float]], path: str | Path, title: str = "precision@k") -> Path:
+def save_precision_curve_png(
+    curves: Mapping[str, Sequence[float]], path: str | Path, title: str = "precision@k"
+) -> Path:
     """Plot one precision@k-vs-k line per entry of ``curves`` (``name -> [p@1, p@2, ...]``) into ``path``."""
     return save_curves_png(curves, path, title=title, ylabel="precision@k")
 
@@ -60,7 +62,12 @@ def save_history_band_png(
     series = {}
     for key in list(dict.fromkeys(keys))[:max_keys]:
         rows = [
-            (int(h["step"]), float(h[key]), float(h.get(f"{key}_ci_low", h[key])), float(h.get(f"{key}_ci_high", h[key])))
+            (
+                int(h["step"]),
+                float(h[key]),
+                float(h.get(f"{key}_ci_low", h[key])),
+                float(h.get(f"{key}_ci_high", h[key])),
+            )
             for h in history
             if isinstance(h.get(key), (int, float)) and "error" not in h
         ]
@@ -129,10 +136,14 @@ def save_embedding_projection_png(
         raise ValueError(f"`coords` must be [N, 2] with N >= 1, got shape {xy.shape}.")
     raw = np.asarray(labels)
     if raw.shape != (xy.shape[0],) or not np.issubdtype(raw.dtype, np.integer):
-        raise ValueError(f"`labels` must be {xy.shape[0]} integer class indices (one per row of `coords`), got {raw.dtype} {raw.shape}.")
+        raise ValueError(
+            f"`labels` must be {xy.shape[0]} integer class indices (one per row of `coords`), got {raw.dtype} {raw.shape}."
+        )
     names = [str(c) for c in class_names]
     if names == [] or int(raw.min()) < 0 or int(raw.max()) >= len(names):
-        raise ValueError(f"`labels` must index `class_names` (0..{len(names) - 1}), got values {int(raw.min())}..{int(raw.max())}.")
+        raise ValueError(
+            f"`labels` must index `class_names` (0..{len(names) - 1}), got values {int(raw.min())}..{int(raw.max())}."
+        )
     ratio = np.asarray(explained, dtype=float).ravel()
     if ratio.shape != (2,):
         raise ValueError(f"`explained` must hold the explained variance ratio of the 2 axes, got {ratio.size} values.")
@@ -153,10 +164,24 @@ def save_embedding_projection_png(
             cmap = plt.get_cmap("tab10" if num_classes <= 10 else "tab20")
             for c in np.unique(raw):
                 rows = raw == c
-                ax.scatter(xy[rows, 0], xy[rows, 1], s=marker_size, color=cmap(int(c)), alpha=0.8, linewidths=0, label=names[c])
-            ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), markerscale=max(1.0, 12 / marker_size))
+                ax.scatter(
+                    xy[rows, 0], xy[rows, 1], s=marker_size, color=cmap(int(c)), alpha=0.8, linewidths=0, label=names[c]
+                )
+            ax.legend(
+                fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), markerscale=max(1.0, 12 / marker_size)
+            )
         else:
-            ax.scatter(xy[:, 0], xy[:, 1], s=marker_size, c=raw, cmap="turbo", vmin=0, vmax=num_classes - 1, alpha=0.8, linewidths=0)
+            ax.scatter(
+                xy[:, 0],
+                xy[:, 1],
+                s=marker_size,
+                c=raw,
+                cmap="turbo",
+                vmin=0,
+                vmax=num_classes - 1,
+                alpha=0.8,
+                linewidths=0,
+            )
         ax.set_xlabel(f"PC1 ({shares[0]})")
         ax.set_ylabel(f"PC2 ({shares[1]})")
         ax.set_title(full_title, fontsize=9)
@@ -168,7 +193,9 @@ def save_embedding_projection_png(
     return path
 
 
-def save_image_grid_png(images: object, titles: Sequence[str], path: str | Path, columns: int = 4, title: str = "") -> Path:
+def save_image_grid_png(
+    images: object, titles: Sequence[str], path: str | Path, columns: int = 4, title: str = ""
+) -> Path:
     """Pictures ``[N, 3, H, W]`` with values in [0, 1] in a grid of ``columns`` columns, each under its (wrapped)
     title, saved to ``path``: the generated samples of an evaluation, readable without a W&B server.
 

@@ -42,7 +42,9 @@ def split_key(key: str) -> tuple[str, str]:
         ValueError: for a key without a ``prefix/`` (the message says what is expected).
     """
     if not isinstance(key, str) or "/" not in key:
-        raise ValueError(f"metric and guardrail names are logged keys such as 'retrieval/precision@1' (prefix/key), got {key!r}")
+        raise ValueError(
+            f"metric and guardrail names are logged keys such as 'retrieval/precision@1' (prefix/key), got {key!r}"
+        )
     prefix, name = key.split("/", 1)
     return prefix, name
 
@@ -56,7 +58,9 @@ def _values(run: EvaluationRun, key: str, which: str) -> tuple[int, np.ndarray, 
     several kinds of query, the rows of ``key``'s kind (:func:`beyondlabels.io.run_files.query_values`)."""
     if run.schema is None or key not in run.schema.per_query:
         known = sorted(run.schema.per_query) if run.schema is not None else []
-        raise ValueError(f"{run.file}: {key!r} has no per-query values (per-query keys: {known}); choose one of them as metric")
+        raise ValueError(
+            f"{run.file}: {key!r} has no per-query values (per-query keys: {known}); choose one of them as metric"
+        )
     if which == "best":
         record = run.best(key)
         if record is None:
@@ -115,12 +119,16 @@ def ab_comparison(
         groups.setdefault(_folder(run), {})[run.prefix] = run
     folders = [f for f, g in groups.items() if prefix in g]
     if not folders:
-        raise ValueError(f"no run has evaluations under {prefix!r} (prefixes found: {sorted({p for g in groups.values() for p in g})})")
+        raise ValueError(
+            f"no run has evaluations under {prefix!r} (prefixes found: {sorted({p for g in groups.values() for p in g})})"
+        )
     labels = _unique([groups[f][prefix].name for f in folders])
     b = _baseline_index(baseline, folders, labels)
     direction = groups[folders[b]][prefix].schema.mode(key) if groups[folders[b]][prefix].schema is not None else None
     if direction is None:
-        raise ValueError(f"{metric!r} has no direction in the schema (a count or setting); choose a metric that is better when higher or lower")
+        raise ValueError(
+            f"{metric!r} has no direction in the schema (a count or setting); choose a metric that is better when higher or lower"
+        )
     data = {f: _read_run(groups[f], metric, guards, which) for f in folders}
     base = data[folders[b]]
     table: dict[str, Any] = {
@@ -137,20 +145,44 @@ def ab_comparison(
     for i, f in enumerate(folders):
         step, ids, values = data[f][metric]
         ci = bootstrap_ci(values, rounds=rounds, seed=seed)
-        entry: dict[str, Any] = {"path": str(f), "step": step, "value": ci.estimate, "ci_low": ci.low, "ci_high": ci.high, "n": ci.n, "vs_baseline": None}
+        entry: dict[str, Any] = {
+            "path": str(f),
+            "step": step,
+            "value": ci.estimate,
+            "ci_low": ci.low,
+            "ci_high": ci.high,
+            "n": ci.n,
+            "vs_baseline": None,
+        }
         if i != b:
             _, base_ids, base_values = base[metric]
             guard_inputs, guard_ids = {}, {}
             for name, _, gkey in guards:
-                gdir = groups[f][split_key(name)[0]].schema.mode(gkey) if groups[f][split_key(name)[0]].schema is not None else None
+                gdir = (
+                    groups[f][split_key(name)[0]].schema.mode(gkey)
+                    if groups[f][split_key(name)[0]].schema is not None
+                    else None
+                )
                 if gdir is None:
-                    raise ValueError(f"guardrail {name!r} has no direction in the schema; choose a key that is better when higher or lower")
+                    raise ValueError(
+                        f"guardrail {name!r} has no direction in the schema; choose a key that is better when higher or lower"
+                    )
                 guard_inputs[name] = (base[name][2], data[f][name][2], gdir == "max")
                 guard_ids[name] = (base[name][1], data[f][name][1])
             result = ab_test(
-                base_values, values, base_ids, ids, higher_is_better=direction == "max", guardrails=guard_inputs, guardrail_ids=guard_ids,
-                tolerance=tolerance, min_queries=min_queries, intersect=intersect, rounds=rounds, seed=seed,
-            )  # fmt: skip
+                base_values,
+                values,
+                base_ids,
+                ids,
+                higher_is_better=direction == "max",
+                guardrails=guard_inputs,
+                guardrail_ids=guard_ids,
+                tolerance=tolerance,
+                min_queries=min_queries,
+                intersect=intersect,
+                rounds=rounds,
+                seed=seed,
+            )
             entry["vs_baseline"] = result.to_json()
         table["runs"][labels[i]] = entry
     return table
@@ -159,7 +191,11 @@ def ab_comparison(
 def _baseline_index(baseline: str | Path, folders: list[Path], labels: list[str]) -> int:
     """The position of the baseline among the run folders: its folder, a path inside it, or its label."""
     base_path = Path(baseline).resolve()
-    matches = [i for i, f in enumerate(folders) if base_path == f or base_path in f.parents or f in base_path.parents or str(baseline) == labels[i]]
+    matches = [
+        i
+        for i, f in enumerate(folders)
+        if base_path == f or base_path in f.parents or f in base_path.parents or str(baseline) == labels[i]
+    ]
     if len(matches) != 1:
         raise ValueError(
             f"baseline={baseline!r} matches {len(matches)} of the runs ({[labels[i] for i in matches] or [str(f) for f in folders]}); "
@@ -207,22 +243,45 @@ def print_ab_table(table: Mapping[str, Any], console: Console | None = None) -> 
     console = console if console is not None else Console()
     arrow = ARROWS.get(table["direction"], "")
     out = Table(title=f"{table['metric']} {arrow} against {table['baseline']} ({table['which']}, paired by query)")
-    for name, justify in (("run", "left"), ("value", "right"), ("95% CI", "right"), ("n", "right"), ("Δ vs baseline", "right"), ("95% CI of Δ", "right"), ("decision", "left")):
+    for name, justify in (
+        ("run", "left"),
+        ("value", "right"),
+        ("95% CI", "right"),
+        ("n", "right"),
+        ("Δ vs baseline", "right"),
+        ("95% CI of Δ", "right"),
+        ("decision", "left"),
+    ):
         out.add_column(name, justify=justify, no_wrap=True)
     notes = []
     for label, entry in table["runs"].items():
         ab = entry["vs_baseline"]
         if ab is None:
-            out.add_row(label, format_value(entry["value"]), _interval(entry["ci_low"], entry["ci_high"]), str(entry["n"]), "", "", "baseline")
+            out.add_row(
+                label,
+                format_value(entry["value"]),
+                _interval(entry["ci_low"], entry["ci_high"]),
+                str(entry["n"]),
+                "",
+                "",
+                "baseline",
+            )
             continue
         interval = ab["interval"]
         out.add_row(
-            label, format_value(entry["value"]), _interval(entry["ci_low"], entry["ci_high"]), str(ab["n"]), f"{ab['difference']:+.4f}",
-            _interval(interval["low"], interval["high"]) + (" (t)" if interval["method"] == "t" else ""), ab["decision"],
-        )  # fmt: skip
+            label,
+            format_value(entry["value"]),
+            _interval(entry["ci_low"], entry["ci_high"]),
+            str(ab["n"]),
+            f"{ab['difference']:+.4f}",
+            _interval(interval["low"], interval["high"]) + (" (t)" if interval["method"] == "t" else ""),
+            ab["decision"],
+        )
         for name, guard in ab["guardrails"].items():
             if guard["breached"]:
-                notes.append(f"{label}: guardrail {name} worse by {guard['worse_by']:.4f} (tolerance {table['tolerance']})")
+                notes.append(
+                    f"{label}: guardrail {name} worse by {guard['worse_by']:.4f} (tolerance {table['tolerance']})"
+                )
         if ab["unmatched"]:
             notes.append(f"{label}: {ab['unmatched']} query ids only in one of the two runs were left out")
     from rich.measure import Measurement

@@ -72,7 +72,10 @@ def _console(console: Console | None) -> Console:
 
 
 def print_metrics_table(
-    metrics: Mapping[str, Any], title: str = "metrics", schema: OutputSchema | None = None, console: Console | None = None
+    metrics: Mapping[str, Any],
+    title: str = "metrics",
+    schema: OutputSchema | None = None,
+    console: Console | None = None,
 ) -> None:
     """Print scalar metrics as a table (metric, direction, value); metric names are never wrapped or cut.
 
@@ -225,7 +228,13 @@ def _assemble(columns: list[_Column], keys: Sequence[str] | None, which: str) ->
         steps = {c.label: c.values.get(key, (None, None))[1] for c in columns}
         metrics[key] = {"direction": direction, "count": count, "values": values, "steps": steps}
     runs = {
-        c.label: {"path": str(c.path), "source": c.source, "overrides": c.overrides, "failed_evaluations": c.failed, "complete": c.complete}
+        c.label: {
+            "path": str(c.path),
+            "source": c.source,
+            "overrides": c.overrides,
+            "failed_evaluations": c.failed,
+            "complete": c.complete,
+        }
         for c in columns
     }
     return {"which": which, "runs": runs, "common_overrides": common, "metrics": metrics}
@@ -289,7 +298,9 @@ def compare_wandb_runs(
         if schema is not None:
             column.default_keys = [k for k in schema.scalar_keys() if is_number(summary.get(k))]
         else:
-            column.default_keys = sorted(k for k, v in summary.items() if k.startswith(tuple(prefixes)) and is_number(v))
+            column.default_keys = sorted(
+                k for k, v in summary.items() if k.startswith(tuple(prefixes)) and is_number(v)
+            )
         final_step = summary.get("trainer/global_step", summary.get("_step"))
         for key, value in summary.items():
             if not is_number(value):
@@ -361,7 +372,9 @@ def print_comparison(table: Mapping[str, Any], title: str | None = None, console
         out.add_column("metric", no_wrap=True, min_width=key_width)
         out.add_column("", no_wrap=True, width=1)
         for index in group:
-            out.add_column(labels[index], justify="right", overflow="fold", min_width=value_widths[index], max_width=widths[index])
+            out.add_column(
+                labels[index], justify="right", overflow="fold", min_width=value_widths[index], max_width=widths[index]
+            )
         for key, spec in metrics.items():
             out.add_row(key, ARROWS.get(spec.get("direction")), *(cells[key][i] for i in group))
         print_fitting(console, out, fixed + sum(widths[i] + 3 for i in group))

@@ -11,8 +11,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels._internal.checks import check_bool, check_ks
-from beyondlabels.io import save_per_query
 from beyondlabels._internal.convert import plain
+from beyondlabels.io import save_per_query
 from beyondlabels.io.atomic import write_json
 from beyondlabels.metrics.intervals import add_confidence_intervals
 from beyondlabels.schema import OutputSchema
@@ -66,7 +66,9 @@ def full_table(cfg: DictConfig) -> bool:
     Raises:
         ValueError: for anything but true or false.
     """
-    return check_bool(cfg.get("full_table", False), "full_table", hint="true: every key; false: the summary's headline keys")
+    return check_bool(
+        cfg.get("full_table", False), "full_table", hint="true: every key; false: the summary's headline keys"
+    )
 
 
 def report_path(cfg: DictConfig, default_name: str = "report.json") -> Path:
@@ -137,6 +139,8 @@ def profile_labels(profiles: Any, texts: list[str], what: str) -> str:
 
 def mismatch_json(analysis: Mapping[str, Any], schema: OutputSchema) -> dict[str, Any]:
     """The scalars of a mismatch analysis (counts as ints) and ``null_ci95`` as ``[low, high]``."""
-    out = {k: (int(analysis[k]) if schema[k].count else float(analysis[k])) for k in schema.scalar_keys() if k in analysis}
+    out = {
+        k: (int(analysis[k]) if schema[k].count else float(analysis[k])) for k in schema.scalar_keys() if k in analysis
+    }
     out["null_ci95"] = [out.get("null_ci95_low"), out.get("null_ci95_high")]
     return out

@@ -51,25 +51,47 @@ def audit_section(audit: Mapping[str, Any], label_names: Mapping[int, str], top:
     audit["duplicates"]["labels"] = audit["duplicates"]["labels"].reshape(-1, 2)
     s = audit["suspects"]
     suspects = [
-        {"id": int(s["ids"][i]), "given_label": name(s["labels"][i]), "suggested_label": name(s["suggested_labels"][i]),
-         "share": float(s["suggested_shares"][i]), "label_quality": float(s["label_quality"][i])}
+        {
+            "id": int(s["ids"][i]),
+            "given_label": name(s["labels"][i]),
+            "suggested_label": name(s["suggested_labels"][i]),
+            "share": float(s["suggested_shares"][i]),
+            "label_quality": float(s["label_quality"][i]),
+        }
         for i in range(min(top, s["ids"].numel()))
-    ]  # fmt: skip
+    ]
     o = audit["outliers"]
-    outliers = [{"id": int(o["ids"][i]), "label": name(o["labels"][i]), "score": float(o["scores"][i])} for i in range(o["ids"].numel())]
+    outliers = [
+        {"id": int(o["ids"][i]), "label": name(o["labels"][i]), "score": float(o["scores"][i])}
+        for i in range(o["ids"].numel())
+    ]
     d = audit["duplicates"]
     pairs = {True: [], False: []}
     for p in range(d["ids"].shape[0]):
         pairs[bool(d["cross_label"][p])].append(
-            {"ids": [int(v) for v in d["ids"][p]], "labels": [name(v) for v in d["labels"][p]], "cosine": float(d["scores"][p])}
+            {
+                "ids": [int(v) for v in d["ids"][p]],
+                "labels": [name(v) for v in d["labels"][p]],
+                "cosine": float(d["scores"][p]),
+            }
         )
     c = audit["per_class"]
     per_class = [
-        {"label": name(c["label"][i]), "items": int(c["items"][i]), "suspects": int(c["suspects"][i]), "outliers": int(c["outliers"][i])}
+        {
+            "label": name(c["label"][i]),
+            "items": int(c["items"][i]),
+            "suspects": int(c["suspects"][i]),
+            "outliers": int(c["outliers"][i]),
+        }
         for i in range(c["label"].numel())
     ]
-    return {"suspects": suspects, "outliers": outliers, "cross_label_duplicates": pairs[True], "same_label_duplicates": pairs[False],
-            "per_class": per_class}  # fmt: skip
+    return {
+        "suspects": suspects,
+        "outliers": outliers,
+        "cross_label_duplicates": pairs[True],
+        "same_label_duplicates": pairs[False],
+        "per_class": per_class,
+    }
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -77,18 +99,37 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.get("input"):
         raise ValueError("task=audit needs input=PATH.npz (arrays 'embeddings' N×D and 'labels' N, optional 'ids')")
     ks = parse_ks(cfg.k)
-    settings = AuditSettings.of(OmegaConf.to_container(cfg.audit, resolve=True) if cfg.get("audit") is not None else True)
+    settings = AuditSettings.of(
+        OmegaConf.to_container(cfg.audit, resolve=True) if cfg.get("audit") is not None else True
+    )
     data = load_embeddings_npz(cfg.input)
-    metric = EmbeddingRetrieval(ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision), audit=settings,
-                                deep_metrics=cfg.eval.get("deep_metrics", True))  # fmt: skip
+    metric = EmbeddingRetrieval(
+        ks=ks,
+        chunk_size=int(cfg.eval.chunk_size),
+        precision=str(cfg.eval.precision),
+        audit=settings,
+        deep_metrics=cfg.eval.get("deep_metrics", True),
+    )
     metric.update(data.embeddings, data.labels, data.ids)
     metrics = metric.compute()
     schema = with_intervals(cfg, metrics, metric.output_schema())
     files = ReportFiles(cfg, "audit.json")
     per_query_file = files.save_per_query(metrics["per_query"], schema)
-    run_settings = {"input": str(cfg.input), **OmegaConf.to_container(cfg.eval, resolve=True), "audit": dict(vars(settings))}
-    report = retrieval_report(metrics, schema, ks=ks, num_items=len(data.labels), num_labels=data.num_labels,
-                              label_names=data.label_names, settings=run_settings, per_query_file=per_query_file)  # fmt: skip
+    run_settings = {
+        "input": str(cfg.input),
+        **OmegaConf.to_container(cfg.eval, resolve=True),
+        "audit": dict(vars(settings)),
+    }
+    report = retrieval_report(
+        metrics,
+        schema,
+        ks=ks,
+        num_items=len(data.labels),
+        num_labels=data.num_labels,
+        label_names=data.label_names,
+        settings=run_settings,
+        per_query_file=per_query_file,
+    )
     report["task"] = "audit"
     report["audit"] = audit_section(metrics["audit"], data.label_names, settings.top)
     files.write(report, schema=schema, title=f"audit: {cfg.input}")

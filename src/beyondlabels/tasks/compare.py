@@ -26,8 +26,15 @@ from typing import Any
 from omegaconf import DictConfig
 
 from beyondlabels._internal.checks import check_int_at_least
-from beyondlabels.io import evaluation_schema, find_evaluation_runs, find_offline_runs, read_evaluation_run, read_offline_run, run_overrides
 from beyondlabels._internal.convert import plain
+from beyondlabels.io import (
+    evaluation_schema,
+    find_evaluation_runs,
+    find_offline_runs,
+    read_evaluation_run,
+    read_offline_run,
+    run_overrides,
+)
 from beyondlabels.reporting import compare_evaluation_runs, compare_wandb_runs, print_comparison
 from beyondlabels.reporting.summary import print_summary, resolve_headline, summarize_runs
 from beyondlabels.schema import OutputSchema
@@ -63,10 +70,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     full = full_table(cfg)
     tested = cfg.get("baseline") is not None or cfg.get("metric") is not None
     if tested and group is False:
-        raise ValueError("baseline= and metric= test groups of jobs; drop group=false (or use task=abtest to test single runs against one)")
+        raise ValueError(
+            "baseline= and metric= test groups of jobs; drop group=false (or use task=abtest to test single runs against one)"
+        )
     if source == "wandb":
         if group is True or tested:
-            raise ValueError("grouping by setting and the baseline test read the project's evaluation files: use source=files")
+            raise ValueError(
+                "grouping by setting and the baseline test read the project's evaluation files: use source=files"
+            )
         table, schemas = _from_wandb(roots, keys, which)
         logged = list(table["metrics"])
         headline = [k for schema in schemas if schema is not None for k in resolve_headline(schema, logged)]
@@ -119,15 +130,25 @@ def _grouped(cfg: DictConfig, runs: list[Any], keys: list[str] | None, which: st
     guardrails = plain(cfg.get("guardrails")) or []
     guardrails = [guardrails] if isinstance(guardrails, str) else list(guardrails)
     if guardrails and cfg.get("metric") is None:
-        raise ValueError("guardrails= are tested against the baseline beside metric=KEY: give baseline= and metric= too")
+        raise ValueError(
+            "guardrails= are tested against the baseline beside metric=KEY: give baseline= and metric= too"
+        )
     permutations = cfg.get("permutations", 9999)
     check_int_at_least(permutations, "permutations", 1, hint="random sign assignments of each test, e.g. 9999")
     table = sweep_comparison(
-        runs, seed_keys=_seed_keys(cfg), keys=keys, which=which,
-        baseline=cfg.get("baseline"), metric=None if cfg.get("metric") is None else str(cfg.metric), guardrails=guardrails,
-        level=float(cfg.get("level", 0.05)), permutations=permutations, intersect=bool(cfg.get("intersect", False)),
-        rounds=int(cfg.get("bootstrap_rounds", 2000)), seed=int(cfg.get("ci_seed", 11)),
-    )  # fmt: skip
+        runs,
+        seed_keys=_seed_keys(cfg),
+        keys=keys,
+        which=which,
+        baseline=cfg.get("baseline"),
+        metric=None if cfg.get("metric") is None else str(cfg.metric),
+        guardrails=guardrails,
+        level=float(cfg.get("level", 0.05)),
+        permutations=permutations,
+        intersect=bool(cfg.get("intersect", False)),
+        rounds=int(cfg.get("bootstrap_rounds", 2000)),
+        seed=int(cfg.get("ci_seed", 11)),
+    )
     print_sweep(table)
     if cfg.get("output"):
         ReportFiles(cfg).write(table, figures=lambda path: write_sweep_files(table, path))
@@ -147,18 +168,28 @@ def _from_wandb(
 ) -> tuple[dict[str, Any], list[OutputSchema | None]]:
     paths = [p for root in roots for p in find_offline_runs(root)]
     if not paths:
-        raise ValueError(f"no offline W&B runs (*.wandb) under {roots}; to read the project's own evaluation files use source=files")
+        raise ValueError(
+            f"no offline W&B runs (*.wandb) under {roots}; to read the project's own evaluation files use source=files"
+        )
     offline = [read_offline_run(p, wait_s=WAIT_S, allow_incomplete=True) for p in paths]
     for run in offline:
         if not run.complete:
             log.warning("%s is incomplete (no final exit record): its values may be partial", run.path)
     folders = [_wandb_run_folder(p) for p in paths]
     hydra_jobs = [folder is not None and (folder / ".hydra").is_dir() for folder in folders]
-    labels = [folder.name if job else f"{run.name} ({run.run_id})" for run, folder, job in zip(offline, folders, hydra_jobs)]
+    labels = [
+        folder.name if job else f"{run.name} ({run.run_id})" for run, folder, job in zip(offline, folders, hydra_jobs)
+    ]
     overrides = [run_overrides(folder) if job else [] for folder, job in zip(folders, hydra_jobs)]
     schemas = [evaluation_schema(folder) if folder is not None else None for folder in folders]
     table = compare_wandb_runs(
-        offline, keys=keys, which=which, schemas=schemas, labels=labels, overrides=overrides, paths=[f or p for f, p in zip(folders, paths)]
+        offline,
+        keys=keys,
+        which=which,
+        schemas=schemas,
+        labels=labels,
+        overrides=overrides,
+        paths=[f or p for f, p in zip(folders, paths)],
     )
     return table, schemas
 

@@ -20,7 +20,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate ``input`` with the crossmodal callback's metric (:class:`~beyondlabels.metrics.CrossModalRetrieval`;
     definitions: :mod:`beyondlabels.functional.crossmodal`) and write the report."""
     if not cfg.get("input"):
-        raise ValueError("task=crossmodal needs input=PATH.npz (arrays image_embeddings, text_embeddings, text_image_index)")
+        raise ValueError(
+            "task=crossmodal needs input=PATH.npz (arrays image_embeddings, text_embeddings, text_image_index)"
+        )
     ks = parse_ks(cfg.k)
     data = load_crossmodal_npz(cfg.input)
     index, n_img = data["text_image_index"], len(data["image_embeddings"])
@@ -32,12 +34,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             f"{rows} point to {index[rows].tolist()}."
         )
     metric = CrossModalRetrieval(ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision))
-    metric.update(data["image_embeddings"], data["image_ids"], data["text_embeddings"], data["image_ids"][index], data["text_ids"])
+    metric.update(
+        data["image_embeddings"], data["image_ids"], data["text_embeddings"], data["image_ids"][index], data["text_ids"]
+    )
     metrics = metric.compute()
     schema = with_intervals(cfg, metrics, crossmodal_output_schema(ks))
     files = ReportFiles(cfg)
     per_query_file = files.save_per_query(metrics["per_query"], schema)
     report = scalar_report("crossmodal", metrics, schema)
-    report.update(ks=ks, per_query_file=per_query_file, settings={"input": str(cfg.input), "chunk_size": int(cfg.eval.chunk_size), "precision": str(cfg.eval.precision)})
+    report.update(
+        ks=ks,
+        per_query_file=per_query_file,
+        settings={
+            "input": str(cfg.input),
+            "chunk_size": int(cfg.eval.chunk_size),
+            "precision": str(cfg.eval.precision),
+        },
+    )
     files.write(report, schema=schema, title=f"crossmodal: {cfg.input}")
     return report

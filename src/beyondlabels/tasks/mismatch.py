@@ -25,17 +25,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from beyondlabels.functional.mismatch import mismatch_output_schema, mismatch_pair_table
-    from beyondlabels.metrics import LabelMismatchAnalysis
     from beyondlabels.functional.profiles import feature_similarity, pair_distribution
     from beyondlabels.io.profiles_files import load_profiles
+    from beyondlabels.metrics import LabelMismatchAnalysis
     from beyondlabels.reporting.heatmap import save_null_histogram_png
 
     if not cfg.get("pairs") or not cfg.get("profiles"):
-        raise ValueError("task=mismatch needs pairs=PATH (CSV or npz: query_label, retrieved_label[, rank]) and profiles=PATH (YAML/JSON)")
+        raise ValueError(
+            "task=mismatch needs pairs=PATH (CSV or npz: query_label, retrieved_label[, rank]) and profiles=PATH (YAML/JSON)"
+        )
     profiles = load_profiles(str(cfg.profiles))
     q_text, r_text, queries = load_mismatch_pairs(cfg.pairs, int(cfg.get("rank_max", 1)))
     mode = profile_labels(profiles, q_text + r_text, f"pairs file {cfg.pairs}")
-    to_index = (lambda ts: profiles.require_classes(ts)) if mode == "names" else (lambda ts: torch.tensor([int(t) for t in ts]))
+    to_index = (
+        (lambda ts: profiles.require_classes(ts))
+        if mode == "names"
+        else (lambda ts: torch.tensor([int(t) for t in ts]))
+    )
     q, r = to_index(q_text), to_index(r_text)
     c = len(profiles)
     if cfg.get("counts"):
@@ -58,14 +64,29 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report: dict[str, Any] = {"task": "mismatch", **mismatch_json(analysis, schema)}
     report["pair_distribution"] = pair_distribution(m, profiles.classes, top=10)
     report["mismatch_pairs"] = mismatch_pair_table(q, r, m, profiles.classes, top=20)
-    report["settings"] = {"pairs": str(cfg.pairs), "profiles": str(cfg.profiles), "counts": cfg.get("counts"), "labels": mode,
-                          "trials": trials, "seed": seed, "rank_max": int(cfg.get("rank_max", 1))}  # fmt: skip
+    report["settings"] = {
+        "pairs": str(cfg.pairs),
+        "profiles": str(cfg.profiles),
+        "counts": cfg.get("counts"),
+        "labels": mode,
+        "trials": trials,
+        "seed": seed,
+        "rank_max": int(cfg.get("rank_max", 1)),
+    }
 
     def histogram(output: Path) -> None:
         if analysis["num_mismatches"]:
-            save_null_histogram_png(null, float(analysis["mean_similarity"]), output.with_suffix(".png"), p_value=float(analysis["p_value"]))
+            save_null_histogram_png(
+                null, float(analysis["mean_similarity"]), output.with_suffix(".png"), p_value=float(analysis["p_value"])
+            )
 
     ReportFiles(cfg, "mismatch.json").write(report, schema=schema, figures=histogram)
-    log.info("mismatches %d: mean similarity %.3f, null %.3f ± %.4f, p = %.3g", report["num_mismatches"],
-             report["mean_similarity"], report["null_mean"], report["null_std"], report["p_value"])  # fmt: skip
+    log.info(
+        "mismatches %d: mean similarity %.3f, null %.3f ± %.4f, p = %.3g",
+        report["num_mismatches"],
+        report["mean_similarity"],
+        report["null_mean"],
+        report["null_std"],
+        report["p_value"],
+    )
     return report

@@ -26,13 +26,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError("task=profiles needs profiles=PATH (YAML/JSON: features {ordinal, sets}, classes)")
     profiles = load_profiles(str(cfg.profiles))
     m = feature_similarity(profiles)
-    report = {"task": "profiles", "classes": list(profiles.classes), "matrix": m.tolist(),
-              "pair_distribution": pair_distribution(m, profiles.classes, top=int(cfg.get("top_pairs", 10))),
-              "settings": {"profiles": str(cfg.profiles)}}  # fmt: skip
+    report = {
+        "task": "profiles",
+        "classes": list(profiles.classes),
+        "matrix": m.tolist(),
+        "pair_distribution": pair_distribution(m, profiles.classes, top=int(cfg.get("top_pairs", 10))),
+        "settings": {"profiles": str(cfg.profiles)},
+    }
 
     def heatmap(output: Path) -> None:
         save_similarity_heatmap_png(m, profiles.classes, output.with_suffix(".png"))
 
     ReportFiles(cfg, "profiles.json").write(report, figures=heatmap)
-    log.info("profiles: %d classes, %d pairs, mean %.3f", len(profiles), report["pair_distribution"]["num_pairs"], report["pair_distribution"]["mean"])
+    log.info(
+        "profiles: %d classes, %d pairs, mean %.3f",
+        len(profiles),
+        report["pair_distribution"]["num_pairs"],
+        report["pair_distribution"]["mean"],
+    )
     return report

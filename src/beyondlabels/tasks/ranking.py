@@ -30,8 +30,20 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     per_query_file = files.save_per_query(metrics["per_query"], schema)
     report = scalar_report("ranking", metrics, schema)
     pq = {k: v.tolist() for k, v in metrics["per_query"].items() if k != "query_id"}
-    report["per_query"] = {q: {k: (None if v[i] != v[i] else v[i]) for k, v in pq.items()} for i, q in enumerate(judged.queries)}
-    report.update(ks=ks, queries_without_qrels=judged.queries_without_qrels, queries_without_run=judged.queries_without_run, per_query_file=per_query_file)
-    report["settings"] = {"run": str(cfg.run), "qrels": str(cfg.qrels), "depth": cfg.get("depth"), "relevance_level": int(cfg.get("relevance_level", 1))}
+    report["per_query"] = {
+        q: {k: (None if v[i] != v[i] else v[i]) for k, v in pq.items()} for i, q in enumerate(judged.queries)
+    }
+    report.update(
+        ks=ks,
+        queries_without_qrels=judged.queries_without_qrels,
+        queries_without_run=judged.queries_without_run,
+        per_query_file=per_query_file,
+    )
+    report["settings"] = {
+        "run": str(cfg.run),
+        "qrels": str(cfg.qrels),
+        "depth": cfg.get("depth"),
+        "relevance_level": int(cfg.get("relevance_level", 1)),
+    }
     files.write(report, schema=schema, title=f"ranking: {cfg.run} against {cfg.qrels}")
     return report

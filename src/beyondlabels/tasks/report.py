@@ -43,7 +43,9 @@ def check_runs(value: Any) -> list[Path]:
         raise ValueError("task=report needs runs=[PATH, ...]: run folders (logs/train/runs/<date>) or multirun folders")
     for root in roots:
         if not root.exists():
-            raise FileNotFoundError(f"runs: {root} does not exist; pass a run folder (logs/train/runs/<date>) or a multirun folder")
+            raise FileNotFoundError(
+                f"runs: {root} does not exist; pass a run folder (logs/train/runs/<date>) or a multirun folder"
+            )
         if not root.is_dir():
             raise FileNotFoundError(f"runs: {root} is not a folder; pass a run folder or a multirun folder, not a file")
         if not (is_multirun_folder(root) or is_run_folder(root)):
@@ -58,7 +60,9 @@ def _key_list(cfg: DictConfig, name: str) -> list[str] | None:
     value = plain(cfg.get(name))
     value = [value] if isinstance(value, str) else (list(value) if value else None)
     if value is not None and not all(isinstance(k, str) and k for k in value):
-        raise ValueError(f"{name} must be a list of keys, e.g. [retrieval/precision@1] (or [seed] for seed_keys), got {value!r}")
+        raise ValueError(
+            f"{name} must be a list of keys, e.g. [retrieval/precision@1] (or [seed] for seed_keys), got {value!r}"
+        )
     return value
 
 
@@ -68,19 +72,31 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     keys = _key_list(cfg, "metrics")
     full = full_table(cfg)
     level = cfg.get("level", 0.05)
-    check_number_between(level, "level", 0, 1, hint="e.g. 0.05, the family-wise error rate of the tests against baseline=")
+    check_number_between(
+        level, "level", 0, 1, hint="e.g. 0.05, the family-wise error rate of the tests against baseline="
+    )
     baseline, metric = cfg.get("baseline"), cfg.get("metric")
     if (baseline is None) != (metric is None):
-        raise ValueError("the test against a baseline needs both baseline=GROUP (e.g. \"baseline='model.lr=0.001'\") and metric=KEY (e.g. retrieval/precision@1)")
+        raise ValueError(
+            "the test against a baseline needs both baseline=GROUP (e.g. \"baseline='model.lr=0.001'\") and metric=KEY (e.g. retrieval/precision@1)"
+        )
     rounds, seed = cfg.get("bootstrap_rounds", 2000), cfg.get("ci_seed", 11)
     check_int_at_least(rounds, "bootstrap_rounds", 1, hint="resamples of every interval of a sweep's groups, e.g. 2000")
     check_int(seed, "ci_seed", hint="the seed of a sweep's bootstrap intervals and tests")
     output = report_path(cfg, "report.html")
     path = write_report(
-        roots, output, title=cfg.get("title"), keys=keys, seed_keys=_key_list(cfg, "seed_keys") or ["seed"],
-        baseline=None if baseline is None else str(baseline), metric=None if metric is None else str(metric),
-        guardrails=_key_list(cfg, "guardrails") or [], level=float(level), rounds=rounds, seed=seed,
-    )  # fmt: skip
+        roots,
+        output,
+        title=cfg.get("title"),
+        keys=keys,
+        seed_keys=_key_list(cfg, "seed_keys") or ["seed"],
+        baseline=None if baseline is None else str(baseline),
+        metric=None if metric is None else str(metric),
+        guardrails=_key_list(cfg, "guardrails") or [],
+        level=float(level),
+        rounds=rounds,
+        seed=seed,
+    )
     log.info("report: %s", path)
     for root in roots:
         if not is_multirun_folder(root):

@@ -53,18 +53,39 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     max_queries = cfg.eval.get("max_queries")
     deep_metrics = check_bool(cfg.eval.get("deep_metrics", True), "eval.deep_metrics")
     gains = _profile_gains(cfg, data) if cfg.get("profiles") else None
-    options = dict(ks=ks, chunk_size=int(cfg.eval.chunk_size), precision=str(cfg.eval.precision), curve_max_k=max_k,
-                   max_queries=max_queries, query_seed=int(cfg.eval.get("query_seed", 0)), deep_metrics=deep_metrics)  # fmt: skip
-    metric = retrieval_metric(gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)), projection_points=0, **options)
+    options = dict(
+        ks=ks,
+        chunk_size=int(cfg.eval.chunk_size),
+        precision=str(cfg.eval.precision),
+        curve_max_k=max_k,
+        max_queries=max_queries,
+        query_seed=int(cfg.eval.get("query_seed", 0)),
+        deep_metrics=deep_metrics,
+    )
+    metric = retrieval_metric(
+        gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)), projection_points=0, **options
+    )
     metric.update(data.embeddings, data.labels, data.ids)
     metrics = metric.compute()
     graded_names = [gains.name] if gains is not None else []
-    schema = with_intervals(cfg, metrics, retrieval_output_schema(ks, graded=graded_names, sampled=max_queries is not None, deep_metrics=deep_metrics))
+    schema = with_intervals(
+        cfg,
+        metrics,
+        retrieval_output_schema(ks, graded=graded_names, sampled=max_queries is not None, deep_metrics=deep_metrics),
+    )
     files = ReportFiles(cfg)
     per_query_file = files.save_per_query(metrics["per_query"], schema)
     settings = {"input": str(cfg.input), **OmegaConf.to_container(cfg.eval, resolve=True), "curve_max_k": max_k}
-    report = retrieval_report(metrics, schema, ks=ks, num_items=n, num_labels=data.num_labels, label_names=data.label_names, settings=settings,
-                              per_query_file=per_query_file)
+    report = retrieval_report(
+        metrics,
+        schema,
+        ks=ks,
+        num_items=n,
+        num_labels=data.num_labels,
+        label_names=data.label_names,
+        settings=settings,
+        per_query_file=per_query_file,
+    )
     if gains is not None:
         mismatch = mismatch_output_schema(spearman=True)
         report["mismatch"] = mismatch_json({k: metrics[f"mismatch_{k}"] for k in mismatch.scalar_keys()}, mismatch)
@@ -72,7 +93,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     def curve_png(output: Path) -> None:
         figures["png"] = save_precision_curve_png(
-            {Path(cfg.input).stem: report["precision_curve"]}, output.with_suffix(".png"), title=f"precision@k — {Path(cfg.input).name}"
+            {Path(cfg.input).stem: report["precision_curve"]},
+            output.with_suffix(".png"),
+            title=f"precision@k — {Path(cfg.input).name}",
         )
 
     files.write(report, schema=schema, title=f"retrieval: {cfg.input}", figures=curve_png)
@@ -84,10 +107,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 def _log_to_wandb(cfg: DictConfig, report: dict[str, Any], schema: OutputSchema, ks: list[int], png: Path) -> None:
     import wandb
 
-    run = wandb.init(project="beyondlabels", job_type="evaluate", dir=str(cfg.paths.output_dir), mode="offline", config={"input": str(cfg.input), "k": ks})
+    run = wandb.init(
+        project="beyondlabels",
+        job_type="evaluate",
+        dir=str(cfg.paths.output_dir),
+        mode="offline",
+        config={"input": str(cfg.input), "k": ks},
+    )
     curve = report["precision_curve"]
     scalars = {f"retrieval/{k}": report[k] for k in schema.scalar_keys() if k in report}
-    plot = wandb.plot.line_series(xs=list(range(1, len(curve) + 1)), ys=[curve], keys=[Path(cfg.input).stem], title="precision@k", xname="k")
+    plot = wandb.plot.line_series(
+        xs=list(range(1, len(curve) + 1)), ys=[curve], keys=[Path(cfg.input).stem], title="precision@k", xname="k"
+    )
     run.log({**scalars, "retrieval/precision_at_k_curve": plot, "retrieval/precision_at_k_png": wandb.Image(str(png))})
     run.summary.update(scalars)
 

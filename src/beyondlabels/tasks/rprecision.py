@@ -34,12 +34,20 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "protocol": str(cfg.protocol),
         "repeats": int(cfg.repeats),
         "seed": int(cfg.seed),
-        "near_duplicate_threshold": None if extra.get("near_duplicate_threshold") is None else float(extra.near_duplicate_threshold),
+        "near_duplicate_threshold": None
+        if extra.get("near_duplicate_threshold") is None
+        else float(extra.near_duplicate_threshold),
         "hard_negatives": bool(extra.get("hard_negatives", False)),
     }
     sets_path = extra.get("candidate_sets")
     metric = TextImageRPrecision(candidate_sets=load_candidate_sets(sets_path) if sets_path else None, **settings)
-    metric.update(data["image_embeddings"], data["text_embeddings"], data.get("ids"), class_ids=data.get("class_ids"), captions=data.get("caption_codes"))
+    metric.update(
+        data["image_embeddings"],
+        data["text_embeddings"],
+        data.get("ids"),
+        class_ids=data.get("class_ids"),
+        captions=data.get("caption_codes"),
+    )
     metrics = metric.compute()
     schema = with_intervals(cfg, metrics, rprecision_output_schema(top_r, settings["hard_negatives"]))
     files = ReportFiles(cfg)

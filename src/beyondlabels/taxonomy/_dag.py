@@ -75,8 +75,10 @@ def dag_to_tree(parents: Mapping[str, Iterable[str]], root: str | None = None) -
                 ready.append(child)
     stuck = sorted(n for n in nodes if n not in level)
     if stuck:
-        raise ValueError(f"the parent links form a cycle through (or above) nodes {listing(cycle(links, stuck))}; "
-                         "a taxonomy's parent chains must all end at the root")
+        raise ValueError(
+            f"the parent links form a cycle through (or above) nodes {listing(cycle(links, stuck))}; "
+            "a taxonomy's parent chains must all end at the root"
+        )
     tree = {}
     for child, pars in links.items():
         if pars:

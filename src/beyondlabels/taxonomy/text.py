@@ -156,9 +156,7 @@ def node_text(name: str) -> str:
 
 def _ngrams(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {
-        tuple(words[i : i + n])
-        for i in range(len(words) - n + 1)
-        if not all(w in STOP_WORDS for w in words[i : i + n])
+        tuple(words[i : i + n]) for i in range(len(words) - n + 1) if not all(w in STOP_WORDS for w in words[i : i + n])
     }
 
 
@@ -396,7 +394,9 @@ class TextToNode:
                 raise ValueError(f"`node_texts[{name!r}]` must be a list of texts, got the string {options!r}.")
             normalised = list(dict.fromkeys(t for t in (node_text(o) for o in options) if t))
             if not normalised:
-                raise ValueError(f"node {name!r} has no usable text after normalisation; give it a name or node_texts entry.")
+                raise ValueError(
+                    f"node {name!r} has no usable text after normalisation; give it a name or node_texts entry."
+                )
             texts.extend(normalised)
             owner.extend([index] * len(normalised))
             first.append(normalised[0])
@@ -523,7 +523,9 @@ class TextToNode:
             block = list(texts[lo : lo + rows])
             answers = self._answer_embeddings(block, nodes.device)
             if answers.shape[1] != nodes.shape[1]:
-                raise ValueError(f"the encoder gave answers of width {answers.shape[1]} but node texts of width {nodes.shape[1]}.")
+                raise ValueError(
+                    f"the encoder gave answers of width {answers.shape[1]} but node texts of width {nodes.shape[1]}."
+                )
             out.extend(self._decide_block(block, normalised[lo : lo + rows], answers @ nodes.T))
         return out
 

@@ -44,10 +44,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels.taxonomy._dag import dag_to_tree, parents_from_mapping
 from beyondlabels._internal.names import SHOW as _SHOW
 from beyondlabels._internal.names import check_name as _check_name
 from beyondlabels._internal.names import listing as _listing
+from beyondlabels.taxonomy._dag import dag_to_tree, parents_from_mapping
 
 
 class Taxonomy:
@@ -335,7 +335,9 @@ class Taxonomy:
             self._ancestor_table = table
         return table.clone() if device is None else table.to(device, copy=True)
 
-    def lca_structure(self, device: torch.device | str | None = None, copy: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def lca_structure(
+        self, device: torch.device | str | None = None, copy: bool = True
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """``(first, sparse, log2)``: an Euler tour range-minimum index answering LCA queries in O(1) per pair.
 
         The Euler tour visits the nodes depth first (children in node order) and lists a node each time the walk is at
@@ -416,9 +418,7 @@ class Taxonomy:
         try:
             a, b = torch.broadcast_tensors(a, b)
         except RuntimeError as err:
-            raise ValueError(
-                f"`a_idx` {tuple(a.shape)} and `b_idx` {tuple(b.shape)} do not broadcast: {err}"
-            ) from None
+            raise ValueError(f"`a_idx` {tuple(a.shape)} and `b_idx` {tuple(b.shape)} do not broadcast: {err}") from None
         first, sparse, log2 = self.lca_structure(a.device, copy=False)
         fa, fb = first[a], first[b]
         left = torch.minimum(fa, fb)
@@ -514,4 +514,6 @@ class Taxonomy:
         return hash((self._root, tuple(self._parent_name.items())))
 
     def __repr__(self) -> str:
-        return f"Taxonomy(root={self._root!r}, nodes={len(self)}, leaves={len(self._leaves)}, max_depth={self._max_depth})"
+        return (
+            f"Taxonomy(root={self._root!r}, nodes={len(self)}, leaves={len(self._leaves)}, max_depth={self._max_depth})"
+        )

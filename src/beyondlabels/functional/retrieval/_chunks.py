@@ -40,7 +40,6 @@ def _join(parts: list[Neighbors]) -> Neighbors:
     )
 
 
-
 def _searched_chunks(
     p: _Problem,
     depths: Tensor,
@@ -52,7 +51,9 @@ def _searched_chunks(
     """The search of every query (or of ``query_rows``, rows then given as query positions) and a collector sized
     for its rows."""
     if query_rows is None:
-        return _RowCollector(p.q_labels.shape[0]), search_normalized(p.gn, depths, p.qn, p.excl, share, chunk_size, lowp)
+        return _RowCollector(p.q_labels.shape[0]), search_normalized(
+            p.gn, depths, p.qn, p.excl, share, chunk_size, lowp
+        )
     n_queries = p.q_labels.shape[0]
     if not isinstance(query_rows, Tensor) or query_rows.dim() != 1 or query_rows.is_floating_point():
         raise ValueError("`query_rows` must be a 1-D integer tensor of query positions.")

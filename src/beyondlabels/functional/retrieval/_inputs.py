@@ -68,7 +68,9 @@ def _problem(
         if qn.device != device:
             raise ValueError(f"`query_embeddings` is on {qn.device} but `embeddings` on {device}; use one device.")
         if qn.shape[1] != gn.shape[1]:
-            raise ValueError(f"`query_embeddings` has dimension {qn.shape[1]} but `embeddings` has {gn.shape[1]}; they must match.")
+            raise ValueError(
+                f"`query_embeddings` has dimension {qn.shape[1]} but `embeddings` has {gn.shape[1]}; they must match."
+            )
         if query_labels is None:
             raise ValueError("`query_labels` is required with `query_embeddings` (relevance = same label).")
         q_labels = check_int_vector(query_labels, "query_labels", qn.shape[0], device)
@@ -109,8 +111,11 @@ def _check_depth_limits(p: _Problem, ks: tuple[int, ...], curve_max_k: int, retu
             + "; lower k or enlarge the gallery."
         )
     if curve_max_k > avail:
-        raise ValueError(f"`curve_max_k`={curve_max_k} exceeds the {avail} gallery items available to a query; lower it.")
+        raise ValueError(
+            f"`curve_max_k`={curve_max_k} exceeds the {avail} gallery items available to a query; lower it."
+        )
     if return_neighbors > avail:
-        raise ValueError(f"`return_neighbors`={return_neighbors} exceeds the {avail} gallery items available; lower it.")
+        raise ValueError(
+            f"`return_neighbors`={return_neighbors} exceeds the {avail} gallery items available; lower it."
+        )
     return avail
-

@@ -50,7 +50,6 @@ def _first_relevant_rank_full(g: Tensor, q: Tensor, q_labels: Tensor, g_labels: 
     return before.sum(dim=1).to(torch.float64) + 1.0
 
 
-
 @dataclass(frozen=True)
 class _Cutoffs:
     """The cut-offs ``ks`` (ascending) as positions ``index = k - 1``, the discounts ``1 / log2(i + 1)`` of ranks
@@ -98,7 +97,9 @@ class _GradedState:
         return cls(g.name, gains, g_cls, q_cls, counts, e_cls, {k: v.to(device) for k, v in g.mistake_stats.items()})
 
 
-def _put_deep_values(out: _RowCollector, p: _Problem, rows: Tensor, ql: Tensor, rel: Tensor, cum: Tensor, rq: Tensor, ok: Tensor) -> None:
+def _put_deep_values(
+    out: _RowCollector, p: _Problem, rows: Tensor, ql: Tensor, rel: Tensor, cum: Tensor, rq: Tensor, ok: Tensor
+) -> None:
     """``r_precision``, ``map@r`` and ``first_relevant_rank`` of a chunk (NaN for lone queries)."""
     nan = float("nan")
     depth = rel.shape[1]
@@ -123,7 +124,14 @@ def _put_deep_values(out: _RowCollector, p: _Problem, rows: Tensor, ql: Tensor, 
 
 
 def _put_graded_values(
-    out: _RowCollector, state: _GradedState, cut: _Cutoffs, p: _Problem, rows: Tensor, idx: Tensor, ql: Tensor, ok: Tensor
+    out: _RowCollector,
+    state: _GradedState,
+    cut: _Cutoffs,
+    p: _Problem,
+    rows: Tensor,
+    idx: Tensor,
+    ql: Tensor,
+    ok: Tensor,
 ) -> None:
     """The graded precision and nDCG at every cut-off of a chunk, and the top-1 mistake statistics."""
     nan = float("nan")
@@ -138,7 +146,9 @@ def _put_graded_values(
     ks_f = cut.index.to(torch.float64) + 1.0
     g_prec = cum_gain[:, cut.index] / ks_f
     g_dcg = torch.cumsum(gain * cut.discount, dim=1)[:, cut.index]
-    g_ideal = _ideal_dcg(state.gains, state.q_cls[rows], state.e_cls[rows], state.counts, cut.kmax, cut.discount)[:, cut.index]
+    g_ideal = _ideal_dcg(state.gains, state.q_cls[rows], state.e_cls[rows], state.counts, cut.kmax, cut.discount)[
+        :, cut.index
+    ]
     out.put(f"{state.name}_precision", torch.where(ok.unsqueeze(1), g_prec, nan))
     out.put(f"{state.name}_ndcg", torch.where(ok.unsqueeze(1), g_dcg / g_ideal, nan))
 

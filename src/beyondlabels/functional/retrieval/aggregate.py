@@ -17,7 +17,9 @@ __all__ = ["aggregate_retrieval"]
 
 def _class_mean(values: Tensor, classes: Tensor, n_classes: int) -> Tensor:
     sums = torch.zeros(n_classes, dtype=torch.float64, device=values.device).index_add_(0, classes, values)
-    counts = torch.zeros(n_classes, dtype=torch.float64, device=values.device).index_add_(0, classes, torch.ones_like(values))
+    counts = torch.zeros(n_classes, dtype=torch.float64, device=values.device).index_add_(
+        0, classes, torch.ones_like(values)
+    )
     present = counts > 0
     # Summed in ascending order of value: the result does not depend on how labels are coded or ordered.
     return torch.sort(sums[present] / counts[present]).values.sum() / int(present.sum())
@@ -78,7 +80,11 @@ def aggregate_retrieval(
         out["precision_curve"] = hits.index_select(0, ok_rows)[:, :curve_max_k].contiguous().sum(dim=0) / rank / n_ok
     else:
         out["precision_curve"] = torch.full_like(rank, float("nan"))
-    per_query_out = {"query_id": index if query_ids is None else query_ids.to(device)[index], "label": labels, "num_relevant": r}
+    per_query_out = {
+        "query_id": index if query_ids is None else query_ids.to(device)[index],
+        "label": labels,
+        "num_relevant": r,
+    }
     per_query_out.update(vectors)
     per_query_out.update(mistakes)
     if deep_metrics:

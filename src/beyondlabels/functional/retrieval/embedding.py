@@ -124,4 +124,3 @@ def embedding_retrieval_metrics(
         query_pool=None if max_queries is None else pool,
         deep_metrics=deep_metrics,
     )
-

@@ -126,7 +126,9 @@ def rprecision_output_schema(top_r: Sequence[int] = (1, 5, 10), hard_negatives: 
     if hard_negatives:
         keys["hard_r_precision"] = up
     keys.update({"clip_score": up, "clip_score_w2.5": up, "chance": none})
-    keys.update({"num_samples": KeySpec("scalar", None, count=True), "num_candidates": KeySpec("scalar", None, count=True)})
+    keys.update(
+        {"num_samples": KeySpec("scalar", None, count=True), "num_candidates": KeySpec("scalar", None, count=True)}
+    )
     keys["r_precision_curve"] = KeySpec("curve", True)
     per_query = {
         "query_id": KeySpec("per_query", None),

@@ -8,12 +8,15 @@ from torch import Tensor
 from beyondlabels.functional._topk import score_block
 from beyondlabels.functional.search import normalize_rows
 
+
 def _check_vector(x: object, name: str, n: int, device: torch.device) -> Tensor:
     if not isinstance(x, Tensor) or x.dim() != 1 or x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"`{name}` must be a 1-D integer tensor with one entry per sample, got {got}.")
     if x.shape[0] != n:
-        raise ValueError(f"`{name}` has {x.shape[0]} entries but there are {n} samples (embedding rows); they must match.")
+        raise ValueError(
+            f"`{name}` has {x.shape[0]} entries but there are {n} samples (embedding rows); they must match."
+        )
     return x.to(device=device, dtype=torch.long)
 
 
@@ -27,7 +30,9 @@ def _check_pool(
     order = torch.argsort(ids, stable=True)
     ids = ids[order]
     if n > 1 and bool((ids[1:] == ids[:-1]).any()):
-        raise ValueError(f"`ids` contains duplicates {ids[1:][ids[1:] == ids[:-1]][:5].tolist()}; deduplicate the samples first.")
+        raise ValueError(
+            f"`ids` contains duplicates {ids[1:][ids[1:] == ids[:-1]][:5].tolist()}; deduplicate the samples first."
+        )
     if class_ids is not None:
         class_ids = _check_vector(class_ids, "class_ids", n, device)[order]
     if caption_codes is not None:
@@ -62,7 +67,9 @@ class _Pool:
             if class_ids is None:
                 excluded = cap_sizes[cap_rank]
             else:  # |class ∪ caption| = |class| + |caption| − |class ∩ caption|
-                _, pair_rank, pair_sizes = torch.unique(torch.stack([class_ids, caption_codes], 1), dim=0, return_inverse=True, return_counts=True)
+                _, pair_rank, pair_sizes = torch.unique(
+                    torch.stack([class_ids, caption_codes], 1), dim=0, return_inverse=True, return_counts=True
+                )
                 excluded = excluded + cap_sizes[cap_rank] - pair_sizes[pair_rank]
         self.eligible = n - excluded
 
@@ -119,5 +126,9 @@ def _check_enough(txt: Tensor, pool: _Pool, k: int, threshold: float | None) -> 
     short = torch.nonzero(pool.eligible < k).flatten()
     if short.numel():
         row = short[:1]
-        count = int(pool.eligible[row]) if threshold is None else int(_eligible_counts(_masked_text_scores(txt, pool, row, threshold)))
+        count = (
+            int(pool.eligible[row])
+            if threshold is None
+            else int(_eligible_counts(_masked_text_scores(txt, pool, row, threshold)))
+        )
         _raise_too_few(pool, int(row), count, k, threshold)

@@ -13,6 +13,7 @@ from beyondlabels.functional.rprecision.settings import check_threshold
 
 __all__ = ["CandidateSets", "draw_candidate_sets"]
 
+
 def draw_candidate_sets(
     text_embeddings: Tensor,
     ids: Tensor | None = None,

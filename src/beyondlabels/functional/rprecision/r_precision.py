@@ -19,6 +19,7 @@ from beyondlabels.functional.search import normalize_rows
 
 __all__ = ["fold_assignment", "text_image_r_precision"]
 
+
 def fold_assignment(ids: Tensor, seed: int, folds: int) -> Tensor:
     """The fold (``0..folds−1``) of each sample under ``protocol="folds"``: samples ordered by a hash of
     ``(seed, id)`` (a bijection of the id, so no ties) and split into ``folds`` near-equal runs (sizes differ by <= 1).
@@ -133,9 +134,13 @@ def _check_images(image_embeddings: Tensor, text_embeddings: Tensor) -> Tensor:
             "both must be one sample (an image and its prompt)."
         )
     if text_embeddings.shape[1] != img.shape[1]:
-        raise ValueError(f"`image_embeddings` has dimension {img.shape[1]} but `text_embeddings` has {text_embeddings.shape[1]}; embed both with one evaluator.")
+        raise ValueError(
+            f"`image_embeddings` has dimension {img.shape[1]} but `text_embeddings` has {text_embeddings.shape[1]}; embed both with one evaluator."
+        )
     if text_embeddings.device != img.device:
-        raise ValueError(f"`text_embeddings` is on {text_embeddings.device} but `image_embeddings` on {img.device}; put them on one device.")
+        raise ValueError(
+            f"`text_embeddings` is on {text_embeddings.device} but `image_embeddings` on {img.device}; put them on one device."
+        )
     return img
 
 

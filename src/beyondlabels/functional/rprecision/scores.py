@@ -12,7 +12,14 @@ from beyondlabels.functional.search import normalize_rows
 
 __all__ = ["candidate_scores"]
 
-def candidate_scores(image_embeddings: Tensor, text_embeddings: Tensor, rows: Tensor, direction: str = "image_to_text", chunk_size: int = 256) -> Tensor:
+
+def candidate_scores(
+    image_embeddings: Tensor,
+    text_embeddings: Tensor,
+    rows: Tensor,
+    direction: str = "image_to_text",
+    chunk_size: int = 256,
+) -> Tensor:
     """Scores ``[N, R]`` of each query's candidates: column 0 the ground truth, then the distractors ``rows[q]``.
 
     ``direction="image_to_text"``: ``s(q, q), s(q, rows[q, 0]), ...``; ``"text_to_image"``: ``s(q, q), s(rows[q, 0], q),
@@ -30,9 +37,13 @@ def candidate_scores(image_embeddings: Tensor, text_embeddings: Tensor, rows: Te
     check_positive_int(chunk_size, "chunk_size")
     if not isinstance(rows, Tensor) or rows.dim() != 2 or rows.shape[0] != img.shape[0] or rows.is_floating_point():
         got = f"{tuple(rows.shape)} {rows.dtype}" if isinstance(rows, Tensor) else type(rows).__name__
-        raise ValueError(f"`rows` must be an integer tensor [N, R - 1] with one row per sample ({img.shape[0]}), got {got}.")
+        raise ValueError(
+            f"`rows` must be an integer tensor [N, R - 1] with one row per sample ({img.shape[0]}), got {got}."
+        )
     if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= txt.shape[0]):
         raise ValueError(f"`rows` must index the {txt.shape[0]} samples (0..{txt.shape[0] - 1}).")
     if txt.shape != img.shape:
-        raise ValueError(f"`image_embeddings` {tuple(img.shape)} and `text_embeddings` {tuple(txt.shape)} must have one shape.")
+        raise ValueError(
+            f"`image_embeddings` {tuple(img.shape)} and `text_embeddings` {tuple(txt.shape)} must have one shape."
+        )
     return _candidate_scores(img, txt, rows.to(device=img.device, dtype=torch.long), direction)

@@ -17,7 +17,9 @@ def check_threshold(t: object) -> float | None:
     """``near_duplicate_threshold``: a cosine in ``[-1, 1]`` as a float, or None (off)."""
     if t is None:
         return None
-    return check_number(t, "near_duplicate_threshold", at_least=-1.0, at_most=1.0, what="a cosine in [-1, 1] or None (off)")
+    return check_number(
+        t, "near_duplicate_threshold", at_least=-1.0, at_most=1.0, what="a cosine in [-1, 1] or None (off)"
+    )
 
 
 def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
@@ -29,7 +31,9 @@ def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
         raise ValueError(f"`top_r` must be a sequence of positive ints, got {top_r!r}.")
     too_big = [int(v) for v in (*top_r, r) if v > num_candidates]
     if too_big:
-        raise ValueError(f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R.")
+        raise ValueError(
+            f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R."
+        )
     return tuple(sorted({int(v) for v in top_r}))
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from beyondlabels.reporting.sweeps.comparison import DAGGER
 from beyondlabels.reporting.tables import ARROWS
 
+
 def _fmt(value: float | None, digits: int = 4, sign: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
@@ -68,5 +69,9 @@ def _rows(table: Mapping[str, Any], bold: Any, mark: str, escape: Any) -> tuple[
             text = bold(text) if name in best[k] else text
             row.append(text + (mark if (name, k) in marks else ""))
         rows.append(row)
-    header = ["setting", "n", *(escape(f"{k} {ARROWS.get(table['metrics'][k]['direction'], '')}".strip()) for k in keys)]
+    header = [
+        "setting",
+        "n",
+        *(escape(f"{k} {ARROWS.get(table['metrics'][k]['direction'], '')}".strip()) for k in keys),
+    ]
     return header, rows

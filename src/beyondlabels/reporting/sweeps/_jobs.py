@@ -17,7 +17,12 @@ _NO_OVERRIDE = "(no override)"
 
 
 def _record(run: EvaluationRun, key: str, which: str) -> dict[str, Any] | None:
-    if which == "best" and run.schema is not None and key in run.schema.scalar_keys() and run.schema.mode(key) is not None:
+    if (
+        which == "best"
+        and run.schema is not None
+        and key in run.schema.scalar_keys()
+        and run.schema.mode(key) is not None
+    ):
         return run.best(key)
     return run.last()
 
@@ -34,13 +39,17 @@ def _direction(jobs: Sequence[SweepJob], prefix: str, key: str) -> str | None:
     return None
 
 
-def _per_query(job: SweepJob, prefix: str, key: str, which: str, primary: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+def _per_query(
+    job: SweepJob, prefix: str, key: str, which: str, primary: str | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
     """(ids, values) of ``key`` at the job's final or best evaluation (best under ``primary`` when given); None
     without a per-query file holding it."""
     run = job.runs.get(prefix)
     if run is None or run.schema is None or key not in run.schema.per_query:
         return None
-    record = _record(run, primary or key, which) if primary is None or primary in run.schema.scalar_keys() else run.last()
+    record = (
+        _record(run, primary or key, which) if primary is None or primary in run.schema.scalar_keys() else run.last()
+    )
     if record is None:
         return None
     try:

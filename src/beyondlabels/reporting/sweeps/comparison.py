@@ -12,7 +12,12 @@ import numpy as np
 
 from beyondlabels._internal.checks import check_choice, check_number
 from beyondlabels.functional.multiple_testing import CORRECTION, holm_adjust
-from beyondlabels.functional.sweeps import MIN_BOOTSTRAP_SEEDS, paired_group_difference, pooled_query_interval, seed_summary
+from beyondlabels.functional.sweeps import (
+    MIN_BOOTSTRAP_SEEDS,
+    paired_group_difference,
+    pooled_query_interval,
+    seed_summary,
+)
 from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.sweeps import SEED_KEYS, SweepJob, group_jobs
 from beyondlabels.reporting.stats import split_key
@@ -92,7 +97,9 @@ def sweep_comparison(
     check_choice(which, "which", ("final", "best"))
     check_number(level, "level", above=0.0, below=1.0, hint="e.g. 0.05")
     if (baseline is None) != (metric is None):
-        raise ValueError("a test against a baseline needs both baseline=GROUP (or a job folder) and metric=KEY (e.g. retrieval/precision@1)")
+        raise ValueError(
+            "a test against a baseline needs both baseline=GROUP (or a job folder) and metric=KEY (e.g. retrieval/precision@1)"
+        )
     groups = group_jobs(runs, seed_keys)
     if not groups:
         raise ValueError("no runs to compare")
@@ -115,19 +122,41 @@ def sweep_comparison(
     }
     per_query: dict[tuple[int, str], dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for g, (name, (gkey, jobs)) in enumerate(zip(names, groups.items())):
-        entry: dict[str, Any] = {"key": gkey, "overrides": jobs[0].setting, "seeds": [j.seed for j in jobs], "jobs": [], "metrics": {}}
+        entry: dict[str, Any] = {
+            "key": gkey,
+            "overrides": jobs[0].setting,
+            "seeds": [j.seed for j in jobs],
+            "jobs": [],
+            "metrics": {},
+        }
         for job in jobs:
-            entry["jobs"].append({"path": str(job.folder), "seed": job.seed, "values": _job_values(job, keys, primary, which)})
+            entry["jobs"].append(
+                {"path": str(job.folder), "seed": job.seed, "values": _job_values(job, keys, primary, which)}
+            )
         for k in keys:
-            per_query[(g, k)], entry["metrics"][k] = _group_metric(entry, jobs, k, primary, which, confidence, rounds, seed)
+            per_query[(g, k)], entry["metrics"][k] = _group_metric(
+                entry, jobs, k, primary, which, confidence, rounds, seed
+            )
         table["groups"][name] = entry
         if len(jobs) < 3:
-            table["warnings"].append(f"group {name}: {len(jobs)} seed(s); an interval across seeds needs at least 2, and 3 or more to mean much")
+            table["warnings"].append(
+                f"group {name}: {len(jobs)} seed(s); an interval across seeds needs at least 2, and 3 or more to mean much"
+            )
     if baseline is not None:
         table["baseline"] = _against_baseline(
-            table, names, groups, per_query, baseline, tested, level=level, permutations=permutations,
-            intersect=intersect, confidence=confidence, rounds=rounds, seed=seed,
-        )  # fmt: skip
+            table,
+            names,
+            groups,
+            per_query,
+            baseline,
+            tested,
+            level=level,
+            permutations=permutations,
+            intersect=intersect,
+            confidence=confidence,
+            rounds=rounds,
+            seed=seed,
+        )
     return table
 
 
@@ -160,16 +189,26 @@ def _against_baseline(
         for k in tested:
             direction = table["metrics"][k]["direction"]
             if direction is None:
-                raise ValueError(f"{k!r} has no direction in the schema (a count or setting); test a key that is better when higher or lower")
+                raise ValueError(
+                    f"{k!r} has no direction in the schema (a count or setting); test a key that is better when higher or lower"
+                )
             entry: dict[str, Any] = {"group": name, "metric": k, "direction": direction}
             base_pq, other_pq = per_query[(b, k)], per_query[(g, k)]
             if not base_pq or not other_pq:
-                entry.update(pvalue=math.nan, reason=f"no per-query values of {k} in the per-query files of both groups")
+                entry.update(
+                    pvalue=math.nan, reason=f"no per-query values of {k} in the per-query files of both groups"
+                )
             elif not set(base_pq) & set(other_pq):
                 entry.update(pvalue=math.nan, reason="the two groups share no seed")
             else:
                 result = paired_group_difference(
-                    base_pq, other_pq, intersect=intersect, permutations=permutations, rounds=rounds, confidence=confidence, seed=seed
+                    base_pq,
+                    other_pq,
+                    intersect=intersect,
+                    permutations=permutations,
+                    rounds=rounds,
+                    confidence=confidence,
+                    seed=seed,
                 )
                 entry.update(result.to_json())
                 if result.n_queries == 0:
@@ -212,7 +251,9 @@ def _checked_keys(all_jobs: Sequence[SweepJob], keys: Sequence[str] | None, test
         split_key(key)
     keys = list(dict.fromkeys(list(keys) if keys else (tested or _default_keys(all_jobs))))
     if not keys:
-        raise ValueError("no key to tabulate: the runs' schemas name no scalar with a direction and per-query values; pass metrics=[prefix/key, ...]")
+        raise ValueError(
+            "no key to tabulate: the runs' schemas name no scalar with a direction and per-query values; pass metrics=[prefix/key, ...]"
+        )
     known = {f"{p}/{k}" for job in all_jobs for p, r in job.runs.items() for k in r.scalar_keys()}
     unknown = [k for k in keys if k not in known]
     if unknown:
@@ -220,7 +261,9 @@ def _checked_keys(all_jobs: Sequence[SweepJob], keys: Sequence[str] | None, test
     return keys
 
 
-def _job_values(job: SweepJob, keys: Sequence[str], primary: tuple[str, str] | None, which: str) -> dict[str, float | None]:
+def _job_values(
+    job: SweepJob, keys: Sequence[str], primary: tuple[str, str] | None, which: str
+) -> dict[str, float | None]:
     """The job's value of each key: at its final evaluation, or its best (with a baseline, the keys of ``primary``'s
     callback at its evaluation best under ``primary``, those of other callbacks at their last)."""
     values = {}
@@ -251,7 +294,11 @@ def _group_metric(
     values = [v for v in (j["values"][k] for j in entry["jobs"]) if v is not None]
     by = primary[1] if primary is not None and primary[0] == prefix else None
     arrays = {job.seed: pq for job in jobs if (pq := _per_query(job, prefix, key, which, by)) is not None}
-    pooled = pooled_query_interval([v for _, v in arrays.values()], confidence=confidence, rounds=rounds, seed=seed) if arrays else None
+    pooled = (
+        pooled_query_interval([v for _, v in arrays.values()], confidence=confidence, rounds=rounds, seed=seed)
+        if arrays
+        else None
+    )
     return arrays, {
         "values": values,
         "seeds": seed_summary(values, confidence=confidence, rounds=rounds, seed=seed).to_json(),

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["print_sweep"]
 
+
 def _console(console: Console | None) -> Console:
     from rich.console import Console
 
@@ -45,7 +46,13 @@ def print_sweep(table: Mapping[str, Any], console: Console | None = None) -> Non
             column.append(f"{_cell(m['seeds'])}{DAGGER if (n, k) in marks else ''}\n{second}")
         cells[k] = column
     name_width = max([len("group"), *(cell_len(n) for n in row_names)])
-    widths = [max(cell_len(f"{k} {ARROWS.get(table['metrics'][k]['direction'], '')}"), *(cell_len(line) for c in cells[k] for line in c.split("\n"))) for k in keys]
+    widths = [
+        max(
+            cell_len(f"{k} {ARROWS.get(table['metrics'][k]['direction'], '')}"),
+            *(cell_len(line) for c in cells[k] for line in c.split("\n")),
+        )
+        for k in keys
+    ]
     fixed = 1 + name_width + 3 + 4 + 3
     chunks: list[list[int]] = []
     current: list[int] = []
@@ -63,7 +70,11 @@ def print_sweep(table: Mapping[str, Any], console: Console | None = None) -> Non
         out.add_column("group", no_wrap=True)
         out.add_column("n", justify="right", no_wrap=True)
         for i in chunk:
-            out.add_column(f"{keys[i]} {ARROWS.get(table['metrics'][keys[i]]['direction'], '')}".strip(), justify="right", no_wrap=True)
+            out.add_column(
+                f"{keys[i]} {ARROWS.get(table['metrics'][keys[i]]['direction'], '')}".strip(),
+                justify="right",
+                no_wrap=True,
+            )
         for r, n in enumerate(names):
             out.add_row(row_names[r], str(len(table["groups"][n]["jobs"])), *(cells[keys[i]][r] for i in chunk))
         print_fitting(console, out, fixed + sum(widths[i] + 3 for i in chunk))
@@ -83,8 +94,18 @@ def _print_tests(table: Mapping[str, Any], console: Console) -> None:
     from rich.table import Table
 
     base = table["baseline"]
-    out = Table(title=f"against {base['group']}: {base['correction']} over {base['family_size']} comparisons, level {base['level']}")
-    for name, justify in (("group", "left"), ("metric", "left"), ("Δ seeds [t]", "right"), ("Δ queries", "right"), ("p / Holm", "right"), ("d_z", "right"), ("decision", "left")):
+    out = Table(
+        title=f"against {base['group']}: {base['correction']} over {base['family_size']} comparisons, level {base['level']}"
+    )
+    for name, justify in (
+        ("group", "left"),
+        ("metric", "left"),
+        ("Δ seeds [t]", "right"),
+        ("Δ queries", "right"),
+        ("p / Holm", "right"),
+        ("d_z", "right"),
+        ("decision", "left"),
+    ):
         out.add_column(name, justify=justify, no_wrap=True)
     for c in base["comparisons"]:
         if "seed_t" in c:
@@ -107,4 +128,6 @@ def _print_tests(table: Mapping[str, Any], console: Console) -> None:
     )
     for c in base["comparisons"]:
         if c["decision"] == "no conclusion":
-            console.print(f"{c['group']} on {c['metric']}: no conclusion ({c['reason']})", highlight=False, soft_wrap=True)
+            console.print(
+                f"{c['group']} on {c['metric']}: no conclusion ({c['reason']})", highlight=False, soft_wrap=True
+            )

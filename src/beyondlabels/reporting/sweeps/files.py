@@ -12,6 +12,7 @@ from beyondlabels.reporting.sweeps.picture import plot_sweep
 
 __all__ = ["write_sweep_files"]
 
+
 def write_sweep_files(table: Mapping[str, Any], report: str | Path) -> list[Path]:
     """Beside the JSON report ``<folder>/<stem>.json``: ``<stem>.md``, ``<stem>.tex`` and ``<stem>.<key>.png`` per key
     (:func:`plot_sweep`); returns their paths."""

@@ -11,11 +11,27 @@ from beyondlabels.reporting.sweeps.comparison import DAGGER
 
 __all__ = ["sweep_latex"]
 
-_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def _latex_escape(text: str) -> str:
-    return re.sub(r"[\\&%$#_{}~^]", lambda m: _LATEX[m.group()], text).replace("↑", r"$\uparrow$").replace("↓", r"$\downarrow$").replace("–", "--")
+    return (
+        re.sub(r"[\\&%$#_{}~^]", lambda m: _LATEX[m.group()], text)
+        .replace("↑", r"$\uparrow$")
+        .replace("↓", r"$\downarrow$")
+        .replace("–", "--")
+    )
 
 
 def sweep_latex(table: Mapping[str, Any]) -> str:

@@ -10,6 +10,7 @@ from beyondlabels.reporting.sweeps.comparison import DAGGER
 
 __all__ = ["sweep_markdown"]
 
+
 def sweep_markdown(table: Mapping[str, Any]) -> str:
     """The grouped table as Markdown: a row per group, a column per key, ``mean [low, high]`` across seeds, the best
     mean of each column (under the key's direction) in bold, :data:`DAGGER` where the difference to the baseline

@@ -13,6 +13,7 @@ from beyondlabels.reporting.tables import ARROWS
 
 __all__ = ["plot_sweep"]
 
+
 def _setting_values(table: Mapping[str, Any]) -> tuple[str | None, dict[str, dict[str, str]]]:
     """The swept key (the first differing override key whose values are all numbers, else the first differing key)
     and, per group, ``{override key: value}`` of its differing overrides."""
@@ -91,7 +92,9 @@ def plot_sweep(table: Mapping[str, Any], stem: str | Path) -> list[Path]:
                 # a tick at each swept value, labelled as the override wrote it (0.001, not 0.00100)
                 ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all], rotation=20 if len(xs_all) > 4 else 0)
             else:
-                ax.set_xticks(range(len(categories)), [str(c) for c in categories], rotation=20 if len(categories) > 4 else 0)
+                ax.set_xticks(
+                    range(len(categories)), [str(c) for c in categories], rotation=20 if len(categories) > 4 else 0
+                )
             ax.set_xlabel(x_key or "group")
             ax.set_ylabel(f"{key} {ARROWS.get(spec['direction'], '')}".strip())
             conf = f"{table['confidence']:.0%}"
