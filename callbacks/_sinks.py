@@ -64,7 +64,7 @@ def _text(value: Any) -> str:
 def markdown_table(table: MediaTable) -> str:
     """``table`` as a Markdown table (image cells shown as ``(image)``; the pictures are logged as a grid).
 
-    Example:
+    Examples:
         >>> print(markdown_table(MediaTable("t", ["a", "b"], [[1, 0.123456], ["x|y", None]])))
         | a | b |
         | --- | --- |

@@ -90,7 +90,7 @@ class ConvergenceMonitorCore:
             callbacks' keys (gathered), False for any other (each rank then tests at ``alpha / world_size``); True for
             a key logged with ``sync_dist=True``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from beyondlabels.callbacks import ConvergenceMonitor
         >>> monitor = ConvergenceMonitor("retrieval/r_precision", window=5, rounds=200, min_delta=0.01)

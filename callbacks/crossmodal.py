@@ -40,17 +40,21 @@ class CrossModalEvalCore(EvaluationCore):
         tokenizer: Optional name of a LightningModule attribute that maps a list of strings to the tokens
             ``text_method`` takes (e.g. ``"tokenizer"`` for a plain open_clip model); None: ``text_method`` takes
             strings.
-        image_key, caption_key, id_key: Batch keys of images, captions and image ids.
+        image_key: Batch key of the images.
+        caption_key: Batch key of the captions.
+        id_key: Batch key of the image ids.
         max_captions_per_image: The most captions one image may have (sets the text ids, see above).
         ks: The k of every ``recall@k`` key.
-        chunk_size, precision, distributed_search: Passed to the metric.
+        chunk_size: Passed to the metric (queries per search block).
+        precision: Passed to the metric (``"fp32"`` or a fast mode).
+        distributed_search: Passed to the metric (split the search between ranks).
         num_misses: Rows of the worst-miss table (0 turns it off).
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
             ``evaluate_at_fit_end``, ``strict``).
 
-    Example:
+    Examples:
         >>> from beyondlabels.callbacks import CrossModalEvalCallback
         >>> callback = CrossModalEvalCallback(every_n_epochs=1, prog_bar=["text_to_image_recall@1"])
         >>> callback.schema.mode("image_to_text_recall@5"), callback.schema.mode("text_to_image_median_rank")

@@ -15,7 +15,7 @@ disk) is reported, does not stop the others, and is retried at the next evaluati
 pending per-query file, the schema, the plots (they stay due) and the removals the retention policy asked for. A
 failed per-evaluation picture is not drawn again (its data is gone).
 
-Example:
+Examples:
     >>> import tempfile
     >>> from beyondlabels.schema import KeySpec, OutputSchema
     >>> schema = OutputSchema({"map@r": KeySpec("scalar", True)}, {"map@r": KeySpec("per_query", True)})
@@ -58,7 +58,7 @@ def step_file_name(step: int, suffix: str) -> str:
 def thin(items: Sequence[Any], at_most: int) -> list[Any]:
     """At most ``at_most`` of ``items``, evenly spaced, always with the first and the last.
 
-    Example:
+    Examples:
         >>> thin(list(range(10)), 4), thin([1, 2], 5)
         ([0, 3, 6, 9], [1, 2])
     """

@@ -62,13 +62,19 @@ class HierarchyEvalCore(EvaluationCore):
             object with ``encode_text`` or ``encode``) (``source="text"``).
         node_texts: texts of the nodes for ``source="text"``: None (names), ``"wordnet_lemmas"``, a mapping or a
             YAML/JSON file (:func:`~beyondlabels.io.taxonomy_files.load_node_texts`).
-        top_k, rules, ngram_orders, context, lca_gap, temperature: options of
-            :class:`~beyondlabels.taxonomy.TextToNode`.
-        input_key, label_key, id_key: keys of dict batches (tuples are ``(inputs, labels[, ids])``).
+        top_k: option of :class:`~beyondlabels.taxonomy.TextToNode` (as are the next five).
+        rules: option of :class:`~beyondlabels.taxonomy.TextToNode`.
+        ngram_orders: option of :class:`~beyondlabels.taxonomy.TextToNode`.
+        context: option of :class:`~beyondlabels.taxonomy.TextToNode`.
+        lca_gap: option of :class:`~beyondlabels.taxonomy.TextToNode`.
+        temperature: option of :class:`~beyondlabels.taxonomy.TextToNode`.
+        input_key: key of the inputs in dict batches (tuples are ``(inputs, labels[, ids])``).
+        label_key: key of the labels in dict batches.
+        id_key: key of the global sample ids in dict batches.
         num_examples: rows of the example table (0 turns it off).
         kwargs: schedule, loader, files and failure options of :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
-    Example:
+    Examples:
         >>> from beyondlabels.demo import demo_taxonomy
         >>> from beyondlabels.callbacks import HierarchyEvalCallback
         >>> callback = HierarchyEvalCallback(demo_taxonomy(), every_n_epochs=2, prog_bar=["hF"])

@@ -7,7 +7,7 @@ with ``lightning.pytorch.Callback`` as a base; nothing else. The classes are mad
 exported by :mod:`beyondlabels.callbacks`) holds the same classes for ``pytorch_lightning``. Subclass
 :class:`EvaluationCallback` here for a new family of your own.
 
-Example:
+Examples:
     >>> import lightning.pytorch as pl
     >>> from beyondlabels.callbacks.lightning import RetrievalEvalCallback
     >>> isinstance(RetrievalEvalCallback(), pl.Callback)

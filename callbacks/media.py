@@ -2,7 +2,7 @@
 to the callback's ``media/`` folder (:mod:`beyondlabels.io.media_files`) and sent to every logger of the trainer
 (:mod:`beyondlabels.callbacks._sinks`).
 
-Example:
+Examples:
     >>> media = EvaluationMedia(prefix="demo", step=12, epoch=1)
     >>> media.table("pairs", ["query_image", "label"], [{"query_image": torch.zeros(3, 2, 2), "label": "cat"}])
     >>> media.curve("precision_curve", [0.9, 0.8])
@@ -52,7 +52,7 @@ def thumbnail(dataset: Any, sample_id: int, image_key: str, id_key: str) -> torc
     """The C×H×W image of ``sample_id`` (:func:`dataset_item`; ``image_key`` of a dict item, the first entry of a
     tuple item), or None.
 
-    Example:
+    Examples:
         >>> data = [{"id": 0, "image": torch.zeros(3, 2, 2)}, {"id": 5, "image": torch.ones(3, 2, 2)}]
         >>> thumbnail(data, 0, "image", "id").shape, thumbnail(data, 1, "image", "id")  # item 1 carries id 5
         (torch.Size([3, 2, 2]), None)

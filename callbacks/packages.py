@@ -8,7 +8,7 @@ that only look at the trainer and module they receive, through the functions her
 package (:mod:`beyondlabels.callbacks.pytorch_lightning`, :mod:`beyondlabels.callbacks.lightning`), each importing
 only its own package.
 
-Example:
+Examples:
     >>> class Trainer:  # stands for a class of either package
     ...     pass
     >>> Trainer.__module__ = "lightning.pytorch.trainer.trainer"
@@ -143,7 +143,7 @@ def callback_name(cls: type) -> str:
     """The name a Trainer gets a callback class under, for error messages: the exported class's own name (its
     ``callback_name``), the registered name of a family's core (:mod:`beyondlabels.families`), else the class name.
 
-    Example:
+    Examples:
         >>> from beyondlabels.callbacks.retrieval import RetrievalEvalCore
         >>> callback_name(RetrievalEvalCore), callback_name(int)
         ('RetrievalEvalCallback', 'int')
@@ -164,7 +164,7 @@ def lightning_state_key(callback: Any, **parts: Any) -> str:
     ``checkpoint_name`` when the class itself sets one (a renamed callback keeps its earlier name, so that earlier
     checkpoints resume; :mod:`beyondlabels.families`), else its ``__qualname__`` (subclasses included).
 
-    Example:
+    Examples:
         >>> class RetrievalEvalCallback:
         ...     pass
         >>> lightning_state_key(RetrievalEvalCallback(), prefix="retrieval")

@@ -7,7 +7,7 @@ with ``pytorch_lightning.Callback`` as a base; nothing else. The classes are mad
 :mod:`beyondlabels.callbacks.lightning` holds the same classes for ``lightning.pytorch``. Subclass
 :class:`EvaluationCallback` here for a new family of your own.
 
-Example:
+Examples:
     >>> import pytorch_lightning as pl
     >>> from beyondlabels.callbacks.pytorch_lightning import RetrievalEvalCallback
     >>> isinstance(RetrievalEvalCallback(), pl.Callback)

@@ -40,15 +40,19 @@ class RetrievalEvalCore(EvaluationCore):
 
     Args:
         encode_method: Name of the LightningModule method mapping inputs to embeddings ``[B, D]``.
-        input_key, label_key, id_key: Batch keys of inputs, labels and global ids (dict batches).
+        input_key: Batch key of the inputs (dict batches).
+        label_key: Batch key of the labels.
+        id_key: Batch key of the global sample ids.
         ks: The k of every ``@k`` metric.
-        chunk_size, precision, distributed_search: Passed to the metric (search chunking, ``"fp32"`` or a fast mode,
-            splitting the search between ranks).
+        chunk_size: Passed to the metric (queries per search block).
+        precision: Passed to the metric (``"fp32"`` or a fast mode).
+        distributed_search: Passed to the metric (split the search between ranks).
         curve_max_k: Length of the logged precision@k curve (default ``max(ks)``).
         graded: Class-gain matrices for graded credit (``<name>_precision@k``, ``<name>_ndcg@k``).
-        max_queries, query_seed: Evaluate a fixed, seeded sample of queries (the same ids at every evaluation)
-            against the whole gallery, for galleries too large to search whole; standard errors are logged beside
-            the means (``<key>_se``).
+        max_queries: Evaluate a fixed, seeded sample of at most this many queries (the same ids at every
+            evaluation) against the whole gallery, for galleries too large to search whole; standard errors are
+            logged beside the means (``<key>_se``).
+        query_seed: The seed of that sample.
         deep_metrics: Passed to the metric: False skips ``r_precision``, ``map@r`` and the first-relevant ranks
             (shallow mode: each query is searched only to ``max(ks)``, much faster when classes are large).
         num_mismatches: Rows of the worst-mismatch table (0 turns it off).
@@ -64,7 +68,8 @@ class RetrievalEvalCore(EvaluationCore):
             frequent mismatch pairs and the embedding projection (``projection_points``).
         profile_labels: The label each profiled class carries: None (the class names), ``"index"`` (class ``i`` of
             the profiles file is label ``i``) or one label per class.
-        mismatch_trials, mismatch_seed: Trials and seed of the mismatch null.
+        mismatch_trials: Trials of the mismatch null.
+        mismatch_seed: Seed of the mismatch null.
         projection_points: With ``profiles``: on rank 0, a 2-D PCA projection of at most this many evaluation
             embeddings (a fixed sample chosen by id, the same ids at every evaluation; the PCA is fitted on the
             sample, so huge galleries stay cheap), coloured by class, with each axis's explained variance in the
@@ -89,7 +94,7 @@ class RetrievalEvalCore(EvaluationCore):
             ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
             ``evaluate_at_fit_end``, ``strict``).
 
-    Example:
+    Examples:
         >>> from beyondlabels.callbacks import RetrievalEvalCallback
         >>> callback = RetrievalEvalCallback(every_n_steps=500, ks=(1, 10), prog_bar=["precision@1"])
         >>> callback.schema.mode("r_precision"), callback.schema.mode("mean_first_relevant_rank")

@@ -29,7 +29,7 @@ def select_prompts(pool: Sequence[str], num_prompts: int, seed: int) -> tuple[li
 
     Returns the pool indices (the samples' global ids) and the prompts.
 
-    Example:
+    Examples:
         >>> select_prompts(["a", "b", "c", "d"], 2, seed=0) == select_prompts(["a", "b", "c", "d"], 2, seed=0)
         True
     """
@@ -93,8 +93,14 @@ class RPrecisionCore(EvaluationCore):
         batch_size: Prompts generated per call.
         num_table_rows: Rows of the media table (0: none).
         prefix: Namespace of the logged keys.
-        num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, hard_negatives: The protocol
-            options of :class:`~beyondlabels.metrics.TextImageRPrecision` (definitions and defaults there).
+        num_candidates: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        r: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        top_r: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        protocol: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        repeats: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        seed: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        near_duplicate_threshold: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        hard_negatives: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
         dataloader: None (default): the seeded prompt set; else a loader of ``{"prompt", "id"}`` batches.
         test_dataloader: What ``trainer.test()`` evaluates; None (default): nothing (the prompt set is the evaluation's
             own).

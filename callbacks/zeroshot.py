@@ -30,7 +30,7 @@ DEFAULT_KS = (1, 5)
 def default_ks(num_classes: int) -> tuple[int, ...]:
     """The default cut-offs for ``num_classes`` classes: the k of ``DEFAULT_KS`` that are at most ``num_classes``.
 
-    Example:
+    Examples:
         >>> default_ks(16), default_ks(2)
         ((1, 5), (1,))
     """
@@ -62,8 +62,9 @@ class ZeroShotEvalCore(EvaluationCore):
         tokenizer: Optional name of a LightningModule attribute mapping a list of strings to the tokens
             ``text_method`` takes; None: ``text_method`` takes strings.
         text_batch_size: Prompts encoded per call.
-        input_key, label_key, id_key: Batch keys of images, labels (class indices, or class names) and ids; tuple
-            batches ``(images, labels)`` / ``(images, labels, ids)`` work too.
+        input_key: Batch key of the images; tuple batches ``(images, labels)`` / ``(images, labels, ids)`` work too.
+        label_key: Batch key of the labels (class indices, or class names).
+        id_key: Batch key of the global sample ids.
         ks: The k of every ``top{k}`` key; at most the number of classes. None (the default): ``DEFAULT_KS``, (1, 5),
             cut to the number of classes: top-1, and top-5 when there are at least 5 classes (top-5 of fewer classes
             would be 1 for every image). With class names from the datamodule the cut is made at ``setup``.
@@ -71,7 +72,7 @@ class ZeroShotEvalCore(EvaluationCore):
         kwargs: Schedule, loader, files and failure options of
             :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
-    Example:
+    Examples:
         >>> from beyondlabels.callbacks import ZeroShotEvalCallback
         >>> callback = ZeroShotEvalCallback(class_names=["cat", "dog", "bird", "fish", "frog"], templates=["a {}", "a photo of a {}"])
         >>> callback.prompts()[:3], callback.schema.scalar_keys()[:3]

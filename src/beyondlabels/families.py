@@ -17,7 +17,7 @@ Plain data: this module imports no other part of beyondlabels, so any layer may 
 and functions by ``"module:attribute"`` references, imported only when asked for (:meth:`Family.load`).
 Adding a family: ``docs/adding_a_metric_family.md``.
 
-Example:
+Examples:
     >>> retrieval = family("retrieval")
     >>> retrieval.prefix, retrieval.callback, retrieval.task.name
     ('retrieval', 'RetrievalEvalCallback', 'retrieval')

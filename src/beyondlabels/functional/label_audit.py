@@ -62,7 +62,9 @@ class AuditSettings:
 
     Args:
         k: Neighbours per item.
-        quality_threshold, outlier_threshold, duplicate_threshold: As in :func:`audit_neighbors`.
+        quality_threshold: As in :func:`audit_neighbors`.
+        outlier_threshold: As in :func:`audit_neighbors`.
+        duplicate_threshold: As in :func:`audit_neighbors`.
         top: Length of the ranked lists reported (suspects, outliers) and of the top list whose overlap
             (:func:`suspect_overlap`) measures stability.
         exclude_suspects: Also compute the retrieval metrics without the items of cross-label duplicate pairs.

@@ -10,8 +10,10 @@ from typing import Any
 
 from beyondlabels.families import FAMILIES, resolve
 from beyondlabels.metrics import ranking as _ranking
-from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
-from beyondlabels.metrics.mismatch import RetrievalWithMismatch, retrieval_metric
+from beyondlabels.metrics.base import GatheredSamples as GatheredSamples
+from beyondlabels.metrics.base import PerSampleMetric as PerSampleMetric
+from beyondlabels.metrics.mismatch import RetrievalWithMismatch as RetrievalWithMismatch
+from beyondlabels.metrics.mismatch import retrieval_metric as retrieval_metric
 
 globals().update({f.metric.rpartition(":")[2]: resolve(f.metric) for f in FAMILIES})
 

@@ -258,7 +258,7 @@ class PerSampleMetric(Metric):
         ``<prefix><key>``, in schema order: what ``LightningModule.log_dict`` accepts. Curves, per-query vectors,
         tables and names are left out (:meth:`output_schema` says which key is which).
 
-        Example:
+        Examples:
             >>> import torch
             >>> from beyondlabels.metrics import EmbeddingRetrieval
             >>> metric = EmbeddingRetrieval(ks=(1,))
@@ -295,7 +295,7 @@ class PerSampleMetric(Metric):
             ``(figure, axes)``. One result: horizontal bars, one per scalar key, with its value; several results:
             one line per key over the evaluations; a curve key: the curve against its position (1, 2, ...).
 
-        Example:
+        Examples:
             >>> import torch
             >>> from beyondlabels.metrics import EmbeddingRetrieval
             >>> metric = EmbeddingRetrieval(ks=(1, 2))

@@ -38,7 +38,8 @@ class CrossModalRetrieval(PerSampleMetric):
 
     Args:
         ks: Cut-offs of ``image_to_text_recall@k`` and ``text_to_image_recall@k``.
-        chunk_size, precision: Passed to the search (queries per block; ``"fp32"`` or an identical fast mode).
+        chunk_size: Passed to the search (queries per block).
+        precision: Passed to the search (``"fp32"`` or an identical fast mode).
         return_neighbors: When ``n > 0`` :meth:`compute` also returns ``neighbors``: every caption's top ``n`` images
             as ``image_ids`` and ``scores`` (``[N_txt, n]``, captions in text-id order), for tables of misses.
         distributed_search: Split the search between processes (see above).
@@ -51,7 +52,7 @@ class CrossModalRetrieval(PerSampleMetric):
         ``[0, 2**62)``; images and captions have separate id spaces. Without ``text_ids`` each caption's id is its
         image's id, which is right only when every image has one caption.
 
-    Example:
+    Examples:
         >>> metric = CrossModalRetrieval(ks=(1,))
         >>> metric.update(torch.eye(2), torch.tensor([7, 9]), torch.tensor([[1.0, 0.2], [0.1, 1.0]]), torch.tensor([9, 7]))
         >>> out = metric.compute()

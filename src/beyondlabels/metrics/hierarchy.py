@@ -48,7 +48,7 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         ``pred_nodes`` and ``gt_nodes``: ``[B]`` node indices (integer tensors) or lists of node names; optional
         ``ids`` ``[B]`` (required under distributed training; on one process the arrival position is the id).
 
-    Example:
+    Examples:
         >>> from beyondlabels.taxonomy import Taxonomy
         >>> tax = Taxonomy({"object": "entity", "artifact": "object", "transport": "artifact", "train": "transport",
         ...                 "bus": "transport"}, root="entity")

@@ -38,7 +38,7 @@ def confidence_interval_keys(schema: OutputSchema, keys: bool | Sequence[str] = 
     Raises:
         ValueError: when a requested key is not such a scalar (the message lists the ones that are).
 
-    Example:
+    Examples:
         >>> schema = OutputSchema({"p@1": KeySpec("scalar", True), "n": KeySpec("scalar", None, count=True)},
         ...                       {"p@1": KeySpec("per_query", True)})
         >>> confidence_interval_keys(schema), confidence_interval_keys(schema, False)
@@ -82,7 +82,7 @@ def confidence_intervals(
     normal interval ``mean +- z * sd / sqrt(n)`` (sample sd, ddof 1), which the bootstrap of a mean approaches at
     that size; it keeps an evaluation of a million queries cheap.
 
-    Example:
+    Examples:
         >>> ci = confidence_intervals({"p@1": torch.tensor([1.0, 0.0, 1.0, 1.0])}, ["p@1"], rounds=200)
         >>> sorted(ci), ci["p@1_ci_low"] <= 0.75 <= ci["p@1_ci_high"]
         (['p@1_ci_high', 'p@1_ci_low'], True)
@@ -143,7 +143,7 @@ def add_confidence_intervals(
         ``(results plus the bounds, schema plus their keys)``; ``results`` itself is left as it is. Without a
         ``per_query`` mapping no bound is added (the schema still names them).
 
-    Example:
+    Examples:
         >>> schema = OutputSchema({"p@1": KeySpec("scalar", True)}, {"p@1": KeySpec("per_query", True)})
         >>> out, extended = add_confidence_intervals({"p@1": 0.5, "per_query": {"p@1": torch.tensor([0.0, 1.0])}}, schema)
         >>> sorted(k for k in out if k != "per_query"), extended.scalar_keys()

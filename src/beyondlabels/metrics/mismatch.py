@@ -5,7 +5,7 @@ retrieved label, optionally the query's embedding), gathers and deduplicates the
 :func:`~beyondlabels.functional.mismatch.mismatch_analysis`. The null's seed is a parameter, so world size 1 and 2
 give identical numbers.
 
-Example:
+Examples:
     >>> import torch
     >>> from beyondlabels.functional.relevance import ClassGains
     >>> gains = ClassGains([[1.0, 0.8, 0.1], [0.8, 1.0, 0.2], [0.1, 0.2, 1.0]], [0, 1, 2], name="shape")
@@ -219,7 +219,8 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
 
     Args:
         gains: the class similarity with the labels of its classes (e.g. :func:`~beyondlabels.functional.profiles.profile_class_gains`).
-        num_trials, seed: the null's ``B`` and seed.
+        num_trials: the null's ``B``.
+        seed: the null's seed.
         projection_points: :meth:`compute`'s ``projection_sample`` is ``{"embeddings": [n, D] float32, "labels":
             label codes [n]}`` on the CPU for a picture of the embeddings (e.g.
             :func:`~beyondlabels.functional.projection.pca_projection`), ``n = min(N, projection_points)``: a fixed
@@ -228,7 +229,7 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
         projection_seed: seed of that sample.
         kwargs: :class:`~beyondlabels.metrics.EmbeddingRetrieval` options (``return_neighbors`` is at least 1).
 
-    Example:
+    Examples:
         >>> gains = ClassGains([[1.0, 0.6], [0.6, 1.0]], [0, 1], name="profile")
         >>> metric = RetrievalWithMismatch(gains, ks=(1,), num_trials=100, projection_points=3)
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.3]]), torch.tensor([0, 0, 1, 1]))
@@ -317,7 +318,7 @@ def retrieval_metric(
     feature profiles, :class:`RetrievalWithMismatch` (graded credit and the label-mismatch analysis from the same
     search; ``num_trials``, ``seed`` and ``projection_points`` are its null's and its projection sample's).
 
-    Example:
+    Examples:
         >>> type(retrieval_metric(ks=(1,))).__name__
         'EmbeddingRetrieval'
         >>> gains = ClassGains([[1.0, 0.6], [0.6, 1.0]], [0, 1], name="profile")

@@ -45,7 +45,7 @@ class GradedRanking(PerSampleMetric):
         ``scores`` float ``[B, D]`` (higher ranks first; ``-inf`` = not retrieved), ``grades`` float ``[B, D]``
         (ints; NaN or negative = unjudged), optional ``ids`` ``[B]`` (query ids; required under distributed training).
 
-    Example:
+    Examples:
         >>> metric = GradedRanking(ks=(2,))
         >>> nan = float("nan")
         >>> metric.update(torch.tensor([[0.9, 0.8, 0.1]]), torch.tensor([[2.0, nan, 0.0]]), torch.tensor([5]))

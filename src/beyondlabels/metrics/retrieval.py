@@ -99,7 +99,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         were dropped), ``per_query`` (one vector per metric, with ``query_id`` and ``label``) and ``label_names``
         (``{code: label}`` of the string labels seen on any process; empty for integer labels).
 
-    Example:
+    Examples:
         >>> metric = EmbeddingRetrieval(ks=(1, 2))
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.9, 0.1]]), ["arch", "arch"], torch.tensor([10, 11]))
         >>> metric.update(torch.tensor([[0.0, 1.0], [0.1, 0.9]]), ["dome", "dome"], torch.tensor([12, 13]))

@@ -50,7 +50,7 @@ class TextImageRPrecision(PerSampleMetric):
     image i), ``ids`` ``[B]`` (required under DDP), optional ``class_ids`` ``[B]`` and ``captions`` (``B`` strings or
     int codes: equal captions are never distractors of each other). Pass class ids / captions in every update or none.
 
-    Example:
+    Examples:
         >>> metric = TextImageRPrecision(num_candidates=3, top_r=(1,), repeats=2)
         >>> emb = torch.eye(4)
         >>> metric.update(emb[:2], emb[:2], torch.tensor([0, 1]))

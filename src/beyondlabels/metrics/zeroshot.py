@@ -36,7 +36,7 @@ class ZeroShotClassification(PerSampleMetric):
             always an error (they have no rank).
         kwargs: Passed to :class:`torchmetrics.Metric`.
 
-    Example:
+    Examples:
         >>> metric = ZeroShotClassification(num_classes=3, ks=(1, 2))
         >>> metric.update(torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.3, 0.8]]), torch.tensor([0, 1]), torch.tensor([4, 5]))
         >>> out = metric.compute()

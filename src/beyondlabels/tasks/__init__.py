@@ -25,7 +25,7 @@ TASKS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {task.name: task.run 
 def usage() -> str:
     """A command line of every task, one per line (the registry's ``usage``), as ``evaluate.py --help`` shows them.
 
-    Example:
+    Examples:
         >>> usage().splitlines()[0]
         'python evaluate.py task=retrieval input=embeddings.npz output=report.json k=[1,5,10]'
     """

@@ -28,7 +28,7 @@ def parse_ks(value: Any, name: str = "k") -> list[int]:
         ValueError: for anything else (floats such as ``1.5``, strings, booleans, ``k <= 0``, an empty list),
             naming ``name``.
 
-    Example:
+    Examples:
         >>> parse_ks(5), parse_ks([10, 1, 5, 1])
         ([5], [1, 5, 10])
     """

@@ -28,7 +28,7 @@ __all__ = ["audit_section", "run"]
 def audit_section(audit: Mapping[str, Any], label_names: Mapping[int, str], top: int) -> dict[str, Any]:
     """The JSON-ready ``audit`` section of the report from the metric's ``audit`` output (labels by name).
 
-    Example:
+    Examples:
         >>> import torch
         >>> out = {"suspects": {"ids": torch.tensor([7]), "labels": torch.tensor([0]), "suggested_labels": torch.tensor([1]),
         ...        "suggested_shares": torch.tensor([0.9]), "label_quality": torch.tensor([0.0])},

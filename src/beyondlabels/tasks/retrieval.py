@@ -29,7 +29,7 @@ __all__ = ["curve_max_k", "run"]
 def curve_max_k(value: Any, ks: list[int], n: int) -> int:
     """``eval.curve_max_k``: null means max(k); the curve never goes past the gallery (n - 1) unless k does.
 
-    Example:
+    Examples:
         >>> curve_max_k(None, [1, 5], 100), curve_max_k(50, [1, 5], 20)
         (5, 19)
     """
