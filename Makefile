@@ -1,12 +1,12 @@
 # Two commands do all set-up on a fresh machine (Python 3.10+):
 #   make train   create .venv if missing, install the package, run the embedded demo (offline)
-#   make test    create .venv if missing, install the package with test extras, run the test suite
+#   make test    create .venv if missing, install the package with test extras, run ruff and the test suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: train test test-fast fuzz install install-test bench docs clean wordnet chromium
+.PHONY: train test test-fast lint fuzz install install-test bench docs clean wordnet chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,13 @@ install-test: $(VENV)/.installed-test
 train: $(VENV)/.installed
 	WANDB_MODE=offline $(PY) train.py $(ARGS)
 
-test: $(VENV)/.installed-test wordnet chromium
+test: lint wordnet chromium
 	WANDB_MODE=offline OMP_NUM_THREADS=2 $(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff (configured in pyproject.toml): the lint rules and the formatting, over the whole repository
+lint: $(VENV)/.installed-test
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # WordNet 3.0 noun files (Debian's wordnet-base) for the taxonomy tests; best effort: where apt-get is missing or not
 # allowed the WordNet tests skip and say why. Never fails the build.

@@ -36,7 +36,8 @@ from beyondlabels.functional.search import search_neighbors
 
 
 def demo_embeddings(epochs: int, cache: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Validation-split image embeddings of the demo model trained for ``epochs`` (seed 0), their labels, class names."""
+    """Validation-split image embeddings of the demo model trained for ``epochs`` (seed 0), their labels, class
+    names."""
     from beyondlabels.demo.datamodule import ShapesDataModule
     from beyondlabels.demo.model import TinyCLIP
 
@@ -200,7 +201,8 @@ def main() -> None:
         f"seeds {args.seeds}, threshold {args.threshold}"
     )
     print(
-        "| k | noise | rate | ours P | ours R | ours AP | cleanlab P | cleanlab R | cleanlab AP | ours ms | search ms | cleanlab ms |"
+        "| k | noise | rate | ours P | ours R | ours AP | cleanlab P | cleanlab R | cleanlab AP "
+        "| ours ms | search ms | cleanlab ms |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in args.k:

@@ -121,7 +121,8 @@ def split(args: argparse.Namespace) -> None:
     files_mean = statistics.fmean(t.get("files", 0.0) for t in timings)
     total, forward = med["total"], statistics.median(bare)
     print(
-        f"# one evaluation: N={n} queries (demo TinyCLIP, 32 px shapes), median of {len(timings)} evaluations during training; threads={torch.get_num_threads()}"
+        f"# one evaluation: N={n} queries (demo TinyCLIP, 32 px shapes), median of {len(timings)} evaluations "
+        f"during training; threads={torch.get_num_threads()}"
     )
     print(f"{'phase':36s} {'seconds':>8s} {'share':>7s}")
     print(f"{'bare forward pass (same loader)':36s} {forward:8.3f} {forward / total:7.1%}")
@@ -133,7 +134,8 @@ def split(args: argparse.Namespace) -> None:
             print(f"{'  of which gather + metrics':36s} {med['compute'] - s:8.3f} {(med['compute'] - s) / total:7.1%}")
     print(f"{'total (eval_seconds)':36s} {total:8.3f} {1:7.1%}")
     print(
-        f"files: mean {files_mean:.3f} s (the plots are redrawn every 10th evaluation); files + media: {(files_mean + med['media']) / total:.1%} "
+        f"files: mean {files_mean:.3f} s (the plots are redrawn every 10th evaluation); "
+        f"files + media: {(files_mean + med['media']) / total:.1%} "
         f"of an evaluation (goal <= 10%); evaluation / bare forward pass: {total / forward:.2f}x"
     )
 
@@ -151,10 +153,12 @@ def series(args: argparse.Namespace) -> None:
     ratio = statistics.fmean(late) / statistics.fmean(early)
     print(f"# {len(seconds)} evaluations in a row, one after every training step, at N={n} (CSV + offline W&B loggers)")
     print(
-        f"evaluations 11-30: mean {statistics.fmean(early):.3f} s; last 20: mean {statistics.fmean(late):.3f} s; ratio {ratio:.3f} (goal <= 1.10)"
+        f"evaluations 11-30: mean {statistics.fmean(early):.3f} s; last 20: mean {statistics.fmean(late):.3f} s; "
+        f"ratio {ratio:.3f} (goal <= 1.10)"
     )
     print(
-        f"callback folder after {len(seconds)} evaluations: {disk / 1e6:.2f} MB; {len(per_query)} per-query files kept, "
+        f"callback folder after {len(seconds)} evaluations: {disk / 1e6:.2f} MB; "
+        f"{len(per_query)} per-query files kept, "
         f"{pq_bytes / 1024:.1f} KB each = {pq_bytes / n * 1000 / 1024:.1f} KB per 1,000 queries"
     )
 

@@ -140,7 +140,8 @@ RULES = {
 def series_tables(runs: int, lengths: list[int], sds: list[float], slopes: list[float]) -> None:
     longest = max(lengths)
     print(
-        f"\nFalse alarms on flat curves of independent noise ({runs} runs each): share of runs with a downturn within the first t evaluations"
+        f"\nFalse alarms on flat curves of independent noise ({runs} runs each): share of runs with a downturn within "
+        "the first t evaluations"
     )
     names = ("earlier", "independent", "ar1")
     print(f"{'noise sd':>9} " + " ".join(f"{name + ' t=' + str(t):>17}" for t in lengths for name in names))
@@ -172,10 +173,12 @@ def correlated_table(
     """Flat AR(1) curves of ``length`` evaluations, and the same curves falling by ``slope`` sd per evaluation from
     evaluation ``start`` on: false alarms, detection, covered looks, per rule."""
     print(
-        f"\nAR(1) noise (marginal sd {sd}, {runs} runs, {length} evaluations): false alarms on flat curves; a fall of {slope} sd per evaluation from evaluation {start}"
+        f"\nAR(1) noise (marginal sd {sd}, {runs} runs, {length} evaluations): false alarms on flat curves; a fall of "
+        f"{slope} sd per evaluation from evaluation {start}"
     )
     print(
-        f"{'rho':>5} {'rule':>12} {'flat: flagged':>14} {'before fall':>12} {'within 60':>10} {'median delay':>13} {'covered looks':>14} {'rho at end':>11}"
+        f"{'rho':>5} {'rule':>12} {'flat: flagged':>14} {'before fall':>12} {'within 60':>10} {'median delay':>13} "
+        f"{'covered looks':>14} {'rho at end':>11}"
     )
     steps = np.arange(length)
     for rho in rhos:
@@ -190,7 +193,8 @@ def correlated_table(
             covered = float(tests["covered"].mean())
             end = float(np.nanmean(tests["correlation"][:, -1].numpy())) if name == "ar1" else float("nan")
             print(
-                f"{rho:>5.2f} {name:>12} {flat_flagged:>14.3f} {early:>12.3f} {within:>10.3f} {median:>13.1f} {covered:>14.2f} {end:>11.3f}"
+                f"{rho:>5.2f} {name:>12} {flat_flagged:>14.3f} {early:>12.3f} {within:>10.3f} {median:>13.1f} "
+                f"{covered:>14.2f} {end:>11.3f}"
             )
 
 
@@ -202,7 +206,8 @@ def reference_table(sims: int = 4000, length: int = 300, window: int = 10) -> No
     from beyondlabels.functional.convergence import ar1_noise
 
     print(
-        f"\nReference distribution ({sims} flat AR(1) curves of {length} evaluations, window {window}): share of P(reference > T) below the level"
+        f"\nReference distribution ({sims} flat AR(1) curves of {length} evaluations, window {window}): share of "
+        "P(reference > T) below the level"
     )
     print(
         f"{'rho':>5} {'median df':>9} "
@@ -234,7 +239,8 @@ def outside_table(runs: int, length: int) -> None:
         tests = RULES["ar1"].series_tests(values)
         independent = current_rule(values, RULES["independent"]).any(axis=1).mean()
         print(
-            f"{name:>34} {independent:>12.3f} {float(tests['downturn'].amax(dim=1).mean()):>8.3f} {float(tests['covered'].mean()):>18.2f}"
+            f"{name:>34} {independent:>12.3f} {float(tests['downturn'].amax(dim=1).mean()):>8.3f} "
+            f"{float(tests['covered'].mean()):>18.2f}"
         )
 
 
@@ -274,7 +280,8 @@ def _per_query_flags(rule: ConvergenceRule, scalars: np.ndarray, values: np.ndar
 
 def paired_table(runs: int, queries: list[int], slopes: list[float], length: int = 150) -> None:
     print(
-        f"\nPaired (per-query hits, Beta(2,2) difficulty; {runs} runs, {length} evaluations): flat P@1, then a fall after 60"
+        f"\nPaired (per-query hits, Beta(2,2) difficulty; {runs} runs, {length} evaluations): flat P@1, then a fall "
+        "after 60"
     )
     print(f"{'queries':>8} {'slope':>6} {'rule':>16} {'flagged <= 60':>14} {'within 40':>10} {'median delay':>13}")
     for n in queries:
@@ -301,7 +308,8 @@ def paired_table(runs: int, queries: list[int], slopes: list[float], length: int
                 early, within, median = _delay(rule_flags)
                 if slope == 0.0:
                     print(
-                        f"{n:>8} {'flat':>6} {name:>16} {float(np.mean(rule_flags.any(axis=1))):>14.3f} {'':>10} {'':>13}"
+                        f"{n:>8} {'flat':>6} {name:>16} {float(np.mean(rule_flags.any(axis=1))):>14.3f} {'':>10} "
+                        f"{'':>13}"
                     )
                 else:
                     print(f"{n:>8} {slope:>6.2f} {name:>16} {early:>14.3f} {within:>10.3f} {median:>13.1f}")
@@ -309,7 +317,8 @@ def paired_table(runs: int, queries: list[int], slopes: list[float], length: int
 
 def model_noise_table(runs: int, queries: int = 2000, length: int = 60) -> None:
     print(
-        f"\nModel-level noise on a fixed query set ({queries} queries, sd 0.01 per checkpoint + 0.05 per query; {runs} runs, {length} evaluations, window 5, max_looks 100): flat runs flagged"
+        f"\nModel-level noise on a fixed query set ({queries} queries, sd 0.01 per checkpoint + 0.05 per query; {runs} "
+        f"runs, {length} evaluations, window 5, max_looks 100): flat runs flagged"
     )
     rng = np.random.default_rng(0)
     rule = ConvergenceRule(window=5, max_looks=100, rounds=10)

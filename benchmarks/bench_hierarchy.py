@@ -98,7 +98,8 @@ def main() -> None:
     scaled = hiclass_s * args.pairs / n_sub
 
     print(
-        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads, device {device}"
+        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads, "
+        f"device {device}"
     )
     print(
         f"pairs: {args.pairs:,}; hP {float(ours['hP']):.4f}, hR {float(ours['hR']):.4f}, hF {float(ours['hF']):.4f}, "

@@ -92,7 +92,8 @@ def main() -> None:
     assert abs(ours_np.mean() - peer.mean()) < 5 * peer.std() / np.sqrt(len(peer)) + 1e-12, "null means disagree"
     assert abs(ours_np.std() / peer.std() - 1) < 0.2, "null spreads disagree"
     print(
-        f"null:        beyondlabels {ours_t:8.3f} s | numpy choice {peer_scaled:8.3f} s (scaled from {args.peer_trials} trials) "
+        f"null:        beyondlabels {ours_t:8.3f} s | numpy choice {peer_scaled:8.3f} s (scaled from "
+        f"{args.peer_trials} trials) "
         f"| ratio {peer_scaled / ours_t:6.1f}x"
     )
 
@@ -102,14 +103,16 @@ def main() -> None:
     peer_t, ref = best_of(lambda: sps.percentileofscore(pairs, sims, kind="weak"), args.repeats)
     assert np.allclose(ranks.numpy(), ref, atol=1e-10)
     print(
-        f"percentiles: beyondlabels {ours_t * 1e3:8.3f} ms | scipy {peer_t * 1e3:8.3f} ms | ratio {peer_t / ours_t:6.1f}x"
+        f"percentiles: beyondlabels {ours_t * 1e3:8.3f} ms | scipy {peer_t * 1e3:8.3f} ms | ratio "
+        f"{peer_t / ours_t:6.1f}x"
     )
 
     full_t, out = best_of(
         lambda: mismatch_analysis(qt, rt, mt, counts=ft, num_trials=args.trials, seed=args.seed), args.repeats
     )
     print(
-        f"whole analysis: {full_t:.3f} s (mean {out['mean_similarity']:.3f}, null {out['null_mean']:.4f} ± {out['null_std']:.4f}, "
+        f"whole analysis: {full_t:.3f} s (mean {out['mean_similarity']:.3f}, null {out['null_mean']:.4f} ± "
+        f"{out['null_std']:.4f}, "
         f"p = {out['p_value']:.3g})"
     )
 

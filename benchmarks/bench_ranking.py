@@ -65,11 +65,13 @@ def time_table(sizes: list[int], repeats: int, quadratic_up_to: int) -> None:
     previous = None
     for size in sizes:
         run, qrels = make_run(size)
-        judge = best_of(lambda: judge_run(run, qrels), repeats)
+        judge = best_of(lambda run=run, qrels=qrels: judge_run(run, qrels), repeats)
         judged = judge_run(run, qrels)
-        metrics = best_of(lambda: judged.metrics(ks=KS), repeats)
+        metrics = best_of(lambda judged=judged: judged.metrics(ks=KS), repeats)
         old = (
-            f"{best_of(lambda: quadratic_alignment(run, qrels), 1):15.2f}" if size <= quadratic_up_to else f"{'-':>15}"
+            f"{best_of(lambda run=run, qrels=qrels: quadratic_alignment(run, qrels), 1):15.2f}"
+            if size <= quadratic_up_to
+            else f"{'-':>15}"
         )
         ratio = (
             (f"{judge / previous[0]:14.2f}", f"{metrics / previous[1]:14.2f}")

@@ -41,6 +41,7 @@ from beyondlabels.functional import embedding_retrieval_metrics, retrieval_per_q
 
 KS = (1, 5, 10)
 KEYS = ("precision@1", "precision@5", "precision@10", "r_precision", "map@r")
+MAX_K = max(KS)
 
 
 def make_data(
@@ -113,7 +114,7 @@ def run_ours_shallow(emb, labels, device="cpu", chunk_size=1024):
     return {k: float(m[k]) for k in KEYS if k in m}
 
 
-def run_search_only(emb, labels, depth=max(KS), chunk_size=1024):
+def run_search_only(emb, labels, depth=MAX_K, chunk_size=1024):
     """The leave-one-out search alone at ``depth`` (what shallow mode runs before its metric code)."""
     for _ in search_neighbors(emb, depth, chunk_size=chunk_size):
         pass
@@ -230,11 +231,11 @@ def run_torchmetrics(emb, labels):
 
 
 METHODS = {
-    "ours fp32": lambda e, l, a: run_ours(e, l, "fp32", a.device),
-    "ours bf16": lambda e, l, a: run_ours(e, l, "bf16", a.device),
-    "faiss IndexFlatIP": lambda e, l, a: run_faiss(e, l),
-    "pml AccuracyCalculator": lambda e, l, a: run_pml(e, l),
-    "torchmetrics RetrievalPrecision": lambda e, l, a: run_torchmetrics(e, l),
+    "ours fp32": lambda e, lab, a: run_ours(e, lab, "fp32", a.device),
+    "ours bf16": lambda e, lab, a: run_ours(e, lab, "bf16", a.device),
+    "faiss IndexFlatIP": lambda e, lab, a: run_faiss(e, lab),
+    "pml AccuracyCalculator": lambda e, lab, a: run_pml(e, lab),
+    "torchmetrics RetrievalPrecision": lambda e, lab, a: run_torchmetrics(e, lab),
 }
 
 
@@ -246,7 +247,9 @@ def per_rank_times(emb, labels, world_sizes=(1, 2, 4, 8), repeats=1) -> list[tup
     for world in world_sizes:
         times = []
         for rank in range(world):
-            t, _ = timed(lambda: retrieval_per_query(emb, labels, ks=KS, share=(rank, world)), repeats)
+            t, _ = timed(
+                lambda rank=rank, world=world: retrieval_per_query(emb, labels, ks=KS, share=(rank, world)), repeats
+            )
             times.append(t)
         out.append((world, max(times), sum(times)))
     return out
@@ -368,7 +371,8 @@ def deep_comparison(args) -> None:
     print(
         f"shallow mode / half products: {shallow / half:.2f}x (goal <= 1.3x); "
         f"deep / shallow: {best['ours fp32 (deep: depth max(R, k))'] / shallow:.2f}x; "
-        f"search alone / half products: {search / half:.2f}x; metric code alone / half products: {metric_code / half:.2f}x"
+        f"search alone / half products: {search / half:.2f}x; metric code alone / half products: "
+        f"{metric_code / half:.2f}x"
     )
     if args.mem_n:
         r = measure_in_subprocess("ours fp32", args.mem_n, args)
@@ -433,7 +437,7 @@ def main() -> None:
         emb, labels = make_data(n, args.d, args.classes, args.noise)
         results = {}
         for name in methods:
-            results[name] = timed(lambda: METHODS[name](emb, labels, args), args.repeats)
+            results[name] = timed(lambda name=name: METHODS[name](emb, labels, args), args.repeats)
         ref_t, ref_v = results["ours fp32"]
         for name, (t, vals) in results.items():
             diff = max(abs(vals[k] - ref_v[k]) for k in vals)
@@ -469,7 +473,8 @@ def main() -> None:
         print(f"N={args.n:>7}  {name:<32} peak {r['peak_mb']:8.0f} MB  (after data: {r['data_mb']:.0f} MB)")
     r = measure_in_subprocess("torchmetrics RetrievalPrecision", args.tm_n, args)
     print(
-        f"N={args.tm_n:>7}  {'torchmetrics RetrievalPrecision':<32} peak {r['peak_mb']:8.0f} MB  (after data: {r['data_mb']:.0f} MB)"
+        f"N={args.tm_n:>7}  {'torchmetrics RetrievalPrecision':<32} peak {r['peak_mb']:8.0f} MB  (after data: "
+        f"{r['data_mb']:.0f} MB)"
     )
     sub = args.mem_queries or args.mem_n
     for precision in ("fp32",):

@@ -46,17 +46,23 @@ def main() -> None:
         values = rng.beta(0.6, 1.5, size=n)
         se = values.std(ddof=1) / np.sqrt(n)
         for method, scipy_method in (("percentile", "percentile"), ("bca", "BCa")):
-            ours_s, ours = _time(lambda: bootstrap_ci(values, rounds=args.rounds, method=method))
+            ours_s, ours = _time(
+                lambda values=values, method=method: bootstrap_ci(values, rounds=args.rounds, method=method)
+            )
             ref_s, ref = _time(
-                lambda: sps.bootstrap((values,), np.mean, n_resamples=args.rounds, method=scipy_method, random_state=1)
+                lambda values=values, scipy_method=scipy_method: sps.bootstrap(
+                    (values,), np.mean, n_resamples=args.rounds, method=scipy_method, random_state=1
+                )
             )
             gap = max(abs(ours.low - ref.confidence_interval.low), abs(ours.high - ref.confidence_interval.high)) / se
             print(f"{f'one vector, n={n}, {method}':44s} {ours_s:8.3f} {ref_s:8.3f} {ref_s / ours_s:6.1f} {gap:16.3f}")
         matrix = rng.beta(0.6, 1.5, size=(n, args.keys))
         per_query = {f"k{i}": torch.from_numpy(matrix[:, i]) for i in range(args.keys)}
-        ours_s, ours = _time(lambda: confidence_intervals(per_query, list(per_query), rounds=args.rounds), repeat=2)
+        ours_s, ours = _time(
+            lambda per_query=per_query: confidence_intervals(per_query, list(per_query), rounds=args.rounds), repeat=2
+        )
 
-        def scipy_all():
+        def scipy_all(matrix=matrix):
             return [
                 sps.bootstrap((matrix[:, i],), np.mean, n_resamples=args.rounds, method="percentile", random_state=i)
                 for i in range(args.keys)
@@ -73,7 +79,8 @@ def main() -> None:
             for i, r in enumerate(refs)
         )
         print(
-            f"{f'{args.keys} keys of one evaluation, n={n}':44s} {ours_s:8.3f} {ref_s:8.3f} {ref_s / ours_s:6.1f} {gap:16.3f}"
+            f"{f'{args.keys} keys of one evaluation, n={n}':44s} {ours_s:8.3f} {ref_s:8.3f} {ref_s / ours_s:6.1f} "
+            f"{gap:16.3f}"
         )
 
 

@@ -215,7 +215,8 @@ def _scalar_tensor(value: float, device: torch.device) -> torch.Tensor:
 
 
 def _same_value(a: float, b: float) -> bool:
-    """Whether a value read back from ``callback_metrics`` (a float64 or float32 tensor) is the float that was logged."""
+    """Whether a value read back from ``callback_metrics`` (a float64 or float32 tensor) is the float that was
+    logged."""
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
 
 
@@ -347,12 +348,14 @@ class EvaluationCore:
         unknown = [k for k in self.prog_bar if k not in self.schema.scalar_keys()]
         if unknown:
             raise ValueError(
-                f"`prog_bar` names {unknown}, which this evaluation does not log; choose from {self.schema.scalar_keys()}."
+                f"`prog_bar` names {unknown}, which this evaluation does not log; choose from "
+                f"{self.schema.scalar_keys()}."
             )
         if keep_best is not None and self.schema.mode(keep_best) is None:
             with_direction = [k for k in self.schema.scalar_keys() if self.schema.mode(k)]
             raise ValueError(
-                f"`keep_best` must be a key with a direction that this evaluation logs, got {keep_best!r}; choose from {with_direction}."
+                f"`keep_best` must be a key with a direction that this evaluation logs, got {keep_best!r}; choose from "
+                f"{with_direction}."
             )
         self._init_run_state()
 
@@ -604,13 +607,14 @@ class EvaluationCore:
         if trainer.strategy.broadcast(bool(problems), src=0) and self.strict:
             raise problems[0] if problems else RuntimeError(f"{self.prefix}: drawing the run's plots failed on rank 0")
 
-    # ---- one evaluation -------------------------------------------------------------------------------------------------
+    # ---- one evaluation ----------------------------------------------------------------------------------------------
     def _evaluate_in_hook(
         self, trainer: Trainer, pl_module: LightningModule, *, through_lightning: bool = False, in_batch: bool = False
     ) -> None:
         """:meth:`evaluate` from a hook, which says how its scalars are logged: ``through_lightning`` with
         ``pl_module.log`` (only from hooks in which Lightning allows ``self.log(on_epoch=True)``); ``in_batch``:
-        inside a training batch, where Lightning's logging step is (:func:`~beyondlabels.callbacks.packages.logging_step`)."""
+        inside a training batch, where Lightning's logging step is
+        (:func:`~beyondlabels.callbacks.packages.logging_step`)."""
         self._how = (through_lightning, in_batch)
         try:
             self.evaluate(trainer, pl_module)
@@ -870,7 +874,8 @@ class EvaluationCore:
         if self.strict and trainer.strategy.reduce_boolean_decision(bool(clashes), all=False):
             described = ", ".join(f"`{key}`" for key, _, _ in clashes) or "a key (on another rank)"
             raise ValueError(
-                f"{described} of {type(self).__name__}(prefix={self.prefix!r}) is also logged by something else; {_CLASH_FIX}"
+                f"{described} of {type(self).__name__}(prefix={self.prefix!r}) is also logged by something else; "
+                f"{_CLASH_FIX}"
             )
         for key, ours, theirs in clashes:
             self._clashes.add(key)
@@ -953,8 +958,8 @@ class EvaluationCore:
             trainer_has = f" and the trainer holds no {TRAINER_LOADERS[name]}"
         return (
             f"{type(self).__name__}(`{option}`={name!r}): neither the datamodule nor the LightningModule defines "
-            f"{name}(){trainer_has}; define it, or set {option}= to a DataLoader, a zero-argument callable returning one, "
-            "or the name of a method that returns one"
+            f"{name}(){trainer_has}; define it, or set {option}= to a DataLoader, a zero-argument callable returning "
+            "one, or the name of a method that returns one"
         )
 
     def _check_loader_source(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -977,8 +982,8 @@ class EvaluationCore:
         if isinstance(idx, str) and (names is None or idx not in loaders) or isinstance(idx, int) and idx >= len(items):
             named = f" ({', '.join(map(repr, names))})" if names is not None else ""
             raise ValueError(
-                f"`dataloader_idx={idx!r}` does not name one of the {len(items)} loaders {what} gives{named}; set it to "
-                "a position" + (" or a name" if names is not None else "")
+                f"`dataloader_idx={idx!r}` does not name one of the {len(items)} loaders {what} gives{named}; set it "
+                "to a position" + (" or a name" if names is not None else "")
             )
         chosen = loaders[idx] if isinstance(idx, str) else items[idx]
         if len(items) > 1 and "loader choice" not in self._said:
@@ -1182,8 +1187,8 @@ class EvaluationCore:
         if self.strict:
             raise error
         watching = (
-            f" {', '.join(self._monitors)} will find no value of this evaluation: the cause is this error, not a missing "
-            "self.log."
+            f" {', '.join(self._monitors)} will find no value of this evaluation: the cause is this error, not a "
+            "missing self.log."
             if self._monitors
             else ""
         )

@@ -15,12 +15,12 @@ evaluation against the best one must agree with the series rule before a downtur
 flags, so the rate stays the series rule's whatever the per-query structure (``paired=False``: the series rule
 alone); a scalar-only key (``val/loss``) has the series rule.
 
-Everything is logged, at the logging step of the evaluation the value came from, as ``<prefix>/<monitor>/<name>`` for ``window_mean``,
-``window_ci_low``, ``window_ci_high``, ``noise`` (the noise sd), ``correlation`` and ``correlation_high`` (its
-lag-1 correlation and a 99% upper bound), ``noise_df``, ``covered`` (1 when the look can decide), ``plateau`` and
-``downturn`` (0 or 1), ``plateau_p`` and ``downturn_p`` (the look-corrected p-values, from the first look on),
-``paired_p`` (the paired confirmation's), ``spent`` (the level spent on downturn looks) and ``paired`` (1 when the
-downturn p-value is the paired one's), through every logger and into ``trainer.callback_metrics``;
+Everything is logged, at the logging step of the evaluation the value came from, as ``<prefix>/<monitor>/<name>`` for
+``window_mean``, ``window_ci_low``, ``window_ci_high``, ``noise`` (the noise sd), ``correlation`` and
+``correlation_high`` (its lag-1 correlation and a 99% upper bound), ``noise_df``, ``covered`` (1 when the look can
+decide), ``plateau`` and ``downturn`` (0 or 1), ``plateau_p`` and ``downturn_p`` (the look-corrected p-values, from the
+first look on), ``paired_p`` (the paired confirmation's), ``spent`` (the level spent on downturn looks) and ``paired``
+(1 when the downturn p-value is the paired one's), through every logger and into ``trainer.callback_metrics``;
 the moment a plateau or downturn starts is an *event* (logged as a warning and kept in
 :attr:`ConvergenceMonitorCore.events`). With ``stop_on=["downturn"]`` (and/or ``"plateau"``) the callback stops
 training: a stop that one rank decides stops every rank at the same step (``trainer.strategy.reduce_boolean_decision``
@@ -147,9 +147,9 @@ class ConvergenceMonitorCore:
         )
         if "plateau" in stop_on and not min_delta > 0:
             raise ValueError(
-                "`stop_on` holds 'plateau' with `min_delta` 0: a plateau is a gain per window below `min_delta`, and no "
-                "curve can be shown to gain less than 0. Set min_delta to the smallest gain per window worth training "
-                f"for (metric units, e.g. 0.005), got min_delta={min_delta!r}."
+                "`stop_on` holds 'plateau' with `min_delta` 0: a plateau is a gain per window below `min_delta`, and "
+                "no curve can be shown to gain less than 0. Set min_delta to the smallest gain per window worth "
+                f"training for (metric units, e.g. 0.005), got min_delta={min_delta!r}."
             )
         self.monitor, self.window, self.mode, self.min_delta = monitor, window, mode, float(min_delta)
         self.stop_on, self.prefix, self.paired, self.synced = stop_on, prefix, paired, synced
@@ -168,7 +168,7 @@ class ConvergenceMonitorCore:
         """The plateau and downturn events so far (see :meth:`ConvergenceRule.observe`)."""
         return self.run_state["events"]
 
-    # ---- Lightning plumbing --------------------------------------------------------------------------------------------
+    # ---- Lightning plumbing ------------------------------------------------------------------------------------------
     callback_name = "ConvergenceMonitor"
 
     @property
@@ -254,9 +254,9 @@ class ConvergenceMonitorCore:
             spent = int(run[name]) * old_level
             looks[name] = min(self.rule.max_looks, math.ceil(spent / self.rule.per_look_level() - 1e-9))
         log.warning(
-            "%s: the checkpoint's monitor had other rule settings (%s): the rule restarts with the new settings, keeping "
-            "the %d values and %d events, dropping the best per-query evaluation and the flags, and counting the level "
-            "already spent (%.3g) as %d of its %d looks",
+            "%s: the checkpoint's monitor had other rule settings (%s): the rule restarts with the new settings, "
+            "keeping the %d values and %d events, dropping the best per-query evaluation and the flags, and counting "
+            "the level already spent (%.3g) as %d of its %d looks",
             self.state_key,
             changes,
             len(run["series"]),
@@ -354,7 +354,7 @@ class ConvergenceMonitorCore:
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._collect(trainer, stopping=False)  # the evaluation at fit end
 
-    # ---- reading values -------------------------------------------------------------------------------------------------
+    # ---- reading values ----------------------------------------------------------------------------------------------
     def _new_values(self, trainer: Trainer) -> list[tuple[int, float, Any]]:
         """``(step, value, per_query or None)`` of each value logged since the last one read."""
         last = self.run_state["series"][-1][0] if self.run_state["series"] else -1
@@ -406,7 +406,8 @@ class ConvergenceMonitorCore:
                 if per_query is None:
                     raise
                 log.error(
-                    "ConvergenceMonitor: the per-query values of %s at step %d cannot be paired (%s); the series rule decides this evaluation",
+                    "ConvergenceMonitor: the per-query values of %s at step %d cannot be paired (%s); the series rule "
+                    "decides this evaluation",
                     self.monitor,
                     step,
                     exc,
@@ -429,7 +430,7 @@ class ConvergenceMonitorCore:
                     self.monitor,
                 )
 
-    # ---- the decisions ---------------------------------------------------------------------------------------------------
+    # ---- the decisions -----------------------------------------------------------------------------------------------
     def observe(self, step: int, value: float, per_query: tuple[Any, Any] | None = None) -> dict[str, float]:
         """Add one value of the monitored metric and return the window statistics, p-values and event flags (what is
         logged). ``per_query``: ``(query_ids or None, values)`` of the same evaluation, for the paired downturn test."""

@@ -23,9 +23,9 @@ class CrossModalEvalCore(EvaluationCore):
     ``pl_module.<text_method>(captions)`` in eval mode without gradients, and feeds
     :class:`~beyondlabels.metrics.CrossModalRetrieval` (the core's exact search, pair ids as labels). It logs
     ``<prefix>/image_to_text_recall@k``, ``<prefix>/text_to_image_recall@k``, mean and median ranks of the first
-    relevant item in both directions and the counts at the trainer's global step; on rank 0 the media (every logger, ``media/``) also get a table of
-    the worst text → image misses (the caption, its image and the image retrieved first). Schedule, loader sharding,
-    failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
+    relevant item in both directions and the counts at the trainer's global step; on rank 0 the media (every logger,
+    ``media/``) also get a table of the worst text → image misses (the caption, its image and the image retrieved
+    first). Schedule, loader sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Batches are dicts: ``batch[image_key]`` the images ``[B, ...]``, ``batch[id_key]`` their global ids (default: the
     position, or the dataset index under DDP), and ``batch[caption_key]`` one entry per image: a caption string, or a
@@ -128,8 +128,9 @@ class CrossModalEvalCore(EvaluationCore):
         ):
             if name is not None and not callable(getattr(pl_module, name, None)):
                 raise AttributeError(
-                    f"{type(pl_module).__name__} has no callable {name!r}; set CrossModalEvalCallback({option}=...) to the "
-                    "module's " + ("tokenizer attribute" if option == "tokenizer" else "method that returns embeddings")
+                    f"{type(pl_module).__name__} has no callable {name!r}; set CrossModalEvalCallback({option}=...) to "
+                    "the module's "
+                    + ("tokenizer attribute" if option == "tokenizer" else "method that returns embeddings")
                 )
 
     def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -147,8 +148,8 @@ class CrossModalEvalCore(EvaluationCore):
                 else type(captions).__name__
             )
             raise ValueError(
-                f"batch[{self.caption_key!r}] must hold one entry per image ({batch_size}): a caption or a list of captions; "
-                f"got {size}. With several captions per image use a collate_fn that keeps one list per image "
+                f"batch[{self.caption_key!r}] must hold one entry per image ({batch_size}): a caption or a list of "
+                f"captions; got {size}. With several captions per image use a collate_fn that keeps one list per image "
                 "(PyTorch's default collation transposes lists)."
             )
         out = []
@@ -160,7 +161,8 @@ class CrossModalEvalCore(EvaluationCore):
                 )
             if len(texts) > self.max_captions_per_image:
                 raise ValueError(
-                    f"an image has {len(texts)} captions but max_captions_per_image={self.max_captions_per_image}; raise it."
+                    f"an image has {len(texts)} captions but max_captions_per_image={self.max_captions_per_image}; "
+                    "raise it."
                 )
             out.append(texts)
         return out
@@ -168,12 +170,14 @@ class CrossModalEvalCore(EvaluationCore):
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         if not isinstance(batch, dict):
             raise TypeError(
-                f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and {self.id_key!r}); got {type(batch).__name__}"
+                f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and "
+                f"{self.id_key!r}); got {type(batch).__name__}"
             )
         missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
         if missing:
             raise KeyError(
-                f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / caption_key."
+                f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / "
+                "caption_key."
             )
         images = self.to_device(batch[self.image_key], pl_module)
         image_emb = self.embed(pl_module, self.image_method, images)

@@ -23,7 +23,8 @@ Examples:
     >>> history = []
     >>> for step, value in [(10, 0.4), (20, 0.6), (30, 0.5), (40, 0.3)]:
     ...     record = {"step": step, "epoch": 0, "map@r": value}
-    ...     errors = files.write_evaluation(record, {"per_query": {"query_id": [1, 2], "map@r": [value, value]}}, history)
+    ...     per_query = {"query_id": [1, 2], "map@r": [value, value]}
+    ...     errors = files.write_evaluation(record, {"per_query": per_query}, history)
     ...     history.append(record)
     ...     errors += files.write_history(history)
     >>> sorted(p.name for p in (files.folder / "per_query").iterdir())  # 10: 1st, 20: best, 30: 3rd, 40: latest
@@ -173,7 +174,8 @@ class EvaluationFiles:
         return errors
 
     def write_history(self, history: Sequence[Mapping[str, Any]]) -> list[BaseException]:
-        """Append the records of ``history`` not yet on disk (after a failure: all pending ones); returns the failure."""
+        """Append the records of ``history`` not yet on disk (after a failure: all pending ones); returns the
+        failure."""
         errors: list[BaseException] = []
         self.attempt(errors, HISTORY_FILE, self.history_log.write, history)
         return errors

@@ -48,8 +48,9 @@ class HierarchyEvalCore(EvaluationCore):
     sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Args:
-        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what :func:`~beyondlabels.io.taxonomy_files.load_taxonomy`
-            reads (a YAML/JSON/TSV path, ``"wordnet"``, a ``{root, parent}`` mapping).
+        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy` or what
+            :func:`~beyondlabels.io.taxonomy_files.load_taxonomy` reads (a YAML/JSON/TSV path, ``"wordnet"``, a
+            ``{root, parent}`` mapping).
         taxonomy_root: evaluate within the subtree under this node (``"vehicle.n.01"`` of ``"wordnet"``).
         source: ``"labels"`` or ``"text"``.
         predict_method: module method returning class indices or node names (``source="labels"``).
@@ -192,7 +193,7 @@ class HierarchyEvalCore(EvaluationCore):
             names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
         self._class_nodes = self.taxonomy.indices(list(names)) if names is not None else None
 
-    # ---- one batch -----------------------------------------------------------------------------------------------------
+    # ---- one batch ---------------------------------------------------------------------------------------------------
     def _to_nodes(self, values: Any, what: str, device: torch.device) -> torch.Tensor:
         """Node indices of class indices (through ``class_names``) or of node names."""
         if isinstance(values, (list, tuple)) and values and all(isinstance(v, str) for v in values):

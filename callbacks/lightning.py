@@ -1,4 +1,5 @@
-"""The evaluation callbacks as ``lightning.pytorch`` callbacks (``import lightning.pytorch as pl``, or ``import lightning as L``).
+"""The evaluation callbacks as ``lightning.pytorch`` callbacks (``import lightning.pytorch as pl``, or ``import
+lightning as L``).
 
 Each class is its package-neutral core (the logic, in :mod:`beyondlabels.callbacks.base` and the family modules)
 with ``lightning.pytorch.Callback`` as a base; nothing else. The classes are made from the family registry
@@ -29,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 from beyondlabels.callbacks._classes import deprecated_alias, package_classes
 from beyondlabels.callbacks._names import exported
+from beyondlabels.callbacks.base import shard_loader as shard_loader  # exported (__all__ is made below)
 
 globals().update(package_classes(lightning.pytorch.Callback, __name__))
 

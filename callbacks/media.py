@@ -158,7 +158,8 @@ class EvaluationMedia:
             png = figure_png(source)
         else:
             raise ValueError(
-                f"figure {name!r}: `source` must be a PNG path, PNG bytes or a matplotlib figure, got {type(source).__name__}."
+                f"figure {name!r}: `source` must be a PNG path, PNG bytes or a matplotlib figure, got "
+                f"{type(source).__name__}."
             )
         if not png.startswith(b"\x89PNG"):
             raise ValueError(f"figure {name!r}: `source` is not a PNG image.")
@@ -196,7 +197,8 @@ class EvaluationMedia:
         self.curves.append(MediaCurve(name, x, y, str(xname)))
 
     def write(self, folder: str | Path) -> dict[str, Any]:
-        """Write the media into ``folder`` (a callback's ``media/`` folder, :func:`~beyondlabels.io.media_files.write_media_folder`)."""
+        """Write the media into ``folder`` (a callback's ``media/`` folder,
+        :func:`~beyondlabels.io.media_files.write_media_folder`)."""
         from beyondlabels.io.media_files import write_media_folder
 
         return write_media_folder(

@@ -29,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - pytorch_lightning is a dependen
 
 from beyondlabels.callbacks._classes import deprecated_alias, package_classes
 from beyondlabels.callbacks._names import exported
+from beyondlabels.callbacks.base import shard_loader as shard_loader  # exported (__all__ is made below)
 
 globals().update(package_classes(pytorch_lightning.Callback, __name__))
 

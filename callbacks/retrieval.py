@@ -30,8 +30,9 @@ class RetrievalEvalCore(EvaluationCore):
     ``pl_module.<encode_method>(inputs)`` in eval mode without gradients, and feeds
     :class:`~beyondlabels.metrics.EmbeddingRetrieval` on every rank. Every scalar is logged as ``<prefix>/<name>``
     (e.g. ``retrieval/precision@1``) at the trainer's global step; on rank 0 every logger with media (W&B, TensorBoard,
-    MLflow) and the ``media/`` folder also get the precision@k curve and a table of the most confident label mismatches (query and retrieved thumbnails, labels, cosine). Schedule, loader
-    sharding, failures, files and resume: :class:`~beyondlabels.callbacks.base.EvaluationCore`.
+    MLflow) and the ``media/`` folder also get the precision@k curve and a table of the most confident label mismatches
+    (query and retrieved thumbnails, labels, cosine). Schedule, loader sharding, failures, files and resume:
+    :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Batches: dicts (read with ``input_key``, ``label_key`` and ``id_key``; without an ``id_key`` entry the sample
     position is the id), ``(inputs, labels, ids)`` or ``(inputs, labels)`` tuples. Labels may be integer tensors,

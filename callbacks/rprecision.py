@@ -79,10 +79,11 @@ class RPrecisionCore(EvaluationCore):
     Each evaluation takes the same ``num_prompts`` prompts (chosen from ``prompts`` with ``prompt_seed``), calls
     ``pl_module.<generate_method>(prompts)`` (images ``[B, 3, H, W]`` in ``[0, 1]``), embeds images and prompts with the
     frozen ``evaluator`` (:class:`~beyondlabels.io.evaluator.ClipEvaluator` or any object with ``encode_images``,
-    ``encode_texts`` and an ``identity`` dict) and feeds :class:`~beyondlabels.metrics.TextImageRPrecision` (definitions:
-    :mod:`beyondlabels.functional.rprecision`). Scalars are logged on every rank by the base; on rank 0 a media table (every logger, ``media/``) of
-    prompts, their generated images and the rank of their own caption, and the top-r curve. The evaluator identity
-    and the protocol are logged as hyperparameters and written to ``<save_dir>/evaluator.json``.
+    ``encode_texts`` and an ``identity`` dict) and feeds :class:`~beyondlabels.metrics.TextImageRPrecision`
+    (definitions: :mod:`beyondlabels.functional.rprecision`). Scalars are logged on every rank by the base; on rank 0 a
+    media table (every logger, ``media/``) of prompts, their generated images and the rank of their own caption, and the
+    top-r curve. The evaluator identity and the protocol are logged as hyperparameters and written to
+    ``<save_dir>/evaluator.json``.
 
     Args:
         evaluator: The frozen evaluator (numbers are comparable only under one evaluator).
@@ -93,14 +94,18 @@ class RPrecisionCore(EvaluationCore):
         batch_size: Prompts generated per call.
         num_table_rows: Rows of the media table (0: none).
         prefix: Namespace of the logged keys.
-        num_candidates: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        num_candidates: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default
+            there).
         r: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
         top_r: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
-        protocol: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        protocol: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default
+            there).
         repeats: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
         seed: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
-        near_duplicate_threshold: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
-        hard_negatives: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default there).
+        near_duplicate_threshold: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition
+            and default there).
+        hard_negatives: A protocol option of :class:`~beyondlabels.metrics.TextImageRPrecision` (definition and default
+            there).
         dataloader: None (default): the seeded prompt set; else a loader of ``{"prompt", "id"}`` batches.
         test_dataloader: What ``trainer.test()`` evaluates; None (default): nothing (the prompt set is the evaluation's
             own).
@@ -133,7 +138,8 @@ class RPrecisionCore(EvaluationCore):
         for name in ("encode_images", "encode_texts"):
             if not callable(getattr(evaluator, name, None)):
                 raise ValueError(
-                    f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got {type(evaluator).__name__}."
+                    f"`evaluator` must have an `{name}` method (e.g. beyondlabels.io.evaluator.ClipEvaluator), got "
+                    f"{type(evaluator).__name__}."
                 )
         check_positive_int(num_prompts, "num_prompts")
         check_positive_int(batch_size, "batch_size")
@@ -162,7 +168,8 @@ class RPrecisionCore(EvaluationCore):
         num_candidates = self.metric.num_candidates
         if num_prompts < num_candidates:
             raise ValueError(
-                f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs {num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates."
+                f"`num_prompts` {num_prompts} is below `num_candidates` {num_candidates}: each image needs "
+                f"{num_candidates - 1} other prompts as distractors; raise num_prompts or lower num_candidates."
             )
 
     def build_metric(self) -> TextImageRPrecision:
@@ -210,7 +217,8 @@ class RPrecisionCore(EvaluationCore):
     def check_module(self, pl_module: LightningModule) -> None:
         if not callable(getattr(pl_module, self.generate_method, None)):
             raise AttributeError(
-                f"{type(pl_module).__name__} has no method {self.generate_method!r}(prompts) -> images; set generate_method."
+                f"{type(pl_module).__name__} has no method {self.generate_method!r}(prompts) -> images; set "
+                "generate_method."
             )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -250,7 +258,8 @@ class RPrecisionCore(EvaluationCore):
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[0] != len(prompts):
             got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise ValueError(
-                f"{self.generate_method}(prompts) must return images [B, 3, H, W] in [0, 1] for B={len(prompts)} prompts, got {got}."
+                f"{self.generate_method}(prompts) must return images [B, 3, H, W] in [0, 1] for B={len(prompts)} "
+                f"prompts, got {got}."
             )
         image_features = self.evaluator.encode_images(images.detach().float())
         text_features = self.evaluator.encode_texts(prompts).to(image_features.device)
@@ -292,7 +301,9 @@ class RPrecisionCore(EvaluationCore):
             torch.stack([row["generated_image"] for row in rows]),
             [f"{row['prompt']} (rank {row['rank_of_own_caption']})" for row in rows],
             path,
-            title=f"{self.prefix}: generated at step {step} (rank of the own caption among {self.metric.num_candidates})",
+            title=(
+                f"{self.prefix}: generated at step {step} (rank of the own caption among {self.metric.num_candidates})"
+            ),
         )
 
     def describe_media(self, trainer: Trainer, results: dict[str, Any], media: EvaluationMedia) -> None:

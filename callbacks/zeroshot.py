@@ -74,7 +74,9 @@ class ZeroShotEvalCore(EvaluationCore):
 
     Examples:
         >>> from beyondlabels.callbacks import ZeroShotEvalCallback
-        >>> callback = ZeroShotEvalCallback(class_names=["cat", "dog", "bird", "fish", "frog"], templates=["a {}", "a photo of a {}"])
+        >>> callback = ZeroShotEvalCallback(
+        ...     class_names=["cat", "dog", "bird", "fish", "frog"], templates=["a {}", "a photo of a {}"]
+        ... )
         >>> callback.prompts()[:3], callback.schema.scalar_keys()[:3]
         (['a cat', 'a photo of a cat', 'a dog'], ['top1', 'top5', 'balanced_accuracy'])
         >>> ZeroShotEvalCallback(class_names=["square", "circle"]).ks  # the default ks, cut to 2 classes
@@ -152,7 +154,8 @@ class ZeroShotEvalCore(EvaluationCore):
         """Every prompt of the current class names, class by class (prompt ``c * T + t``)."""
         if self._names is None:
             raise ValueError(
-                "no class names yet: pass class_names=[...] or attach the callback to a trainer whose datamodule has them"
+                "no class names yet: pass class_names=[...] or attach the callback to a trainer whose datamodule has "
+                "them"
             )
         return class_prompts(self._names, self.templates)
 

@@ -6,7 +6,8 @@ which the metric must drop by id so that the numbers equal a single-process run.
 
 MODE: "dicts" (dict batches with ids), "tuples" ((point, label) batches without ids: the evaluation uses dataset
 indices), "strict_file_error" (strict mode and an unwritable save_dir: rank 0 fails writing, every rank must raise).
-PACKAGE: the Lightning package of the Trainer, module and callback: "pytorch_lightning" (default) or "lightning.pytorch".
+PACKAGE: the Lightning package of the Trainer, module and callback: "pytorch_lightning" (default) or
+"lightning.pytorch".
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ def test_the_level_is_spent_after_max_looks_with_one_warning(caplog):
         ),
         (
             {"synced": "yes"},
-            r"^`synced` must be None, True or False \(None: the evaluation callbacks' keys; True: the same on every rank\), got 'yes'\.$",
+            r"^`synced` must be None, True or False \(None: the evaluation callbacks' keys; True: the same on every "
+            r"rank\), got 'yes'\.$",
         ),
         (
             {"paired": "yes"},
@@ -156,7 +157,7 @@ def test_bad_arguments_are_clear_errors(kwargs, match):
         ConvergenceMonitor(**{"monitor": "val/score", **kwargs})
 
 
-# ---- inside Lightning --------------------------------------------------------------------------------------------------
+# ---- inside Lightning ------------------------------------------------------------------------------------------------
 
 
 class CurveModule(pl.LightningModule):
@@ -275,7 +276,8 @@ def test_a_resume_under_other_rule_settings_warns_and_carries_the_spent_level(tm
 
 
 def test_a_state_under_other_settings_restarts_the_rule():
-    """Same key (only alpha and min_delta differ): load_state_dict itself restarts; unchanged settings resume as saved."""
+    """Same key (only alpha and min_delta differ): load_state_dict itself restarts; unchanged settings resume as
+    saved."""
     saved = ConvergenceMonitor("val/score", window=5, rounds=200, max_looks=100)
     for step, value in enumerate(FALLING[:30]):
         saved.observe(step, value)

@@ -198,7 +198,8 @@ def _neighbors(model: DualEncoder, dataset: PairDataset, max_captions: int) -> d
 
 
 def offline_run_table(tmp_path: Path, key: str) -> dict:
-    """The one W&B table logged under ``key`` in the offline run below ``tmp_path``, as wandb wrote it (columns, data)."""
+    """The one W&B table logged under ``key`` in the offline run below ``tmp_path``, as wandb wrote it (columns,
+    data)."""
     from beyondlabels.io import read_offline_run
 
     (entry,) = [value for _, value in read_offline_run(tmp_path).series(key)]

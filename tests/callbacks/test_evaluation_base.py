@@ -74,15 +74,21 @@ def _collate_numpy_labels(items):
 def test_batch_formats_without_ids_and_label_types_give_the_oracle_values(tmp_path: Path, form: str):
     dm = PointDataModule()
     if form == "numpy":
-        loader = lambda: DataLoader(dm.eval_set, batch_size=6, collate_fn=_collate_numpy_labels)  # noqa: E731
+
+        def loader():
+            return DataLoader(dm.eval_set, batch_size=6, collate_fn=_collate_numpy_labels)
+
     else:
-        loader = lambda: DataLoader(
-            Converted(dm.eval_set, form),
-            batch_size=6,
-            collate_fn=None
-            if form == "pair"
-            else lambda b: {"image": torch.stack([x["image"] for x in b]), "label": [x["label"] for x in b]},
-        )  # noqa: E731
+
+        def loader():
+            return DataLoader(
+                Converted(dm.eval_set, form),
+                batch_size=6,
+                collate_fn=None
+                if form == "pair"
+                else lambda b: {"image": torch.stack([x["image"] for x in b]), "label": [x["label"] for x in b]},
+            )
+
     callback = RetrievalEvalCallback(dataloader=loader, num_mismatches=2)
     _fit(tmp_path, callback, dm=dm)
     p1, rp = _oracle(dm)

@@ -179,7 +179,8 @@ def _own_precision_recall(pred: str, truth: str) -> tuple[float, float]:
 
 def test_wandb_table_and_scatter_are_logged(tmp_path: Path):
     """What reaches the offline W&B run: the scalars, the example table (the first samples: answer, mapped node, rule,
-    ground truth, per-sample hP / hR) and the per-class hP-hR table (with its scatter figure), against the model's predictions."""
+    ground truth, per-sample hP / hR) and the per-class hP-hR table (with its scatter figure), against the model's
+    predictions."""
     from pytorch_lightning.loggers import WandbLogger
 
     from beyondlabels.io import read_offline_run

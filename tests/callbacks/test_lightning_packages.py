@@ -191,8 +191,9 @@ def test_only_pytorch_lightning_installed(tmp_path: Path):
         from tests.callbacks.package_toy import all_callbacks, toy_classes
         DualEncoder, _, PairData = toy_classes("pytorch_lightning")
         callbacks = all_callbacks("pytorch_lightning", "ckpt")
-        trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks, logger=pl.loggers.CSVLogger("."),
-                             enable_progress_bar=False, enable_model_summary=False, default_root_dir=".")
+        trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks,
+                             logger=pl.loggers.CSVLogger("."), enable_progress_bar=False, enable_model_summary=False,
+                             default_root_dir=".")
         trainer.fit(DualEncoder(), datamodule=PairData())
         try:
             import beyondlabels.callbacks.lightning
@@ -218,8 +219,9 @@ def test_lightning_callbacks_never_import_pytorch_lightning(tmp_path: Path):
         from tests.callbacks.package_toy import all_callbacks, toy_classes
         DualEncoder, _, PairData = toy_classes("lightning.pytorch")
         callbacks = all_callbacks("lightning.pytorch", "ckpt")
-        trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks, logger=L.pytorch.loggers.CSVLogger("."),
-                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=".")
+        trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, callbacks=callbacks,
+                            logger=L.pytorch.loggers.CSVLogger("."), enable_progress_bar=False,
+                            enable_model_summary=False, default_root_dir=".")
         trainer.fit(DualEncoder(), datamodule=PairData())
         print(json.dumps({"evaluated": [len(c.history) for c in callbacks[:5]]}))
     """,

@@ -486,9 +486,9 @@ import pytorch_lightning as pl
 from pytorch_lightning.loggers import CSVLogger
 from tests.callbacks.test_media_loggers import PictureData, PictureEncoder, _callback
 callback = _callback()
-trainer = pl.Trainer(default_root_dir={str(tmp_path)!r}, max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback],
-                     logger=CSVLogger({str(tmp_path)!r}), enable_progress_bar=False, enable_model_summary=False,
-                     enable_checkpointing=False)
+trainer = pl.Trainer(default_root_dir={str(tmp_path)!r}, max_epochs=1, accelerator="cpu", devices=1,
+                     callbacks=[callback], logger=CSVLogger({str(tmp_path)!r}), enable_progress_bar=False,
+                     enable_model_summary=False, enable_checkpointing=False)
 trainer.fit(PictureEncoder(), PictureData())
 assert "error" not in callback.history[-1]
 print("ok")

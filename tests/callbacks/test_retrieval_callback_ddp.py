@@ -1,4 +1,5 @@
-"""World size 1 and 2 (gloo DDP through the Trainer) give identical retrieval metrics; strict failures stop every rank."""
+"""World size 1 and 2 (gloo DDP through the Trainer) give identical retrieval metrics; strict failures stop every
+rank."""
 
 from __future__ import annotations
 

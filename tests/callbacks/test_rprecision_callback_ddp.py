@@ -1,5 +1,6 @@
-"""RPrecisionEvalCallback under two-process gloo DDP through the Trainer: the same numbers as world size 1 and as the kernel
-fed the same embeddings in one process, the sampler's padding copy dropped by id, files written by rank 0 alone."""
+"""RPrecisionEvalCallback under two-process gloo DDP through the Trainer: the same numbers as world size 1 and as the
+kernel fed the same embeddings in one process, the sampler's padding copy dropped by id, files written by rank 0
+alone."""
 
 from __future__ import annotations
 

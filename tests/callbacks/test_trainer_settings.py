@@ -140,7 +140,7 @@ def test_a_failed_evaluation_tells_the_monitors_why_their_key_is_missing(package
     )
 
 
-# ---- precision ---------------------------------------------------------------------------------------------------------
+# ---- precision -------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 @pytest.mark.parametrize("precision", ["64-true", "bf16-true", "16-true", "bf16-mixed", "16-mixed"])
 def test_every_family_evaluates_under_every_precision(package: str, precision: str, tmp_path: Path):
@@ -164,7 +164,7 @@ def test_every_family_evaluates_under_every_precision(package: str, precision: s
         )
 
 
-# ---- torch.compile -----------------------------------------------------------------------------------------------------
+# ---- torch.compile ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 def test_a_compiled_module_without_validation_step_is_evaluated_at_train_epoch_end(package: str, tmp_path: Path):
     _, TrainOnlyEncoder, PairData = toy_classes(package)
@@ -273,7 +273,7 @@ def test_checkpoint_and_early_stopping_follow_our_number(package: str, tmp_path:
     assert float(checkpoint.best_model_score) == pytest.approx(best)
 
 
-# ---- fast_dev_run, limit_val_batches ------------------------------------------------------------------------------------
+# ---- fast_dev_run, limit_val_batches ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 def test_fast_dev_run_evaluates_and_writes_no_files(package: str, tmp_path: Path):
     DualEncoder, _, PairData = toy_classes(package)
@@ -302,7 +302,7 @@ def test_limit_val_batches_is_followed_and_said_once(package: str, tmp_path: Pat
     assert [h["num_queries"] for h in explicit.history] == [8]  # the callback's own limit wins
 
 
-# ---- validate(), test() ---------------------------------------------------------------------------------------------------
+# ---- validate(), test() ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 def test_validate_after_fit_returns_our_keys_and_leaves_the_history_alone(package: str, tmp_path: Path):
     DualEncoder, _, PairData = toy_classes(package)
@@ -350,7 +350,7 @@ def test_test_evaluates_the_test_loader_under_test_keys(package: str, tmp_path: 
     assert results["retrieval/test/num_queries"] == 24  # the loader test() was given
 
 
-# ---- schedule --------------------------------------------------------------------------------------------------------------
+# ---- schedule --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 def test_a_cadence_that_never_meets_validation_is_said_at_setup(package: str, tmp_path: Path, caplog):
     DualEncoder, _, PairData = toy_classes(package)
@@ -373,7 +373,7 @@ def test_a_cadence_that_never_meets_validation_is_said_at_setup(package: str, tm
     assert not [r for r in caplog.records if "check_val_every_n_epoch" in r.getMessage()]
 
 
-# ---- where the evaluation loader comes from ------------------------------------------------------------------------------
+# ---- where the evaluation loader comes from --------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 def test_a_datamodule_without_val_dataloader_is_refused_at_setup_by_name(package: str, tmp_path: Path):
     DualEncoder, _, PairData = toy_classes(package)
@@ -399,7 +399,7 @@ def test_the_validation_loaders_given_to_fit_are_evaluated(package: str, tmp_pat
     assert callback.history[-1]["precision@1"] == pytest.approx(_oracle_precision_at_1(model, data.eval_set))
 
 
-# ---- metric.scalars for self.log_dict ------------------------------------------------------------------------------------
+# ---- metric.scalars for self.log_dict --------------------------------------------------------------------------------
 @pytest.mark.parametrize("package", PACKAGES)
 def test_log_dict_of_a_metrics_scalars_in_the_users_own_module(package: str, tmp_path: Path):
     from beyondlabels.metrics import EmbeddingRetrieval
@@ -428,7 +428,7 @@ def test_log_dict_of_a_metrics_scalars_in_the_users_own_module(package: str, tmp
     assert "val/precision_curve" not in trainer.callback_metrics and "val/per_query" not in trainer.callback_metrics
 
 
-# ---- how each logger spells our keys (the README's table) ------------------------------------------------------------------
+# ---- how each logger spells our keys (the README's table) ------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("package", PACKAGES)
 def test_each_logger_spells_our_keys_as_the_readme_says(package: str, tmp_path: Path):

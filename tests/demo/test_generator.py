@@ -57,7 +57,7 @@ def _trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
     )
 
 
-# ---- ShapeGenerator ---------------------------------------------------------------------------------------------------
+# ---- ShapeGenerator --------------------------------------------------------------------------------------------------
 def test_generate_shape_range_and_determinism():
     torch.manual_seed(0)
     model = ShapeGenerator()
@@ -128,7 +128,7 @@ def test_the_datamodule_prompt_pool_is_the_validation_captions_in_id_order():
     assert datamodule.prompts == [val[i]["caption"] for i in range(len(val))] and len(datamodule.prompts) == 32
 
 
-# ---- demo_evaluator ---------------------------------------------------------------------------------------------------
+# ---- demo_evaluator --------------------------------------------------------------------------------------------------
 def _no_training(*args, **kwargs):
     raise AssertionError("the evaluator was trained again")
 
@@ -210,7 +210,7 @@ def test_demo_evaluator_refuses_bad_input(tmp_path):
     assert not (tmp_path / "gen.pt").exists() and not list(tmp_path.glob("*.part"))
 
 
-# ---- train.py experiment=t2i_demo -------------------------------------------------------------------------------------
+# ---- train.py experiment=t2i_demo ------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_t2i_demo_experiment_logs_r_precision(tmp_path):
     from beyondlabels.io import find_offline_runs, read_offline_run

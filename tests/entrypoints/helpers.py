@@ -48,6 +48,7 @@ def run_script(script: str, *overrides: str, cwd: Path = REPO_ROOT, timeout: int
     )
     if result.returncode != 0:
         raise AssertionError(
-            f"{script} {' '.join(overrides)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+            f"{script} {' '.join(overrides)} failed ({result.returncode}):\n"
+            f"{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
         )
     return result

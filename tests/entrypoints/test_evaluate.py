@@ -183,7 +183,7 @@ def test_wandb_logging_and_run_comparison(tmp_path: Path, capsys: pytest.Capture
     assert list(one["runs"]) == [f"sharp (input={tmp_path / 'sharp.npz'}, wandb=true)"]  # alone: every override shown
 
 
-# --- task=retrieval argument handling (in-process) ----------------------------------------------------------------------
+# --- task=retrieval argument handling (in-process) --------------------------------------------------------------------
 
 
 def _save(tmp_path: Path, name: str = "emb.npz", **arrays) -> Path:
@@ -273,7 +273,7 @@ def test_report_and_per_query_read_back_as_an_evaluation_run(tmp_path: Path):
     assert run.per_query()["precision@2"].mean() == pytest.approx(report["precision@2"])
 
 
-# --- task=compare (in-process) -----------------------------------------------------------------------------------------
+# --- task=compare (in-process) ----------------------------------------------------------------------------------------
 
 
 def _callback_folder(folder: Path, values: list[float], overrides: list[str]) -> None:

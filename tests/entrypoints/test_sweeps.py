@@ -1,7 +1,7 @@
 """Sweeps end to end: a real train.py multirun of two settings × three seeds compared by evaluate.py task=compare
 against a baseline group (means checked against the jobs' history files, read with json) and shown by task=report,
-the W&B group of each job, and paired tests of cross-modal keys on the per-query files the crossmodal task writes (both directions in one
-file)."""
+the W&B group of each job, and paired tests of cross-modal keys on the per-query files the crossmodal task writes (both
+directions in one file)."""
 
 from __future__ import annotations
 
@@ -144,14 +144,15 @@ def test_wandb_group_is_the_setting_and_a_given_group_wins(tmp_path: Path):
     assert apply_sweep_group(_cfg(tmp_path, "logger=wandb", config="train")) == "train"
 
 
-# --- a real multirun ----------------------------------------------------------------------------------------------------
+# --- a real multirun --------------------------------------------------------------------------------------------------
 
 LRS = ("0.001", "0.003")
 
 
 @pytest.fixture(scope="module")
 def multirun(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """train.py -m: two learning rates × seeds 1-3, one epoch each whose only evaluation is the one at the end of fit."""
+    """train.py -m: two learning rates × seeds 1-3, one epoch each whose only evaluation is the one at the end of
+    fit."""
     logs = tmp_path_factory.mktemp("sweep")
     run_script(
         "train.py",
@@ -281,7 +282,7 @@ def test_the_report_of_a_multirun_opens_with_its_groups_and_pictures(multirun: P
     rows = re.findall(r'<tr data-group="([^"]+)">(.*?)</tr>', groups)
     assert [name for name, _ in rows] == [f"model.lr={lr}" for lr in LRS]  # one row per setting
     finals = _final_values(multirun, ("precision@1", "map@r"))
-    for (name, row), lr in zip(rows, LRS):
+    for (_name, row), lr in zip(rows, LRS):
         cells = {
             key: dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', attributes))
             for key, attributes in re.findall(r'<td class="num" data-key="([^"]+)"([^>]*)>', row)

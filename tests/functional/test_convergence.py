@@ -282,7 +282,10 @@ def test_ar1_noise_is_the_numpy_fit():
     ]
     with pytest.raises(
         ValueError,
-        match=r"^`values` must be finite numbers \[t\] or \[runs, t\] with t >= 2 \* window \+ 2 = 12, got shape \(11,\)\.$",
+        match=(
+            r"^`values` must be finite numbers \[t\] or \[runs, t\] with t >= 2 \* window \+ 2 = 12, got shape "
+            r"\(11,\)\.$"
+        ),
     ):
         ar1_noise(AR_MID[:11], 5)
     with pytest.raises(ValueError, match=r"^`window` must be an int >= 2 \(values per window\), got 1\.$"):
@@ -461,7 +464,10 @@ def test_per_query_values_that_cannot_be_paired_are_clear_errors_and_change_noth
     rule.observe(positional, 0, 0.5, per_query=(None, [1.0, 0.0, 1.0]))
     with pytest.raises(
         ValueError,
-        match=r"^`per_query` without query ids must keep the order and number of queries \(3 at the best evaluation, 2 now\); give the query ids to pair by id\.$",
+        match=(
+            r"^`per_query` without query ids must keep the order and number of queries \(3 at the best evaluation, 2 "
+            r"now\); give the query ids to pair by id\.$"
+        ),
     ):
         rule.observe(positional, 1, 0.5, per_query=(None, [1.0, 0.0]))
     assert len(positional["series"]) == 1 and positional["best"]["step"] == 0

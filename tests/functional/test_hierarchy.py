@@ -198,7 +198,7 @@ def test_results_do_not_depend_on_chunk_size():
             assert torch.equal(got[key], ref[key]) or (got[key].isnan().all() and ref[key].isnan().all()), key
 
 
-# ---- edge cases ---------------------------------------------------------------------------------------------------------
+# ---- edge cases ------------------------------------------------------------------------------------------------------
 
 
 def test_prediction_at_the_root_is_an_abstention_worth_no_precision():
@@ -290,7 +290,7 @@ def test_per_class_means_and_mistake_lca_depth():
     assert float(m["mean_mistake_lca_depth"]) == 2.5 and int(m["num_mistakes"]) == 2
 
 
-# ---- taxonomy gains for graded retrieval --------------------------------------------------------------------------------
+# ---- taxonomy gains for graded retrieval -----------------------------------------------------------------------------
 
 
 def test_class_gains_match_the_set_definition():
@@ -323,9 +323,9 @@ def test_class_gains_bad_arguments():
 
 
 def test_sibling_confusions_earn_more_hierarchical_credit_than_stranger_confusions():
-    # leaves a1, a2 (siblings under A) and b1, b2 (under B), two items each. Each of four orthogonal directions holds two
-    # items of different classes, so every item's nearest neighbour has another class: binary precision@1 is 0. Model
-    # "siblings" pairs a1 with a2 and b1 with b2; model "strangers" pairs a1 with b1 and a2 with b2.
+    # leaves a1, a2 (siblings under A) and b1, b2 (under B), two items each. Each of four orthogonal directions holds
+    # two items of different classes, so every item's nearest neighbour has another class: binary precision@1 is 0.
+    # Model "siblings" pairs a1 with a2 and b1 with b2; model "strangers" pairs a1 with b1 and a2 with b2.
     tax = Taxonomy({"A": "root", "B": "root", "a1": "A", "a2": "A", "b1": "B", "b2": "B"}, root="root")
     gains = taxonomy_class_gains(tax, ["a1", "a2", "b1", "b2"], labels="index")
     directions = torch.eye(4).repeat_interleave(2, dim=0)  # items 2i and 2i+1 share direction i

@@ -33,7 +33,7 @@ def _pairs(n: int, d: int = 32, noise: float = 1.0, seed: int = 0) -> tuple[torc
     return img, txt
 
 
-# ---- a numpy oracle, written from the definition (float64, sample ids as row indices) ----------------------------------
+# ---- a numpy oracle, written from the definition (float64, sample ids as row indices) --------------------------------
 
 
 def numpy_scores(img: torch.Tensor, txt: torch.Tensor) -> np.ndarray:

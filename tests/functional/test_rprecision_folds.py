@@ -78,8 +78,9 @@ def oracle_hits(
 
 
 def _case(n: int, num_candidates: int, aligned: int = 0, seed: int = 0, noise: float = 1.5):
-    """Embeddings ``[n, 16]`` (the first ``aligned`` rows nearly perfect pairs, the rest with ``noise``), scattered unique ids
-    in a shuffled row order, and candidate sets drawn with numpy (distractor rows and the pinned CandidateSets)."""
+    """Embeddings ``[n, 16]`` (the first ``aligned`` rows nearly perfect pairs, the rest with ``noise``), scattered
+    unique ids in a shuffled row order, and candidate sets drawn with numpy (distractor rows and the pinned
+    CandidateSets)."""
     rng = np.random.default_rng(seed)
     txt = rng.normal(size=(n, 16))
     img = txt + rng.normal(size=(n, 16)) * np.where(np.arange(n) < aligned, 0.01, noise)[:, None]
@@ -299,7 +300,8 @@ def test_seeded_draw_when_near_duplicates_crowd_the_pool():
 
 
 def test_resample_uses_the_oracle_draws():
-    """``protocol="resample"``: draw ``r`` is the oracle's ``repeat = r``; the value and std are over the draws' means."""
+    """``protocol="resample"``: draw ``r`` is the oracle's ``repeat = r``; the value and std are over the draws'
+    means."""
     txt, classes, captions, ids = _draw_case(seed=1)
     rng = np.random.default_rng(2)
     img = txt + 8.0 * rng.normal(size=txt.shape)

@@ -1,5 +1,6 @@
-"""functional/bootstrap.py, abtest.py, agreement.py and metrics/intervals.py against independent references: scipy.stats.bootstrap (within Monte Carlo error),
-scipy.stats.ttest_rel, sklearn's cohen_kappa_score, scipy's spearmanr / kendalltau, and the decision protocol's cases."""
+"""functional/bootstrap.py, abtest.py, agreement.py and metrics/intervals.py against independent references:
+scipy.stats.bootstrap (within Monte Carlo error), scipy.stats.ttest_rel, sklearn's cohen_kappa_score, scipy's
+spearmanr / kendalltau, and the decision protocol's cases."""
 
 from __future__ import annotations
 
@@ -173,7 +174,9 @@ def test_queries_are_matched_by_id():
     assert ids.tolist() == [1, 2, 3] and diff.abs().max() < 1e-12 and unmatched == 0
     with pytest.raises(
         ValueError,
-        match=r"not hold the same queries: 2 query ids .*only in A, e\.g\. \[3\]; only in B, e\.g\. \[4\].*intersect=True",
+        match=(
+            r"not hold the same queries: 2 query ids .*only in A, e\.g\. \[3\]; only in B, e\.g\. \[4\].*intersect=True"
+        ),
     ):
         paired_differences(a, b, [1, 2, 3], [1, 2, 4])
     with pytest.raises(ValueError, match=r"^`ids_a` holds duplicate query ids"):

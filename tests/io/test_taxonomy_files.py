@@ -36,7 +36,7 @@ def random_dag(seed: int, size: int) -> dict[str, list[str]]:
     return parents
 
 
-# ---- DAG -> tree ------------------------------------------------------------------------------------------------------
+# ---- DAG -> tree -----------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -83,7 +83,7 @@ def test_yaml_mapping_may_list_several_parents(tmp_path: Path):
     assert tax.ancestors("x") == ["x", "b", "a", "r"]
 
 
-# ---- TSV --------------------------------------------------------------------------------------------------------------
+# ---- TSV -------------------------------------------------------------------------------------------------------------
 
 
 def test_tsv_edge_list(tmp_path: Path):
@@ -113,7 +113,7 @@ def test_tsv_errors_name_the_file_and_line(tmp_path: Path, text, match):
     assert str(file) in str(info.value)
 
 
-# ---- ancestor table and LCA structure ---------------------------------------------------------------------------------
+# ---- ancestor table and LCA structure --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("seed", "size", "window"), [(0, 2, 1), (1, 60, 3), (2, 150, 150), (3, 300, 2)])
@@ -130,7 +130,7 @@ def test_ancestor_table_and_lca_structure_match_the_ancestor_lists(seed, size, w
     assert (sparse[0] // size).min() == 0  # the root (depth 0) is on the tour
 
 
-# ---- WordNet 3.0 nouns --------------------------------------------------------------------------------------------------
+# ---- WordNet 3.0 nouns -----------------------------------------------------------------------------------------------
 
 try:
     WORDNET = find_wordnet_dir()

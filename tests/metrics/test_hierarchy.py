@@ -113,7 +113,7 @@ def test_taxonomy_from_a_file_and_include_root(tmp_path):
     assert float(metric.compute()["hR"]) == pytest.approx(1 / 3)
 
 
-# ---- two processes (gloo) -----------------------------------------------------------------------------------------------
+# ---- two processes (gloo) --------------------------------------------------------------------------------------------
 
 
 def _ddp_worker(rank: int, world: int, store: str, shards, out_path: str) -> None:

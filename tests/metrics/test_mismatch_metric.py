@@ -283,7 +283,8 @@ def test_retrieval_with_mismatch_spearman_matches_scipy_on_pairwise_cosines(max_
 
 
 def test_retrieval_with_mismatch_spearman_follows_the_embeddings():
-    """Classes embedded at unit vectors u_c, under the similarity (1 + u_a . u_b) / 2: the pair cosines rank as it does."""
+    """Classes embedded at unit vectors u_c, under the similarity (1 + u_a . u_b) / 2: the pair cosines rank as it
+    does."""
     u = np.random.default_rng(5).normal(size=(C, 5))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
     sim = (1.0 + u @ u.T) / 2.0

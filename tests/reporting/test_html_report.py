@@ -332,7 +332,7 @@ def test_a_multirun_opens_with_its_settings_across_seeds_and_their_pictures(tmp_
     rows = _rows(text, "sweep-groups")
     assert [r[0][1] for r in rows] == ["model.lr=0.001", "model.lr=0.003"]  # named by what differs
     keys = [f"{p}/{k}" for p in ("hierarchy", "retrieval") for k in KEYS]
-    for row, (lr, folders) in zip(rows, jobs.items()):
+    for row, (_lr, folders) in zip(rows, jobs.items()):
         assert row[1][1] == "3"
         cells = {a["data-key"]: (a, t) for a, t in row[2:]}
         assert sorted(cells) == sorted(keys)

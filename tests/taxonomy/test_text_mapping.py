@@ -235,7 +235,7 @@ def test_bad_texts_and_encoder_outputs():
         TextToNode({"root": "a"})
 
 
-# ---- mapping quality on the demo's labelled answers ---------------------------------------------------------------------
+# ---- mapping quality on the demo's labelled answers ------------------------------------------------------------------
 
 
 def _labelled():

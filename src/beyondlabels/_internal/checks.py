@@ -274,7 +274,8 @@ def check_depths(depth: object, n_queries: int, limit: int, device: torch.device
     if isinstance(depth, Tensor):
         if depth.dim() != 1 or depth.shape[0] != n_queries or depth.is_floating_point() or depth.dtype == torch.bool:
             raise ValueError(
-                f"`depth` as a tensor must be 1-D integer with one entry per query ({n_queries}), got {tuple(depth.shape)} {depth.dtype}."
+                f"`depth` as a tensor must be 1-D integer with one entry per query ({n_queries}), "
+                f"got {tuple(depth.shape)} {depth.dtype}."
             )
         depths = depth.to(device=device, dtype=torch.long)
         if n_queries and int(depths.min()) < 1:

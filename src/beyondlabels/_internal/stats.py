@@ -74,7 +74,8 @@ def vector(values: Any, name: str) -> Tensor:
             raise ValueError(f"`{name}` must be a 1-D sequence of numbers, got {type(values).__name__}: {exc}") from exc
     if tensor.dim() != 1 or tensor.is_complex() or tensor.dtype == torch.bool:
         raise ValueError(
-            f"`{name}` must be a 1-D vector of real numbers (one per query), got shape {tuple(tensor.shape)} {tensor.dtype}."
+            f"`{name}` must be a 1-D vector of real numbers (one per query), "
+            f"got shape {tuple(tensor.shape)} {tensor.dtype}."
         )
     return tensor.to(torch.float64)
 

@@ -28,17 +28,18 @@ Reuse
 
 Training
     ``TinyCLIP(**model)`` on ``ShapesDataModule(**data)`` (their defaults unless overridden), a plain
-    :class:`pytorch_lightning.Trainer` for ``epochs`` epochs, no loggers, callbacks, checkpoints or validation. Seeded by
-    ``seed`` inside :func:`torch.random.fork_rng`: the caller's torch random state is the same afterwards, so training
-    the evaluator does not change the training of the model it evaluates. The same seed and settings give the same
-    bytes, hence the same identity, on one machine with one torch version and thread count (float sums may round
+    :class:`pytorch_lightning.Trainer` for ``epochs`` epochs, no loggers, callbacks, checkpoints or validation. Seeded
+    by ``seed`` inside :func:`torch.random.fork_rng`: the caller's torch random state is the same afterwards, so
+    training the evaluator does not change the training of the model it evaluates. The same seed and settings give the
+    same bytes, hence the same identity, on one machine with one torch version and thread count (float sums may round
     otherwise elsewhere: the reason the identity names the file's hash, not the recipe).
 
 Your own TinyCLIP
     The default demo run (``python train.py``) trains a TinyCLIP for longer than the one epoch here. To evaluate under
     it, export it once with :func:`export_demo_evaluator`, in Python, or on the command line with
     ``python train.py experiment=t2i_demo t2i_evaluator.source_checkpoint=logs/train/runs/<time>/checkpoints/last.ckpt
-    t2i_evaluator.path=logs/t2i_evaluator/my_clip.pt`` (the Lightning checkpoint is unpickled: only pass your own files).
+    t2i_evaluator.path=logs/t2i_evaluator/my_clip.pt`` (the Lightning checkpoint is unpickled: only pass your own
+    files).
 
 Examples:
     >>> import tempfile, pathlib
@@ -236,7 +237,8 @@ def _training_record(
         source = Path(source_checkpoint)
         if not source.is_file():
             raise ValueError(
-                f"`source_checkpoint` {source} does not exist; pass a Lightning checkpoint of a TinyCLIP (e.g. checkpoints/last.ckpt)."
+                f"`source_checkpoint` {source} does not exist; "
+                "pass a Lightning checkpoint of a TinyCLIP (e.g. checkpoints/last.ckpt)."
             )
         return {"source_checkpoint": str(source.resolve())}
     return {

@@ -26,7 +26,8 @@ Examples:
     >>> images = model.generate(["a small red square in the center", "a large blue circle in the upper left"])
     >>> images.shape, bool(images.min() >= 0) and bool(images.max() <= 1)
     (torch.Size([2, 3, 32, 32]), True)
-    >>> torch.equal(images, model.generate(["a small red square in the center", "a large blue circle in the upper left"]))
+    >>> torch.equal(images, model.generate(["a small red square in the center",
+    ...                                      "a large blue circle in the upper left"]))
     True
 """
 
@@ -118,7 +119,8 @@ class ShapeGenerator(pl.LightningModule):
         check_choice(loss, "loss", LOSSES)
         if not lr > 0 or weight_decay < 0 or warmup_steps < 0:
             raise ValueError(
-                f"`lr` must be > 0, `weight_decay` and `warmup_steps` >= 0; got {lr!r}, {weight_decay!r}, {warmup_steps!r}."
+                "`lr` must be > 0, `weight_decay` and `warmup_steps` >= 0; "
+                f"got {lr!r}, {weight_decay!r}, {warmup_steps!r}."
             )
         self.save_hyperparameters()
         self.hparams["channels"] = channels

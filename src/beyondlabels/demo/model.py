@@ -1,4 +1,5 @@
-"""A tiny open_clip CLIP for 32 px pictures (a small conv net or ViT + a small text transformer) as a LightningModule."""
+"""A tiny open_clip CLIP for 32 px pictures (a small conv net or ViT + a small text transformer) as a
+LightningModule."""
 
 from __future__ import annotations
 

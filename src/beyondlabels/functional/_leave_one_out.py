@@ -325,7 +325,8 @@ class _CandidateBuffers:
 
 
 def _collect_candidates(g: Tensor, block: int, lo: int, hi: int, buffers: _CandidateBuffers) -> None:
-    """One pass over the symmetric blocks touching rows ``lo:hi``: every row's items reaching its bound go to its buffer."""
+    """One pass over the symmetric blocks touching rows ``lo:hi``: every row's items reaching its bound go to its
+    buffer."""
     ws = Workspace(g.device)
     bound = buffers.bound
     for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):

@@ -2,8 +2,8 @@
 
 Each function returns exactly what the torch expression in its docstring returns. For CPU tensors the work is done by
 numpy (whose sorts and selections use SIMD kernels; `benchmarks/bench_retrieval.py` times both), split by rows over as
-many threads as torch uses, at most the CPUs the process may run on (numpy releases the GIL in these loops). The
-threads are this module's own pools; nothing here changes torch's thread settings. Tensors on any other device use the torch
+many threads as torch uses, at most the CPUs the process may run on (numpy releases the GIL in these loops). The threads
+are this module's own pools; nothing here changes torch's thread settings. Tensors on any other device use the torch
 expression itself. Results share no memory with the inputs unless stated.
 """
 

@@ -257,7 +257,8 @@ def exact_topk(scores: Tensor, depth: int, ws: Workspace | None = None) -> tuple
 
 
 def mask_excluded(scores: Tensor, excl: Tensor | None) -> None:
-    """Set ``scores[q, excl[q]]`` to ``-inf`` (in place) for every row ``q`` with an excluded item (``excl[q] >= 0``)."""
+    """Set ``scores[q, excl[q]]`` to ``-inf`` (in place) for every row ``q`` with an excluded item
+    (``excl[q] >= 0``)."""
     if excl is None:
         return
     has = excl >= 0

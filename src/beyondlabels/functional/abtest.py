@@ -139,7 +139,8 @@ def paired_differences(
     if ids_a is None:
         if x.numel() != y.numel():
             raise ValueError(
-                f"`a` has {x.numel()} values and `b` {y.numel()}; without query ids they must have one value per query in the same order."
+                f"`a` has {x.numel()} values and `b` {y.numel()}; "
+                "without query ids they must have one value per query in the same order."
             )
         return torch.arange(x.numel()), y - x, 0
     ia, ib = torch.as_tensor(ids_a).to("cpu", torch.long), torch.as_tensor(ids_b).to("cpu", torch.long)

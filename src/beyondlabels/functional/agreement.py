@@ -59,7 +59,8 @@ def cohen_kappa(rater_a: Any, rater_b: Any, weights: str | None = None) -> float
     codes_b, _ = encode_labels(_as_labels(rater_b, "rater_b"), "rater_b")
     if codes_a.numel() != codes_b.numel() or codes_a.numel() == 0:
         raise ValueError(
-            f"`rater_a` and `rater_b` must label the same non-empty set of items, got {codes_a.numel()} and {codes_b.numel()} labels."
+            "`rater_a` and `rater_b` must label the same non-empty set of items, "
+            f"got {codes_a.numel()} and {codes_b.numel()} labels."
         )
     categories, inverse = torch.unique(torch.cat([codes_a, codes_b]), return_inverse=True)
     c, n = categories.numel(), codes_a.numel()

@@ -499,7 +499,7 @@ class ConvergenceRule:
         """The level each look spends, ``alpha / max_looks``."""
         return self.alpha / self.max_looks
 
-    # ---- the series rule, every look of many runs at once -------------------------------------------------------------
+    # ---- the series rule, every look of many runs at once ----------------------------------------------------------
     def series_tests(self, values: Any) -> dict[str, Tensor]:
         """The series rule at every look of every run: ``values`` ``[runs, t]`` (or ``[t]``) -> tensors ``[runs, L]``
         for the looks ``t' = 2w .. t`` (``L = t - 2w + 1``, empty below ``2w`` values): ``downturn_p``,
@@ -602,7 +602,7 @@ class ConvergenceRule:
             "start": torch.zeros_like(sd),
         }
 
-    # ---- one run, one evaluation at a time ----------------------------------------------------------------------------
+    # ---- one run, one evaluation at a time -------------------------------------------------------------------------
     def new_state(self) -> dict[str, Any]:
         """The state of a run before its first value: plain data (lists, numbers), what a checkpoint saves.
 
@@ -742,8 +742,8 @@ class ConvergenceRule:
         if best["ids"] is None or current_ids is None:  # matched by position
             if best_values.numel() != current.numel():
                 raise ValueError(
-                    f"`per_query` without query ids must keep the order and number of queries ({best_values.numel()} at "
-                    f"the best evaluation, {current.numel()} now); give the query ids to pair by id."
+                    f"`per_query` without query ids must keep the order and number of queries ({best_values.numel()} "
+                    f"at the best evaluation, {current.numel()} now); give the query ids to pair by id."
                 )
             diff = best_values - current
         else:

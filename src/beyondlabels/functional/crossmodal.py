@@ -112,7 +112,8 @@ def _check_pairs(image_embeddings: Tensor, text_embeddings: Tensor, text_image_i
         )
     if image_embeddings.device != text_embeddings.device:
         raise ValueError(
-            f"`image_embeddings` is on {image_embeddings.device} but `text_embeddings` on {text_embeddings.device}; use one device."
+            f"`image_embeddings` is on {image_embeddings.device} "
+            f"but `text_embeddings` on {text_embeddings.device}; use one device."
         )
     index = check_int_vector(text_image_index, "text_image_index", text_embeddings.shape[0], image_embeddings.device)
     n_img = image_embeddings.shape[0]
@@ -144,9 +145,10 @@ def crossmodal_per_query(
     the values of one call.
 
     Returns:
-        A flat dict ``"<direction>/<key>"`` of the rows of :func:`~beyondlabels.functional.retrieval.retrieval_per_query`
-        (``query_index``, ``num_relevant``, ``hits``, ``first_relevant_rank``; with ``return_neighbors`` also
-        ``neighbor_indices`` and ``neighbor_scores``) for ``image_to_text`` and ``text_to_image``.
+        A flat dict ``"<direction>/<key>"`` of the rows of
+        :func:`~beyondlabels.functional.retrieval.retrieval_per_query` (``query_index``, ``num_relevant``, ``hits``,
+        ``first_relevant_rank``; with ``return_neighbors`` also ``neighbor_indices`` and ``neighbor_scores``) for
+        ``image_to_text`` and ``text_to_image``.
     """
     ks_t = check_ks(ks)
     check_non_negative_int(return_neighbors, "return_neighbors")

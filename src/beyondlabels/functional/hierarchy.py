@@ -51,7 +51,8 @@ Graded retrieval credit (:func:`taxonomy_class_gains`)
 Examples:
     >>> from beyondlabels.taxonomy import Taxonomy
     >>> tax = Taxonomy({"object": "entity", "artifact": "object", "transport": "artifact", "train": "transport",
-    ...                 "activity": "entity", "sport": "activity", "pool": "sport", "high_jump": "sport"}, root="entity")
+    ...                 "activity": "entity", "sport": "activity", "pool": "sport", "high_jump": "sport"},
+    ...                root="entity")
     >>> out = hierarchical_precision_recall(tax.indices(["transport"]), tax.indices(["train"]), tax)
     >>> round(float(out["hP"]), 2), round(float(out["hR"]), 2)
     (1.0, 0.75)
@@ -295,8 +296,9 @@ def _check_pair(pred: Tensor, gt: Tensor, taxonomy: Taxonomy, include_root: bool
     if not include_root and bool((gt == 0).any()):
         where = torch.nonzero(gt == 0).flatten()[:5].tolist()
         raise ValueError(
-            f"`gt` holds the root {taxonomy.root!r} (positions {where}); with the root excluded a ground truth at the root "
-            "has no ancestors to recall. Label those samples with a more specific node, drop them, or set include_root=True."
+            f"`gt` holds the root {taxonomy.root!r} (positions {where}); with the root excluded a ground truth at the "
+            "root has no ancestors to recall. Label those samples with a more specific node, drop them, or set "
+            "include_root=True."
         )
     return pred, gt
 
@@ -308,7 +310,10 @@ def check_abstention_precision(value: Any) -> float:
         >>> check_abstention_precision(0)
         0.0
     """
-    hint = "the precision of a prediction at the root: 0, the default, gives an abstention no credit; 1 counts it as not wrong"
+    hint = (
+        "the precision of a prediction at the root: 0, the default, gives an abstention no credit; "
+        "1 counts it as not wrong"
+    )
     return check_number(value, "abstention_precision", at_least=0.0, at_most=1.0, hint=hint)
 
 
@@ -322,7 +327,8 @@ def taxonomy_class_gains(
     """Class-gain matrix ``gain(q, r) = |anc(q) ∩ anc(r)| / max(|anc(q)|, |anc(r)|)`` between the nodes ``classes``.
 
     Args:
-        taxonomy: the tree (:func:`~beyondlabels.io.taxonomy_files.load_taxonomy` reads one from a file or ``"wordnet"``).
+        taxonomy: the tree (:func:`~beyondlabels.io.taxonomy_files.load_taxonomy` reads one from a file or
+            ``"wordnet"``).
         classes: node names of the classes, in the order of the matrix rows.
         labels: the label each class carries in the data: None (the node names themselves, for string labels),
             ``"index"`` (class ``i`` is labelled ``i``, as in datasets of class indices), or a sequence of ints or

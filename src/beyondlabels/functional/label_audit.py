@@ -216,7 +216,8 @@ def _check_inputs(neighbors: Neighbors, labels: Tensor, k: int | None) -> tuple[
     k = check_positive_int(k, "k")
     if k > depth:
         raise ValueError(
-            f"`k`={k} exceeds the {depth} neighbours searched per item (at most N - 1 = {n - 1}); lower k or search deeper."
+            f"`k`={k} exceeds the {depth} neighbours searched per item (at most N - 1 = {n - 1}); "
+            "lower k or search deeper."
         )
     return idx[:, :k], scores[:, :k].to(torch.float64), labels.long(), k
 
@@ -385,7 +386,8 @@ def suspect_overlap(previous: Tensor, current: Tensor, m: int) -> float:
         ValueError: If ``m`` is not a positive int or a list is not 1-D.
 
     Examples:
-        >>> suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 4, 7]), 2), suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 1]), 3)
+        >>> (suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 4, 7]), 2),
+        ...  suspect_overlap(torch.tensor([4, 9, 2]), torch.tensor([9, 1]), 3))
         (1.0, 0.3333333333333333)
     """
     m = check_positive_int(m, "m")

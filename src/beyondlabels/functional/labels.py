@@ -79,7 +79,8 @@ def encode_labels(labels: Any, name: str = "labels") -> tuple[Tensor, dict[int, 
             raise ValueError(f"`{name}` must be 1-D, got shape {tuple(labels.shape)}.")
         if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
             raise ValueError(
-                f"`{name}` must hold integer class ids or strings, got a {labels.dtype} tensor; map labels to ints first."
+                f"`{name}` must hold integer class ids or strings, got a {labels.dtype} tensor; "
+                "map labels to ints first."
             )
         codes = labels.to(torch.long)
         return codes, {int(v): str(int(v)) for v in torch.unique(codes).tolist()}

@@ -10,9 +10,10 @@ Definitions (stated once)
       ``max_similarity`` are taken over the mismatches.
     - **Pair distribution**: the ``C (C - 1) / 2`` distinct-pair values of ``M`` (above the diagonal).
     - **Percentile rank** of a value ``v`` (``kind="weak"``, the default, as ``scipy.stats.percentileofscore``):
-      ``100 * #{pairs <= v} / #pairs`` (pass ``kind="weak"`` to scipy: its own default is ``"rank"``); ``"strict"``: ``<``; ``"mean"``: the mean of both; ``"rank"``: scipy's
-      ``"rank"`` (the mean of weak and strict plus half a pair for each value equal to ``v``, i.e. ties share their
-      average position) — all in percent. ``mean_percentile_rank`` averages it over the mismatches.
+      ``100 * #{pairs <= v} / #pairs`` (pass ``kind="weak"`` to scipy: its own default is ``"rank"``); ``"strict"``:
+      ``<``; ``"mean"``: the mean of both; ``"rank"``: scipy's ``"rank"`` (the mean of weak and strict plus half a pair
+      for each value equal to ``v``, i.e. ties share their average position) — all in percent. ``mean_percentile_rank``
+      averages it over the mismatches.
     - ``share_top25`` / ``share_top10`` / ``share_top5``: the share of mismatches whose similarity is ``>=`` the 75th /
       90th / 95th percentile (linear interpolation) of the pair distribution.
     - ``num_distinct_pairs``: distinct *directed* (query class → retrieved class) pairs among the mismatches;
@@ -135,7 +136,8 @@ def _frequencies(query: Tensor, counts: Any, num_classes: int) -> Tensor:
     f = torch.as_tensor(counts, dtype=torch.float64).flatten()
     if f.numel() != num_classes or not bool(torch.isfinite(f).all()) or bool((f < 0).any()):
         raise ValueError(
-            f"`counts` must hold {num_classes} finite counts >= 0 (one per class of `similarity`), got {f.numel()} values."
+            f"`counts` must hold {num_classes} finite counts >= 0 (one per class of `similarity`), "
+            f"got {f.numel()} values."
         )
     return f
 
@@ -175,7 +177,8 @@ def frequency_null(
         total = float(weights.sum())
         if total <= 0:
             raise ValueError(
-                f"class index {cls} has mismatches but no other class has a positive frequency; the null cannot draw an alternative."
+                f"class index {cls} has mismatches but no other class has a positive frequency; "
+                "the null cannot draw an alternative."
             )
         support = torch.nonzero(weights > 0).flatten()  # classes of zero frequency are never drawn
         cdf = torch.cumsum(weights[support] / total, dim=0)

@@ -61,7 +61,8 @@ def holm_adjust(pvalues: Any) -> np.ndarray:
     finite = ~np.isnan(p)
     if np.any((p[finite] < 0) | (p[finite] > 1)):
         raise ValueError(
-            f"`pvalues` must lie in [0, 1] (NaN for a test not made), got {p[finite][(p[finite] < 0) | (p[finite] > 1)][:5].tolist()}."
+            "`pvalues` must lie in [0, 1] (NaN for a test not made), "
+            f"got {p[finite][(p[finite] < 0) | (p[finite] > 1)][:5].tolist()}."
         )
     out = np.full_like(p, np.nan)
     index = np.flatnonzero(finite)
@@ -107,7 +108,8 @@ def paired_randomization_test(differences: Any, *, rounds: int = 9999, seed: int
         raise ValueError(f"`differences` must be 1-D (one test) or 2-D (one test per row), got shape {d.shape}.")
     if np.isnan(d).any():
         raise ValueError(
-            "2-D `differences` must not hold NaN (every row is one test on the same pairs); test rows with NaN one by one."
+            "2-D `differences` must not hold NaN (every row is one test on the same pairs); "
+            "test rows with NaN one by one."
         )
     if d.shape[1] == 0:
         return np.full(d.shape[0], np.nan)

@@ -89,7 +89,8 @@ def _weights(profiles: FeatureProfiles, weights: Mapping[str, float] | None) -> 
     for group, w in weights.items():
         if group not in out:
             raise ValueError(
-                f"`weights` names unknown group {group!r}; the groups are {groups} ('{ORDINAL_GROUP}' = all ordinal features)."
+                f"`weights` names unknown group {group!r}; "
+                f"the groups are {groups} ('{ORDINAL_GROUP}' = all ordinal features)."
             )
         out[group] = check_number(w, f"weights[{group!r}]", at_least=0.0)
     if sum(out.values()) == 0:
@@ -106,8 +107,9 @@ def feature_similarity(profiles: FeatureProfiles, weights: Mapping[str, float] |
         weights: optional ``{group: weight}``; ``"ordinal"`` is the ordinal group, other keys are set groups.
 
     Raises:
-        ValueError: for ``profiles`` that are not FeatureProfiles, an unknown group in ``weights``, a negative or non-finite weight, or all weights 0 (invalid
-            profiles raise in :class:`~beyondlabels.profiles.FeatureProfiles`, naming class and feature).
+        ValueError: for ``profiles`` that are not FeatureProfiles, an unknown group in ``weights``, a negative or
+            non-finite weight, or all weights 0 (invalid profiles raise in
+            :class:`~beyondlabels.profiles.FeatureProfiles`, naming class and feature).
 
     Examples:
         >>> from beyondlabels.profiles import FeatureProfiles

@@ -74,7 +74,8 @@ Examples:
     >>> neg = ranking_metrics(torch.tensor([[-2.0, 1.0]]), torch.tensor([2]), torch.tensor([[-2.0, 1.0]]), ks=(1,))
     >>> neg["precision@1"].item(), neg["condensed_precision@1"].item(), neg["judged@1"].item()   # -2: unjudged
     (0.0, 1.0, 0.0)
-    >>> fuse_term_scores(torch.tensor([1.0, 0.0]), torch.tensor([0.8, 1.0]), method="geometric").mul(100).round(decimals=1)
+    >>> fuse_term_scores(torch.tensor([1.0, 0.0]), torch.tensor([0.8, 1.0]),
+    ...                  method="geometric").mul(100).round(decimals=1)
     tensor(2.2000, dtype=torch.float64)
 """
 
@@ -159,11 +160,13 @@ def ranking_output_schema(ks: Sequence[int]) -> OutputSchema:
 def _check_grades(ranked: Any, num_retrieved: Any, pool: Any) -> tuple[Tensor, Tensor, Tensor]:
     if not isinstance(ranked, Tensor) or ranked.dim() != 2:
         raise ValueError(
-            f"`ranked` must be a 2-D tensor [Q, L] of grades in rank order (NaN = unjudged), got {type(ranked).__name__} {tuple(getattr(ranked, 'shape', ()))}."
+            "`ranked` must be a 2-D tensor [Q, L] of grades in rank order (NaN = unjudged), "
+            f"got {type(ranked).__name__} {tuple(getattr(ranked, 'shape', ()))}."
         )
     if not isinstance(pool, Tensor) or pool.dim() != 2 or pool.shape[0] != ranked.shape[0]:
         raise ValueError(
-            f"`pool` must be a 2-D tensor [Q, M] of every judged grade per query (NaN padding), with Q = {ranked.shape[0]}."
+            "`pool` must be a 2-D tensor [Q, M] of every judged grade per query (NaN padding), "
+            f"with Q = {ranked.shape[0]}."
         )
     if (
         not isinstance(num_retrieved, Tensor)
@@ -364,7 +367,7 @@ def ranking_metrics(
     return aggregate_ranking(per_query, ks, query_ids)
 
 
-# ---- dicts to tensors ----------------------------------------------------------------------------------------------------
+# ---- dicts to tensors ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -552,7 +555,7 @@ def judge_run(
     )
 
 
-# ---- multi-term queries -------------------------------------------------------------------------------------------------
+# ---- multi-term queries --------------------------------------------------------------------------------------------
 
 
 def _scores(scores: Any) -> Tensor:
@@ -593,7 +596,8 @@ def fuse_term_scores(scores: Any, weights: Any = None, *, method: str = "arithme
 
     Examples:
         >>> s, w = torch.tensor([1.0, 0.0]), torch.tensor([0.8, 1.0])
-        >>> round(100 * fuse_term_scores(s, w).item(), 1), round(100 * fuse_term_scores(s, w, method="geometric").item(), 1)
+        >>> (round(100 * fuse_term_scores(s, w).item(), 1),
+        ...  round(100 * fuse_term_scores(s, w, method="geometric").item(), 1))
         (44.4, 2.2)
     """
     check_choice(method, "method", ("arithmetic", "geometric"))

@@ -64,7 +64,8 @@ class ClassGains:
         codes, _ = encode_labels(list(classes), "classes")
         if codes.numel() != matrix.shape[0]:
             raise ValueError(
-                f"`classes` has {codes.numel()} labels for a {matrix.shape[0]} x {matrix.shape[0]} matrix; they must match."
+                f"`classes` has {codes.numel()} labels for a {matrix.shape[0]} x {matrix.shape[0]} matrix; "
+                "they must match."
             )
         sorted_codes, order = torch.sort(codes)
         if codes.numel() > 1 and bool((sorted_codes[1:] == sorted_codes[:-1]).any()):
@@ -78,7 +79,8 @@ class ClassGains:
             table = torch.as_tensor(np.asarray(values) if not isinstance(values, Tensor) else values).to(torch.float64)
             if table.shape != matrix.shape or not bool(torch.isfinite(table).all()):
                 raise ValueError(
-                    f"`mistake_stats[{stat!r}]` must be a finite {tuple(matrix.shape)} matrix, got shape {tuple(table.shape)}."
+                    f"`mistake_stats[{stat!r}]` must be a finite {tuple(matrix.shape)} matrix, "
+                    f"got shape {tuple(table.shape)}."
                 )
             stats[stat] = table
         self.name = name

@@ -24,9 +24,9 @@ Ranking and ties
     only by fp32 rounding noise are ranked as the fp32 product orders them; exact duplicates always tie exactly.
 
 Depth
-    :func:`search_neighbors` takes one depth or one depth per query. Queries are visited in ascending order of depth (stable),
-    in chunks of ``chunk_size``; a chunk is searched as deep as the deepest of its queries, so each query gets at
-    least its own depth. The top ``d`` under the ranking order is a prefix of any deeper top list, so reading a
+    :func:`search_neighbors` takes one depth or one depth per query. Queries are visited in ascending order of depth
+    (stable), in chunks of ``chunk_size``; a chunk is searched as deep as the deepest of its queries, so each query gets
+    at least its own depth. The top ``d`` under the ranking order is a prefix of any deeper top list, so reading a
     prefix of a deeper result is exact.
 
 Shares

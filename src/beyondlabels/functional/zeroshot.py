@@ -72,7 +72,8 @@ def check_templates(templates: object) -> tuple[str, ...]:
             or template.replace("{}", "").count("}")
         ):
             raise ValueError(
-                f"`templates` must be strings with exactly one '{{}}' where the class name goes (and no other braces), got {template!r}."
+                "`templates` must be strings with exactly one '{}' where the class name goes (and no other braces), "
+                f"got {template!r}."
             )
     return tuple(templates)
 
@@ -145,7 +146,8 @@ def zeroshot_scores(image_embeddings: Tensor, class_embeddings: Tensor) -> Tenso
     classes = normalize_rows(class_embeddings, "class_embeddings")
     if images.shape[1] != classes.shape[1]:
         raise ValueError(
-            f"`image_embeddings` has dimension {images.shape[1]} but `class_embeddings` has {classes.shape[1]}; they must match."
+            f"`image_embeddings` has dimension {images.shape[1]} but `class_embeddings` has {classes.shape[1]}; "
+            "they must match."
         )
     if images.device != classes.device:
         raise ValueError(
@@ -215,7 +217,8 @@ def classification_metrics(
             predictions outside ``[0, num_classes)``.
 
     Examples:
-        >>> m = classification_metrics(torch.tensor([[0, 1], [0, 2], [2, 1]]), torch.tensor([0, 1, 2]), num_classes=3, ks=(1, 2))
+        >>> m = classification_metrics(torch.tensor([[0, 1], [0, 2], [2, 1]]), torch.tensor([0, 1, 2]),
+        ...                            num_classes=3, ks=(1, 2))
         >>> m["top1"], m["top2"], m["confusion_matrix"][1].tolist()
         (tensor(0.6667, dtype=torch.float64), tensor(0.6667, dtype=torch.float64), [1, 0, 0])
     """

@@ -3,7 +3,8 @@
 (``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``); the files of the data types:
 taxonomies (``beyondlabels.io.taxonomy_files``: YAML, JSON, TSV, WordNet 3.0), feature profiles
 (``beyondlabels.io.profiles_files``) and the hierarchy task's predictions (``beyondlabels.io.predictions``); text
-encoders named in configs (``beyondlabels.io.text_encoders``). Every file the project writes goes through ``beyondlabels.io.atomic`` (written whole or not at all)."""
+encoders named in configs (``beyondlabels.io.text_encoders``). Every file the project writes goes through
+``beyondlabels.io.atomic`` (written whole or not at all)."""
 
 from beyondlabels.io.predictions import HierarchyPredictions, read_hierarchy_predictions
 from beyondlabels.io.profiles_files import load_profiles, read_profiles

@@ -1,10 +1,10 @@
 """Reading side-information files (YAML or JSON) into plain mappings, strictly.
 
-Shared by :mod:`beyondlabels.io.taxonomy_files` and :mod:`beyondlabels.io.profiles_files`. Strict means: the suffix decides the parser
-(``.yaml``/``.yml`` or ``.json``), the top level must be a mapping, and a key repeated inside one mapping is an error
-(plain YAML and JSON loaders silently keep the last one, which would hide a duplicated class or node). Text, nesting
-and YAML aliases follow the rules of :mod:`beyondlabels._internal.parse` (UTF-8 with a byte-order mark dropped, nesting
-and expanded size bounded, errors naming the file).
+Shared by :mod:`beyondlabels.io.taxonomy_files` and :mod:`beyondlabels.io.profiles_files`. Strict means: the suffix
+decides the parser (``.yaml``/``.yml`` or ``.json``), the top level must be a mapping, and a key repeated inside one
+mapping is an error (plain YAML and JSON loaders silently keep the last one, which would hide a duplicated class or
+node). Text, nesting and YAML aliases follow the rules of :mod:`beyondlabels._internal.parse` (UTF-8 with a byte-order
+mark dropped, nesting and expanded size bounded, errors naming the file).
 """
 
 from __future__ import annotations

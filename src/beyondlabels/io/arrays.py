@@ -60,7 +60,8 @@ def load_embeddings_npz(path: str | Path) -> EmbeddingSet:
     labels = arrays["labels"]
     if labels.ndim != 1 or len(labels) != len(embeddings):
         raise ValueError(
-            f"'labels' in {path} must be 1-D with one label per embedding row ({len(embeddings)}), got shape {labels.shape}"
+            f"'labels' in {path} must be 1-D with one label per embedding row ({len(embeddings)}), "
+            f"got shape {labels.shape}"
         )
     ids = int_vector(arrays, "ids", path, len(embeddings), default_rows=True)
     codes, names = encode_labels(labels, name=f"'labels' in {path}")

@@ -56,6 +56,7 @@ def load_candidate_sets(path: str | Path) -> CandidateSets:
     d = torch.from_numpy(data["distractor_ids"].astype(np.int64))
     if q.dim() != 1 or d.dim() != 2 or d.shape[0] != q.shape[0]:
         raise ValueError(
-            f"`path` {path}: `query_ids` {tuple(q.shape)} and `distractor_ids` {tuple(d.shape)} must be [N] and [N, R-1]."
+            f"`path` {path}: `query_ids` {tuple(q.shape)} and `distractor_ids` {tuple(d.shape)} "
+            "must be [N] and [N, R-1]."
         )
     return CandidateSets(q, d)

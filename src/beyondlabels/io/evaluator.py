@@ -7,10 +7,10 @@ Identity
     :attr:`ClipEvaluator.identity_hash` (SHA-256 of its canonical JSON). Reports and run configs store the identity.
 
 Weights
-    ``pretrained`` is an open_clip tag (``"openai"``, ``"laion2b_s34b_b79k"``, ...; open_clip downloads it when it is not
-    cached; the tests and the demo never need one), ``checkpoint`` a local state-dict
-    file loaded with ``torch.load(weights_only=True)`` (no code in the file runs), or neither: a random initialisation
-    seeded by ``init_seed`` (tests).
+    ``pretrained`` is an open_clip tag (``"openai"``, ``"laion2b_s34b_b79k"``, ...; open_clip downloads it when it is
+    not cached; the tests and the demo never need one), ``checkpoint`` a local state-dict file loaded with
+    ``torch.load(weights_only=True)`` (no code in the file runs), or neither: a random initialisation seeded by
+    ``init_seed`` (tests).
 
 Preprocessing
     Images are float tensors ``[N, 3, H, W]`` with values in ``[0, 1]`` (what a generator returns); they are resized to

@@ -261,7 +261,8 @@ def _discard(path: Path) -> None:
 
 
 def _swap(staging: Path, folder: Path, previous: Path) -> None:
-    """``staging`` in the place of ``folder``; the old ``folder`` is removed, or put back when the second rename fails."""
+    """``staging`` in the place of ``folder``; the old ``folder`` is removed, or put back when the second rename
+    fails."""
     had_folder = folder.exists()
     if had_folder:
         os.replace(folder, previous)

@@ -5,10 +5,10 @@ Format
     (a free-text answer, mapped to a node by :class:`~beyondlabels.taxonomy.text.TextToNode`), with an optional integer
     ``"id"`` (default: the row's position among the rows, from 0). Other keys are ignored. Ids must be unique.
 
-Lines are UTF-8 (a byte-order mark at the start is dropped) and parsed by the rules of :mod:`beyondlabels._internal.parse`
-(a key repeated in one object and nesting deeper than 64 are errors). Errors name the file and line: invalid JSON, a
-missing or non-string ``gt``, neither or both of ``pred`` and ``pred_text``, a bad, repeated or out-of-int64 id, and
-unknown node names (the first few, with their line numbers).
+Lines are UTF-8 (a byte-order mark at the start is dropped) and parsed by the rules of
+:mod:`beyondlabels._internal.parse` (a key repeated in one object and nesting deeper than 64 are errors). Errors name
+the file and line: invalid JSON, a missing or non-string ``gt``, neither or both of ``pred`` and ``pred_text``, a bad,
+repeated or out-of-int64 id, and unknown node names (the first few, with their line numbers).
 
 Examples:
     >>> import tempfile, pathlib
@@ -115,14 +115,15 @@ def read_hierarchy_predictions(path: str | os.PathLike[str], taxonomy: Taxonomy)
         shown = ", ".join(f"{name!r} (line {n})" for n, name in unknown[:_SHOW])
         more = f", ... ({len(unknown)} in all)" if len(unknown) > _SHOW else ""
         raise ValueError(
-            f"predictions file '{path}': unknown taxonomy node(s) {shown}{more}; the taxonomy has {len(taxonomy)} nodes "
-            f"(e.g. {', '.join(repr(x) for x in taxonomy.nodes[:3])}); check the names or the taxonomy"
+            f"predictions file '{path}': unknown taxonomy node(s) {shown}{more}; the taxonomy has {len(taxonomy)} "
+            f"nodes (e.g. {', '.join(repr(x) for x in taxonomy.nodes[:3])}); check the names or the taxonomy"
         )
     seen: dict[int, int] = {}
     for n, sample_id in zip(lines, ids):
         if sample_id in seen:
             raise ValueError(
-                f"predictions file '{path}': id {sample_id} appears on lines {seen[sample_id]} and {n}; ids must be unique"
+                f"predictions file '{path}': id {sample_id} appears on lines {seen[sample_id]} and {n}; "
+                "ids must be unique"
             )
         seen[sample_id] = n
     index = taxonomy.indices

@@ -133,7 +133,8 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
         data = _read_json(file, "qrels")
         if not isinstance(data, dict):
             raise ValueError(
-                f"{file}: qrels JSON must be an object {{query: {{document: grade or null}}}}, got {type(data).__name__}"
+                f"{file}: qrels JSON must be an object {{query: {{document: grade or null}}}}, "
+                f"got {type(data).__name__}"
             )
         for query, judgements in data.items():
             if not isinstance(judgements, dict):

@@ -111,10 +111,10 @@ def _is_report(file: Path) -> bool:
 def find_evaluation_runs(path: str | os.PathLike[str]) -> list[Path]:
     """Every evaluation history under ``path``: the JSON files to give :func:`read_evaluation_run`.
 
-    ``path`` may be a ``history.jsonl`` / ``history.json`` (or an evaluate.py report) itself, a callback folder, a run folder or a
-    multirun folder; folders are searched recursively (symlinked folders are not followed) for ``history.jsonl``
-    (or ``history.json``) files and for ``report.json`` files that are evaluate.py reports. The result is sorted by path, numbered job
-    folders in numeric order (``2/`` before ``10/``).
+    ``path`` may be a ``history.jsonl`` / ``history.json`` (or an evaluate.py report) itself, a callback folder, a run
+    folder or a multirun folder; folders are searched recursively (symlinked folders are not followed) for
+    ``history.jsonl`` (or ``history.json``) files and for ``report.json`` files that are evaluate.py reports. The result
+    is sorted by path, numbered job folders in numeric order (``2/`` before ``10/``).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist or holds no evaluation history; the message says what was
@@ -304,9 +304,10 @@ class EvaluationRun:
         file = inside(self.path, rel, f"{self.file}: the per_query_file of step {at}")
         if not file.is_file():
             raise FileNotFoundError(
-                f"per-query file {file} of the evaluation at step {at} (named in {self.file}) is missing: the callback's "
-                f"retention policy keeps the files of the latest and the best evaluation and of every keep_every_n-th "
-                f"(steps with files: {self.steps_with_per_query()}); save_per_query='all' keeps every one"
+                f"per-query file {file} of the evaluation at step {at} (named in {self.file}) is missing: "
+                "the callback's retention policy keeps the files of the latest and the best evaluation and of "
+                f"every keep_every_n-th (steps with files: {self.steps_with_per_query()}); "
+                "save_per_query='all' keeps every one"
             )
         try:
             arrays = load_npz(file, f"per-query file {file}")

@@ -5,9 +5,9 @@ Three modules are named after sweeps, one per layer: :mod:`beyondlabels.function
 tables and pictures; each name reads as what a sweep is to its layer.
 
 A Hydra job folder names its command-line overrides in ``.hydra/overrides.yaml`` (:func:`run_overrides`). Two jobs
-belong to one *group* when their overrides, the seed keys (default ``seed``) and the keys of where a job runs and
-logs (:data:`RUN_KEYS`: a resumed job's ``ckpt_path``, ``paths.*``, ``logger``, the device count, ...) left out, are
-the same set; the seed overrides tell the group's jobs apart (``"seed=2"``; ``""`` for a job without one). The *group key*
+belong to one *group* when their overrides, the seed keys (default ``seed``) and the keys of where a job runs and logs
+(:data:`RUN_KEYS`: a resumed job's ``ckpt_path``, ``paths.*``, ``logger``, the device count, ...) left out, are the same
+set; the seed overrides tell the group's jobs apart (``"seed=2"``; ``""`` for a job without one). The *group key*
 (:func:`sweep_group`) is the setting as one stable string: its overrides sorted and joined by ``,`` (the same jobs give
 the same key in whatever order the command line named them); train.py gives it to W&B as the run's ``group``.
 
@@ -16,7 +16,9 @@ Examples:
     'experiment=shapes_smoke,model.lr=0.003'
     >>> split_overrides(["+seed=2", "model.lr=0.003"])
     (['model.lr=0.003'], ['+seed=2'])
-    >>> sweep_group(["model.lr=0.003", "seed=2", "ckpt_path=/ckpt/last.ckpt", "paths.log_dir=/scratch", "trainer.devices=4"])
+    >>> sweep_group(
+    ...     ["model.lr=0.003", "seed=2", "ckpt_path=/ckpt/last.ckpt", "paths.log_dir=/scratch", "trainer.devices=4"]
+    ... )
     'model.lr=0.003'
 """
 
@@ -111,9 +113,11 @@ def group_jobs(runs: Sequence[EvaluationRun], seed_keys: Sequence[str] = SEED_KE
         >>> def job(n, overrides):
         ...     (root / n / ".hydra").mkdir(parents=True)
         ...     _ = (root / n / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\\n" for o in overrides))
-        ...     return EvaluationRun(root / n / "retrieval", n, "retrieval", [], run_folder=root / n, overrides=overrides)
-        >>> groups = group_jobs([job("0", ["lr=1", "seed=1"]), job("1", ["lr=2", "seed=1"]), job("2", ["lr=1", "seed=2"]),
-        ...                      job("3", ["lr=1"])])
+        ...     return EvaluationRun(
+        ...         root / n / "retrieval", n, "retrieval", [], run_folder=root / n, overrides=overrides
+        ...     )
+        >>> groups = group_jobs([job("0", ["lr=1", "seed=1"]), job("1", ["lr=2", "seed=1"]),
+        ...                      job("2", ["lr=1", "seed=2"]), job("3", ["lr=1"])])
         >>> [(key if key.startswith("lr") else Path(key).name, [j.seed for j in jobs]) for key, jobs in groups.items()]
         [('lr=1', ['seed=1', 'seed=2']), ('lr=2', ['seed=1']), ('3', [''])]
     """

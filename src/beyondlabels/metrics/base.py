@@ -200,7 +200,8 @@ class PerSampleMetric(Metric):
                 values[name] = dim_zero_cat(getattr(self, name))
             except RuntimeError as exc:
                 raise ValueError(
-                    f"the `{name}` of different updates do not fit together ({exc}); every update must use the same shape."
+                    f"the `{name}` of different updates do not fit together ({exc}); "
+                    "every update must use the same shape."
                 ) from exc
         placeholder = ids == _NO_ID
         if bool(placeholder.any()):
@@ -299,7 +300,9 @@ class PerSampleMetric(Metric):
             >>> import torch
             >>> from beyondlabels.metrics import EmbeddingRetrieval
             >>> metric = EmbeddingRetrieval(ks=(1, 2))
-            >>> metric.update(torch.eye(4)[[0, 0, 1, 1]] + 0.01 * torch.arange(4.0)[:, None], torch.tensor([0, 0, 1, 1]))
+            >>> metric.update(
+            ...     torch.eye(4)[[0, 0, 1, 1]] + 0.01 * torch.arange(4.0)[:, None], torch.tensor([0, 0, 1, 1])
+            ... )
             >>> fig, ax = metric.plot(keys=["precision@1", "r_precision"])
             >>> [t.get_text() for t in ax.get_yticklabels()]
             ['precision@1', 'r_precision']

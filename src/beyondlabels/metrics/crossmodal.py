@@ -54,7 +54,9 @@ class CrossModalRetrieval(PerSampleMetric):
 
     Examples:
         >>> metric = CrossModalRetrieval(ks=(1,))
-        >>> metric.update(torch.eye(2), torch.tensor([7, 9]), torch.tensor([[1.0, 0.2], [0.1, 1.0]]), torch.tensor([9, 7]))
+        >>> metric.update(
+        ...     torch.eye(2), torch.tensor([7, 9]), torch.tensor([[1.0, 0.2], [0.1, 1.0]]), torch.tensor([9, 7])
+        ... )
         >>> out = metric.compute()
         >>> out["text_to_image_recall@1"], out["image_to_text_mean_rank"]
         (tensor(0., dtype=torch.float64), tensor(2., dtype=torch.float64))
@@ -107,8 +109,8 @@ class CrossModalRetrieval(PerSampleMetric):
             raise ValueError(f"`{name}` must be a 2-D float tensor [B, D] with D >= 1, got {shape}.")
         if self.embeddings and isinstance(self.embeddings, list) and self.embeddings[-1].shape[1] != value.shape[1]:
             raise ValueError(
-                f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.embeddings[-1].shape[1]}; images "
-                "and captions must be embedded into one space of one width."
+                f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.embeddings[-1].shape[1]}; "
+                "images and captions must be embedded into one space of one width."
             )
         if self.validate_args and not bool(torch.isfinite(value).all()):
             raise ValueError(f"`{name}` contains NaN or Inf values; check the model outputs.")
@@ -177,8 +179,8 @@ class CrossModalRetrieval(PerSampleMetric):
         unknown = image_ids[row] != text_pairs
         if bool(unknown.any()):
             raise ValueError(
-                f"captions {text_ids[unknown][:5].tolist()} belong to images {text_pairs[unknown][:5].tolist()} that were "
-                "never passed as images; every caption's image must be in the evaluation set."
+                f"captions {text_ids[unknown][:5].tolist()} belong to images {text_pairs[unknown][:5].tolist()} "
+                "that were never passed as images; every caption's image must be in the evaluation set."
             )
         share = self.work_share() if self.distributed_search else None
         rows = crossmodal_per_query(

@@ -35,8 +35,9 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
     precision by default, ...): :mod:`beyondlabels.functional.hierarchy`.
 
     Args:
-        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, or what :func:`~beyondlabels.io.taxonomy_files.load_taxonomy`
-            reads (a YAML/JSON/TSV path, a ``{root, parent}`` mapping, ``"wordnet"``).
+        taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, or what
+            :func:`~beyondlabels.io.taxonomy_files.load_taxonomy` reads (a YAML/JSON/TSV path, a ``{root, parent}``
+            mapping, ``"wordnet"``).
         include_root: count the root in every ancestor set.
         chunk_size: pairs per block of the LCA computation.
         abstention_precision: the precision of a prediction at the root, in ``[0, 1]`` (default 0: an abstention earns

@@ -145,7 +145,9 @@ def add_confidence_intervals(
 
     Examples:
         >>> schema = OutputSchema({"p@1": KeySpec("scalar", True)}, {"p@1": KeySpec("per_query", True)})
-        >>> out, extended = add_confidence_intervals({"p@1": 0.5, "per_query": {"p@1": torch.tensor([0.0, 1.0])}}, schema)
+        >>> out, extended = add_confidence_intervals(
+        ...     {"p@1": 0.5, "per_query": {"p@1": torch.tensor([0.0, 1.0])}}, schema
+        ... )
         >>> sorted(k for k in out if k != "per_query"), extended.scalar_keys()
         (['p@1', 'p@1_ci_high', 'p@1_ci_low'], ['p@1', 'p@1_ci_low', 'p@1_ci_high'])
     """

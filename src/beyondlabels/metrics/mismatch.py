@@ -109,7 +109,8 @@ class LabelMismatchAnalysis(PerSampleMetric):
             c = torch.as_tensor(counts, dtype=torch.float64).flatten()
             if c.numel() != self.gains.num_classes or not bool(torch.isfinite(c).all()) or bool((c < 0).any()):
                 raise ValueError(
-                    f"`counts` must hold {self.gains.num_classes} finite counts >= 0, one per class, got {c.numel()} values."
+                    f"`counts` must hold {self.gains.num_classes} finite counts >= 0, one per class, "
+                    f"got {c.numel()} values."
                 )
             counts = c
         self.counts = counts
@@ -152,7 +153,8 @@ class LabelMismatchAnalysis(PerSampleMetric):
                 )
         if query_labels.shape != retrieved_labels.shape:
             raise ValueError(
-                f"`query_labels` and `retrieved_labels` must have one entry per query, got {query_labels.numel()} and {retrieved_labels.numel()}."
+                "`query_labels` and `retrieved_labels` must have one entry per query, "
+                f"got {query_labels.numel()} and {retrieved_labels.numel()}."
             )
         ids = self.check_ids(ids, query_labels.numel(), query_labels.device)
         states = {"labels_query": query_labels.long(), "labels_retrieved": retrieved_labels.long()}
@@ -163,7 +165,8 @@ class LabelMismatchAnalysis(PerSampleMetric):
                 or embeddings.shape[0] != query_labels.numel()
             ):
                 raise ValueError(
-                    f"`embeddings` must be a [B, D] tensor with one row per query (with_embeddings=True), got {getattr(embeddings, 'shape', None)}."
+                    "`embeddings` must be a [B, D] tensor with one row per query (with_embeddings=True), "
+                    f"got {getattr(embeddings, 'shape', None)}."
                 )
             if self.validate_args and not bool(torch.isfinite(embeddings).all()):
                 raise ValueError("`embeddings` holds NaN or infinite values.")
@@ -218,7 +221,8 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
     neighbour, for tables) and ``projection_sample``. Every rank computes the same numbers.
 
     Args:
-        gains: the class similarity with the labels of its classes (e.g. :func:`~beyondlabels.functional.profiles.profile_class_gains`).
+        gains: the class similarity with the labels of its classes (e.g.
+            :func:`~beyondlabels.functional.profiles.profile_class_gains`).
         num_trials: the null's ``B``.
         seed: the null's seed.
         projection_points: :meth:`compute`'s ``projection_sample`` is ``{"embeddings": [n, D] float32, "labels":
@@ -234,9 +238,11 @@ class RetrievalWithMismatch(EmbeddingRetrieval):
         >>> metric = RetrievalWithMismatch(gains, ks=(1,), num_trials=100, projection_points=3)
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.3]]), torch.tensor([0, 0, 1, 1]))
         >>> out = metric.compute()
-        >>> float(out["profile_precision@1"]), int(out["mismatch_num_mismatches"]), float(out["mismatch_mean_similarity"])
+        >>> (float(out["profile_precision@1"]), int(out["mismatch_num_mismatches"]),
+        ...  float(out["mismatch_mean_similarity"]))
         (0.9, 1, 0.6)
-        >>> int(out["mismatch_spearman_pairs"]), out["projection_sample"]["embeddings"].shape  # one pair: too few for a rho
+        >>> # one pair: too few for a rho
+        >>> int(out["mismatch_spearman_pairs"]), out["projection_sample"]["embeddings"].shape
         (1, torch.Size([3, 2]))
     """
 

@@ -88,15 +88,18 @@ class GradedRanking(PerSampleMetric):
         """Add a batch of queries (see the class docstring for the inputs)."""
         if not isinstance(scores, Tensor) or scores.dim() != 2 or not scores.is_floating_point():
             raise ValueError(
-                f"`scores` must be a 2-D float tensor [B, D] of candidate scores, got {getattr(scores, 'shape', type(scores).__name__)}."
+                "`scores` must be a 2-D float tensor [B, D] of candidate scores, "
+                f"got {getattr(scores, 'shape', type(scores).__name__)}."
             )
         if not isinstance(grades, Tensor) or grades.shape != scores.shape:
             raise ValueError(
-                f"`grades` must be a tensor of the shape of `scores` {tuple(scores.shape)} (NaN = unjudged), got {getattr(grades, 'shape', type(grades).__name__)}."
+                f"`grades` must be a tensor of the shape of `scores` {tuple(scores.shape)} (NaN = unjudged), "
+                f"got {getattr(grades, 'shape', type(grades).__name__)}."
             )
         if self.scores and isinstance(self.scores, list) and self.scores[-1].shape[1] != scores.shape[1]:
             raise ValueError(
-                f"`scores` has {scores.shape[1]} candidates per query but earlier updates had {self.scores[-1].shape[1]}; pad rows with -inf scores."
+                f"`scores` has {scores.shape[1]} candidates per query but earlier updates had "
+                f"{self.scores[-1].shape[1]}; pad rows with -inf scores."
             )
         grades = grades.to(torch.float64)
         if self.validate_args:
@@ -105,7 +108,8 @@ class GradedRanking(PerSampleMetric):
             graded = grades[~torch.isnan(grades)]
             if bool((graded != graded.floor()).any()):
                 raise ValueError(
-                    "`grades` must be ints (negative: pooled but not judged, as in trec_eval), or NaN for unjudged candidates."
+                    "`grades` must be ints (negative: pooled but not judged, as in trec_eval), "
+                    "or NaN for unjudged candidates."
                 )
         ids = self.check_ids(ids, scores.shape[0], scores.device)
         # unjudged stored as -1, which the kernel reads as unjudged too: the base compares copies of an id with ==,

@@ -187,13 +187,13 @@ class EmbeddingRetrieval(PerSampleMetric):
 
     def audit_schema(self) -> OutputSchema:
         """The keys the audit adds: counts ``audit_num_suspects``, ``audit_num_outliers``,
-        ``audit_num_cross_label_duplicates``, ``audit_num_same_label_duplicates``, ``audit_k``, ``audit_suspect_overlap``; per-query
-        ``audit_label_quality``, ``audit_own_share``, ``audit_suggested_label``, ``audit_suggested_share``,
-        ``audit_outlier_score``, ``audit_is_suspect``, ``audit_is_outlier``; with ``exclude_suspects``
-        ``audit_num_excluded`` and ``clean/<key>`` for every scalar retrieval key. The non-scalar ``audit`` entry of
-        the output holds ``suspects`` (ranked; ``ids``, ``labels``, ``suggested_labels``, ``suggested_shares``,
-        ``label_quality``), ``outliers`` (the ``top`` highest outlier scores: ``ids``, ``labels``, ``scores``),
-        ``duplicates`` (``ids`` and ``labels`` ``[P, 2]``, ``scores``, ``cross_label``) and ``per_class``
+        ``audit_num_cross_label_duplicates``, ``audit_num_same_label_duplicates``, ``audit_k``,
+        ``audit_suspect_overlap``; per-query ``audit_label_quality``, ``audit_own_share``, ``audit_suggested_label``,
+        ``audit_suggested_share``, ``audit_outlier_score``, ``audit_is_suspect``, ``audit_is_outlier``; with
+        ``exclude_suspects`` ``audit_num_excluded`` and ``clean/<key>`` for every scalar retrieval key. The non-scalar
+        ``audit`` entry of the output holds ``suspects`` (ranked; ``ids``, ``labels``, ``suggested_labels``,
+        ``suggested_shares``, ``label_quality``), ``outliers`` (the ``top`` highest outlier scores: ``ids``, ``labels``,
+        ``scores``), ``duplicates`` (``ids`` and ``labels`` ``[P, 2]``, ``scores``, ``cross_label``) and ``per_class``
         (``label``, ``items``, ``suspects``, ``outliers``)."""
         fewer = KeySpec("scalar", False, count=True)
         keys = {
@@ -240,15 +240,16 @@ class EmbeddingRetrieval(PerSampleMetric):
             and self.embeddings[-1].shape[1] != embeddings.shape[1]
         ):
             raise ValueError(
-                f"`embeddings` has dimension {embeddings.shape[1]} but earlier updates had {self.embeddings[-1].shape[1]}; "
-                "every update must use the same embedding size."
+                f"`embeddings` has dimension {embeddings.shape[1]} but earlier updates had "
+                f"{self.embeddings[-1].shape[1]}; every update must use the same embedding size."
             )
         if self.validate_args and not bool(torch.isfinite(embeddings).all()):
             raise ValueError("`embeddings` contains NaN or Inf values; check the model outputs.")
         if isinstance(labels, Tensor):  # integer tensors pass as they are (no host sync)
             if labels.dim() != 1 or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
                 raise ValueError(
-                    f"`labels` must be 1-D integer class ids (or a list of strings), got {tuple(labels.shape)} {labels.dtype}."
+                    "`labels` must be 1-D integer class ids (or a list of strings), "
+                    f"got {tuple(labels.shape)} {labels.dtype}."
                 )
             codes = labels.long()
         else:
@@ -422,7 +423,8 @@ class EmbeddingRetrieval(PerSampleMetric):
                 isinstance(k, int) and isinstance(v, str) for k, v in names.items()
             ):
                 raise ValueError(
-                    f"`{prefix}label_names` in the state dict must map label codes (int) to names (str), got {type(names).__name__}."
+                    f"`{prefix}label_names` in the state dict must map label codes (int) to names (str), "
+                    f"got {type(names).__name__}."
                 )
             self._label_names = dict(names)
         elif prefix + "labels" in state_dict:  # labels restored without names (saved by an older version): unnamed

@@ -90,7 +90,8 @@ class TextImageRPrecision(PerSampleMetric):
         )
         if candidate_sets is not None and not isinstance(candidate_sets, CandidateSets):
             raise ValueError(
-                f"`candidate_sets` must be CandidateSets (see `load_candidate_sets`), got {type(candidate_sets).__name__}."
+                "`candidate_sets` must be CandidateSets (see `load_candidate_sets`), "
+                f"got {type(candidate_sets).__name__}."
             )
         if candidate_sets is not None and protocol != "folds":
             raise ValueError("`candidate_sets` pin one draw; use them with `protocol='folds'`.")
@@ -146,7 +147,8 @@ class TextImageRPrecision(PerSampleMetric):
             )
         if self.images and isinstance(self.images, list) and self.images[-1].shape[1] != value.shape[1]:
             raise ValueError(
-                f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.images[-1].shape[1]}; use one evaluator."
+                f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.images[-1].shape[1]}; "
+                "use one evaluator."
             )
         if self.validate_args and not bool(torch.isfinite(value).all()):
             raise ValueError(f"`{name}` contains NaN or Inf values; check the generated images and the evaluator.")
@@ -158,7 +160,8 @@ class TextImageRPrecision(PerSampleMetric):
         if isinstance(value, Tensor):
             if value.dim() != 1 or value.is_floating_point() or value.dtype == torch.bool:
                 raise ValueError(
-                    f"`{name}` must be a 1-D integer tensor or a list of strings, got {tuple(value.shape)} {value.dtype}."
+                    f"`{name}` must be a 1-D integer tensor or a list of strings, "
+                    f"got {tuple(value.shape)} {value.dtype}."
                 )
             codes = value.to(device=device, dtype=torch.long)
         else:
@@ -187,7 +190,8 @@ class TextImageRPrecision(PerSampleMetric):
         txt = self._embeddings(text_embeddings, "text_embeddings", img.shape[0])
         if txt.shape[1] != img.shape[1]:
             raise ValueError(
-                f"`text_embeddings` has dimension {txt.shape[1]} but `image_embeddings` {img.shape[1]}; embed both with one evaluator."
+                f"`text_embeddings` has dimension {txt.shape[1]} but `image_embeddings` {img.shape[1]}; "
+                "embed both with one evaluator."
             )
         n = img.shape[0]
         ids = self.check_ids(ids, n, img.device)

@@ -3,7 +3,9 @@
 The definitions (levels, set groups, class order) are stated once in :mod:`beyondlabels.profiles.features`; the
 files (YAML, JSON) are read by :mod:`beyondlabels.io.profiles_files`.
 Similarity between profiles is computed in :mod:`beyondlabels.functional.profiles`
-(:func:`~beyondlabels.functional.profiles.feature_similarity`, :func:`~beyondlabels.functional.profiles.profile_class_gains`). Torch only: no file formats, no Lightning, no torchmetrics.
+(:func:`~beyondlabels.functional.profiles.feature_similarity`,
+:func:`~beyondlabels.functional.profiles.profile_class_gains`). Torch only: no file formats, no Lightning, no
+torchmetrics.
 
 Examples:
     >>> from beyondlabels.profiles import FeatureProfiles

@@ -322,7 +322,8 @@ class FeatureProfiles:
         return self._levels.clone()
 
     def set_membership(self, group: str) -> Tensor:
-        """Bool tensor ``[C, len(allowed)]``: ``M[c, j]`` true when class ``c`` has the ``j``-th allowed value of ``group``.
+        """Bool tensor ``[C, len(allowed)]``: ``M[c, j]`` true when class ``c`` has the ``j``-th allowed value of
+        ``group``.
 
         Raises:
             ValueError: if ``group`` is not a set group.

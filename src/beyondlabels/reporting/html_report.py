@@ -80,19 +80,23 @@ _CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d232a; margin: 0;
        background: #f5f6f8; }
 main { max-width: 1180px; margin: 0 auto; padding: 16px 24px 48px; }
-h1 { font-size: 22px; margin: 12px 0 4px; } h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 2px solid #d0d5dc; }
+h1 { font-size: 22px; margin: 12px 0 4px; } \
+h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 2px solid #d0d5dc; }
 h3 { font-size: 16px; margin: 20px 0 6px; } h4 { font-size: 14px; margin: 14px 0 4px; color: #3b4550; }
-section.family { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 4px 16px 12px; margin: 12px 0; }
+section.family { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 4px 16px 12px; \
+margin: 12px 0; }
 table { border-collapse: collapse; margin: 6px 0; font-size: 13px; }
 th, td { border: 1px solid #dde1e6; padding: 3px 8px; text-align: left; vertical-align: middle; }
 th { background: #eef1f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .scroll { overflow-x: auto; max-width: 100%; }
-.muted { color: #66707a; } .problems { background: #fff4e5; border-left: 4px solid #f0a020; padding: 6px 12px; margin: 8px 0; }
+.muted { color: #66707a; } \
+.problems { background: #fff4e5; border-left: 4px solid #f0a020; padding: 6px 12px; margin: 8px 0; }
 .overview { display: flex; flex-wrap: wrap; gap: 4px 24px; align-items: flex-start; }
 .overview > div:last-child { flex: 1 1 480px; min-width: 0; }
 .figures { display: flex; flex-wrap: wrap; gap: 12px; } figure { margin: 0; max-width: 100%; }
 .figures > figure { flex: 0 1 560px; min-width: 0; }
-figure img { max-width: 100%; height: auto; border: 1px solid #e3e6ea; background: #fff; } figcaption { font-size: 12px; color: #4b5560; }
+figure img { max-width: 100%; height: auto; border: 1px solid #e3e6ea; background: #fff; } \
+figcaption { font-size: 12px; color: #4b5560; }
 td img { max-height: 96px; max-width: 160px; display: block; }
 pre { background: #272c33; color: #e6e6e6; padding: 10px; overflow-x: auto; font-size: 12px; border-radius: 4px; }
 code { background: #eef1f4; padding: 0 3px; border-radius: 3px; } nav ul { margin: 4px 0; }
@@ -203,9 +207,8 @@ def _values_table(family: FamilyFolder) -> str:
         caption += f"; {failed} failed evaluation(s), the last: {_e(run.failures[-1].get('error', ''))}"
     return (
         f'<p class="muted">{caption} · {len(run.records)} evaluation(s) · value [95% interval]</p>'
-        f'<table class="values" data-prefix="{_e(family.prefix)}"><tr><th>metric</th><th></th><th>value [low, high]</th></tr>'
-        + "".join(rows)
-        + "</table>"
+        f'<table class="values" data-prefix="{_e(family.prefix)}">'
+        "<tr><th>metric</th><th></th><th>value [low, high]</th></tr>" + "".join(rows) + "</table>"
     )
 
 
@@ -277,19 +280,22 @@ def _media(family: FamilyFolder, problems: list[str]) -> str:
     if manifest is None:
         return ""
     out = [
-        f'<h4>Media of the last evaluation</h4><p class="muted">step {_e(manifest.step)}, epoch {_e(manifest.epoch)}</p>'
+        "<h4>Media of the last evaluation</h4>"
+        f'<p class="muted">step {_e(manifest.step)}, epoch {_e(manifest.epoch)}</p>'
     ]
     for table in manifest.tables:
         head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
         body = "".join("<tr>" + "".join(_cell(c, problems) for c in row) + "</tr>" for row in table.rows)
         out.append(
-            f'<h4>{_e(table.name)}</h4><div class="scroll"><table class="media-table" data-name="{_e(table.name)}"><tr>{head}</tr>{body}</table></div>'
+            f'<h4>{_e(table.name)}</h4><div class="scroll">'
+            f'<table class="media-table" data-name="{_e(table.name)}"><tr>{head}</tr>{body}</table></div>'
         )
     figures = []
     for figure in manifest.figures:
         if figure.image.path is None:
             figures.append(
-                f'<figure><span class="muted">(missing: {_e(figure.image.missing)})</span><figcaption>{_e(figure.name)}</figcaption></figure>'
+                f'<figure><span class="muted">(missing: {_e(figure.image.missing)})</span>'
+                f"<figcaption>{_e(figure.name)}</figcaption></figure>"
             )
             continue
         caption = figure.name + (f": {figure.caption}" if figure.caption else "")
@@ -396,7 +402,8 @@ def sweep_table_html(
             name = named.get(str(job.path.resolve()))
             setting = f"<td>{_e(name)}</td>" if name is not None else '<td class="muted">(not grouped)</td>'
         rows.append(
-            f'<tr><td><a href="#{_e(anchor)}">{_e(job.name)}</a></td>{setting}<td><code>{_e(overrides)}</code></td>{"".join(cells)}</tr>'
+            f'<tr><td><a href="#{_e(anchor)}">{_e(job.name)}</a></td>{setting}'
+            f"<td><code>{_e(overrides)}</code></td>{''.join(cells)}</tr>"
         )
     return f'<div class="scroll"><table class="sweep">{head}{"".join(rows)}</table></div>'
 
@@ -464,23 +471,32 @@ def _tests_html(table: Mapping[str, Any]) -> str:
         survives = c.get("decision") in ("better", "worse")
         if "seed_t" in c:
             t, q = c["seed_t"], c["per_query"]
-            seeds = f"{_signed(t.get('estimate'))} [{_signed(t.get('low'))}, {_signed(t.get('high'))}] (n={len(c.get('seeds', []))})"
-            queries = f"{_signed(q.get('estimate'))} [{_signed(q.get('low'))}, {_signed(q.get('high'))}] (n={c.get('n_queries')})"
+            seeds = (
+                f"{_signed(t.get('estimate'))} [{_signed(t.get('low'))}, {_signed(t.get('high'))}] "
+                f"(n={len(c.get('seeds', []))})"
+            )
+            queries = (
+                f"{_signed(q.get('estimate'))} [{_signed(q.get('low'))}, {_signed(q.get('high'))}] "
+                f"(n={c.get('n_queries')})"
+            )
             p, adjusted, d = _format(c.get("pvalue")), _format(c.get("p_adjusted")), _format(c.get("effect_size"))
         else:
             seeds = queries = p = adjusted = d = "—"
         decision = c.get("decision", "") + (f" {DAGGER}" if survives else "")
         metric = f"{c['metric']} {arrow}".strip()
         rows.append(
-            f'<tr class="{"survives" if survives else "test"}" data-group="{_e(c["group"])}" data-metric="{_e(c["metric"])}" '
-            f'data-decision="{_e(c.get("decision", ""))}"><td>{_e(c["group"])}</td><td>{_e(metric)}</td>'
+            f'<tr class="{"survives" if survives else "test"}" data-group="{_e(c["group"])}" '
+            f'data-metric="{_e(c["metric"])}" data-decision="{_e(c.get("decision", ""))}">'
+            f"<td>{_e(c['group'])}</td><td>{_e(metric)}</td>"
             f'<td class="num">{_e(seeds)}</td><td class="num">{_e(queries)}</td><td class="num">{_e(p)}</td>'
-            f'<td class="num">{_e(adjusted)}</td><td class="num">{_e(d)}</td><td title="{_e(c.get("reason", ""))}">{_e(decision)}</td></tr>'
+            f'<td class="num">{_e(adjusted)}</td><td class="num">{_e(d)}</td>'
+            f'<td title="{_e(c.get("reason", ""))}">{_e(decision)}</td></tr>'
         )
     caption = (
-        f"Against the baseline {base['group']}: {base['correction']} over {base['family_size']} comparisons, level {base['level']}. "
-        f"p: {base['test']} ({base['permutations']} sign assignments, or all of them when fewer); decisions use the adjusted p; "
-        f"{DAGGER}: the difference survives the correction. {base.get('effect_size', '')}."
+        f"Against the baseline {base['group']}: {base['correction']} over {base['family_size']} comparisons, "
+        f"level {base['level']}. p: {base['test']} ({base['permutations']} sign assignments, or all of them when "
+        f"fewer); decisions use the adjusted p; {DAGGER}: the difference survives the correction. "
+        f"{base.get('effect_size', '')}."
     )
     reasons = "".join(
         f"<li>{_e(c['group'])} on {_e(c['metric'])}: no conclusion ({_e(c.get('reason', ''))})</li>"
@@ -501,8 +517,8 @@ def grouped_sweep_html(table: Mapping[str, Any]) -> str:
 
     Examples:
         >>> t = {"confidence": 0.95, "baseline": None, "metrics": {"r/p@1": {"direction": "max"}}, "groups": {
-        ...     "lr=1": {"jobs": [{}, {}], "metrics": {"r/p@1": {"seeds": {"mean": 0.5, "n": 2, "t": {"low": 0.4, "high": 0.6}},
-        ...                                                 "pooled": None}}}}}
+        ...     "lr=1": {"jobs": [{}, {}], "metrics": {"r/p@1": {
+        ...         "seeds": {"mean": 0.5, "n": 2, "t": {"low": 0.4, "high": 0.6}}, "pooled": None}}}}}
         >>> "0.5000 [0.4000, 0.6000]" in grouped_sweep_html(t)
         True
     """
@@ -525,7 +541,8 @@ def grouped_sweep_html(table: Mapping[str, Any]) -> str:
         )
     confidence = f"{table.get('confidence', 0.95):.0%}"
     notes = [
-        f"Mean over seeds [{confidence} t interval across seeds]; n = seeds; q: pooled per-query bootstrap interval over the group's jobs."
+        f"Mean over seeds [{confidence} t interval across seeds]; n = seeds; "
+        "q: pooled per-query bootstrap interval over the group's jobs."
     ]
     if table.get("common_overrides"):
         notes.append("Every group: " + ", ".join(table["common_overrides"]) + ".")
@@ -549,7 +566,8 @@ def _sweep_pictures(table: Mapping[str, Any], notes: list[str]) -> str:
             return ""
         for key, path in zip(table["metrics"], paths):
             figures.append(
-                f'<figure class="sweep-picture" data-key="{_e(key)}">{_png(path, key, notes)}<figcaption>{_e(key)}</figcaption></figure>'
+                f'<figure class="sweep-picture" data-key="{_e(key)}">{_png(path, key, notes)}'
+                f"<figcaption>{_e(key)}</figcaption></figure>"
             )
     return f'<div class="figures">{"".join(figures)}</div>' if figures else ""
 
@@ -602,7 +620,8 @@ def sweep_section_html(
     if table is not None and all(not s for g in table["groups"].values() for s in g["seeds"]):
         notes.append(
             f"no job sets a seed key (seed_keys={list(seed_keys) if not isinstance(seed_keys, str) else [seed_keys]}): "
-            "every job would be a group of its own, so there is no grouped table; pass seed_keys=[...] naming the seed overrides"
+            "every job would be a group of its own, so there is no grouped table; "
+            "pass seed_keys=[...] naming the seed overrides"
         )
         table = None
     parts = []
@@ -654,7 +673,8 @@ def report_html(
             job_anchors = [_anchor(anchor, "job", job.name) for job in source.jobs]
             nav.append(f'<li><a href="#{anchor}">{_e(source.path.name)}</a> (sweep of {len(source.jobs)} jobs)</li>')
             parts = [
-                f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2><p class="muted">{_e(source.path)}</p>'
+                f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2>'
+                f'<p class="muted">{_e(source.path)}</p>'
             ]
             parts.append(
                 sweep_section_html(

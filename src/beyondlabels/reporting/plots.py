@@ -125,7 +125,9 @@ def save_embedding_projection_png(
         >>> import tempfile
         >>> from PIL import Image
         >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     path = save_embedding_projection_png([[0, 0], [1, 1], [2, 0]], [0, 1, 1], ["a", "b"], [0.75, 0.25], f"{tmp}/p.png")
+        ...     path = save_embedding_projection_png(
+        ...         [[0, 0], [1, 1], [2, 0]], [0, 1, 1], ["a", "b"], [0.75, 0.25], f"{tmp}/p.png"
+        ...     )
         ...     Image.open(path).text["Title"]
         'embedding projection (PCA)\\nPC1 75.0%, PC2 25.0% of the variance'
     """
@@ -137,7 +139,8 @@ def save_embedding_projection_png(
     raw = np.asarray(labels)
     if raw.shape != (xy.shape[0],) or not np.issubdtype(raw.dtype, np.integer):
         raise ValueError(
-            f"`labels` must be {xy.shape[0]} integer class indices (one per row of `coords`), got {raw.dtype} {raw.shape}."
+            f"`labels` must be {xy.shape[0]} integer class indices (one per row of `coords`), "
+            f"got {raw.dtype} {raw.shape}."
         )
     names = [str(c) for c in class_names]
     if names == [] or int(raw.min()) < 0 or int(raw.max()) >= len(names):

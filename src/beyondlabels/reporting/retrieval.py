@@ -39,7 +39,8 @@ def retrieval_report(
 
     Examples:
         >>> from beyondlabels.schema import KeySpec
-        >>> schema = OutputSchema({"precision@1": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True),
+        >>> schema = OutputSchema({"precision@1": KeySpec("scalar", True),
+        ...                        "num_queries": KeySpec("scalar", None, count=True),
         ...                        "precision_curve": KeySpec("curve", True)})
         >>> r = retrieval_report({"precision@1": torch.tensor(0.5, dtype=torch.float64), "num_queries": torch.tensor(4),
         ...                       "precision_curve": torch.tensor([0.5, 0.25]), "per_query": {}}, schema, ks=[1],

@@ -120,14 +120,16 @@ def ab_comparison(
     folders = [f for f, g in groups.items() if prefix in g]
     if not folders:
         raise ValueError(
-            f"no run has evaluations under {prefix!r} (prefixes found: {sorted({p for g in groups.values() for p in g})})"
+            f"no run has evaluations under {prefix!r} "
+            f"(prefixes found: {sorted({p for g in groups.values() for p in g})})"
         )
     labels = _unique([groups[f][prefix].name for f in folders])
     b = _baseline_index(baseline, folders, labels)
     direction = groups[folders[b]][prefix].schema.mode(key) if groups[folders[b]][prefix].schema is not None else None
     if direction is None:
         raise ValueError(
-            f"{metric!r} has no direction in the schema (a count or setting); choose a metric that is better when higher or lower"
+            f"{metric!r} has no direction in the schema (a count or setting); "
+            "choose a metric that is better when higher or lower"
         )
     data = {f: _read_run(groups[f], metric, guards, which) for f in folders}
     base = data[folders[b]]
@@ -156,19 +158,7 @@ def ab_comparison(
         }
         if i != b:
             _, base_ids, base_values = base[metric]
-            guard_inputs, guard_ids = {}, {}
-            for name, _, gkey in guards:
-                gdir = (
-                    groups[f][split_key(name)[0]].schema.mode(gkey)
-                    if groups[f][split_key(name)[0]].schema is not None
-                    else None
-                )
-                if gdir is None:
-                    raise ValueError(
-                        f"guardrail {name!r} has no direction in the schema; choose a key that is better when higher or lower"
-                    )
-                guard_inputs[name] = (base[name][2], data[f][name][2], gdir == "max")
-                guard_ids[name] = (base[name][1], data[f][name][1])
+            guard_inputs, guard_ids = _guardrail_inputs(groups[f], guards, base, data[f])
             result = ab_test(
                 base_values,
                 values,
@@ -188,6 +178,24 @@ def ab_comparison(
     return table
 
 
+def _guardrail_inputs(
+    run: dict[str, EvaluationRun], guards: list[tuple[str, str, str]], base: dict[str, Any], data: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per guardrail of one run (its evaluations by prefix, ``data`` as read by :func:`_read_run`) against the baseline
+    (``base``): ``(baseline values, run values, higher is better)`` and ``(baseline ids, run ids)``."""
+    inputs, ids = {}, {}
+    for name, _, gkey in guards:
+        schema = run[split_key(name)[0]].schema
+        gdir = schema.mode(gkey) if schema is not None else None
+        if gdir is None:
+            raise ValueError(
+                f"guardrail {name!r} has no direction in the schema; choose a key that is better when higher or lower"
+            )
+        inputs[name] = (base[name][2], data[name][2], gdir == "max")
+        ids[name] = (base[name][1], data[name][1])
+    return inputs, ids
+
+
 def _baseline_index(baseline: str | Path, folders: list[Path], labels: list[str]) -> int:
     """The position of the baseline among the run folders: its folder, a path inside it, or its label."""
     base_path = Path(baseline).resolve()
@@ -198,7 +206,8 @@ def _baseline_index(baseline: str | Path, folders: list[Path], labels: list[str]
     ]
     if len(matches) != 1:
         raise ValueError(
-            f"baseline={baseline!r} matches {len(matches)} of the runs ({[labels[i] for i in matches] or [str(f) for f in folders]}); "
+            f"baseline={baseline!r} matches {len(matches)} of the runs "
+            f"({[labels[i] for i in matches] or [str(f) for f in folders]}); "
             "pass the baseline's run folder (one of the runs compared)"
         )
     return matches[0]

@@ -1,8 +1,9 @@
 """``task=abtest``: every run against a baseline run on one metric's per-query values, paired by query id (paired
 bootstrap and t intervals; decision: no conclusion / reject / cannot distinguish / better / worse, definitions:
-:mod:`beyondlabels.functional.abtest`), with guardrail metrics that must not get worse by more than ``tolerance``. A per-query file holding several kinds of
-query (the cross-modal file: image and caption queries) is paired on the rows of the key's own kind
-(:func:`beyondlabels.io.run_files.query_values`). Groups of seeds against a baseline group are ``task=compare``."""
+:mod:`beyondlabels.functional.abtest`), with guardrail metrics that must not get worse by more than ``tolerance``. A
+per-query file holding several kinds of query (the cross-modal file: image and caption queries) is paired on the rows of
+the key's own kind (:func:`beyondlabels.io.run_files.query_values`). Groups of seeds against a baseline group are
+``task=compare``."""
 
 from __future__ import annotations
 

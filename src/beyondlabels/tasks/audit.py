@@ -30,13 +30,14 @@ def audit_section(audit: Mapping[str, Any], label_names: Mapping[int, str], top:
 
     Examples:
         >>> import torch
-        >>> out = {"suspects": {"ids": torch.tensor([7]), "labels": torch.tensor([0]), "suggested_labels": torch.tensor([1]),
-        ...        "suggested_shares": torch.tensor([0.9]), "label_quality": torch.tensor([0.0])},
+        >>> out = {"suspects": {"ids": torch.tensor([7]), "labels": torch.tensor([0]),
+        ...                     "suggested_labels": torch.tensor([1]), "suggested_shares": torch.tensor([0.9]),
+        ...                     "label_quality": torch.tensor([0.0])},
         ...        "outliers": {"ids": torch.tensor([3]), "labels": torch.tensor([1]), "scores": torch.tensor([4.0])},
-        ...        "duplicates": {"ids": torch.tensor([[3, 7]]), "labels": torch.tensor([[1, 0]]), "scores": torch.tensor([1.0]),
-        ...                       "cross_label": torch.tensor([True])},
-        ...        "per_class": {"label": torch.tensor([0, 1]), "items": torch.tensor([5, 5]), "suspects": torch.tensor([1, 0]),
-        ...                      "outliers": torch.tensor([0, 1])}}
+        ...        "duplicates": {"ids": torch.tensor([[3, 7]]), "labels": torch.tensor([[1, 0]]),
+        ...                       "scores": torch.tensor([1.0]), "cross_label": torch.tensor([True])},
+        ...        "per_class": {"label": torch.tensor([0, 1]), "items": torch.tensor([5, 5]),
+        ...                      "suspects": torch.tensor([1, 0]), "outliers": torch.tensor([0, 1])}}
         >>> section = audit_section(out, {0: "arch", 1: "dome"}, top=5)
         >>> section["suspects"][0]["suggested_label"], section["cross_label_duplicates"][0]["labels"]
         ('dome', ['dome', 'arch'])

@@ -71,7 +71,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     tested = cfg.get("baseline") is not None or cfg.get("metric") is not None
     if tested and group is False:
         raise ValueError(
-            "baseline= and metric= test groups of jobs; drop group=false (or use task=abtest to test single runs against one)"
+            "baseline= and metric= test groups of jobs; drop group=false "
+            "(or use task=abtest to test single runs against one)"
         )
     if source == "wandb":
         if group is True or tested:

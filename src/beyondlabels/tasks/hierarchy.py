@@ -41,8 +41,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if not include_root and bool((rows.gt == 0).any()):
         lines = [n for n, g in zip(rows.line_numbers, rows.gt.tolist()) if g == 0]
         raise ValueError(
-            f"predictions file '{cfg.predictions}': 'gt' is the root {taxonomy.root!r} on line(s) {lines[:5]}; with the root "
-            "excluded it has nothing to recall. Use a more specific node or hierarchy.include_root=true."
+            f"predictions file '{cfg.predictions}': 'gt' is the root {taxonomy.root!r} on line(s) {lines[:5]}; "
+            "with the root excluded it has nothing to recall. Use a more specific node or hierarchy.include_root=true."
         )
     pred, rules = rows.pred.clone(), ["node" if t is None else "" for t in rows.texts]
     free = [i for i, t in enumerate(rows.texts) if t is not None]

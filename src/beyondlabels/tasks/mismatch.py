@@ -32,7 +32,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     if not cfg.get("pairs") or not cfg.get("profiles"):
         raise ValueError(
-            "task=mismatch needs pairs=PATH (CSV or npz: query_label, retrieved_label[, rank]) and profiles=PATH (YAML/JSON)"
+            "task=mismatch needs pairs=PATH (CSV or npz: query_label, retrieved_label[, rank]) "
+            "and profiles=PATH (YAML/JSON)"
         )
     profiles = load_profiles(str(cfg.profiles))
     q_text, r_text, queries = load_mismatch_pairs(cfg.pairs, int(cfg.get("rank_max", 1)))

@@ -78,7 +78,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     baseline, metric = cfg.get("baseline"), cfg.get("metric")
     if (baseline is None) != (metric is None):
         raise ValueError(
-            "the test against a baseline needs both baseline=GROUP (e.g. \"baseline='model.lr=0.001'\") and metric=KEY (e.g. retrieval/precision@1)"
+            "the test against a baseline needs both baseline=GROUP (e.g. \"baseline='model.lr=0.001'\") "
+            "and metric=KEY (e.g. retrieval/precision@1)"
         )
     rounds, seed = cfg.get("bootstrap_rounds", 2000), cfg.get("ci_seed", 11)
     check_int_at_least(rounds, "bootstrap_rounds", 1, hint="resamples of every interval of a sweep's groups, e.g. 2000")

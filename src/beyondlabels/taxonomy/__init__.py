@@ -3,8 +3,9 @@
 The definitions (node order, depth, ancestors, lowest common ancestor) are stated once in
 :mod:`beyondlabels.taxonomy.tree`; trees from edge lists and DAGs in :mod:`beyondlabels.taxonomy.graphs`; free text
 mapped to nodes in :mod:`beyondlabels.taxonomy.text`. The files (YAML, JSON, TSV, WordNet 3.0) are read by
-:mod:`beyondlabels.io.taxonomy_files`, text encoders named by a string built by :mod:`beyondlabels.io.text_encoders`. Torch only: no file formats, no Lightning, no torchmetrics, no metric kernels
-(those that read a taxonomy, such as :func:`~beyondlabels.functional.hierarchy.taxonomy_class_gains` and
+:mod:`beyondlabels.io.taxonomy_files`, text encoders named by a string built by :mod:`beyondlabels.io.text_encoders`.
+Torch only: no file formats, no Lightning, no torchmetrics, no metric kernels (those that read a taxonomy, such as
+:func:`~beyondlabels.functional.hierarchy.taxonomy_class_gains` and
 :func:`~beyondlabels.functional.hierarchy.mapping_quality`, live in :mod:`beyondlabels.functional`).
 
 Examples:

@@ -14,7 +14,8 @@ from beyondlabels._internal.names import listing
 
 
 def dag_to_tree(parents: Mapping[str, Iterable[str]], root: str | None = None) -> tuple[dict[str, str], str]:
-    """Keep, for every node, its parent on the longest chain to the root (rule and ties: :mod:`beyondlabels.taxonomy.graphs`).
+    """Keep, for every node, its parent on the longest chain to the root (rule and ties:
+    :mod:`beyondlabels.taxonomy.graphs`).
 
     Args:
         parents: ``{child: [parent, ...]}``; names are non-empty strings; a child with an empty list is a root.

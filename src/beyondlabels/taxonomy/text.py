@@ -442,7 +442,8 @@ class TextToNode:
         self._answers = OrderedDict()
 
     def _encode(self, texts: Sequence[str]) -> Tensor:
-        """L2-normalised float32 embeddings ``[N, D]`` of ``texts``, encoded ``batch_size`` at a time into one tensor."""
+        """L2-normalised float32 embeddings ``[N, D]`` of ``texts``, encoded ``batch_size`` at a time into one
+        tensor."""
         result: Tensor | None = None
         for lo in range(0, len(texts), self.batch_size):
             chunk = self._encode_chunk(list(texts[lo : lo + self.batch_size]))

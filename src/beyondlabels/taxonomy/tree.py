@@ -341,12 +341,12 @@ class Taxonomy:
         """``(first, sparse, log2)``: an Euler tour range-minimum index answering LCA queries in O(1) per pair.
 
         The Euler tour visits the nodes depth first (children in node order) and lists a node each time the walk is at
-        it: ``2V - 1`` entries. ``first[v]`` (int64 ``[V]``) is ``v``'s first position; the LCA of ``a`` and ``b`` is the
-        shallowest node listed between ``first[a]`` and ``first[b]``. ``sparse[j, i]`` (int64 ``[L, 2V - 1]``) is the
-        minimum of ``key = depth * V + node`` over the ``2**j`` entries from ``i`` on, and ``log2[n]`` (int64 ``[2V]``) is
-        ``floor(log2(n))``; so ``key // V`` is the LCA's depth and ``key % V`` its index. About ``8 * 2V * log2(2V)``
-        bytes (24 MB for WordNet's nouns); the CPU copy is built once and kept. ``copy=False`` returns it (or, on
-        another device, the moved tensors) without a defensive copy: read it, never write it.
+        it: ``2V - 1`` entries. ``first[v]`` (int64 ``[V]``) is ``v``'s first position; the LCA of ``a`` and ``b`` is
+        the shallowest node listed between ``first[a]`` and ``first[b]``. ``sparse[j, i]`` (int64 ``[L, 2V - 1]``) is
+        the minimum of ``key = depth * V + node`` over the ``2**j`` entries from ``i`` on, and ``log2[n]`` (int64
+        ``[2V]``) is ``floor(log2(n))``; so ``key // V`` is the LCA's depth and ``key % V`` its index. About
+        ``8 * 2V * log2(2V)`` bytes (24 MB for WordNet's nouns); the CPU copy is built once and kept. ``copy=False``
+        returns it (or, on another device, the moved tensors) without a defensive copy: read it, never write it.
 
         Examples:
             >>> tax = Taxonomy({"b": "a", "c": "a", "d": "b"}, root="a")

@@ -173,7 +173,8 @@ def apply_sweep_group(cfg: Any, overrides: Sequence[str] | None = None, seed_key
 
     Examples:
         >>> from omegaconf import OmegaConf
-        >>> cfg = OmegaConf.create({"task_name": "train", "logger": {"wandb": {"_target_": "x.WandbLogger", "group": None}}})
+        >>> cfg = OmegaConf.create({"task_name": "train",
+        ...                         "logger": {"wandb": {"_target_": "x.WandbLogger", "group": None}}})
         >>> apply_sweep_group(cfg, ["seed=2", "model.lr=0.003"]), cfg.logger.wandb.group, cfg.sweep_group
         ('model.lr=0.003', 'model.lr=0.003', 'model.lr=0.003')
     """

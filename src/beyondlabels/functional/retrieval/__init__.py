@@ -1,7 +1,8 @@
 """Retrieval metrics of an embedding gallery, computed from one exact search and a relevance definition.
 
 Pure torch: tensors in, tensors out, on the device of the inputs. No torchmetrics, no Lightning. The search (scores,
-exclusion, ranking and ties, depth, shares) is :func:`beyondlabels.functional.search.search_neighbors`; its definitions apply.
+exclusion, ranking and ties, depth, shares) is :func:`beyondlabels.functional.search.search_neighbors`; its definitions
+apply.
 
 Modules (every name importable from this package): the output keys are declared here
 (:func:`retrieval_output_schema`); :mod:`~beyondlabels.functional.retrieval.sampling` the seeded query sample;

@@ -52,7 +52,8 @@ def _problem(
     query_labels: Tensor | None,
     query_ids: Tensor | None,
 ) -> _Problem:
-    """The validated problem of :func:`~beyondlabels.functional.retrieval.retrieval_per_query`'s inputs, with ``R`` per query."""
+    """The validated problem of :func:`~beyondlabels.functional.retrieval.retrieval_per_query`'s inputs, with ``R`` per
+    query."""
     gn = normalize_rows(embeddings, "embeddings")
     device = gn.device
     g_labels = check_int_vector(labels, "labels", gn.shape[0], device)

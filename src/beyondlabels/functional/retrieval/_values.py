@@ -194,7 +194,8 @@ def _collected(
     graded_state: Sequence[_GradedState],
     return_neighbors: int,
 ) -> dict[str, Tensor]:
-    """The output dict of :func:`~beyondlabels.functional.retrieval.retrieval_per_query` from the rows collected in ``out``."""
+    """The output dict of :func:`~beyondlabels.functional.retrieval.retrieval_per_query` from the rows collected in
+    ``out``."""
     device = p.gn.device
 
     def get(key: str, empty_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:

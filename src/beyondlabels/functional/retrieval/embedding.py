@@ -86,7 +86,8 @@ def embedding_retrieval_metrics(
         >>> m["precision@1"], m["precision@2"], m["ndcg@2"]
         (tensor(1., dtype=torch.float64), tensor(0.5000, dtype=torch.float64), tensor(1., dtype=torch.float64))
         >>> shallow = embedding_retrieval_metrics(emb, torch.tensor([0, 0, 1, 1]), ks=(1, 2), deep_metrics=False)
-        >>> shallow["precision@2"] == m["precision@2"], "map@r" in shallow, "first_relevant_rank" in shallow["per_query"]
+        >>> (shallow["precision@2"] == m["precision@2"], "map@r" in shallow,
+        ...  "first_relevant_rank" in shallow["per_query"])
         (tensor(True), False, False)
     """
     deep_metrics = check_deep_metrics(deep_metrics)

@@ -40,13 +40,15 @@ def retrieval_per_query(
     query_rows: Tensor | None = None,
     deep_metrics: bool = True,
 ) -> dict[str, Tensor]:
-    """Per-query values of the queries in ``share`` (all by default), the input of :func:`~beyondlabels.functional.retrieval.aggregate_retrieval`.
+    """Per-query values of the queries in ``share`` (all by default), the input of
+    :func:`~beyondlabels.functional.retrieval.aggregate_retrieval`.
 
-    Arguments are those of :func:`~beyondlabels.functional.retrieval.embedding_retrieval_metrics`, plus ``share=(i, n)``: compute only the i-th of n
-    disjoint shares of the queries (see :func:`~beyondlabels.functional.search.search_neighbors`). Concatenating the
-    results of all shares and passing them to :func:`~beyondlabels.functional.retrieval.aggregate_retrieval` gives exactly the values of a single call.
-    ``query_rows`` (int64 positions, e.g. from :func:`~beyondlabels.functional.retrieval.sample_queries`) searches only those queries, each against the
-    whole gallery; shares then split them.
+    Arguments are those of :func:`~beyondlabels.functional.retrieval.embedding_retrieval_metrics`, plus
+    ``share=(i, n)``: compute only the i-th of n disjoint shares of the queries (see
+    :func:`~beyondlabels.functional.search.search_neighbors`). Concatenating the results of all shares and passing them
+    to :func:`~beyondlabels.functional.retrieval.aggregate_retrieval` gives exactly the values of a single call.
+    ``query_rows`` (int64 positions, e.g. from :func:`~beyondlabels.functional.retrieval.sample_queries`) searches only
+    those queries, each against the whole gallery; shares then split them.
 
     Returns:
         A dict of tensors with one row per query of the share: ``query_index`` (position in the query set),

@@ -108,7 +108,8 @@ def _drop_near_duplicates(
     txt: Tensor, q: Tensor, pos: Tensor, ok: Tensor, threshold: float, img: Tensor | None, i2t: Tensor | None
 ) -> None:
     """Clear ``ok`` ``[a, W]`` (in place) where the sample at ``pos`` is a near-duplicate of query ``q`` (row); with
-    ``img``, write the image -> text scores ``s(q, pos)`` of the pairs checked into ``i2t`` ``[a, W]`` (same products)."""
+    ``img``, write the image -> text scores ``s(q, pos)`` of the pairs checked into ``i2t`` ``[a, W]`` (same
+    products)."""
     r_i, c_i = torch.nonzero(ok, as_tuple=True)
     if img is None:
         text = _pair_scores(txt, txt, q[r_i], pos[r_i, c_i])

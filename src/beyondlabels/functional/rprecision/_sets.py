@@ -30,13 +30,15 @@ def _rows_of(sets: CandidateSets, ids: Tensor, num_candidates: int) -> Tensor:
     q, d = sets.query_ids.to(ids.device), sets.distractor_ids.to(ids.device)
     if d.shape[1] != num_candidates - 1:
         raise ValueError(
-            f"`candidate_sets` hold {d.shape[1] + 1} candidates per query but `num_candidates` is {num_candidates}; make them agree."
+            f"`candidate_sets` hold {d.shape[1] + 1} candidates per query but `num_candidates` is {num_candidates}; "
+            "make them agree."
         )
     order = torch.argsort(q)
     q, d = q[order], d[order]
     if q.shape[0] != ids.shape[0] or not torch.equal(q, ids):
         raise ValueError(
-            f"`candidate_sets` cover {q.shape[0]} query ids but the pool has {ids.shape[0]}; they must name exactly the pool's sample ids."
+            f"`candidate_sets` cover {q.shape[0]} query ids but the pool has {ids.shape[0]}; "
+            "they must name exactly the pool's sample ids."
         )
     pos = torch.searchsorted(ids, d).clamp_(max=ids.shape[0] - 1)
     if not bool((ids[pos] == d).all()):

@@ -82,8 +82,8 @@ def text_image_r_precision(
             hard negatives hold ``chunk_size × N`` scores at a time).
 
     Returns:
-        The keys of :func:`~beyondlabels.functional.rprecision.rprecision_output_schema` (float64 values, int64 counts) and ``per_query`` with the
-        per-sample vectors in ascending id order.
+        The keys of :func:`~beyondlabels.functional.rprecision.rprecision_output_schema` (float64 values, int64 counts)
+        and ``per_query`` with the per-sample vectors in ascending id order.
 
     Raises:
         ValueError: On bad embeddings (NaN, wrong shapes, mismatched row counts), ids, settings, or a pool too small
@@ -130,16 +130,18 @@ def _check_images(image_embeddings: Tensor, text_embeddings: Tensor) -> Tensor:
         normalize_rows(text_embeddings, "text_embeddings")  # raises the shape error
     if text_embeddings.shape[0] != img.shape[0]:
         raise ValueError(
-            f"`image_embeddings` has {img.shape[0]} rows but `text_embeddings` has {text_embeddings.shape[0]}; row i of "
-            "both must be one sample (an image and its prompt)."
+            f"`image_embeddings` has {img.shape[0]} rows but `text_embeddings` has {text_embeddings.shape[0]}; row i "
+            "of both must be one sample (an image and its prompt)."
         )
     if text_embeddings.shape[1] != img.shape[1]:
         raise ValueError(
-            f"`image_embeddings` has dimension {img.shape[1]} but `text_embeddings` has {text_embeddings.shape[1]}; embed both with one evaluator."
+            f"`image_embeddings` has dimension {img.shape[1]} but `text_embeddings` has {text_embeddings.shape[1]}; "
+            "embed both with one evaluator."
         )
     if text_embeddings.device != img.device:
         raise ValueError(
-            f"`text_embeddings` is on {text_embeddings.device} but `image_embeddings` on {img.device}; put them on one device."
+            f"`text_embeddings` is on {text_embeddings.device} but `image_embeddings` on {img.device}; "
+            "put them on one device."
         )
     return img
 

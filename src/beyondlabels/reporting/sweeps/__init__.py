@@ -20,14 +20,14 @@ The grouped comparison (what ``evaluate.py task=compare runs=[<multirun>] output
      "warnings": [str]}
 
 Groups (:func:`beyondlabels.io.sweeps.group_jobs`) are named by the overrides that differ between groups (those every
-group shares are ``common_overrides``). A group's value of a key is each job's final (or best) scalar, summarised
-across its seeds (:func:`beyondlabels.functional.sweeps.seed_summary`); ``pooled`` is the bootstrap over the
-per-query values of all its jobs. Against a baseline every other group is compared on ``metric`` and each guardrail
-(:func:`beyondlabels.functional.sweeps.paired_group_difference`: the decision's p-value is the larger of the
-query-level and the seed-level test's); the p-values of all these comparisons (groups × keys) are adjusted together (:func:`beyondlabels.functional.multiple_testing.holm_adjust`) and the decision reads the
-adjusted one: below ``level`` → ``better`` or ``worse`` under the key's direction, else ``cannot distinguish`` (never
-"no difference": a test that does not reject shows no equality); ``no conclusion`` when the groups share no seed or
-no query.
+group shares are ``common_overrides``). A group's value of a key is each job's final (or best) scalar, summarised across
+its seeds (:func:`beyondlabels.functional.sweeps.seed_summary`); ``pooled`` is the bootstrap over the per-query values
+of all its jobs. Against a baseline every other group is compared on ``metric`` and each guardrail
+(:func:`beyondlabels.functional.sweeps.paired_group_difference`: the decision's p-value is the larger of the query-level
+and the seed-level test's); the p-values of all these comparisons (groups × keys) are adjusted together
+(:func:`beyondlabels.functional.multiple_testing.holm_adjust`) and the decision reads the adjusted one: below ``level``
+→ ``better`` or ``worse`` under the key's direction, else ``cannot distinguish`` (never "no difference": a test that
+does not reject shows no equality); ``no conclusion`` when the groups share no seed or no query.
 
 Modules (every name importable from this package): :mod:`~beyondlabels.reporting.sweeps.comparison` the grouped
 comparison and its tests; :mod:`~beyondlabels.reporting.sweeps.console` the terminal table;

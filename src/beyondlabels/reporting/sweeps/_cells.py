@@ -49,8 +49,8 @@ def _footnote(table: Mapping[str, Any]) -> str:
     base = table.get("baseline")
     if base:
         text += (
-            f" {DAGGER}: differs from the baseline ({base['group']}) at level {base['level']} after {base['correction']} "
-            f"adjustment over {base['family_size']} comparisons ({base['test']})."
+            f" {DAGGER}: differs from the baseline ({base['group']}) at level {base['level']} after "
+            f"{base['correction']} adjustment over {base['family_size']} comparisons ({base['test']})."
         )
     return text
 

@@ -63,7 +63,7 @@ def _names(groups: Mapping[str, list[SweepJob]]) -> tuple[list[str], list[str]]:
     settings = [jobs[0].setting for jobs in groups.values()]
     common = [o for o in settings[0] if all(o in s for s in settings)] if settings else []
     names = []
-    for key, jobs in groups.items():
+    for _key, jobs in groups.items():
         differing = [o for o in jobs[0].setting if o not in common]
         name = ", ".join(differing) if differing else (jobs[0].folder.name if not jobs[0].seed else _NO_OVERRIDE)
         names.append(name)

@@ -31,6 +31,10 @@ TEST = (
 )
 EFFECT_SIZE = "d_z: mean / standard deviation of the per-query differences"
 DAGGER = "†"
+# Raised for a baseline without a metric to test (or the reverse).
+_NEEDS_BOTH = (
+    "a test against a baseline needs both baseline=GROUP (or a job folder) and metric=KEY (e.g. retrieval/precision@1)"
+)
 
 
 def sweep_headline_keys(runs: Sequence[EvaluationRun]) -> list[str]:
@@ -39,7 +43,8 @@ def sweep_headline_keys(runs: Sequence[EvaluationRun]) -> list[str]:
 
     Examples:
         >>> from beyondlabels.schema import KeySpec, OutputSchema
-        >>> schema = OutputSchema({"map@r": KeySpec("scalar", True), "num_queries": KeySpec("scalar", None, count=True)},
+        >>> schema = OutputSchema({"map@r": KeySpec("scalar", True),
+        ...                        "num_queries": KeySpec("scalar", None, count=True)},
         ...                       per_query={"map@r": KeySpec("per_query", True)})
         >>> sweep_headline_keys([EvaluationRun(Path("0/retrieval"), "0", "retrieval", [], schema=schema)])
         ['retrieval/map@r']
@@ -97,9 +102,7 @@ def sweep_comparison(
     check_choice(which, "which", ("final", "best"))
     check_number(level, "level", above=0.0, below=1.0, hint="e.g. 0.05")
     if (baseline is None) != (metric is None):
-        raise ValueError(
-            "a test against a baseline needs both baseline=GROUP (or a job folder) and metric=KEY (e.g. retrieval/precision@1)"
-        )
+        raise ValueError(_NEEDS_BOTH)
     groups = group_jobs(runs, seed_keys)
     if not groups:
         raise ValueError("no runs to compare")
@@ -140,7 +143,8 @@ def sweep_comparison(
         table["groups"][name] = entry
         if len(jobs) < 3:
             table["warnings"].append(
-                f"group {name}: {len(jobs)} seed(s); an interval across seeds needs at least 2, and 3 or more to mean much"
+                f"group {name}: {len(jobs)} seed(s); an interval across seeds needs at least 2, "
+                "and 3 or more to mean much"
             )
     if baseline is not None:
         table["baseline"] = _against_baseline(
@@ -158,6 +162,17 @@ def sweep_comparison(
             seed=seed,
         )
     return table
+
+
+def _tested_direction(table: Mapping[str, Any], key: str) -> str:
+    """The direction of a key tested against the baseline; a key without one (a count or setting) cannot be tested."""
+    direction = table["metrics"][key]["direction"]
+    if direction is None:
+        raise ValueError(
+            f"{key!r} has no direction in the schema (a count or setting); "
+            "test a key that is better when higher or lower"
+        )
+    return direction
 
 
 def _against_baseline(
@@ -184,14 +199,11 @@ def _against_baseline(
         seeds = set(table["groups"][name]["seeds"])
         if seeds != base_seeds:
             table["warnings"].append(
-                f"group {name}: seeds {sorted(seeds)} differ from the baseline's {sorted(base_seeds)}; only the shared ones are paired"
+                f"group {name}: seeds {sorted(seeds)} differ from the baseline's {sorted(base_seeds)}; "
+                "only the shared ones are paired"
             )
         for k in tested:
-            direction = table["metrics"][k]["direction"]
-            if direction is None:
-                raise ValueError(
-                    f"{k!r} has no direction in the schema (a count or setting); test a key that is better when higher or lower"
-                )
+            direction = _tested_direction(table, k)
             entry: dict[str, Any] = {"group": name, "metric": k, "direction": direction}
             base_pq, other_pq = per_query[(b, k)], per_query[(g, k)]
             if not base_pq or not other_pq:
@@ -252,7 +264,8 @@ def _checked_keys(all_jobs: Sequence[SweepJob], keys: Sequence[str] | None, test
     keys = list(dict.fromkeys(list(keys) if keys else (tested or _default_keys(all_jobs))))
     if not keys:
         raise ValueError(
-            "no key to tabulate: the runs' schemas name no scalar with a direction and per-query values; pass metrics=[prefix/key, ...]"
+            "no key to tabulate: the runs' schemas name no scalar with a direction and per-query values; "
+            "pass metrics=[prefix/key, ...]"
         )
     known = {f"{p}/{k}" for job in all_jobs for p, r in job.runs.items() for k in r.scalar_keys()}
     unknown = [k for k in keys if k not in known]

@@ -95,7 +95,10 @@ def _print_tests(table: Mapping[str, Any], console: Console) -> None:
 
     base = table["baseline"]
     out = Table(
-        title=f"against {base['group']}: {base['correction']} over {base['family_size']} comparisons, level {base['level']}"
+        title=(
+            f"against {base['group']}: {base['correction']} over {base['family_size']} comparisons, "
+            f"level {base['level']}"
+        )
     )
     for name, justify in (
         ("group", "left"),
@@ -110,8 +113,14 @@ def _print_tests(table: Mapping[str, Any], console: Console) -> None:
     for c in base["comparisons"]:
         if "seed_t" in c:
             t, q = c["seed_t"], c["per_query"]
-            seeds = f"{_fmt(t['estimate'], 4, True)} (n={len(c['seeds'])})\n[{_fmt(t['low'], 4, True)}, {_fmt(t['high'], 4, True)}]"
-            queries = f"{_fmt(q['estimate'], 4, True)} (n={c['n_queries']})\n[{_fmt(q['low'], 4, True)}, {_fmt(q['high'], 4, True)}]"
+            seeds = (
+                f"{_fmt(t['estimate'], 4, True)} (n={len(c['seeds'])})\n"
+                f"[{_fmt(t['low'], 4, True)}, {_fmt(t['high'], 4, True)}]"
+            )
+            queries = (
+                f"{_fmt(q['estimate'], 4, True)} (n={c['n_queries']})\n"
+                f"[{_fmt(q['low'], 4, True)}, {_fmt(q['high'], 4, True)}]"
+            )
             p = f"{c['pvalue']:.4f}\n{c['p_adjusted']:.4f}"
             d = _fmt(c["effect_size"], 2)
         else:
@@ -121,8 +130,9 @@ def _print_tests(table: Mapping[str, Any], console: Console) -> None:
     needed = Measurement.get(console, console.options.update(width=10_000), out).maximum
     print_fitting(console, out, needed)
     console.print(
-        f"p: {base['test']} ({base['permutations']} sign assignments, or all of them when fewer), then {base['correction']}-adjusted "
-        f"over every comparison above; decisions use the adjusted p. d_z = mean / sd of the per-query differences.",
+        f"p: {base['test']} ({base['permutations']} sign assignments, or all of them when fewer), "
+        f"then {base['correction']}-adjusted over every comparison above; decisions use the adjusted p. "
+        "d_z = mean / sd of the per-query differences.",
         highlight=False,
         soft_wrap=True,
     )

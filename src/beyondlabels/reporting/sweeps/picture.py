@@ -1,4 +1,5 @@
-"""The grouped comparison as one PNG per metric: the value against the swept setting (format: :mod:`beyondlabels.reporting.sweeps`)."""
+"""The grouped comparison as one PNG per metric: the value against the swept setting (format:
+:mod:`beyondlabels.reporting.sweeps`)."""
 
 from __future__ import annotations
 
