@@ -280,7 +280,7 @@ print("toy family ok")
 
 def _check_toy_family(ns: dict, cwd: Path) -> None:
     """The doc's module, as written, registered in a fresh process and run through a Trainer and evaluate.py."""
-    from readme_blocks import read_file
+    from tests.docs.readme_blocks import read_file
 
     doc = read_file(REPO_ROOT / "docs" / "adding_a_metric_family.md", REPO_ROOT)
     (block,) = [b for b in doc.blocks if b.marker is not None and b.marker.get("fixture") == "toy_family"]
@@ -591,6 +591,18 @@ INLINE: dict[str, Inline] = {
         )
     ),
     "make test": Inline(skip=Skip("runs the suite this test is part of; the `make` block dry-runs it")),
+    "make lint": Inline(
+        skip=Skip(
+            "`make test` runs it first; the suite checks its configuration",
+            covered="tests/test_code_shape.py::test_ruff_is_configured_for_the_whole_repository",
+        )
+    ),
+    "make docs": Inline(
+        skip=Skip(
+            "the suite builds the same site with warnings as errors",
+            covered="tests/docs/test_api_reference.py",
+        )
+    ),
     "python train.py": Inline(run=_the_smoke_run),
     "make train": Inline(skip=Skip("the `make` block runs it")),
     "python train.py ckpt_path=<run>/checkpoints/last.ckpt": Inline(run=_resume_finished),
