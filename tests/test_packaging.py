@@ -1,4 +1,5 @@
-"""The built wheel ships the top-level callbacks/ folder as beyondlabels.callbacks, and the demo data."""
+"""The built wheel ships the top-level callbacks/ folder as beyondlabels.callbacks, the demo data, the Hydra configs
+(src/beyondlabels/conf as beyondlabels.conf; the project's own conf/ stays out) and the console script."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _tracked_copy(dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_wheel_contains_callbacks_and_demo_data(tmp_path: Path):
+def test_wheel_contains_callbacks_demo_data_configs_and_script(tmp_path: Path):
     tree = _tracked_copy(tmp_path / "tree")
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(tree)],
@@ -43,7 +44,19 @@ def test_wheel_contains_callbacks_and_demo_data(tmp_path: Path):
     # every Python package folder under src/ made it into the wheel
     for init in (tree / "src").rglob("__init__.py"):
         assert init.relative_to(tree / "src").as_posix() in names
+    # the package's configs, every one of them (pkg://beyondlabels.conf), and not the project's conf/ (the demo's)
+    configs = {
+        f"beyondlabels/conf/{p.relative_to(tree / 'src' / 'beyondlabels' / 'conf').as_posix()}"
+        for p in (tree / "src" / "beyondlabels" / "conf").rglob("*.yaml")
+    }
+    assert len(configs) > 40 and configs <= names, sorted(configs - names)
+    for config in ("beyondlabels/callbacks/lightning/retrieval", "beyondlabels/evaluate/task/report"):
+        assert f"beyondlabels/conf/{config}.yaml" in names
     assert not any(name.startswith(("tests/", "conf/")) for name in names)
+    # the console script
+    (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[console_scripts]" in scripts and "beyondlabels = beyondlabels.cli:main" in scripts
     # and every module in the wheel is a tracked source file: nothing stale from an earlier build or a local file
     tracked = {p.relative_to(tree / "src").as_posix() for p in (tree / "src").rglob("*.py")}
     tracked |= {
