@@ -3,39 +3,17 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _tracked_copy(dest: Path) -> Path:
-    """The files git tracks, as they are in the working tree, copied to ``dest``: the build sees no ``build/``,
-    ``*.egg-info`` or other untracked file of the checkout, and writes none into it."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True, capture_output=True).stdout
-    for rel in filter(None, listed.decode().split("\0")):
-        src = REPO_ROOT / rel
-        if src.is_file():  # a tracked file deleted in the working tree is not part of it
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
+from tests.wheel import REPO_ROOT, build_wheel
 
 
 @pytest.mark.slow
 def test_wheel_contains_callbacks_demo_data_configs_and_script(tmp_path: Path):
-    tree = _tracked_copy(tmp_path / "tree")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(tree)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    (wheel,) = (tmp_path / "dist").glob("beyondlabels-*.whl")
+    wheel, tree = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     expected_callbacks = {f"beyondlabels/callbacks/{p.name}" for p in (tree / "callbacks").glob("*.py")}
     assert expected_callbacks and expected_callbacks <= names, sorted(expected_callbacks - names)
