@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: train test test-fast lint fuzz install install-test bench docs clean wordnet chromium
+.PHONY: train test test-fast lint fuzz install install-test bench docs clean wordnet chromium downstream
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ FUZZ_EXAMPLES ?= 2000
 fuzz: $(VENV)/.installed-test
 	WANDB_MODE=offline OMP_NUM_THREADS=2 BEYONDLABELS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) BEYONDLABELS_FUZZ_RANDOM=1 \
 		$(PY) -m pytest -p no:cacheprovider tests/io/test_fuzz_readers.py $(PYTEST_ARGS)
+
+# The built wheel installed with pip into an environment of its own, and a small outside project run there
+# (tests/downstream/; part of `make test`). The first run makes the environment under build/downstream/ (minutes:
+# torch and the rest); later runs reinstall the wheel only.
+downstream: $(VENV)/.installed-test
+	WANDB_MODE=offline OMP_NUM_THREADS=2 $(PY) -m pytest -p no:cacheprovider tests/downstream $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_retrieval.py

@@ -1,40 +1,19 @@
-"""The built wheel ships the top-level callbacks/ folder as beyondlabels.callbacks, and the demo data."""
+"""The built wheel ships the top-level callbacks/ folder as beyondlabels.callbacks, the demo data, the Hydra configs
+(src/beyondlabels/conf as beyondlabels.conf; the project's own conf/ stays out) and the console script."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _tracked_copy(dest: Path) -> Path:
-    """The files git tracks, as they are in the working tree, copied to ``dest``: the build sees no ``build/``,
-    ``*.egg-info`` or other untracked file of the checkout, and writes none into it."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True, capture_output=True).stdout
-    for rel in filter(None, listed.decode().split("\0")):
-        src = REPO_ROOT / rel
-        if src.is_file():  # a tracked file deleted in the working tree is not part of it
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
+from tests.wheel import REPO_ROOT, build_wheel
 
 
 @pytest.mark.slow
-def test_wheel_contains_callbacks_and_demo_data(tmp_path: Path):
-    tree = _tracked_copy(tmp_path / "tree")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(tree)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    (wheel,) = (tmp_path / "dist").glob("beyondlabels-*.whl")
+def test_wheel_contains_callbacks_demo_data_configs_and_script(tmp_path: Path):
+    wheel, tree = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     expected_callbacks = {f"beyondlabels/callbacks/{p.name}" for p in (tree / "callbacks").glob("*.py")}
     assert expected_callbacks and expected_callbacks <= names, sorted(expected_callbacks - names)
@@ -43,7 +22,19 @@ def test_wheel_contains_callbacks_and_demo_data(tmp_path: Path):
     # every Python package folder under src/ made it into the wheel
     for init in (tree / "src").rglob("__init__.py"):
         assert init.relative_to(tree / "src").as_posix() in names
+    # the package's configs, every one of them (pkg://beyondlabels.conf), and not the project's conf/ (the demo's)
+    configs = {
+        f"beyondlabels/conf/{p.relative_to(tree / 'src' / 'beyondlabels' / 'conf').as_posix()}"
+        for p in (tree / "src" / "beyondlabels" / "conf").rglob("*.yaml")
+    }
+    assert len(configs) > 40 and configs <= names, sorted(configs - names)
+    for config in ("beyondlabels/callbacks/lightning/retrieval", "beyondlabels/evaluate/task/report"):
+        assert f"beyondlabels/conf/{config}.yaml" in names
     assert not any(name.startswith(("tests/", "conf/")) for name in names)
+    # the console script
+    (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[console_scripts]" in scripts and "beyondlabels = beyondlabels.cli:main" in scripts
     # and every module in the wheel is a tracked source file: nothing stale from an earlier build or a local file
     tracked = {p.relative_to(tree / "src").as_posix() for p in (tree / "src").rglob("*.py")}
     tracked |= {

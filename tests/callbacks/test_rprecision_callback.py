@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -283,12 +282,17 @@ def test_bad_settings():
 
 def test_hydra_config_instantiates_with_a_local_evaluator(tmp_path):
     import hydra
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     from beyondlabels.callbacks import RPrecisionEvalCallback as Exported
 
-    node = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "callbacks" / "rprecision.yaml")
-    root = OmegaConf.create({"strict": True, "paths": {"log_dir": str(tmp_path)}, "callbacks": node})
+    GlobalHydra.instance().clear()
+    with initialize_config_module(version_base="1.3", config_module="beyondlabels.conf"):  # the shipped config
+        node = compose(config_name="beyondlabels/callbacks/pytorch_lightning/rprecision").callbacks
+    GlobalHydra.instance().clear()
+    root = OmegaConf.create({"paths": {"log_dir": str(tmp_path)}, "callbacks": node})
     root.callbacks.rprecision.evaluator = {
         "_target_": "beyondlabels.io.evaluator.ClipEvaluator",
         "model_cfg": TINY_CONFIG,

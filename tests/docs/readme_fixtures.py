@@ -113,13 +113,16 @@ class Workdir:
 
     # ---- running -------------------------------------------------------------------------------------------------
     def run(self, argv: list[str], timeout: int = 900) -> Ran:
-        """Run ``argv`` here (``python`` is this interpreter; leading ``NAME=value`` words set the environment)."""
+        """Run ``argv`` here (``python`` is this interpreter, ``beyondlabels`` its console script; leading
+        ``NAME=value`` words set the environment)."""
         env, argv = dict(self.env), list(argv)
         while argv and re.fullmatch(r"[A-Z][A-Z0-9_]*=\S*", argv[0]):
             key, _, value = argv.pop(0).partition("=")
             env[key] = value
         if argv[0] == "python":
             argv[0] = sys.executable
+        elif argv[0] == "beyondlabels":
+            argv[0] = str(Path(sys.executable).with_name("beyondlabels"))
         proc = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             output = f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"

@@ -125,9 +125,14 @@ def test_a_skipped_inline_command_says_why(command: str):
     _check_covered(skip)
 
 
+# the config trees of train.py (conf/) and of evaluate.py and the beyondlabels command (shipped in the package)
+CONFIG_ROOTS = (REPO_ROOT / "conf", REPO_ROOT / "src" / "beyondlabels" / "conf" / "beyondlabels" / "evaluate")
+
+
 def test_the_configuration_table_lists_every_option_of_conf():
     """Each `group/` row of the Configuration table names exactly the group's option files (a group's base file,
-    `default.yaml` of debug/ and trainer/, which the others extend, excepted)."""
+    `default.yaml` of debug/ and trainer/, which the others extend, excepted), in conf/ or in the package's tree of
+    evaluate.py (task/, eval/)."""
     (table,) = [t for t in README.tables if t.rows[0].replace(" ", "").startswith("|group|options|")]
     checked = 0
     for row in table.rows[2:]:
@@ -137,10 +142,10 @@ def test_the_configuration_table_lists_every_option_of_conf():
             continue
         group = groups[0]
         listed = set(re.findall(r"`([\w]+)`", re.sub(r"\([^)]*\)", "", options)))
-        files = {p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml")}
+        files = {p.stem for root in CONFIG_ROOTS for p in (root / group).glob("*.yaml")}
         if group in ("debug", "trainer"):
             files.discard("default")
-        assert listed == files, f"README's `{group}/` row lists {sorted(listed)}; conf/{group}/ has {sorted(files)}"
+        assert listed == files, f"README's `{group}/` row lists {sorted(listed)}; {group}/ has {sorted(files)}"
         checked += 1
     assert checked >= 9
 

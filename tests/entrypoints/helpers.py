@@ -10,6 +10,15 @@ from typing import Any
 from tests.ddp import child_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# train.py's configs (the project's conf/, with the package's configs on its search path) and those of evaluate.py and
+# the beyondlabels command (shipped in the package: beyondlabels.conf.EVALUATE_SEARCHPATH)
+TRAIN_CONF = REPO_ROOT / "conf"
+EVALUATE_CONF = REPO_ROOT / "src" / "beyondlabels" / "conf" / "beyondlabels" / "evaluate"
+
+
+def config_dir(config_name: str) -> Path:
+    """The folder of the primary config ``config_name`` (``train`` or ``evaluate``)."""
+    return EVALUATE_CONF if config_name == "evaluate" else TRAIN_CONF
 
 
 def script_env() -> dict[str, str]:
@@ -22,14 +31,14 @@ def script_env() -> dict[str, str]:
 
 
 def evaluate_config(tmp_path: Path, *overrides: str) -> Any:
-    """The composed ``conf/evaluate.yaml`` with ``overrides``, logging under ``tmp_path/logs`` and writing its job
-    files to ``tmp_path/job`` (what ``evaluate.py`` gets from Hydra, without a subprocess)."""
+    """The composed ``evaluate.yaml`` (:data:`EVALUATE_CONF`) with ``overrides``, logging under ``tmp_path/logs`` and
+    writing its job files to ``tmp_path/job`` (what ``evaluate.py`` gets from Hydra, without a subprocess)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(EVALUATE_CONF)):
         cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "job")

@@ -1,7 +1,9 @@
-"""Every config group composes, and the composed configs instantiate what they name."""
+"""Every config group composes, and the composed configs instantiate what they name; the project's conf/ and the
+package's configs hold each config once."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 
@@ -14,7 +16,13 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+from tests.entrypoints.helpers import EVALUATE_CONF, REPO_ROOT, TRAIN_CONF
+
+CONF = TRAIN_CONF
+PACKAGE_CONF = REPO_ROOT / "src" / "beyondlabels" / "conf"
+# where train.yaml's configs are found: conf/, then its search path (the package's configs, and evaluate's tree for
+# the paths/ and hydra/ groups train.py shares with evaluate.py)
+ROOTS = (CONF, PACKAGE_CONF, EVALUATE_CONF)
 GROUPS = ["data", "model", "callbacks", "logger", "trainer", "experiment", "hparams_search", "debug", "paths", "hydra"]
 
 
@@ -29,12 +37,22 @@ HAS_OPTUNA = _has_optuna_sweeper()
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    return sorted({p.stem for root in ROOTS for p in (root / group).glob("*.yaml")})
+
+
+def _file(path: str) -> Path:
+    """The config file ``path`` (``callbacks/retrieval``, ``beyondlabels/callbacks/options/retrieval``) of the first
+    root that has it, as Hydra finds it."""
+    for root in ROOTS:
+        if (root / f"{path}.yaml").is_file():
+            return root / f"{path}.yaml"
+    raise FileNotFoundError(f"no config {path}.yaml under {[str(r) for r in ROOTS]}")
 
 
 def _compose(config_name: str, overrides: list[str]):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+    root = EVALUATE_CONF if config_name == "evaluate" else CONF
+    with initialize_config_dir(version_base="1.3", config_dir=str(root)):
         cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
     return cfg
@@ -63,18 +81,11 @@ def test_group_option_composes(group: str, option: str, tmp_path: Path):
         cfg.paths.output_dir = str(tmp_path)  # ${hydra:runtime.output_dir} exists only inside a run
         del cfg["hydra"]
     container = OmegaConf.to_container(cfg, resolve=True)
-    # every value the option file sets, and every value of a same-group config in its defaults list that it does
-    # not set itself, is in the composed config where its package puts it: plain values resolved, interpolations
-    # as written (the hydra node is only resolved inside a run)
-    text = (CONF / group / f"{option}.yaml").read_text()
-    content = _content(group, option)
-    inherited = [d for d in (yaml.safe_load(text) or {}).get("defaults") or [] if isinstance(d, str) and d != "_self_"]
-    own = {path for path, _ in _leaves(content)}
-    expected = list(_leaves(content))
-    for name in inherited:
-        expected += [
-            (path, value) for path, value in _leaves(_content(group, name)) if not any(_nested(path, o) for o in own)
-        ]
+    # every value the option file sets, and every value of a config in its defaults list (a same-group option, or a
+    # config the package ships, at its @package) that it does not set itself, is in the composed config where its
+    # package puts it: plain values resolved, interpolations as written (the hydra node is only resolved inside a run)
+    text = _file(f"{group}/{option}").read_text()
+    expected = list(_leaves(_merged(f"{group}/{option}", keep_hydra=group == "hydra")))
     packaged = "@package _global_" in text
     if not expected:  # an empty option: the group composes to nothing
         assert container[group] in (None, {}), (group, option, container[group])
@@ -90,18 +101,42 @@ def test_group_option_composes(group: str, option: str, tmp_path: Path):
         assert node == value, (group, option, path)
 
 
-def _nested(a: tuple, b: tuple) -> bool:
-    """One key path lies inside the other (an option's own value replaces the inherited subtree)."""
-    n = min(len(a), len(b))
-    return a[:n] == b[:n]
+def _merge(base: dict, other: dict) -> dict:
+    """``other`` merged into ``base`` as OmegaConf merges configs: mappings key by key, any other value replaced."""
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
 
 
-def _content(group: str, option: str) -> dict:
-    content = yaml.safe_load((CONF / group / f"{option}.yaml").read_text()) or {}
-    content.pop("defaults", None)
-    if group != "hydra":
-        content.pop("hydra", None)  # a hydra node of an option exists only inside a run
-    return content
+def _merged(path: str, keep_hydra: bool = False) -> dict:
+    """What the config file ``path`` puts under its own package: the configs of its defaults list (``_self_`` where
+    listed, else last) merged in order, each at its ``@package`` relative to this config (``_here_``: the same node),
+    the file's own content at ``_self_``. Group defaults (``override /model: null``, ``hydra_logging``) are the
+    concern of their own group's options."""
+    data = yaml.safe_load(_file(path).read_text()) or {}
+    defaults = data.pop("defaults", None) or []
+    if not keep_hydra:
+        data.pop("hydra", None)  # a hydra node of an option exists only inside a run
+    group = path.rpartition("/")[0]
+    merged: dict = {}
+    for entry in defaults if "_self_" in defaults else [*defaults, "_self_"]:
+        if entry == "_self_":
+            _merge(merged, data)
+        elif isinstance(entry, str):
+            name, _, package = entry.partition("@")
+            if name.startswith("/"):  # a config of another group: where its header would put it is not read here
+                name = name[1:]
+                assert package or "# @package" not in _file(name).read_text(), f"{path}: give {entry} its @package"
+            else:  # an option of the same group, in the same package
+                name = f"{group}/{name}"
+            content = _merged(name)
+            for key in reversed(package.split(".") if package not in ("", "_here_") else []):
+                content = {key: content}
+            _merge(merged, content)
+    return merged
 
 
 def _leaves(tree, prefix=()):
@@ -110,6 +145,19 @@ def _leaves(tree, prefix=()):
             yield from _leaves(value, (*prefix, key))
     else:
         yield prefix, tree
+
+
+def test_each_config_is_in_one_place():
+    """The package holds the configs train.py shares with evaluate.py and the beyondlabels command (evaluate's tree:
+    evaluate.yaml, task/, eval/, paths/, hydra/default.yaml) and every callback's and logger's options; conf/ holds
+    none of them again (a file there would shadow the package's for train.py alone)."""
+    shipped = {p.relative_to(EVALUATE_CONF) for p in EVALUATE_CONF.rglob("*.yaml")}
+    shipped |= {p.relative_to(PACKAGE_CONF) for p in PACKAGE_CONF.rglob("*.yaml")}
+    assert {Path("evaluate.yaml"), Path("hydra/default.yaml"), Path("paths/default.yaml")} <= shipped
+    twice = sorted(str(p.relative_to(CONF)) for p in CONF.rglob("*.yaml") if p.relative_to(CONF) in shipped)
+    assert not twice, f"conf/ repeats configs the package ships (src/beyondlabels/conf/): {twice}"
+    for group in ("task", "eval", "paths"):
+        assert not (CONF / group).exists(), f"conf/{group}/ is evaluate's: its options live in {EVALUATE_CONF / group}"
 
 
 def test_evaluate_config_composes(tmp_path: Path):
@@ -143,3 +191,16 @@ def test_default_train_config_instantiates_everything(tmp_path: Path):
     assert len(datamodule.class_names) >= 12
     for name, callback in cfg.callbacks.items():
         assert isinstance(hydra.utils.instantiate(callback), pl.Callback), name
+
+
+def test_strict_reaches_every_evaluation_callback(tmp_path: Path):
+    """train.yaml's `strict` is every evaluation callback's (the shipped configs default to false on their own)."""
+    overrides = ["callbacks=[default,convergence,rprecision]", f"paths.log_dir={tmp_path}"]
+    for strict in (True, False):
+        cfg = _compose("train", [f"strict={strict}", *overrides])
+        evaluations = {name for name, node in cfg.callbacks.items() if "strict" in node}
+        assert evaluations == {"retrieval", "crossmodal", "zeroshot", "hierarchy", "rprecision"}
+        assert all(cfg.callbacks[name].strict is strict for name in evaluations)
+    # a callback's own setting still wins
+    cfg = _compose("train", ["strict=true", "callbacks.retrieval.strict=false", f"paths.log_dir={tmp_path}"])
+    assert cfg.callbacks.retrieval.strict is False and cfg.callbacks.hierarchy.strict is True

@@ -19,7 +19,7 @@ from omegaconf import open_dict
 from beyondlabels import tasks  # noqa: E402
 from beyondlabels.functional import encode_labels, retrieval_output_schema  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
-from tests.entrypoints.helpers import REPO_ROOT, run_script
+from tests.entrypoints.helpers import EVALUATE_CONF, run_script
 from tests.oracles.bootstrap import numpy_percentile_bootstrap
 
 # Keys a report holds besides the schema's scalars and curves.
@@ -28,7 +28,7 @@ REPORT_EXTRAS = {"task", "ks", "num_items", "num_labels", "per_query_file", "set
 
 def _cfg(tmp_path: Path, *overrides: str):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(EVALUATE_CONF)):
         cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "job")  # ${hydra:runtime.output_dir} exists only inside a run

@@ -19,12 +19,12 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
 from beyondlabels import tasks  # noqa: E402
-from tests.entrypoints.helpers import REPO_ROOT, run_script, script_env
+from tests.entrypoints.helpers import EVALUATE_CONF, REPO_ROOT, run_script, script_env
 
 
 def _cfg(tmp_path: Path, *overrides: str):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(EVALUATE_CONF)):
         cfg = compose(
             config_name="evaluate", overrides=["task=report", f"paths.log_dir={tmp_path / 'logs'}", *overrides]
         )

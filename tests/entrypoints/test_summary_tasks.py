@@ -15,7 +15,7 @@ from omegaconf import open_dict
 
 from beyondlabels import tasks  # noqa: E402
 from beyondlabels.schema import KeySpec, OutputSchema  # noqa: E402
-from tests.entrypoints.helpers import REPO_ROOT
+from tests.entrypoints.helpers import EVALUATE_CONF
 
 UP, DOWN, COUNT = KeySpec("scalar", True), KeySpec("scalar", False), KeySpec("scalar", None, count=True)
 KEYS = {"map@r": UP, "precision@1": UP, "mean_rank": DOWN, "num_queries": COUNT}
@@ -24,7 +24,7 @@ SCHEMA = OutputSchema(KEYS, headline=["precision@1", "map@r"])
 
 def _cfg(tmp_path: Path, *overrides: str):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(EVALUATE_CONF)):
         cfg = compose(config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "job")

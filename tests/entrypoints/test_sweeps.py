@@ -21,12 +21,12 @@ from PIL import Image
 from beyondlabels import tasks  # noqa: E402
 from beyondlabels.io import find_offline_runs, read_offline_run  # noqa: E402
 from beyondlabels.utils.run import apply_sweep_group  # noqa: E402
-from tests.entrypoints.helpers import REPO_ROOT, run_script
+from tests.entrypoints.helpers import config_dir, run_script
 
 
 def _cfg(tmp_path: Path, *overrides: str, config: str = "evaluate"):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir(config))):
         cfg = compose(config_name=config, overrides=[f"paths.log_dir={tmp_path / 'logs'}", *overrides])
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "job")

@@ -1,7 +1,7 @@
 """The entry point's own help names every task: evaluate.py's docstring (made from the task registry,
 beyondlabels.families) and ``python evaluate.py --tasks`` show a command line of every task of
-beyondlabels.tasks.TASKS, and of no other; the header comment of conf/evaluate.yaml names only tasks that exist and
-points to ``--tasks``."""
+beyondlabels.tasks.TASKS, and of no other; the header comment of evaluate.yaml (the package's configs) names only tasks
+that exist and points to ``--tasks``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from beyondlabels.tasks import TASKS  # noqa: E402
-from tests.entrypoints.helpers import REPO_ROOT
+from tests.entrypoints.helpers import EVALUATE_CONF, REPO_ROOT
 
 
 def _named(text: str) -> set[str]:
@@ -51,5 +51,5 @@ def test_evaluate_tasks_option_prints_every_task():
 
 
 def test_evaluate_config_header_names_only_tasks_and_points_to_the_list():
-    header = _header_comment(REPO_ROOT / "conf" / "evaluate.yaml")
+    header = _header_comment(EVALUATE_CONF / "evaluate.yaml")
     assert header and _named(header) and _named(header) <= set(TASKS) and "python evaluate.py --tasks" in header

@@ -2,8 +2,9 @@
 its media manifest, and the run's Hydra config; a Hydra multirun folder as its jobs.
 
 A *run folder* (``logs/train/runs/<date>/``) holds ``.hydra/`` (``config.yaml``, ``overrides.yaml``) and one folder
-per evaluation callback (``retrieval/``, ``hierarchy/``, ...: see :mod:`beyondlabels.io.run_files`). A family folder
-may hold PNGs (``confidence_intervals.png``; a series ``embedding_projection/step_000000384.png``, of which the
+per evaluation callback (``retrieval/``, ``hierarchy/``, ...: see :mod:`beyondlabels.io.run_files`); the run of a
+Trainer of one's own, without Hydra, is its ``default_root_dir``, which holds the callbacks' folders alone. A family
+folder may hold PNGs (``confidence_intervals.png``; a series ``embedding_projection/step_000000384.png``, of which the
 last is read) and ``media/media.json``, the media of the family's last evaluation::
 
     {"format": 1, "prefix": "retrieval", "step": 384, "epoch": 7,
@@ -233,7 +234,7 @@ def read_run_folder(path: str | os.PathLike[str]) -> RunFolder:
         raise FileNotFoundError(f"{folder} is not a folder; expected a run folder (logs/train/runs/<date>/)")
     run = RunFolder(path=folder, name=folder.name or str(folder), overrides=run_overrides(folder))
     run.config = _read_text(folder, ".hydra/config.yaml")
-    if run.config is None:
+    if run.config is None and (folder / ".hydra").exists():  # a Trainer's own run (no Hydra) has no config to show
         run.problems.append(
             ".hydra/config.yaml is missing, unreadable or outside the folder: the run's config is not shown"
         )

@@ -1,11 +1,12 @@
-"""The offline evaluation tasks of ``evaluate.py``: one module per task, each with ``run(cfg) -> report``.
+"""The offline evaluation tasks of ``evaluate.py`` and the ``beyondlabels`` command: one module per task, each with
+``run(cfg) -> report``.
 
 :data:`TASKS` maps each ``task=<name>`` to its function, for every task of the registry
 (:func:`beyondlabels.families.tasks`: the families' tasks, then the tools); its settings are the config group option
-``conf/task/<name>.yaml``, and :func:`usage` is the help ``evaluate.py`` prints. Every task that evaluates per-query
-values adds bootstrap intervals of its headline keys (:func:`beyondlabels.metrics.intervals.add_confidence_intervals`,
-as the callbacks do) and writes its report through one writer (JSON, per-query file beside it, PNGs, a terminal
-table).
+``task/<name>.yaml`` of the command's configs (:data:`beyondlabels.conf.EVALUATE_SEARCHPATH`), and :func:`usage` is
+the list of tasks the command's help prints. Every task that evaluates per-query values adds bootstrap intervals of
+its headline keys (:func:`beyondlabels.metrics.intervals.add_confidence_intervals`, as the callbacks do) and writes its
+report through one writer (JSON, per-query file beside it, PNGs, a terminal table).
 """
 
 from __future__ import annotations

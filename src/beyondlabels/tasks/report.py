@@ -51,7 +51,9 @@ def check_runs(value: Any) -> list[Path]:
         if not (is_multirun_folder(root) or is_run_folder(root)):
             raise ValueError(
                 f"runs: {root} is not a run folder (it holds no .hydra/ and no evaluation folder with history.jsonl, "
-                "schema.json or media/) nor a multirun folder (multirun.yaml and job folders 0/, 1/, ...)"
+                "schema.json or media/) nor a multirun folder (multirun.yaml and job folders 0/, 1/, ...). The "
+                "evaluation callbacks write into <trainer.default_root_dir>/<prefix>/: pass the Trainer's "
+                "default_root_dir (a logger's own folder, such as lightning_logs/version_0, holds none)"
             )
     return roots
 

@@ -1,0 +1,1 @@
+"""The namespace of the configs under ``pkg://beyondlabels.conf`` (:mod:`beyondlabels.conf`)."""
