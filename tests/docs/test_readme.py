@@ -156,7 +156,17 @@ def test_the_configuration_table_lists_every_option_of_conf():
 PYTHON_BLOCKS = [b for b in BLOCKS if b.lang in PYTHON_LANGS]
 
 
-@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=_ids(PYTHON_BLOCKS))
+def _is_script(block: Block) -> bool:
+    fixture = block.marker.get("fixture") if block.marker else None
+    return fixture in PYTHON and PYTHON[fixture].script is not None
+
+
+# a whole program (the quick start: a training run in a fresh interpreter) is an end-to-end test: marked slow
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=pytest.mark.slow) if _is_script(b) else b for b in PYTHON_BLOCKS],
+    ids=_ids(PYTHON_BLOCKS),
+)
 def test_python_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     code = compile(block.text, f"{block.file}:{block.line}", "exec")  # a SyntaxError names the block
     if block.mode != "run":
