@@ -42,7 +42,7 @@ _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _INLINE = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)?)`(?!`)")
 # an inline code span that is a command a reader may type: an interpreter, make, pip, a tool's CLI or a script
 _COMMAND_START = re.compile(
-    r"^(?:[A-Z][A-Z0-9_]*=\S*\s+)*(?:python\s|make(?:\s|$)|pip\s|mlflow\s|tensorboard\s|wandb\s|scripts/)"
+    r"^(?:[A-Z][A-Z0-9_]*=\S*\s+)*(?:python\s|make(?:\s|$)|pip\s|mlflow\s|tensorboard\s|wandb\s|beyondlabels\s|scripts/)"
 )
 # a figure: a decimal number, a ratio (1.02x, 4.8×) or a time (1 min 48 s)
 _FIGURE = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])|\d+(?:\.\d+)?[x×](?!\w)|\d+\s*min\s+\d+\s*s\b")

@@ -133,8 +133,13 @@ class Workdir:
 # ---- Python blocks --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PythonFixture:
-    prelude: str = ""  # run in the block's namespace before the block
+    """``prelude`` runs in the block's namespace before the block, ``check`` after it. With ``script`` (a file name)
+    the block is no snippet but a whole program: it runs as that file in an empty folder, by an interpreter that sees
+    only the package and its dependencies (tests/docs/script_runner.py), and ``check`` gets ``{"run": ScriptRun}``."""
+
+    prelude: str = ""
     check: Callable[[dict, Path], None] = lambda namespace, cwd: None
+    script: str | None = None
 
 
 def _check_resume_ids(ns: dict, cwd: Path) -> None:
@@ -142,12 +147,20 @@ def _check_resume_ids(ns: dict, cwd: Path) -> None:
     assert json.loads((cwd / "wandb_run.json").read_text())["id"] == ns["logger"].experiment.id
 
 
+def doc_pages() -> list[Path]:
+    """README.md and the pages of docs/, the files whose blocks the tests run."""
+    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+
+
+def _docs_text() -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in doc_pages())
+
+
 def _check_text_to_node(ns: dict) -> None:
-    """The mapping of the snippet's answers, as the README's output block below the snippet prints it."""
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    shown = re.findall(r"^'(.+?)'\s+-> (\S+)\s+(\S+)\s+abstained=(True|False)$", readme, re.M)
+    """The mapping of the snippet's answers, as the output block below the snippet prints it."""
+    shown = re.findall(r"^'(.+?)'\s+-> (\S+)\s+(\S+)\s+abstained=(True|False)$", _docs_text(), re.M)
     got = [(m.text, m.node, m.rule, str(m.abstained)) for m in ns["mapper"].map([t for t, *_ in shown])]
-    assert shown and got == shown, f"README shows {shown}; the mapper gives {got}"
+    assert shown and got == shown, f"the docs show {shown}; the mapper gives {got}"
 
 
 def _check_hierarchy_callback(ns: dict) -> None:
@@ -303,6 +316,60 @@ def _check_toy_family(ns: dict, cwd: Path) -> None:
 
 PYTHON["toy_family"] = PythonFixture(check=_check_toy_family)
 
+# README's quick start: the shown output it prints (numbers within what another CPU's math kernels change) and the
+# files the listing below it names
+QUICKSTART_FOLDER = "/home/you/quickstart"  # the folder the README's output shows
+QUICKSTART_TOLERANCE = 0.02
+_NUMBER = re.compile(r"[-+]?\d+\.\d+")
+
+
+def _quickstart_blocks() -> tuple[str, list[str]]:
+    """The README's quick start output (the fence starting with ``run summary``) and its listing of ``run/`` paths."""
+    from tests.docs.readme_blocks import read_file
+
+    blocks = read_file(REPO_ROOT / "README.md", REPO_ROOT).blocks
+    (output,) = [b.text for b in blocks if b.text.startswith("run summary")]
+    (listing,) = [b.text for b in blocks if b.text.startswith("run/")]
+    return output, [line.split()[0] for line in listing.splitlines() if line.strip()]
+
+
+def same_output(shown: str, printed: str, tolerance: float) -> list[str]:
+    """The lines where ``printed`` differs from ``shown``: other words, other spacing of words, or a number further
+    than ``tolerance`` from the one shown. Empty when they agree.
+
+    Example:
+        >>> same_output("a ↑  0.7441  [0.7070]", "a ↑  0.7502  [0.7070]", 0.02)
+        []
+        >>> same_output("a ↑  0.7441", "b ↑  0.7441", 0.02)
+        ["'a ↑ 0.7441' shown, 'b ↑ 0.7441' printed"]
+    """
+    shown_lines, printed_lines = shown.strip("\n").splitlines(), printed.strip("\n").splitlines()
+    problems = [f"{len(shown_lines)} lines shown, {len(printed_lines)} printed"] * (
+        len(shown_lines) != len(printed_lines)
+    )
+    for a, b in zip(shown_lines, printed_lines):
+        words_a, words_b = _NUMBER.sub("#", " ".join(a.split())), _NUMBER.sub("#", " ".join(b.split()))
+        numbers = zip(map(float, _NUMBER.findall(a)), map(float, _NUMBER.findall(b)))
+        if words_a != words_b or any(abs(x - y) > tolerance for x, y in numbers):
+            problems.append(f"{' '.join(a.split())!r} shown, {' '.join(b.split())!r} printed")
+    return problems
+
+
+def _check_quickstart(ns: dict, cwd: Path) -> None:
+    run = ns["run"]
+    shown, listed = _quickstart_blocks()
+    start = run.stdout.index("run summary")
+    printed = run.stdout[start:].replace(str(cwd), QUICKSTART_FOLDER)
+    problems = same_output(shown, printed, QUICKSTART_TOLERANCE)
+    assert not problems, "\n".join(problems) + f"\n\nthe script printed:\n{run.stdout[-3000:]}"
+    missing = [path for path in listed if not list(cwd.glob(path.rstrip("/")))]
+    assert not missing, f"the README lists {missing}, which the quick start did not write"
+    history = (cwd / "run" / "retrieval" / "history.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(history) == 4 and all("precision@1" in json.loads(line) for line in history)
+
+
+PYTHON["quickstart"] = PythonFixture(check=_check_quickstart, script="quickstart.py")
+
 
 def _fail(message: str) -> None:
     raise AssertionError(message)
@@ -438,7 +505,7 @@ _SUBMITIT = "tests/entrypoints/test_submitit.py"
 
 def _cluster(argv: list[str], wd: Workdir) -> list[str] | Skip:
     if argv[:2] == ["pip", "install"]:
-        return _extra_installed(re.search(r"\[(.+)\]", argv[2]).group(1))
+        return _extra_installed(re.search(r"\[(.+)\]", argv[-1]).group(1))
     if "hydra/launcher=submitit_local" in argv:
         return Skip(
             "a two-job submitit_local multirun on the smoke configuration runs in the suite",
@@ -607,6 +674,36 @@ INLINE: dict[str, Inline] = {
         )
     ),
     "python train.py": Inline(run=_the_smoke_run),
+    "beyondlabels <key=value ...>": Inline(
+        skip=Skip(
+            "a template of every task's command line; the command is run from a folder outside the checkout",
+            covered="tests/entrypoints/test_cli.py::test_the_console_script_runs_from_any_folder",
+        )
+    ),
+    "python evaluate.py <key=value ...>": Inline(
+        skip=Skip(
+            "a template; each task's own command lines are run in its docs page",
+            covered="tests/entrypoints/test_evaluate.py",
+        )
+    ),
+    "beyondlabels task=<name> --cfg job": Inline(
+        skip=Skip(
+            "a template; `task=report --cfg job` is run from a folder outside the checkout",
+            covered="tests/entrypoints/test_cli.py::test_the_console_script_runs_from_any_folder",
+        )
+    ),
+    "beyondlabels --help": Inline(
+        skip=Skip(
+            "the console script's help is checked task by task",
+            covered="tests/entrypoints/test_cli.py::test_help_lists_every_task",
+        )
+    ),
+    "beyondlabels task=report runs=[<your Trainer's default_root_dir>]": Inline(
+        skip=Skip(
+            "a template: the report of a user's own Trainer run, without Hydra, is made from the installed wheel",
+            covered="tests/entrypoints/test_cli.py::test_a_run_of_a_users_own_trainer_is_a_run_folder",
+        )
+    ),
     "make train": Inline(skip=Skip("the `make` block runs it")),
     "python train.py ckpt_path=<run>/checkpoints/last.ckpt": Inline(run=_resume_finished),
     "python evaluate.py task=compare runs=[<run>]": Inline(run=_compare_one_run),
@@ -615,13 +712,13 @@ INLINE: dict[str, Inline] = {
     "wandb sync logs/train/runs/<time>/wandb/offline-run-*": Inline(skip=Skip("uploads: a W&B account, the network")),
     "python benchmarks/bench_callback_overhead.py": Inline(skip=_BENCHMARK),
     "python train.py logger=tensorboard": Inline(run=_logger_run("tensorboard", "tensorboard")),
-    "pip install 'beyondlabels[tensorboard]'": Inline(skip=lambda: _extra_installed("tensorboard")),
+    "pip install -e '.[tensorboard]'": Inline(skip=lambda: _extra_installed("tensorboard")),
     "tensorboard --logdir logs/train/runs/<time>/tensorboard": Inline(
         skip=Skip("starts a web server; `python train.py logger=tensorboard` is run and writes that folder")
     ),
     "python train.py logger=mlflow": Inline(run=_logger_run("mlflow", "mlflow.db")),
-    "pip install 'beyondlabels[mlflow]'": Inline(skip=lambda: _extra_installed("mlflow")),
-    "pip install 'beyondlabels[mlflow-ui]'": Inline(skip=lambda: _extra_declared("mlflow-ui", "mlflow")),
+    "pip install -e '.[mlflow]'": Inline(skip=lambda: _extra_installed("mlflow")),
+    "pip install -e '.[mlflow-ui]'": Inline(skip=lambda: _extra_declared("mlflow-ui", "mlflow")),
     "mlflow ui --backend-store-uri sqlite:///<run folder>/mlflow.db": Inline(
         skip=Skip("starts a web server (full mlflow package); `python train.py logger=mlflow` is run, writes the store")
     ),
@@ -636,14 +733,39 @@ INLINE: dict[str, Inline] = {
     "pip install 'jsonargparse[signatures]'": Inline(
         skip=lambda: _package_installed("jsonargparse", "LightningCLI needs it for our callbacks' arguments")
     ),
-    "pip install 'beyondlabels[sweep]'": Inline(skip=lambda: _extra_installed("sweep")),
+    "pip install -e '.[sweep]'": Inline(skip=lambda: _extra_installed("sweep")),
     SWEEP_COMMAND: Inline(run=_the_sweep),
     "python benchmarks/bench_convergence.py": Inline(skip=_BENCHMARK),
     "python benchmarks/bench_text_mapping.py": Inline(skip=_BENCHMARK),
-    "python benchmarks/convergence_real_curves.py": Inline(skip=_BENCHMARK),
+    "python benchmarks/convergence_real_curves.py digits": Inline(skip=_BENCHMARK),
     "python benchmarks/convergence_real_curves.py history <run>/retrieval": Inline(
         skip=Skip("reads a long run's history (the demo evaluated every 2 steps); the table beside it names the run")
     ),
     "python benchmarks/bench_retrieval.py": Inline(skip=_BENCHMARK),
     "make bench": Inline(skip=_BENCHMARK),
+    "python evaluate.py task=<name> ...": Inline(
+        skip=Skip("the form of every task's command; docs/evaluate.md runs them")
+    ),
+    "python evaluate.py --tasks": Inline(
+        skip=Skip(
+            "prints the task list, which the suite checks against the registry",
+            covered="tests/entrypoints/test_task_docs.py::test_evaluate_tasks_option_prints_every_task",
+        )
+    ),
+    "python evaluate.py task=agreement input=predictions.npz": Inline(
+        skip=Skip(
+            "the task of the walkthrough's own family, run by its fixture in a fresh process",
+            covered="tests/docs/readme_fixtures.py::_check_toy_family",
+        )
+    ),
+    "python evaluate.py task=retrieval": Inline(skip=Skip("names the task; the saved_outputs block runs it")),
+    "python evaluate.py task=crossmodal": Inline(skip=Skip("names the task; the saved_outputs block runs it")),
+    "python evaluate.py task=hierarchy": Inline(skip=Skip("names the task; the saved_outputs block runs it")),
+    "python evaluate.py task=ranking": Inline(skip=Skip("names the task; the saved_outputs block runs it")),
+    "scripts/griffe_extensions.py": Inline(
+        skip=Skip(
+            "a module mkdocstrings loads, not a command; the suite builds the site with it",
+            covered="tests/docs/test_api_reference.py::test_no_page_shows_a_raw_sphinx_role",
+        )
+    ),
 }

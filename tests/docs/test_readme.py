@@ -1,14 +1,17 @@
-"""The README runs as written: every fenced command and snippet of README.md and docs/*.md is run (on the smoke
-configuration, fragments completed by the fixture named in its marker, tests/docs/readme_fixtures.py) or marked with
-the reason it is not; every command quoted inline is accounted for; the figures a table or an output block quotes
-from a run are either reproduced from the run the README shows or marked as measured elsewhere, with the machine
-named; and the Configuration table lists the options conf/ has.
+"""The README and the docs run as written: every fenced command and snippet of README.md and docs/*.md is run (on
+the smoke configuration, fragments completed by the fixture named in its marker, tests/docs/readme_fixtures.py; the
+README's quick start as a script in an empty folder, tests/docs/script_runner.py) or marked with the reason it is not;
+every command quoted inline is accounted for; the figures a table or an output block quotes from a run are either
+reproduced from the run the page shows or marked as measured elsewhere, with the machine named; the README stays a
+front page (its size, its family table made from the registry); and the Configuration table lists the options conf/
+has.
 
 Markers, fixtures and how to extend them: tests/docs/readme_blocks.py and tests/docs/readme_fixtures.py.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -30,13 +33,17 @@ from tests.docs.readme_fixtures import (
     ShellFixture,
     Skip,
     Workdir,
+    doc_pages,
     figure_tokens,
 )
+from tests.docs.script_runner import run_as_user_script
 
-FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+FILES = doc_pages()
 DOCS = {path: read_file(path, REPO_ROOT) for path in FILES}
 BLOCKS = [block for doc in DOCS.values() for block in doc.blocks]
 README = DOCS[REPO_ROOT / "README.md"]
+CONFIGURATION = DOCS[REPO_ROOT / "docs" / "configuration.md"]
+README_MAX_BYTES = 20_000
 # a table or a non-command fence with at least this many figures quotes numbers (from a run or a measurement)
 MIN_FIGURES = 3
 
@@ -111,11 +118,11 @@ def test_quoted_figures_come_from_the_run_shown_or_name_their_machine():
 
 
 def test_every_inline_command_is_run_or_skipped_with_a_reason():
-    quoted = {command for _, command in README.inline_commands}
+    quoted = {command for doc in DOCS.values() for _, command in doc.inline_commands}
     missing = sorted(quoted - set(INLINE))
     stale = sorted(set(INLINE) - quoted)
-    assert not missing, f"README commands without an entry in readme_fixtures.INLINE (run, or skip with why): {missing}"
-    assert not stale, f"readme_fixtures.INLINE entries the README no longer quotes: {stale}"
+    assert not missing, f"commands without an entry in readme_fixtures.INLINE (run, or skip with why): {missing}"
+    assert not stale, f"readme_fixtures.INLINE entries that README.md and docs/ no longer quote: {stale}"
 
 
 @pytest.mark.parametrize("command", sorted(c for c, v in INLINE.items() if v.skip is not None))
@@ -130,10 +137,10 @@ CONFIG_ROOTS = (REPO_ROOT / "conf", REPO_ROOT / "src" / "beyondlabels" / "conf" 
 
 
 def test_the_configuration_table_lists_every_option_of_conf():
-    """Each `group/` row of the Configuration table names exactly the group's option files (a group's base file,
-    `default.yaml` of debug/ and trainer/, which the others extend, excepted), in conf/ or in the package's tree of
-    evaluate.py (task/, eval/)."""
-    (table,) = [t for t in README.tables if t.rows[0].replace(" ", "").startswith("|group|options|")]
+    """Each `group/` row of the Configuration table (docs/configuration.md) names exactly the group's option files (a
+    group's base file, `default.yaml` of debug/ and trainer/, which the others extend, excepted), in conf/ or in the
+    package's tree of evaluate.py (task/, eval/)."""
+    (table,) = [t for t in CONFIGURATION.tables if t.rows[0].replace(" ", "").startswith("|group|options|")]
     checked = 0
     for row in table.rows[2:]:
         group_cell, options = [c.strip() for c in row.strip().strip("|").split("|", 1)]
@@ -145,7 +152,7 @@ def test_the_configuration_table_lists_every_option_of_conf():
         files = {p.stem for root in CONFIG_ROOTS for p in (root / group).glob("*.yaml")}
         if group in ("debug", "trainer"):
             files.discard("default")
-        assert listed == files, f"README's `{group}/` row lists {sorted(listed)}; {group}/ has {sorted(files)}"
+        assert listed == files, f"the `{group}/` row lists {sorted(listed)}; {group}/ has {sorted(files)}"
         checked += 1
     assert checked >= 9
 
@@ -154,13 +161,26 @@ def test_the_configuration_table_lists_every_option_of_conf():
 PYTHON_BLOCKS = [b for b in BLOCKS if b.lang in PYTHON_LANGS]
 
 
-@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=_ids(PYTHON_BLOCKS))
+def _is_script(block: Block) -> bool:
+    fixture = block.marker.get("fixture") if block.marker else None
+    return fixture in PYTHON and PYTHON[fixture].script is not None
+
+
+# a whole program (the quick start: a training run in a fresh interpreter) is an end-to-end test: marked slow
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=pytest.mark.slow) if _is_script(b) else b for b in PYTHON_BLOCKS],
+    ids=_ids(PYTHON_BLOCKS),
+)
 def test_python_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     code = compile(block.text, f"{block.file}:{block.line}", "exec")  # a SyntaxError names the block
     if block.mode != "run":
         pytest.skip(block.marker.get("reason"))
-    monkeypatch.chdir(tmp_path)
     fixture = PYTHON[block.marker.get("fixture")] if block.marker and block.marker.get("fixture") else None
+    if fixture is not None and fixture.script:  # a whole program, run as a user runs it
+        fixture.check({"run": run_as_user_script(block.text, tmp_path, fixture.script)}, tmp_path)
+        return
+    monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__readme__"}
     try:
         if fixture is not None:
@@ -242,11 +262,52 @@ def test_shell_commands_split_as_a_shell_does():
 
 @pytest.mark.slow
 def test_the_per_query_file_holds_the_arrays_the_readme_counts(workdir: Workdir):
-    """The retrieval family's per-query file of the smoke run (the demo's callbacks) holds the README's count."""
+    """The retrieval family's per-query file of the smoke run (the demo's callbacks) holds the count the docs give."""
     import numpy as np
 
-    flat = " ".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    flat = " ".join(" ".join(path.read_text(encoding="utf-8").split()) for path in FILES)
     (count,) = re.findall(r"the retrieval family's file holds (\d+) arrays", flat)
     (first, *_) = sorted((workdir.root / workdir.run_folder() / "retrieval" / "per_query").glob("step_*.npz"))
     with np.load(first) as arrays:
         assert len(arrays.files) == int(count), sorted(arrays.files)
+
+
+# ---- the README is a front page ----------------------------------------------------------------------------------
+def test_the_readme_is_a_front_page():
+    """What it is, the families, install, a quick start, links: the rest is in docs/ (issue: an 85 KB README)."""
+    size = len((REPO_ROOT / "README.md").read_bytes())
+    assert size <= README_MAX_BYTES, (
+        f"README.md is {size:,} bytes; move sections into docs/ (at most {README_MAX_BYTES:,})"
+    )
+    quickstart = [b for b in README.blocks if b.marker is not None and b.marker.get("fixture") == "quickstart"]
+    assert len(quickstart) == 1 and len(quickstart[0].text.splitlines()) <= 40, "one quick start of at most 40 lines"
+
+
+def test_the_readme_family_table_is_the_registry():
+    """A row per family of beyondlabels.families, in its order, with the family's callback, task and headline keys
+    (the schema's headline at the default ks)."""
+    from beyondlabels.families import FAMILIES
+
+    (table,) = [t for t in README.tables if t.rows[0].replace(" ", "").startswith("|family|")]
+    header = [c.strip() for c in table.rows[0].strip().strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in row.strip().strip("|").split("|")))) for row in table.rows[2:]]
+    assert [row["family"] for row in rows] == [f"`{f.name}`" for f in FAMILIES]
+    for family, row in zip(FAMILIES, rows):
+        schema = family.load("schema")
+        headline = (schema(ks=(1, 5, 10)) if "ks" in inspect.signature(schema).parameters else schema()).headline
+        assert row["callback"] == (f"`{family.callback}`" if family.callback else "–"), row
+        assert row["`evaluate.py` task"] == (f"`task={family.task.name}`" if family.task else "–"), row
+        assert re.findall(r"`([^`]+)`", row["headline keys"]) == list(headline), row
+
+
+def test_the_docs_index_includes_the_readmes_install_and_quick_start():
+    """docs/index.md includes README.md's install and quick start sections (pymdownx.snippets): one source, the one
+    this module runs; each section is in the README, between its start and end lines."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    index = (REPO_ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for section in ("install", "quickstart"):
+        assert f'--8<-- "README.md:{section}"' in index, section
+        start, end = readme.index(f"--8<-- [start:{section}]"), readme.index(f"--8<-- [end:{section}]")
+        assert start < end, section
+    quickstart = readme[readme.index("--8<-- [start:quickstart]") : readme.index("--8<-- [end:quickstart]")]
+    assert "readme-test: run fixture=quickstart" in quickstart and "pip install" in readme[: readme.index(quickstart)]
