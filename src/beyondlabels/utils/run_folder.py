@@ -5,8 +5,10 @@ a lock taken by ``train.py`` itself would come after a second job had already re
 :class:`RunFolderLockCallback` takes the folder's lock (:class:`beyondlabels.io.run_lock.RunFolderLock`) at
 ``on_run_start``, before Hydra makes the folder, pinning the folder's name in the config so that Hydra uses the very
 folder that was locked; for a multirun it locks the sweep folder at ``on_multirun_start`` and each job's folder at
-``on_job_start``. A folder held by another process stops the job with a
-:class:`~beyondlabels.io.run_lock.RunFolderInUseError` that names the folder and the holder; nothing is written.
+``on_job_start``. A folder held by another process stops the program with the message of a
+:class:`~beyondlabels.io.run_lock.RunFolderInUseError`, which names the folder and the holder; nothing is written.
+(Hydra turns an exception of a callback into a warning and goes on, so the callback ends the program itself, with
+``SystemExit``, as Hydra does for its own errors.)
 
 Only the process a launcher started as rank 0 takes locks (:func:`launched_as_rank_zero`): the other ranks of a
 distributed job (re-run by Lightning's launcher, ``torchrun`` or ``srun``) share rank 0's folder and write nothing
@@ -23,7 +25,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from beyondlabels.io.run_lock import RunFolderLock
+from beyondlabels.io.run_lock import RunFolderInUseError, RunFolderLock
 
 __all__ = ["RunFolderLockCallback", "launched_as_rank_zero"]
 
@@ -59,15 +61,19 @@ class RunFolderLockCallback(Callback):
     def __init__(self) -> None:
         self._locks: dict[str, RunFolderLock] = {}
 
-    def _take(self, name: str, config: DictConfig, key: str) -> None:
+    def _take(self, name: str, config: DictConfig, key: str, pin: bool = True) -> None:
         if not launched_as_rank_zero():
             return
         folder = OmegaConf.select(config, key)
         if not folder:
             return
-        with read_write(config), open_dict(config):
-            OmegaConf.update(config, key, str(folder), merge=False)  # `${now:...}` resolves once: the locked folder
-        self._locks[name] = RunFolderLock(str(folder)).acquire()
+        if pin:  # `${now:...}` resolves once: Hydra uses the folder that was locked
+            with read_write(config), open_dict(config):
+                OmegaConf.update(config, key, str(folder), merge=False)
+        try:
+            self._locks[name] = RunFolderLock(str(folder)).acquire()
+        except RunFolderInUseError as exc:
+            raise SystemExit(f"Error: {exc}") from None
 
     def _give_back(self, name: str) -> None:
         lock = self._locks.pop(name, None)
@@ -87,7 +93,7 @@ class RunFolderLockCallback(Callback):
         self._give_back("sweep")
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._take("job", config, "hydra.runtime.output_dir")
+        self._take("job", config, "hydra.runtime.output_dir", pin=False)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         self._give_back("job")
