@@ -112,9 +112,16 @@ def read_file(path: str | os.PathLike[str], what: str | None = None, max_bytes: 
         FileNotFoundError: if there is no such file.
         ValueError: naming the file, if it is not a regular file or holds more than ``max_bytes`` bytes.
     """
+    limit = (1 << 62) if max_bytes is None else max_bytes
     with open_file(path, what, max_bytes) as handle:
-        data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
-    if max_bytes is not None and len(data) > max_bytes:
+        # as many bytes as fstat says it has (read(n) sets n bytes aside at once), then the rest of a file that grew
+        data = handle.read(min(os.fstat(handle.fileno()).st_size, limit) + 1)
+        parts = [data]
+        while data and sum(map(len, parts)) <= limit:
+            data = handle.read(min(16 << 20, limit + 1 - sum(map(len, parts))))
+            parts.append(data)
+    data = parts[0] if len(parts) == 2 and not parts[1] else b"".join(parts)
+    if len(data) > limit:
         raise ValueError(f"{_describe(path, what)} holds more than the {max_bytes} bytes this reader reads")
     return data
 

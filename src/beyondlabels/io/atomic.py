@@ -4,7 +4,8 @@ Each function writes into a temporary file in the destination's folder (a hidden
 no reader or glob of the project matches) and moves it over the destination with ``os.replace``, which is atomic on
 POSIX and Windows within one file system. A failure at any point (a full disk, a quota, a kill between the two
 steps) leaves the destination as it was (the previous complete version, or nothing) and removes the temporary; the
-exception propagates so that the caller can log it and try again later. Nothing is ``fsync``-ed: the guarantee is
+exception propagates so that the caller can log it and try again later (an ``OSError`` names the destination: a full
+disk's ``ENOSPC`` names no file by itself). Nothing is ``fsync``-ed: the guarantee is
 against failing writes and killed processes, not against a power cut of the machine.
 
 The one file the project appends to instead, an evaluation history (``history.jsonl``), is written by
@@ -83,6 +84,10 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb", encoding: str | 
         with open(tmp, mode, encoding=(encoding or "utf-8") if mode == "w" else None) as handle:
             yield handle
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None or exc.filename == str(tmp):  # a full disk's error names no file: name the one
+            exc.filename = str(path)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -116,7 +116,7 @@ def _document(doc: Any, where: str) -> str:
 
 def _check_path(path: str | os.PathLike[str], what: str) -> Path:
     file = Path(path)
-    if not file.is_file():
+    if not file.exists():  # anything there that is not a regular file is refused when opened (a pipe never blocks)
         raise FileNotFoundError(f"{what} file {file} does not exist (expected a TREC text file or a .json file)")
     return file
 
@@ -144,6 +144,8 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
                     f"{file}: query {query!r} must map to {{document: grade or null}}, got {type(judgements).__name__}"
                 )
             for doc, g in judgements.items():  # in place: JSON keys are strings already, most grades ints
+                if g is None or (type(g) is int and -_MAX_GRADE <= g <= _MAX_GRADE):
+                    continue  # what _grade keeps as it is, found without its checks (the bulk of a file)
                 grade = _grade(g, f"{file}: query {query!r}, document {doc!r}")
                 if grade is not g:
                     judgements[doc] = grade

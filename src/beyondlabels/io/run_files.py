@@ -546,9 +546,11 @@ class HistoryLog:
             try:
                 handle.write(data)
                 handle.flush()
-            except BaseException:
+            except BaseException as exc:
                 with contextlib.suppress(OSError):
                     handle.truncate(self._size)
+                if isinstance(exc, OSError) and exc.filename is None:  # a full disk's error names no file
+                    exc.filename = str(self.path)
                 raise
         self._written, self._size = count, self._size + len(data)
 
