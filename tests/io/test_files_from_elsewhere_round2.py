@@ -353,3 +353,33 @@ def test_a_family_folder_that_is_a_symbolic_link_is_reported(tmp_path: Path):
     assert any("hierarchy/ is a symbolic link" in p for p in folder.problems), folder.problems
     page = report_html([run])
     assert "hierarchy/ is a symbolic link" in page and "0.8750" not in page
+
+
+def test_task_profiles_with_mathtext_class_names_writes_its_report_and_heatmap(tmp_path: Path):
+    from beyondlabels.tasks import profiles
+    from tests.entrypoints.helpers import evaluate_config
+
+    classes = {MATH: {"size": 0, "kind": ["a"]}, "$x$": {"size": 2, "kind": ["b"]}, "plain": {"size": 1, "kind": []}}
+    document = {"features": {"ordinal": {"size": "0-2"}, "sets": {"kind": ["a", "b"]}}, "classes": classes}
+    (tmp_path / "profiles.json").write_text(json.dumps(document))
+    cfg = evaluate_config(tmp_path, "task=profiles", f"+profiles={tmp_path / 'profiles.json'}")
+    with within(120):
+        report = profiles.run(cfg)
+    written = json.loads((tmp_path / "job" / "profiles.json").read_text())
+    assert written["classes"] == report["classes"] == list(classes) and "problems" not in written
+    assert (tmp_path / "job" / "profiles.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_task_whose_figure_fails_still_writes_its_report_and_lists_the_problem(tmp_path: Path):
+    from omegaconf import OmegaConf
+
+    from beyondlabels.tasks._common import ReportFiles
+
+    cfg = OmegaConf.create({"output": str(tmp_path / "profiles.json"), "paths": {"output_dir": str(tmp_path)}})
+
+    def figures(path: Path) -> None:
+        raise RecursionError("maximum recursion depth exceeded (injected)")
+
+    path = ReportFiles(cfg, "profiles.json").write({"task": "profiles"}, figures=figures)
+    report = json.loads(path.read_text())
+    assert report["task"] == "profiles" and "RecursionError" in report["problems"][0]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from beyondlabels._internal.checks import check_choice
+from beyondlabels._internal.files import walk
 
 __all__ = [
     "atomic_file",
@@ -56,7 +57,7 @@ def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
     """Remove the temporaries that writes killed before their ``os.replace`` left in ``folder`` and its sub-folders
     (only names :func:`temporary_name` makes); returns what was removed. A folder that does not exist holds none."""
     removed = []
-    for dirpath, _, filenames in os.walk(folder):
+    for dirpath, _, filenames in walk(folder):  # no recursion, no link followed, depth bounded
         for name in filenames:
             if _TEMPORARY.match(name):
                 path = Path(dirpath) / name
