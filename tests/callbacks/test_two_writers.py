@@ -53,9 +53,7 @@ def test_the_second_training_into_a_folder_refuses_and_the_first_keeps_its_recor
     assert first.returncode == 0, err[-4000:]
     records = read_history(history)
     assert [r["step"] for r in records] == eval(out.split("steps", 1)[1])  # its own records, all of them
-    assert not (folder / "retrieval" / LOCK_FILE).exists()  # given back at the end of fit
-    again = _start(folder, "b")  # the folder is free again: a later training may reuse it
-    assert again.wait(timeout=300) == 0, again.stderr.read()[-4000:]
+    assert not (folder / "retrieval" / LOCK_FILE).exists()  # given back at the end of fit: the folder is free again
 
 
 @pytest.mark.slow
