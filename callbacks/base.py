@@ -105,6 +105,7 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from beyondlabels._internal.checks import check_int, check_optional_positive_int, check_positive_int, check_text
+from beyondlabels.callbacks._folder_lock import close_files, hold_folder, release_folder
 from beyondlabels.callbacks._sinks import media_sinks
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia, dataset_item, thumbnail
@@ -119,7 +120,6 @@ from beyondlabels.callbacks.packages import (
     trainer_stage,
 )
 from beyondlabels.io.paths import check_name
-from beyondlabels.io.run_lock import RunFolderLock, lock_on_rank_zero
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.metrics.intervals import add_confidence_intervals, confidence_interval_keys, with_confidence_intervals
 from beyondlabels.schema import KeySpec, OutputSchema
@@ -458,13 +458,13 @@ class EvaluationCore:
             )
         last = state_dict.get("last_step_evaluated", -1)
         self._last_step_evaluated = last if isinstance(last, int) and not isinstance(last, bool) else -1
-        self._close_files()  # the folder is brought in line with the restored history at the next evaluation
+        close_files(self)  # the folder is brought in line with the restored history at the next evaluation
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
         self._wandb_defined = set()  # a new fit may log to a new W&B run
         self._sink_failures = {}
-        self._release_folder()  # a new fit starts its files afresh (the history file is rewritten once, then appended)
+        release_folder(self)  # a new fit starts its files afresh (the history file is rewritten once, then appended)
         self._last_media = None
         self._said, self._logged, self._clashes, self._pending = set(), {}, set(), None
         self.check_module(pl_module)
@@ -473,7 +473,7 @@ class EvaluationCore:
         if stage != "fit":
             return
         self._check_loader_source(trainer, pl_module)
-        self._lock_folder(trainer)
+        hold_folder(self, trainer)  # one writer per folder
         if getattr(trainer, "fast_dev_run", False) and self.save_dir is not False:
             log.info(
                 "%s: fast_dev_run: evaluating as usual but writing no files (as Lightning writes none)", self.prefix
@@ -491,37 +491,12 @@ class EvaluationCore:
         else:
             self._check_cadence(trainer)
 
-    def _lock_folder(self, trainer: Trainer) -> None:
-        """One writer per folder: rank 0 takes the output folder's lock for the fit (and checks that no other process
-        holds the run folder above it); every rank raises the same error when another process holds either."""
-        folder = self.output_folder(trainer)
-        if folder is not None:
-            self._folder_lock = lock_on_rank_zero(
-                folder,
-                trainer.is_global_zero,
-                lambda value: trainer.strategy.broadcast(value, src=0),
-                check_parent=self.save_dir is None,
-            )
-
-    def _close_files(self) -> None:
-        if self.files is not None:
-            self.files.close()
-        self.files = None
-
-    def _release_folder(self) -> None:
-        """The end of a fit (or of a failed one): the files' writer and the folder's lock are given back."""
-        self._close_files()
-        lock: RunFolderLock | None = getattr(self, "_folder_lock", None)
-        if lock is not None:
-            lock.release()
-        self._folder_lock = None
-
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
-            self._release_folder()
+            release_folder(self)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._release_folder()
+        release_folder(self)
 
     def _check_cadence(self, trainer: Trainer) -> None:
         """Warn when ``every_n_epochs`` and the trainer's ``check_val_every_n_epoch`` meet more rarely than either
