@@ -190,6 +190,7 @@ def test_nan_written_by_the_project_is_read_as_undefined(tmp_path: Path):
     folder = _family(tmp_path / "run", "retrieval", [{"step": 4, "epoch": 0, "map@r": float("nan")}])
     (record,) = read_history(folder / "history.jsonl")
     assert np.isnan(record["map@r"])
+    assert read_history(folder / "history.jsonl") == [record]  # one NaN object, as json's: two reads compare equal
 
 
 # ---- YAML and JSON size -------------------------------------------------------------------------------------------

@@ -129,6 +129,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _NONFINITE = ("keep", "nan", "refuse")
+_CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
 def _constant(nonfinite: str) -> Any:
@@ -136,7 +137,7 @@ def _constant(nonfinite: str) -> Any:
 
     def constant(name: str) -> float:
         if nonfinite == "keep" or (nonfinite == "nan" and name == "NaN"):
-            return float(name)
+            return _CONSTANTS[name]  # one object per constant, as json's own: two reads of a NaN compare equal
         raise ValueError(f"{name} is not a number this file may hold")
 
     return constant
