@@ -23,6 +23,7 @@ from beyondlabels.callbacks.base import EvaluationCore
 from beyondlabels.callbacks.convergence import ConvergenceMonitorCore
 from beyondlabels.callbacks.packages import is_lightning_instance
 from beyondlabels.io.run_files import EvaluationRun, read_evaluation_run
+from beyondlabels.io.run_lock import RunFolderLock
 from beyondlabels.utils import (
     close_wandb,
     instantiate_callbacks,
@@ -33,6 +34,7 @@ from beyondlabels.utils import (
     resumed_wandb_run_id,
 )
 from beyondlabels.utils.run import apply_sweep_group, is_wandb_logger_config
+from beyondlabels.utils.run_folder import launched_as_rank_zero
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,8 @@ def end_of_run_summary(cfg: DictConfig, metrics: dict[str, Any], objects: dict[s
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    # one writer per run folder (shared with the Hydra callback that took it before Hydra wrote .hydra/)
+    lock = RunFolderLock(cfg.paths.output_dir).acquire() if launched_as_rank_zero() else None
     try:
         metrics, objects = train(cfg)
         if objects["trainer"].is_global_zero:
@@ -189,6 +193,8 @@ def main(cfg: DictConfig) -> float | None:
         raise
     finally:
         close_wandb()
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":

@@ -105,6 +105,7 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from beyondlabels._internal.checks import check_int, check_optional_positive_int, check_positive_int, check_text
+from beyondlabels.callbacks._folder_lock import close_files, hold_folder, release_folder
 from beyondlabels.callbacks._sinks import media_sinks
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia, dataset_item, thumbnail
@@ -457,13 +458,13 @@ class EvaluationCore:
             )
         last = state_dict.get("last_step_evaluated", -1)
         self._last_step_evaluated = last if isinstance(last, int) and not isinstance(last, bool) else -1
-        self.files = None  # the folder is brought in line with the restored history at the next evaluation
+        close_files(self)  # the folder is brought in line with the restored history at the next evaluation
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
         self._wandb_defined = set()  # a new fit may log to a new W&B run
         self._sink_failures = {}
-        self.files = None  # a new fit starts its files afresh (the history file is rewritten once, then appended)
+        release_folder(self)  # a new fit starts its files afresh (the history file is rewritten once, then appended)
         self._last_media = None
         self._said, self._logged, self._clashes, self._pending = set(), {}, set(), None
         self.check_module(pl_module)
@@ -472,6 +473,7 @@ class EvaluationCore:
         if stage != "fit":
             return
         self._check_loader_source(trainer, pl_module)
+        hold_folder(self, trainer)  # one writer per folder
         if getattr(trainer, "fast_dev_run", False) and self.save_dir is not False:
             log.info(
                 "%s: fast_dev_run: evaluating as usual but writing no files (as Lightning writes none)", self.prefix
@@ -488,6 +490,13 @@ class EvaluationCore:
             )
         else:
             self._check_cadence(trainer)
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit":
+            release_folder(self)
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        release_folder(self)
 
     def _check_cadence(self, trainer: Trainer) -> None:
         """Warn when ``every_n_epochs`` and the trainer's ``check_val_every_n_epoch`` meet more rarely than either
@@ -812,6 +821,9 @@ class EvaluationCore:
         for key in self.schema.scalar_keys():
             if key in results:
                 value = float(results[key])
+                if math.isinf(value):  # no metric value is infinite; the history's reader refuses one
+                    log.warning("%s: %s is %s at step %d, recorded as NaN (undefined)", self.prefix, key, value, step)
+                    value = math.nan
                 record[key] = int(value) if self.schema[key].count and math.isfinite(value) else value
         for key in self.schema.curve_keys():
             if key in results:

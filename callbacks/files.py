@@ -122,6 +122,8 @@ class EvaluationFiles:
                 log.info("%s: removed %s, left by a write that was killed before it completed", self.prefix, path)
         except OSError as exc:
             log.warning("%s: could not look for stale temporaries in %s (%s)", self.prefix, self.folder, exc)
+        if getattr(self, "history_log", None) is not None:
+            self.history_log.close()
         self.history_log = HistoryLog(self.folder / HISTORY_FILE)
         self.retention = StepRetention(self.keep_every_n, self.best, self.schema.mode(self.best) if self.best else None)
         for record in history:
@@ -132,6 +134,10 @@ class EvaluationFiles:
         self.pending_removals: set[int] = set()  # steps whose files a failed removal left
         self.plotted_evaluations = sum(1 for r in history if "error" not in r)  # a restored run's plots exist
         self.evaluations = self.plotted_evaluations
+
+    def close(self) -> None:
+        """The end of a fit: give back the folder's lock that the history writer took (:class:`HistoryLog`)."""
+        self.history_log.close()
 
     def step_path(self, kind: str, step: int, suffix: str) -> Path:
         """The path of this evaluation's file of ``kind`` (a sub-folder, e.g. ``"samples"``), kept and removed with

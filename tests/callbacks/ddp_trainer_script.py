@@ -5,7 +5,9 @@ The evaluation set has 37 items: over 2 ranks DistributedSampler pads it to 38 b
 which the metric must drop by id so that the numbers equal a single-process run.
 
 MODE: "dicts" (dict batches with ids), "tuples" ((point, label) batches without ids: the evaluation uses dataset
-indices), "strict_file_error" (strict mode and an unwritable save_dir: rank 0 fails writing, every rank must raise).
+indices), "strict_file_error" (strict mode and an unwritable save_dir: rank 0 fails writing, every rank must raise),
+"empty_rank" (the callback feeds no sample on rank 1, as a filter of a user's might leave it none), "rank0_shard" (one
+process evaluating only the items rank 0 holds under two processes: the even indices).
 PACKAGE: the Lightning package of the Trainer, module and callback: "pytorch_lightning" (default) or
 "lightning.pytorch".
 """
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from tests.callbacks.toy import lightning_classes
 
@@ -49,6 +51,16 @@ def main() -> None:
     kwargs = {}
     if mode == "tuples":
         kwargs["dataloader"] = lambda: DataLoader(TupleView(dm.eval_set), batch_size=4, pin_memory=False)
+    if mode == "rank0_shard":
+        kwargs["dataloader"] = lambda: DataLoader(Subset(dm.eval_set, range(0, 37, 2)), batch_size=5)
+    if mode == "empty_rank":
+
+        class FedOnRankZero(RetrievalEvalCallback):
+            def feed(self, pl_module, batch) -> None:
+                if self.eval_trainer.global_rank == 0:
+                    super().feed(pl_module, batch)
+
+        RetrievalEvalCallback = FedOnRankZero  # noqa: N806
     if mode == "strict_file_error":
         blocker = out.parent / "not_a_folder"
         blocker.write_text("a file where the evaluation folder should go")

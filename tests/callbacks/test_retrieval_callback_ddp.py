@@ -95,3 +95,18 @@ def test_strict_file_errors_on_rank_zero_stop_every_rank(tmp_path: Path):
     assert proc.returncode != 0
     assert "not_a_folder" in proc.stderr  # rank 0's own error (the folder cannot be created under a file)
     assert not list(out.parent.glob("result.rank*.json")), "no rank went on training after the failure"
+
+
+@pytest.mark.slow
+def test_a_rank_without_samples_contributes_nothing(tmp_path: Path):
+    """Rank 1 feeds no sample: the evaluation completes, and both ranks log what one process computes on rank 0's
+    samples (gloo aborted the job with a collective mismatch before)."""
+    (reference,) = _run(tmp_path, 1, "rank0_shard")
+    ranks = _run(tmp_path, 2, "empty_rank")
+    assert len(ranks) == 2
+    assert len(reference["history"]) == 1 and "error" not in reference["history"][0]
+    assert reference["history"][0]["num_queries"] == 19
+    for rank in ranks:
+        assert _values(rank["history"]) == _values(reference["history"])
+        assert rank["history"][0]["num_duplicates"] == 0
+        assert rank["logged"]["retrieval/precision@1"] == reference["logged"]["retrieval/precision@1"]

@@ -4,6 +4,7 @@ temporary stays behind (or a later start removes it), and the history log loses 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from beyondlabels.io.atomic import (  # noqa: E402
     write_json,
     write_text,
 )
-from beyondlabels.io.run_files import HistoryLog, read_history, save_per_query  # noqa: E402
+from beyondlabels.io.run_files import HistoryLog, HistoryReplacedError, read_history, save_per_query  # noqa: E402
 from tests.faults import disk_full, killed_before_rename
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,9 +128,29 @@ def test_the_history_log_appends_and_rewrites_once_per_start(tmp_path: Path):
     inode = path.stat().st_ino
     log.write([{"step": 1, "epoch": 0}, {"step": 2, "epoch": 0}])
     assert path.stat().st_ino == inode, "later writes append to the same file"
-    path.write_text("")  # changed underneath: the next write rewrites it whole
-    log.write([{"step": 1, "epoch": 0}, {"step": 2, "epoch": 0}, {"step": 3, "epoch": 0}])
-    assert [r["step"] for r in read_history(path)] == [1, 2, 3]
+    log.close()
+
+
+@pytest.mark.parametrize("how", ["cut", "replaced", "removed"])
+def test_a_history_changed_under_its_log_is_never_rewritten(tmp_path: Path, how: str):
+    """Someone else writes there: the log stops with an error at every later write and leaves their file as it is."""
+    path = tmp_path / "history.jsonl"
+    log = HistoryLog(path)
+    log.write([{"step": 1, "epoch": 0}, {"step": 2, "epoch": 0}])
+    theirs = '{"step": 7, "epoch": 0}\n'
+    if how == "cut":
+        path.write_text(theirs[:5])
+    elif how == "replaced":  # another file of more bytes in its place
+        (tmp_path / "other.jsonl").write_text(theirs * 3)
+        os.replace(tmp_path / "other.jsonl", path)
+    else:
+        path.unlink()
+    before = path.read_bytes() if path.exists() else None
+    for _ in range(2):
+        with pytest.raises(HistoryReplacedError, match="replaced or cut since this run last wrote it"):
+            log.write([{"step": 1, "epoch": 0}, {"step": 2, "epoch": 0}, {"step": 3, "epoch": 0}])
+    assert (path.read_bytes() if path.exists() else None) == before
+    log.close()
 
 
 def test_library_code_writes_files_only_through_the_atomic_helpers():

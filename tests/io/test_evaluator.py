@@ -59,8 +59,10 @@ def test_checkpoint_loads_with_weights_only_and_is_hashed(tmp_path):
 
     evil = tmp_path / "evil.pt"
     evil.write_bytes(pickle.dumps({"state": Payload()}, protocol=2))
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(ValueError, match="evil.pt is not a file of tensors") as refused:
         ClipEvaluator(model_cfg=TINY_CONFIG, checkpoint=evil)
+    assert "weights_only=False" not in str(refused.value) and "safe_globals" not in str(refused.value)
+    assert refused.value.__cause__ is None and refused.value.__context__ is None  # PyTorch's advice is not chained
 
 
 def test_cache_hit_miss_and_invalidation(tmp_path):

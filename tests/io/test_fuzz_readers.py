@@ -1,6 +1,8 @@
 """Every reader of files that come from elsewhere, fuzzed with Hypothesis: run folders (history, schema, media
 manifest, overrides, per-query files), qrels and runs (TREC and JSON), taxonomies (YAML, JSON, TSV), profiles,
-predictions, candidate sets, demo evaluator files, saved embeddings and mismatch pairs (CSV and npz).
+predictions, candidate sets, demo evaluator files, saved embeddings and mismatch pairs (CSV and npz); JSON large enough
+to be counted before it is parsed (the census, whose counts must equal the parsed document's), YAML with anchors and
+merge keys, the offline W&B reader's values, text-feature cache shards and the kept W&B run id.
 
 Property: a reader returns a value or raises a ``ValueError`` that names the file (``FileNotFoundError`` only for a
 file that is not there), never another exception, never a hang (each example has a deadline); and the report of a
@@ -28,9 +30,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from beyondlabels._internal.parse import CENSUS_BYTES, json_census
 from beyondlabels.demo.evaluator import _evaluator_arguments, _read_record
 from beyondlabels.io.arrays import load_embeddings_npz
 from beyondlabels.io.candidate_sets import load_candidate_sets
+from beyondlabels.io.evaluator import TextFeatureCache
 from beyondlabels.io.pairs import load_mismatch_pairs
 from beyondlabels.io.predictions import read_hierarchy_predictions
 from beyondlabels.io.profiles_files import read_profiles
@@ -40,6 +44,7 @@ from beyondlabels.io.run_folders import read_media_manifest, read_run_folder
 from beyondlabels.io.taxonomy_files import read_taxonomy
 from beyondlabels.reporting.html_report import report_html
 from beyondlabels.taxonomy import Taxonomy
+from beyondlabels.utils.run import wandb_run_id
 
 EXAMPLES = int(os.environ.get("BEYONDLABELS_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(
@@ -296,6 +301,72 @@ PAIRS_CSV = st.builds(
 )
 
 
+def _counted(document: bytes) -> bytes:
+    """The same document, padded with spaces (JSON whitespace) to the size from which it is counted first."""
+    return document + b" " * max(0, CENSUS_BYTES - len(document))
+
+
+def _counted_lines(history: bytes) -> bytes:
+    return history + b"\n" * max(0, CENSUS_BYTES - len(history))
+
+
+ANCHORS = st.lists(st.sampled_from(["x: 1", "y: [1, 2]", "z: {w: 3}", "'<<': 1", "k: v"]), min_size=1, max_size=3)
+
+
+def _merge_yaml(levels: list[tuple[list[str], list[int], bool]]) -> bytes:
+    """A taxonomy-like YAML document whose mappings carry anchors and merge (``<<``) the ones before them, by alias
+    or by a list of aliases."""
+    lines = ["root: r"]
+    for i, (entries, merged, as_list) in enumerate(levels):
+        parts = list(entries)
+        targets = [f"*a{j % i}" for j in merged] if i else []
+        if targets:
+            parts.insert(0, f"<<: [{', '.join(targets)}]" if as_list else f"<<: {targets[0]}")
+        lines.append(f"a{i}: &a{i} {{{', '.join(parts)}}}")
+    lines.append("parent: {b: r}" if not levels else f"parent: {{<<: *a{len(levels) - 1}}}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+MERGE_YAML = st.lists(st.tuples(ANCHORS, st.lists(st.integers(0, 30), max_size=12), st.booleans()), max_size=8).map(
+    _merge_yaml
+)
+
+
+def _shard_bytes(value: Any) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _shard(rows: int, width: int, scale: float, good_keys: bool) -> Any:
+    import torch
+
+    features = torch.nn.functional.normalize(torch.ones(rows, width), dim=1) * scale
+    keys = [f"{i:064x}" if good_keys else f"key {i}" for i in range(rows)]
+    return {"keys": keys, "features": features}
+
+
+SHARDS = st.one_of(
+    st.builds(
+        _shard, st.integers(0, 3), st.integers(0, 4), st.sampled_from([1.0, 1.0, 4000.0, 0.0]), st.booleans()
+    ).map(_shard_bytes),
+    st.builds(
+        _corrupt,
+        st.builds(_shard, st.integers(1, 3), st.just(4), st.just(1.0), st.just(True)).map(_shard_bytes),
+        st.integers(0, 7),
+        st.integers(0, 2000),
+    ),
+    JSON_VALUES.map(_shard_bytes),
+    st.binary(max_size=200),
+)
+
+
+def _read_shard(path: Path) -> Any:
+    return TextFeatureCache(path.parent.parent, {}, dim=4)._read_shard(path)
+
+
 # ---- the property -------------------------------------------------------------------------------------------------
 
 
@@ -346,6 +417,15 @@ READERS: dict[str, tuple[str, st.SearchStrategy[bytes], Callable[[Path], Any]]] 
     "embeddings.npz": ("embeddings.npz", EMBEDDINGS, load_embeddings_npz),
     "pairs.csv": ("pairs.csv", PAIRS_CSV, load_mismatch_pairs),
     "pairs.npz": ("pairs.npz", PAIRS_NPZ, load_mismatch_pairs),
+    "qrels.json (counted)": ("qrels.json", JSON_QRELS.map(_counted), load_qrels),
+    "media.json (counted)": (
+        "run/retrieval/media/media.json",
+        MANIFEST.map(_counted),
+        lambda p: read_media_manifest(p.parent),
+    ),
+    "history.jsonl (counted)": ("run/retrieval/history.jsonl", HISTORY.map(_counted_lines), read_history),
+    "taxonomy.yaml (merge keys)": ("taxonomy.yaml", MERGE_YAML, read_taxonomy),
+    "text feature shard": ("cache/h/shard_0.pt", SHARDS, _read_shard),
 }
 
 
@@ -359,6 +439,66 @@ def test_a_reader_returns_or_raises_a_value_error_naming_the_file(reader):
         _in_tmp(lambda tmp: _holds(read, tmp / relative, data))
 
     check()
+
+
+@FUZZ
+@given(value=JSON_VALUES, indent=st.sampled_from([None, 0, 2]), ascii_only=st.booleans())
+def test_the_census_of_a_json_document_counts_what_the_parser_makes(value, indent, ascii_only):
+    """The counts the memory bound is computed from equal those of the document Python's parser makes."""
+    document = json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode()
+    census = json_census(document)
+    objects = lists = members = items = depth = 0
+    stack = [(json.loads(document), 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            children = list(node.values()) if isinstance(node, dict) else node
+            objects += isinstance(node, dict)
+            lists += isinstance(node, list)
+            members += len(node) if isinstance(node, dict) else 0
+            items += len(children)
+            depth = max(depth, level)
+            stack.extend((child, level + 1) for child in children)
+    assert (census.objects, census.lists, census.members, census.items, census.depth) == (
+        objects,
+        lists,
+        members,
+        items,
+        depth,
+    )
+
+
+@FUZZ
+@given(data=documents(_json_bytes(JSON_VALUES)), keys=st.lists(NAMES, min_size=1, max_size=70))
+def test_an_offline_wandb_value_is_read_finite_or_refused_naming_the_log(data, keys):
+    from types import SimpleNamespace
+
+    from beyondlabels.io.wandb_offline import OfflineRun, _decode
+
+    run = OfflineRun(Path("run-x.wandb"))
+    item = SimpleNamespace(
+        key=keys[0], nested_key=keys if len(keys) > 1 else [], value_json=data.decode("utf-8", "replace")
+    )
+    try:
+        value = _decode(run.path, item, "summary", run)
+    except ValueError as exc:
+        assert "run-x.wandb" in str(exc)
+        return
+    flat = [value]
+    while flat:
+        v = flat.pop()
+        assert not (isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))))
+        flat.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else [])
+
+
+@FUZZ
+@given(data=documents(_json_bytes(st.one_of(st.fixed_dictionaries({"id": SCALARS}), JSON_VALUES))))
+def test_the_kept_wandb_run_id_is_a_string_or_none(data):
+    def check(tmp: Path) -> None:
+        (tmp / "wandb_run.json").write_bytes(data)
+        assert wandb_run_id(tmp) is None or isinstance(wandb_run_id(tmp), str)
+
+    _in_tmp(check)
 
 
 @FUZZ

@@ -66,6 +66,7 @@ import torch
 
 from beyondlabels._internal.checks import check_positive_int, check_seed, is_number
 from beyondlabels._internal.convert import plain
+from beyondlabels._internal.files import load_tensors
 from beyondlabels._internal.parse import parse_json, read_text
 from beyondlabels.demo.model import tiny_clip_model
 from beyondlabels.io.atomic import atomic_file, save_torch, write_json
@@ -273,7 +274,8 @@ def _reusable(path: Path, json_path: Path, training: dict[str, Any], source_chec
 
 def _read_record(json_path: Path) -> dict[str, Any]:
     """The evaluator JSON: an object with an ``evaluator`` object and a ``training`` object (errors name the file)."""
-    record = parse_json(read_text(json_path), f"demo evaluator file {json_path}")
+    where = f"demo evaluator file {json_path}"
+    record = parse_json(read_text(json_path, where, 1 << 20), where)
     parts = (record.get("evaluator"), record.get("training", {})) if isinstance(record, dict) else (None, None)
     if not all(isinstance(part, dict) for part in parts):
         raise ValueError(
@@ -338,9 +340,9 @@ def _check_fits_checkpoint(model_cfg: Mapping[str, Any], path: Path, json_path: 
     except (ValueError, TypeError, RuntimeError, KeyError) as exc:
         raise ValueError(f"{where}: model_cfg does not describe a TinyCLIP: {exc}") from exc
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as exc:  # noqa: BLE001 - the unpickler raises many types for a broken file
-        raise ValueError(f"`checkpoint` {path} is not a readable state-dict file: {type(exc).__name__}: {exc}") from exc
+        state = load_tensors(path, "`checkpoint`", mmap=True)
+    except FileNotFoundError as exc:
+        raise ValueError(f"`checkpoint` {path} is missing: {exc}") from None
     given = {k: tuple(v.shape) for k, v in state.items()} if isinstance(state, Mapping) else {}
     if given != shapes:
         differ = sorted(k for k in set(shapes) | set(given) if shapes.get(k) != given.get(k))

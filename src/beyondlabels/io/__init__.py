@@ -4,7 +4,8 @@
 taxonomies (``beyondlabels.io.taxonomy_files``: YAML, JSON, TSV, WordNet 3.0), feature profiles
 (``beyondlabels.io.profiles_files``) and the hierarchy task's predictions (``beyondlabels.io.predictions``); text
 encoders named in configs (``beyondlabels.io.text_encoders``). Every file the project writes goes through
-``beyondlabels.io.atomic`` (written whole or not at all)."""
+``beyondlabels.io.atomic`` (written whole or not at all), into a folder whose lock its writer holds
+(``beyondlabels.io.run_lock``: one writer per run folder)."""
 
 from beyondlabels.io.predictions import HierarchyPredictions, read_hierarchy_predictions
 from beyondlabels.io.profiles_files import load_profiles, read_profiles
@@ -12,6 +13,7 @@ from beyondlabels.io.qrels import QrelsChange, QrelsUpdate, load_qrels, load_run
 from beyondlabels.io.run_files import (
     EvaluationRun,
     HistoryLog,
+    HistoryReplacedError,
     StepRetention,
     evaluation_schema,
     find_evaluation_runs,
@@ -21,6 +23,7 @@ from beyondlabels.io.run_files import (
     run_overrides,
     save_per_query,
 )
+from beyondlabels.io.run_lock import RunFolderInUseError, RunFolderLock
 from beyondlabels.io.taxonomy_files import (
     WORDNET_ROOT,
     find_wordnet_dir,
@@ -60,6 +63,9 @@ __all__ = [
     "update_qrels",
     "EvaluationRun",
     "HistoryLog",
+    "HistoryReplacedError",
+    "RunFolderInUseError",
+    "RunFolderLock",
     "StepRetention",
     "IncompleteRunError",
     "OfflineRun",

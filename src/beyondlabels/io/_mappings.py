@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
-from beyondlabels._internal.parse import parse_json, parse_yaml, read_text
+from beyondlabels._internal.parse import parse_yaml, read_json, read_text
 
+MAX_BYTES = 256 << 20  # the largest taxonomy or profiles file read (WordNet's noun hierarchy as YAML: 4 MB)
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)
 
@@ -72,11 +73,10 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
             f"use one of {', '.join(YAML_SUFFIXES + JSON_SUFFIXES)} (the suffix selects the parser)"
         )
     where = f"{what} file '{path}' could not be parsed"
-    text = read_text(path, where)
     if suffix in JSON_SUFFIXES:
-        data = parse_json(text, where)
+        data = read_json(path, where, max_bytes=MAX_BYTES)
     else:
-        data = parse_yaml(text, where, _StrictLoader)
+        data = parse_yaml(read_text(path, where, MAX_BYTES), where, _StrictLoader)
     if not isinstance(data, dict):
         raise ValueError(
             f"{what} file '{path}': the top level must be a mapping, got {type(data).__name__}"

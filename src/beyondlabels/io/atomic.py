@@ -4,7 +4,8 @@ Each function writes into a temporary file in the destination's folder (a hidden
 no reader or glob of the project matches) and moves it over the destination with ``os.replace``, which is atomic on
 POSIX and Windows within one file system. A failure at any point (a full disk, a quota, a kill between the two
 steps) leaves the destination as it was (the previous complete version, or nothing) and removes the temporary; the
-exception propagates so that the caller can log it and try again later. Nothing is ``fsync``-ed: the guarantee is
+exception propagates so that the caller can log it and try again later (an ``OSError`` names the destination: a full
+disk's ``ENOSPC`` names no file by itself). Nothing is ``fsync``-ed: the guarantee is
 against failing writes and killed processes, not against a power cut of the machine.
 
 The one file the project appends to instead, an evaluation history (``history.jsonl``), is written by
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from beyondlabels._internal.checks import check_choice
+from beyondlabels._internal.files import walk
 
 __all__ = [
     "atomic_file",
@@ -55,7 +57,7 @@ def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
     """Remove the temporaries that writes killed before their ``os.replace`` left in ``folder`` and its sub-folders
     (only names :func:`temporary_name` makes); returns what was removed. A folder that does not exist holds none."""
     removed = []
-    for dirpath, _, filenames in os.walk(folder):
+    for dirpath, _, filenames in walk(folder):  # no recursion, no link followed, depth bounded
         for name in filenames:
             if _TEMPORARY.match(name):
                 path = Path(dirpath) / name
@@ -83,6 +85,10 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb", encoding: str | 
         with open(tmp, mode, encoding=(encoding or "utf-8") if mode == "w" else None) as handle:
             yield handle
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None or exc.filename == str(tmp):  # a full disk's error names no file: name the one
+            exc.filename = str(path)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

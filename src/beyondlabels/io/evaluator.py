@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -43,10 +44,13 @@ from torch import Tensor
 
 from beyondlabels._internal.checks import check_positive_int
 from beyondlabels._internal.convert import plain
+from beyondlabels._internal.files import load_tensors
+from beyondlabels._internal.parse import read_json
 from beyondlabels.io.atomic import save_torch, write_json
 
 __all__ = ["TINY_CONFIG", "ClipEvaluator", "TextFeatureCache", "file_sha256"]
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -97,18 +101,31 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 class TextFeatureCache:
     """Text features on disk under ``root/<identity_hash>/``, keyed by the SHA-256 of each exact text.
 
+    The folder holds ``identity.json`` (the evaluator identity, written with the first shard) and shards
+    ``shard_<random>.pt``, each ``{"keys": [sha256 hex, ...], "features": float32 [len(keys), D]}``. A cache folder
+    travels (it is copied, renamed, shared), so it is checked when read, and any shard that fails a check is a
+    ``ValueError`` that names it: ``identity.json`` must be there and name this evaluator (features of one evaluator
+    never score another's); a shard must be a file of tensors (a pickle that names code is refused, never run), with
+    one SHA-256 key per row, float32 rows of one width ``D`` (the evaluator's, when ``dim`` is given), finite and of
+    unit norm (within 1e-3).
+
     Args:
         root: Cache folder (created on first write).
         identity: The evaluator identity (its hash names the subfolder; the identity is written beside the entries).
+        dim: The width of the evaluator's features, when known (checked against every shard).
 
     Attributes:
         hits, misses: Texts found / not found by :meth:`lookup` since creation.
     """
 
-    def __init__(self, root: str | os.PathLike[str], identity: Mapping[str, Any]) -> None:
+    IDENTITY_FILE = "identity.json"
+    NORM_TOLERANCE = 1e-3
+
+    def __init__(self, root: str | os.PathLike[str], identity: Mapping[str, Any], dim: int | None = None) -> None:
         self.identity = dict(identity)
         self.identity_hash = hashlib.sha256(_canonical(self.identity).encode()).hexdigest()
         self.folder = Path(root) / self.identity_hash
+        self.dim = dim
         self.hits = 0
         self.misses = 0
         self._entries: dict[str, Tensor] | None = None
@@ -119,15 +136,69 @@ class TextFeatureCache:
 
     def _load(self) -> dict[str, Tensor]:
         if self._entries is None:
-            self._entries = {}
-            if self.folder.is_dir():
-                for shard in sorted(self.folder.glob("shard_*.pt")):
-                    data = torch.load(shard, map_location="cpu", weights_only=True)
-                    self._entries.update(zip(data["keys"], data["features"]))
+            entries: dict[str, Tensor] = {}
+            shards = sorted(self.folder.glob("shard_*.pt")) if self.folder.is_dir() else []
+            if shards:
+                self._check_identity()
+            for shard in shards:
+                keys, features = self._read_shard(shard)
+                entries.update(zip(keys, features))
+            self._entries = entries
         return self._entries
 
+    def _check_identity(self) -> None:
+        file = self.folder / self.IDENTITY_FILE
+        where = f"text-feature cache {self.folder}"
+        try:
+            written = read_json(file, f"{where}: {self.IDENTITY_FILE}", max_bytes=1 << 20)
+        except FileNotFoundError:
+            raise ValueError(
+                f"{where} holds features but no {self.IDENTITY_FILE}, so which evaluator made them is unknown; delete "
+                "the folder (it is remade) or give another cache_dir"
+            ) from None
+        if _canonical(written) != _canonical(self.identity):
+            raise ValueError(
+                f"{where}: {self.IDENTITY_FILE} names another evaluator than this one ({_canonical(written)[:300]} "
+                f"against {_canonical(self.identity)[:300]}): features of one evaluator never score another's. Delete "
+                "the folder or give another cache_dir."
+            )
+
+    def _read_shard(self, shard: Path) -> tuple[list[str], Tensor]:
+        """The keys and features of one shard, checked (see the class docstring)."""
+        where = f"text-feature cache shard {shard}"
+        data = load_tensors(shard, "text-feature cache shard")
+        keys = data.get("keys") if isinstance(data, dict) else None
+        features = data.get("features") if isinstance(data, dict) else None
+        if not isinstance(keys, list) or not all(isinstance(k, str) and _SHA256.fullmatch(k) for k in keys):
+            raise ValueError(f"{where}: 'keys' must be a list of SHA-256 hex digests, one per text")
+        if not isinstance(features, Tensor) or features.dtype != torch.float32 or features.dim() != 2:
+            got = (
+                f"{features.dtype} {tuple(features.shape)}" if isinstance(features, Tensor) else type(features).__name__
+            )
+            raise ValueError(f"{where}: 'features' must be a float32 tensor [texts, D], got {got}")
+        if features.shape[0] != len(keys) or len(set(keys)) != len(keys):
+            raise ValueError(f"{where}: {len(keys)} keys (each once) for {features.shape[0]} rows of features")
+        if self.dim is not None and features.shape[1] != self.dim:
+            raise ValueError(
+                f"{where}: features of width {features.shape[1]}, but this evaluator's have {self.dim}: written by "
+                "another model"
+            )
+        if features.numel() and not bool(torch.isfinite(features).all()):
+            raise ValueError(f"{where}: features hold NaN or infinite values")
+        norms = torch.linalg.vector_norm(features.double(), dim=1)
+        if norms.numel() and float((norms - 1.0).abs().max()) > self.NORM_TOLERANCE:
+            raise ValueError(
+                f"{where}: features are not L2-normalised (norms from {float(norms.min()):.4g} to "
+                f"{float(norms.max()):.4g}): written by another program; this evaluator's features have norm 1"
+            )
+        return keys, features
+
     def lookup(self, texts: Sequence[str]) -> dict[str, Tensor]:
-        """The cached features of those ``texts`` that are cached (``{text: [D] tensor}``); counts hits and misses."""
+        """The cached features of those ``texts`` that are cached (``{text: [D] tensor}``); counts hits and misses.
+
+        Raises:
+            ValueError: naming the shard or ``identity.json`` that fails a check (the class docstring).
+        """
         entries = self._load()
         found = {t: entries[self.key(t)] for t in set(texts) if self.key(t) in entries}
         self.hits += sum(1 for t in texts if t in found)
@@ -139,7 +210,7 @@ class TextFeatureCache:
         if not texts:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        identity_file = self.folder / "identity.json"
+        identity_file = self.folder / self.IDENTITY_FILE
         if not identity_file.exists():
             write_json(identity_file, self.identity, sort_keys=True)
         keys = [self.key(t) for t in texts]
@@ -297,6 +368,8 @@ class ClipEvaluator:
             raise ValueError("`texts` is empty; pass at least one prompt.")
         if self.cache is None:
             return self._encode_texts(texts)
+        if self.cache.dim is None:  # the width every cached shard must have: this evaluator's
+            self.cache.dim = int(self._encode_texts([""]).shape[1])
         found = self.cache.lookup(texts)
         new = list(dict.fromkeys(t for t in texts if t not in found))
         if new:
@@ -335,7 +408,7 @@ def _load_checkpoint(model: Any, checkpoint: str | os.PathLike[str]) -> str:
     path = Path(checkpoint)
     if not path.is_file():
         raise ValueError(f"`checkpoint` {path} does not exist; pass a state-dict file saved with torch.save.")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_tensors(path, "`checkpoint`")
     if isinstance(state, Mapping) and "state_dict" in state:
         state = state["state_dict"]
     try:

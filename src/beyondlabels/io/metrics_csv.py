@@ -19,14 +19,20 @@ Examples:
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from pathlib import Path
 from typing import Any
 
+from beyondlabels._internal.files import open_file
+
 __all__ = ["FLAG_NAMES", "read_convergence_events"]
 
 FLAG_NAMES = ("plateau", "downturn")
+
+
+MAX_CSV_BYTES = 1 << 30  # the largest CSV log read
 
 
 def _number(cell: str | None) -> float | None:
@@ -64,7 +70,7 @@ def read_convergence_events(file: str | os.PathLike[str]) -> list[dict[str, Any]
     file = Path(file)
     events: list[dict[str, Any]] = []
     try:
-        with open(file, encoding="utf-8", newline="") as handle:
+        with open_file(file, "the CSV log", MAX_CSV_BYTES) as raw, io.TextIOWrapper(raw, "utf-8", newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, [])
             flags = _flag_columns(header)
@@ -74,7 +80,7 @@ def read_convergence_events(file: str | os.PathLike[str]) -> list[dict[str, Any]
             previous: dict[int, float | None] = {}
             for row in reader:
                 _scan_row(row, flags, step_column, previous, events)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as exc:
         raise ValueError(f"{file}: not a readable CSV log ({type(exc).__name__}: {exc})") from exc
     return events
 

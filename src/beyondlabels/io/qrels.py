@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from beyondlabels._internal.checks import check_choice, is_int
-from beyondlabels._internal.parse import decode_text, parse_json, text_lines
+from beyondlabels._internal.files import read_file
+from beyondlabels._internal.parse import decode_text, read_json, text_lines
 
 __all__ = ["QrelsChange", "QrelsUpdate", "load_qrels", "load_run", "update_qrels"]
 
@@ -60,14 +61,15 @@ Run = dict[str, "dict[str, float] | list[str]"]
 _GRADE = re.compile(r"[+-]?[0-9]+(?:\.0*)?", re.ASCII)
 _SCORE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 _MAX_GRADE = 1 << 53  # every int up to here is exact as a float64 (the kernel's type)
+MAX_BYTES = 1 << 30  # the largest qrels or run file read (a 10^7-line TREC qrels file is about 300 MB)
 
 
 def _read_json(path: Path, what: str) -> Any:
-    return parse_json(path.read_bytes(), f"{path}: malformed {what} JSON")
+    return read_json(path, f"{path}: malformed {what} JSON", max_bytes=MAX_BYTES)
 
 
 def _lines(file: Path) -> list[str]:
-    return text_lines(decode_text(file.read_bytes(), str(file)))
+    return text_lines(decode_text(read_file(file, str(file), MAX_BYTES), str(file)))
 
 
 def _grade(value: Any, where: str) -> int | None:
@@ -114,7 +116,7 @@ def _document(doc: Any, where: str) -> str:
 
 def _check_path(path: str | os.PathLike[str], what: str) -> Path:
     file = Path(path)
-    if not file.is_file():
+    if not file.exists():  # anything there that is not a regular file is refused when opened (a pipe never blocks)
         raise FileNotFoundError(f"{what} file {file} does not exist (expected a TREC text file or a .json file)")
     return file
 
@@ -141,10 +143,13 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
                 raise ValueError(
                     f"{file}: query {query!r} must map to {{document: grade or null}}, got {type(judgements).__name__}"
                 )
-            qrels[str(query)] = {
-                str(doc): _grade(g, f"{file}: query {query!r}, document {doc!r}") for doc, g in judgements.items()
-            }
-        return qrels
+            for doc, g in judgements.items():  # in place: JSON keys are strings already, most grades ints
+                if g is None or (type(g) is int and -_MAX_GRADE <= g <= _MAX_GRADE):
+                    continue  # what _grade keeps as it is, found without its checks (the bulk of a file)
+                grade = _grade(g, f"{file}: query {query!r}, document {doc!r}")
+                if grade is not g:
+                    judgements[doc] = grade
+        return data
     for number, line in enumerate(_lines(file), start=1):
         parts = line.split()
         if not parts or parts[0].startswith("#"):

@@ -48,9 +48,21 @@ from typing import Any
 import numpy as np
 
 from beyondlabels._internal.checks import check_choice, check_positive_int, is_int, is_number
-from beyondlabels._internal.parse import JSONSyntaxError, load_npz, parse_json, parse_yaml, read_text
+from beyondlabels._internal.files import read_file, walk
+from beyondlabels._internal.parse import (
+    CENSUS_BYTES,
+    JSONSyntaxError,
+    check_json_size,
+    json_census,
+    load_npz,
+    parse_json,
+    parse_yaml,
+    read_json,
+    read_text,
+)
 from beyondlabels.io.atomic import atomic_file, save_npz
 from beyondlabels.io.paths import inside, is_inside
+from beyondlabels.io.run_lock import RunFolderLock
 from beyondlabels.schema import OutputSchema
 
 __all__ = [
@@ -60,6 +72,7 @@ __all__ = [
     "SCHEMA_FILE",
     "EvaluationRun",
     "HistoryLog",
+    "HistoryReplacedError",
     "StepRetention",
     "QUERY_KIND_COLUMNS",
     "find_evaluation_runs",
@@ -78,6 +91,11 @@ HISTORY_FILE = "history.jsonl"
 LEGACY_HISTORY_FILE = "history.json"  # the history as one JSON list of records, read as well as history.jsonl
 SCHEMA_FILE = "schema.json"
 REPORT_FILE = "report.json"  # evaluate.py's default report name
+# The most bytes read of each file (a history of 100,000 evaluations of 60 keys is about 150 MB).
+MAX_HISTORY_BYTES = 1 << 30
+MAX_SCHEMA_BYTES = 16 << 20
+MAX_REPORT_BYTES = 256 << 20
+MAX_OVERRIDES_BYTES = 1 << 20
 # Fields of a history record that are not metric values.
 _BOOKKEEPING = frozenset({"step", "epoch", "per_query_file", "error"})
 
@@ -102,7 +120,7 @@ def _is_report(file: Path) -> bool:
     if not is_inside(file.parent, file.name):
         return False
     try:
-        data = parse_json(read_text(file), str(file))
+        data = read_json(file, str(file), max_bytes=MAX_REPORT_BYTES)
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and "schema" in data
@@ -128,9 +146,12 @@ def find_evaluation_runs(path: str | os.PathLike[str]) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"{root} does not exist; expected {_EXPECTED}")
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):  # followlinks=False
+
+    def too_deep(folder: Path) -> None:
+        log.warning("%s: not searched for evaluation histories, nor anything below it: folders nest too deep", folder)
+
+    for folder, dirnames, filenames in walk(root, on_too_deep=too_deep):  # no link followed, depth bounded
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]  # .hydra, .git, ...
-        folder = Path(dirpath)
         history = next((name for name in (HISTORY_FILE, LEGACY_HISTORY_FILE) if name in filenames), None)
         if history is not None and not (folder / history).is_symlink():
             found.append(folder / history)  # both in one folder (a resumed older run): the current format
@@ -155,7 +176,7 @@ def run_overrides(run_folder: str | os.PathLike[str]) -> list[str]:
         return []
     try:
         inside(run_folder, ".hydra/overrides.yaml", "the Hydra overrides")
-        loaded = parse_yaml(read_text(overrides_file), str(overrides_file))
+        loaded = parse_yaml(read_text(overrides_file, str(overrides_file), MAX_OVERRIDES_BYTES), str(overrides_file))
     except (OSError, ValueError) as exc:
         log.warning("ignoring unreadable Hydra overrides %s: %s", overrides_file, exc)
         return []
@@ -332,11 +353,22 @@ class EvaluationRun:
         return float(value)
 
 
-def _read_json(file: Path, what: str) -> Any:
+def _read_json(file: Path, what: str, max_bytes: int = MAX_HISTORY_BYTES) -> Any:
     try:
-        return parse_json(file.read_bytes(), f"{file}: malformed {what}")
+        return read_json(file, f"{file}: malformed {what}", max_bytes=max_bytes)
     except OSError as exc:
         raise ValueError(f"{file}: unreadable {what}: {exc}") from exc
+
+
+def _check_values(record: Mapping[str, Any], where: str) -> None:
+    """A metric value is a number or NaN (undefined), never an infinity; a curve is a list of such numbers."""
+    for key, value in record.items():
+        if key in _BOOKKEEPING:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and math.isinf(v) for v in values):
+            shown = key if len(key) <= 80 else key[:77] + "..."
+            raise ValueError(f"{where}: the value of {shown!r} is infinite, which no metric value is")
 
 
 def _read_schema(file: Path) -> OutputSchema | None:
@@ -344,7 +376,7 @@ def _read_schema(file: Path) -> OutputSchema | None:
         return None
     inside(file.parent, file.name, "the output schema")
     try:
-        return OutputSchema.from_json(_read_json(file, "output schema"))
+        return OutputSchema.from_json(_read_json(file, "output schema", MAX_SCHEMA_BYTES))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ValueError(f"{file}: malformed output schema: {exc}") from exc
 
@@ -362,6 +394,7 @@ def _check_history(file: Path, history: Any) -> list[dict[str, Any]]:
         step = record.get("step")
         if not is_int(step):
             raise ValueError(f"{file}: malformed history: record #{index} has no integer 'step' (got {step!r})")
+        _check_values(record, f"{file}: malformed history: record #{index}")
     return history
 
 
@@ -380,19 +413,23 @@ def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if file.suffix != ".jsonl":
         return _check_history(file, _read_json(file, "history"))
     try:
-        lines = file.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")
+        data = read_file(file, "the evaluation history", MAX_HISTORY_BYTES).removeprefix(b"\xef\xbb\xbf")
     except OSError as exc:
         raise ValueError(f"{file}: unreadable history: {exc}") from exc
-    while lines and not lines[-1].strip():
-        lines.pop()
+    if len(data) >= CENSUS_BYTES:  # the records are parsed a line at a time: their keys are not shared
+        check_json_size(json_census(data), f"{file}: malformed history", shared_keys=False, holds_text=False)
     records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, 1):
+    start, number, end = 0, 0, len(data.rstrip())
+    while start < end:
+        stop = data.find(b"\n", start)
+        stop = len(data) if stop < 0 else stop
+        line, start, number = data[start:stop], stop + 1, number + 1
         if not line.strip():
             continue
         try:
             record = parse_json(line, f"{file}: malformed history: line {number}")
         except JSONSyntaxError as exc:
-            if number == len(lines):
+            if start >= end:
                 log.warning("%s: ignoring its last line, cut short by an interrupted write (%d bytes)", file, len(line))
                 break
             raise ValueError(f"{file}: malformed history: line {number} is not valid JSON ({exc.detail})") from None
@@ -401,19 +438,31 @@ def read_history(file: str | os.PathLike[str]) -> list[dict[str, Any]]:
             raise ValueError(
                 f"{file}: malformed history: line {number} is not an evaluation record with an integer 'step'"
             )
+        _check_values(record, f"{file}: malformed history: line {number}")
         records.append(record)
     return records
+
+
+class HistoryReplacedError(RuntimeError):
+    """The history file was replaced or cut by someone else since this process last wrote it: another process writes
+    into the folder. The file is left as it is."""
 
 
 class HistoryLog:
     """The evaluation history of one callback folder on disk, ``history.jsonl``: one JSON record per line.
 
     :meth:`write` makes the file hold exactly the records it is given (the callback's whole history, in memory). The
-    first write after the log is made (a new fit, a resumed run whose file holds evaluations past its checkpoint), or
-    after the file changed underneath, replaces the file atomically; every later write only appends the records not
-    yet on disk, so a write costs the same however many evaluations came before. A write cut short (a full disk, a
-    kill) leaves at most a partial last line, which :func:`read_history` ignores and the next write cuts away; no
-    record already on disk is touched, and the records that failed stay pending in memory for the next write.
+    first write after the log is made (a new fit, a resumed run whose file holds evaluations past its checkpoint)
+    replaces the file atomically; every later write only appends the records not yet on disk, so a write costs the
+    same however many evaluations came before. A write cut short (a full disk, a kill) leaves at most a partial last
+    line, which :func:`read_history` ignores and the next write cuts away; no record already on disk is touched, and
+    the records that failed stay pending in memory for the next write.
+
+    One writer: the first write takes the folder's lock (:class:`~beyondlabels.io.run_lock.RunFolderLock`, shared
+    with this process's other writers of the folder; :meth:`close` gives it back), so a second process writing the
+    same history is refused with a :class:`~beyondlabels.io.run_lock.RunFolderInUseError`. A file replaced or cut
+    under the log after it wrote (another file in its place, or fewer bytes than it wrote: someone else writes there)
+    is never rewritten: every later write raises :class:`HistoryReplacedError` and leaves the file as it is.
 
     Examples:
         >>> import tempfile
@@ -422,25 +471,46 @@ class HistoryLog:
         >>> log.write([{"step": 10, "map@r": 0.4}, {"step": 20, "map@r": 0.5}])  # appends one line
         >>> [r["step"] for r in read_history(log.path)], log.path.read_text().count("\\n")
         ([10, 20], 2)
+        >>> log.close()
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._written: int | None = None  # records known to be on disk (None: unknown, rewrite)
+        self._written: int | None = None  # records known to be on disk (None: none yet, rewrite)
         self._size = 0  # bytes of those records
         self._inode: tuple[int, int] | None = None  # (device, inode) of the file written
+        self._replaced: str | None = None  # what was found when the file was replaced under the log
+        self._lock: Any = None
 
     def write(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Bring the file in line with ``records``, appending when it already holds a prefix of them."""
-        if self._written is not None and self._written <= len(records) and self._holds_what_was_written():
-            new = records[self._written :]
-            if new:
-                self._append(_lines(new), len(records))
-            return
+        """Bring the file in line with ``records``, appending when it already holds a prefix of them.
+
+        Raises:
+            RunFolderInUseError: if another process holds the folder's lock.
+            HistoryReplacedError: if the file was replaced or cut under the log since it last wrote.
+            OSError: a failed write (nothing on disk damaged; the records stay pending).
+        """
+        if self._replaced is not None:
+            raise HistoryReplacedError(self._replaced)
+        if self._lock is None:
+            self._lock = RunFolderLock(self.path.parent).acquire()
+        if self._written is not None:
+            self._check_unchanged()
+            if self._written <= len(records):
+                new = records[self._written :]
+                if new:
+                    self._append(_lines(new), len(records))
+                return
         data = _lines(records)
         with atomic_file(self.path) as handle:
             handle.write(data)
         self._written, self._size, self._inode = len(records), len(data), self._identity()
+
+    def close(self) -> None:
+        """Give back the folder's lock (the next write takes it again)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _identity(self) -> tuple[int, int] | None:
         try:
@@ -449,13 +519,25 @@ class HistoryLog:
             return None
         return info.st_dev, info.st_ino
 
-    def _holds_what_was_written(self) -> bool:
-        """The file is the one this log wrote (not replaced) and still holds at least what was written."""
+    def _check_unchanged(self) -> None:
+        """Raise :class:`HistoryReplacedError` unless the file is the one this log wrote and still holds at least
+        what was written."""
         try:
             info = self.path.stat()
-        except OSError:
-            return False
-        return (info.st_dev, info.st_ino) == self._inode and info.st_size >= self._size
+            found = "another file" if (info.st_dev, info.st_ino) != self._inode else None
+            if found is None and info.st_size < self._size:
+                found = f"{info.st_size} bytes, fewer than the {self._size} written"
+        except FileNotFoundError:
+            found = "no file"
+        except OSError as exc:
+            raise OSError(f"{self.path}: cannot be checked before appending ({exc})") from exc
+        if found is not None:
+            self._replaced = (
+                f"{self.path} was replaced or cut since this run last wrote it ({found} there now): another process "
+                f"writes into {self.path.parent}. It is left as it is and this run writes no more of its history "
+                "there (the records stay in the callback's memory and checkpoint); give each run a folder of its own."
+            )
+            raise HistoryReplacedError(self._replaced)
 
     def _append(self, data: bytes, count: int) -> None:
         with open(self.path, "r+b") as handle:
@@ -464,9 +546,11 @@ class HistoryLog:
             try:
                 handle.write(data)
                 handle.flush()
-            except BaseException:
+            except BaseException as exc:
                 with contextlib.suppress(OSError):
                     handle.truncate(self._size)
+                if isinstance(exc, OSError) and exc.filename is None:  # a full disk's error names no file
+                    exc.filename = str(self.path)
                 raise
         self._written, self._size = count, self._size + len(data)
 

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from beyondlabels._internal.parse import parse_json
+from beyondlabels._internal.files import open_file, read_file
+from beyondlabels._internal.parse import read_json
 from beyondlabels.io.paths import inside, is_inside
 from beyondlabels.io.run_files import (
     HISTORY_FILE,
@@ -82,6 +83,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PNG_BYTES = 32 << 20  # a PNG is embedded up to 32 MiB of file (the project's own are below 1 MiB)
 MAX_PNG_PIXELS = 40_000_000  # and 40 megapixels (160 MB decoded as RGBA)
 MAX_TEXT_BYTES = 1 << 20  # a config text is shown up to 1 MiB
+MAX_MANIFEST_BYTES = 64 << 20  # a media manifest is read up to 64 MiB (the project's own are a few KiB)
 # Folders of a run folder that are not evaluation families.
 _NOT_FAMILIES = frozenset({"csv", "checkpoints", "wandb", "tensorboard", "mlruns", "per_query"})
 _STEP_FILE = re.compile(r"step_(\d+)\.png$")
@@ -178,11 +180,13 @@ class RunFolder:
 
 @dataclass
 class MultirunFolder:
-    """A Hydra multirun folder: ``multirun.yaml`` (its text in ``config``) and its numbered jobs in numeric order."""
+    """A Hydra multirun folder: ``multirun.yaml`` (its text in ``config``) and its numbered jobs in numeric order;
+    ``problems``: job folders not read (a symbolic link out of the folder)."""
 
     path: Path
     config: str | None
     jobs: list[RunFolder] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 def _is_family_folder(folder: Path) -> bool:
@@ -192,9 +196,29 @@ def _is_family_folder(folder: Path) -> bool:
     return any((folder / name).exists() for name in names)
 
 
-def _job_folders(folder: Path) -> list[Path]:
-    jobs = (p for p in folder.iterdir() if p.name.isdigit() and p.is_dir() and is_inside(folder, p.name))
+def _job_folders(folder: Path, problems: list[str] | None = None) -> list[Path]:
+    jobs = []
+    for p in folder.iterdir():
+        if not (p.name.isdigit() and p.is_dir()):
+            continue
+        if is_inside(folder, p.name):
+            jobs.append(p)
+        elif problems is not None:
+            problems.append(f"job folder {p.name}/ is a symbolic link out of {folder}: not read")
     return sorted(jobs, key=lambda p: int(p.name))
+
+
+def _linked_folders(folder: Path) -> list[str]:
+    """A problem for each sub-folder of a run folder that is a symbolic link and would be an evaluation family (not a
+    hidden one, nor ``checkpoints/``, ``wandb/``, ...: a scratch disk linked in is common): it is not read."""
+    problems = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_symlink() and entry.is_dir() and not entry.name.startswith(".") and entry.name not in _NOT_FAMILIES:
+            where = "out of the run folder" if not is_inside(folder, entry.name) else "within the run folder"
+            problems.append(
+                f"{entry.name}/ is a symbolic link ({where}): an evaluation folder is read only where it is, not read"
+            )
+    return problems
 
 
 def is_multirun_folder(path: str | os.PathLike[str]) -> bool:
@@ -213,9 +237,9 @@ def is_run_folder(path: str | os.PathLike[str]) -> bool:
 
 def _read_text(folder: Path, relative: str) -> str | None:
     """The text of ``folder / relative`` (undecodable bytes replaced, cut at :data:`MAX_TEXT_BYTES`); None when it
-    is missing, unreadable or leads out of ``folder``."""
+    is missing, unreadable, not a regular file (a named pipe never blocks it) or leads out of ``folder``."""
     try:
-        with open(inside(folder, relative), "rb") as handle:
+        with open_file(inside(folder, relative), relative, max_bytes=None) as handle:
             data = handle.read(MAX_TEXT_BYTES + 1)
     except (OSError, ValueError):
         return None
@@ -239,6 +263,7 @@ def read_run_folder(path: str | os.PathLike[str]) -> RunFolder:
             ".hydra/config.yaml is missing, unreadable or outside the folder: the run's config is not shown"
         )
     run.families = [read_family_folder(p) for p in sorted(folder.iterdir()) if p.is_dir() and _is_family_folder(p)]
+    run.problems.extend(_linked_folders(folder))
     if not run.families:
         run.problems.append(
             "no evaluation folder (a folder with history.jsonl, schema.json or media/): nothing was evaluated"
@@ -257,8 +282,9 @@ def read_multirun_folder(path: str | os.PathLike[str]) -> MultirunFolder:
         raise FileNotFoundError(
             f"{folder} is not a Hydra multirun folder (multirun.yaml and numbered job folders 0/, 1/, ...)"
         )
-    jobs = [read_run_folder(p) for p in _job_folders(folder)]
-    return MultirunFolder(path=folder, config=_read_text(folder, "multirun.yaml"), jobs=jobs)
+    problems: list[str] = []
+    jobs = [read_run_folder(p) for p in _job_folders(folder, problems)]
+    return MultirunFolder(path=folder, config=_read_text(folder, "multirun.yaml"), jobs=jobs, problems=problems)
 
 
 def read_family_folder(path: str | os.PathLike[str]) -> FamilyFolder:
@@ -350,7 +376,7 @@ def read_media_manifest(media: str | os.PathLike[str], problems: list[str] | Non
     file = media / MANIFEST_FILE
     where = f"{media.parent.name}/{MEDIA_FOLDER}/{MANIFEST_FILE}"
     try:
-        data = parse_json(inside(media, MANIFEST_FILE, where).read_bytes(), f"{where} is unreadable")
+        data = read_json(inside(media, MANIFEST_FILE, where), f"{where} is unreadable", max_bytes=MAX_MANIFEST_BYTES)
     except OSError as exc:
         raise ValueError(f"{where} is unreadable: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
@@ -412,12 +438,9 @@ def read_png(path: str | os.PathLike[str], max_bytes: int = MAX_PNG_BYTES, max_p
     """
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)
+        data = read_file(path, "the picture", max_bytes)
     except OSError as exc:
         raise ValueError(f"{path} is unreadable: {exc}") from exc
-    if len(data) > max_bytes:
-        raise ValueError(f"{path} is larger than the {max_bytes} bytes a picture may have here")
     if not data.startswith(PNG_SIGNATURE):
         raise ValueError(f"{path} is not a PNG (no PNG signature)")
     try:

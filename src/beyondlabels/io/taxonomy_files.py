@@ -26,14 +26,17 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from beyondlabels._internal.checks import check_non_negative_int
+from beyondlabels._internal.files import open_file
 from beyondlabels._internal.names import listing
 from beyondlabels._internal.parse import read_text, text_lines
 from beyondlabels.io._mappings import read_mapping
@@ -151,6 +154,13 @@ def find_wordnet_dir(directory: str | os.PathLike[str] | None = None) -> Path:
     )
 
 
+@contextlib.contextmanager
+def _text(path: Path) -> Iterator[Any]:
+    """A WordNet file as text lines (a regular file: a pipe in its place is a ``ValueError``)."""
+    with open_file(path, "WordNet file", max_bytes=1 << 30) as raw:
+        yield io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+
+
 @lru_cache(maxsize=4)
 def _parse_wordnet(folder: str, mtime: float) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, str]]:
     """``({name: [hypernym names]}, {name: [lemmas]}, {name: gloss})`` of every noun synset. Cached per folder and
@@ -158,7 +168,7 @@ def _parse_wordnet(folder: str, mtime: float) -> tuple[dict[str, list[str]], dic
     del mtime  # part of the cache key only
     folder_path = Path(folder)
     senses: dict[str, list[str]] = {}
-    with open(folder_path / "index.noun", encoding="utf-8", errors="replace") as fp:
+    with _text(folder_path / "index.noun") as fp:
         for line in fp:
             if line.startswith(" "):
                 continue
@@ -168,7 +178,7 @@ def _parse_wordnet(folder: str, mtime: float) -> tuple[dict[str, list[str]], dic
     hypernyms: dict[str, list[str]] = {}
     lemmas: dict[str, list[str]] = {}
     glosses: dict[str, str] = {}
-    with open(folder_path / "data.noun", encoding="utf-8", errors="replace") as fp:
+    with _text(folder_path / "data.noun") as fp:
         for line in fp:
             if line.startswith(" "):
                 continue

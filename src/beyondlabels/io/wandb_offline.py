@@ -37,11 +37,17 @@ Complete and incomplete logs: wandb writes an ``exit`` record as the last record
 returns, so a log without that record is not taken as the whole run: :func:`read_offline_run` polls the
 file for up to ``wait_s`` seconds, then raises :class:`IncompleteRunError` (or, with
 ``allow_incomplete=True``, returns what is there with ``complete=False``).
+
+Files from elsewhere: the log is opened as a regular file only (a named pipe in its place is a ``ValueError``, never
+a hang) and each value's JSON is parsed under :mod:`beyondlabels._internal.parse`'s rules (nesting at most 64 deep,
+a key repeated in one object refused, memory bounded); a key path (``nested_key``) of more than 64 parts is refused.
+A value that is not a finite number (``NaN``, ``Infinity``, ``-Infinity``, also inside a list or dict) is never
+shown as a number: it is read as None and listed in :attr:`OfflineRun.non_finite` with where it was.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import struct
 import time
@@ -52,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from beyondlabels._internal.checks import check_number
+from beyondlabels._internal.files import open_file, walk
+from beyondlabels._internal.parse import MAX_DEPTH, parse_json
 
 __all__ = [
     "IncompleteRunError",
@@ -161,7 +169,7 @@ def iter_record_bytes(path: str | os.PathLike[str], *, strict: bool = False) -> 
     naming the path.
     """
     path = _resolve_log(path)
-    with open(path, "rb") as fp:
+    with open_file(path, "the W&B run log", max_bytes=None) as fp:
         parts: list[bytes] = []
         first_pos = 0
         try:
@@ -224,10 +232,10 @@ def find_offline_runs(root: str | os.PathLike[str]) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such directory")
     found = [
-        Path(dirpath) / name
-        for dirpath, _dirnames, filenames in os.walk(root)  # followlinks=False
+        folder / name
+        for folder, _dirnames, filenames in walk(root)  # no link followed, depth bounded
         for name in filenames
-        if name.endswith(".wandb") and not (Path(dirpath) / name).is_symlink()
+        if name.endswith(".wandb") and not (folder / name).is_symlink()
     ]
     return sorted(found)
 
@@ -261,7 +269,8 @@ class OfflineRun:
     ends with the last value of every key. ``exit_code`` is ``None`` while the run has not
     finished. ``complete`` is True when the log ends with wandb's ``exit`` record (the run finished and
     everything it logged is in the log); :func:`read_offline_run` returns an incomplete run only when
-    asked to (``allow_incomplete=True``).
+    asked to (``allow_incomplete=True``). ``non_finite``: ``(where, key, value)`` of every value that was NaN or
+    infinite and is read as None (``where``: ``"config"``, ``"summary"`` or ``"history step <n>"``).
     """
 
     path: Path
@@ -274,6 +283,7 @@ class OfflineRun:
     summary: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
     complete: bool = False
+    non_finite: list[tuple[str, str, str]] = field(default_factory=list)
 
     def keys(self, *, internal: bool = False) -> list[str]:
         """Sorted top-level keys that appear in any history row.
@@ -300,8 +310,15 @@ class OfflineRun:
         return [(row.get("_step"), row[key]) for row in self.history if key in row]
 
 
-def _item_path(item: Any) -> Sequence[str]:
-    """The key path of a history/summary/config item: ``nested_key`` if set, else ``key``."""
+def _item_path(path: Path, item: Any) -> Sequence[str]:
+    """The key path of a history/summary/config item: ``nested_key`` if set, else ``key``; at most
+    :data:`~beyondlabels._internal.parse.MAX_DEPTH` parts."""
+    if len(item.nested_key) > MAX_DEPTH:
+        shown = "/".join(item.nested_key[:3])
+        raise ValueError(
+            f"{path}: a key path of {len(item.nested_key)} parts ({shown}/...), more than the {MAX_DEPTH} a value may "
+            "nest"
+        )
     return tuple(item.nested_key) or (item.key,)
 
 
@@ -322,19 +339,36 @@ def _del_path(target: dict[str, Any], keys: Sequence[str]) -> None:
     target.pop(keys[-1], None)
 
 
-def _decode(path: Path, item: Any) -> Any:
-    try:
-        return json.loads(item.value_json)
-    except ValueError as exc:
-        raise ValueError(f"{path}: value of {'/'.join(_item_path(item))!r} is not valid JSON ({exc})") from exc
+def _decode(path: Path, item: Any, where: str, run: OfflineRun) -> Any:
+    """The value of an item, parsed under the module's rules; non-finite numbers as None, listed in ``run``."""
+    keys = _item_path(path, item)
+    name = "/".join(keys)
+    shown = name if len(name) <= 120 else name[:117] + "..."
+    value = parse_json(item.value_json, f"{path}: value of {shown!r}", nonfinite="keep")
+    return _finite(value, lambda v: run.non_finite.append((where, name[:200], repr(v))))
 
 
-def _apply_updates(path: Path, target: dict[str, Any], record: Any) -> None:
+def _finite(value: Any, found: Any) -> Any:
+    """``value`` with every float that is NaN or infinite (also inside lists and dicts, nested at most 64 deep, as
+    parse_json checked) replaced by None; ``found`` is told each."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        found(value)
+        return None
+    if isinstance(value, list):
+        return [_finite(v, found) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v, found) for k, v in value.items()}
+    return value
+
+
+def _apply_updates(path: Path, target: dict[str, Any], record: Any, where: str, run: OfflineRun) -> None:
     """Apply a ConfigRecord or SummaryRecord (``update`` and ``remove`` items) to ``target``."""
     for item in record.update:
-        _set_path(target, _item_path(item), _decode(path, item))
+        _set_path(target, _item_path(path, item), _decode(path, item, where, run))
     for item in record.remove:
-        _del_path(target, _item_path(item))
+        _del_path(target, _item_path(path, item))
 
 
 def _parse_run(path: Path) -> OfflineRun:
@@ -348,21 +382,22 @@ def _parse_run(path: Path) -> OfflineRun:
             run.project = r.project or run.project
             run.name = r.display_name or run.name
             run.group = r.run_group or run.group
-            _apply_updates(path, run.config, r.config)
+            _apply_updates(path, run.config, r.config, "config", run)
         elif kind == "config":
-            _apply_updates(path, run.config, record.config)
+            _apply_updates(path, run.config, record.config, "config", run)
         elif kind == "history":
             row: dict[str, Any] = {}
+            step = record.history.step.num if record.history.HasField("step") else len(run.history)
             for item in record.history.item:
-                keys = _item_path(item)
-                value = _decode(path, item)
+                keys = _item_path(path, item)
+                value = _decode(path, item, f"history step {step}", run)
                 _set_path(row, keys, value)
                 _set_path(run.summary, keys, value)
             if "_step" not in row and record.history.HasField("step"):
                 row["_step"] = record.history.step.num
             run.history.append(row)
         elif kind == "summary":
-            _apply_updates(path, run.summary, record.summary)
+            _apply_updates(path, run.summary, record.summary, "summary", run)
         elif kind == "exit":
             run.exit_code = record.exit.exit_code
             run.complete = True

@@ -15,6 +15,13 @@ whole set at :meth:`compute`. This base owns what they share:
   returns the batch's own value; read the values from ``compute()``. Families with a meaningful batch value set
   ``batch_value = True`` and get torchmetrics' forward;
 - argument checks that need the values (finite, ...) and so a host sync run only when ``validate_args=True``;
+- gathering when a process has no samples: before the "cat" gather every process tells the others the dtype and
+  trailing shape of each state (torchmetrics stands in an empty 1-D float32 tensor for an empty state, which no
+  collective can gather with ``[n, D]`` float rows or int64 ids), so a process without samples contributes an empty
+  tensor of the right shape and dtype and the others' samples are computed as if it were not there; and the kinds of
+  labels each process saw (integer class ids, or names): integer ids on one process and names on another would be
+  coded differently (:mod:`beyondlabels.functional.labels`) and silently compared, so that is an error raised on
+  every process before the gather;
 - the output schema (:meth:`output_schema`), which callbacks, reports and comparison read, and :meth:`scalars`: the
   scalar entries of one result, the dict ``LightningModule.log_dict`` accepts (a result also holds curves, per-query
   vectors and tables, which ``log_dict`` refuses);
@@ -49,6 +56,64 @@ def _world(group: Any = None) -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(group), torch.distributed.get_world_size(group)
     return 0, 1
+
+
+def label_kinds(labels: Any) -> set[str]:
+    """``{"int"}`` for integer class ids (an integer tensor or array, a list of ints), ``{"text"}`` for anything else
+    (names), both for a list that mixes them.
+
+    Examples:
+        >>> label_kinds(torch.tensor([1, 2])), label_kinds(["a", "b"]), sorted(label_kinds([1, "b"]))
+        ({'int'}, {'text'}, ['int', 'text'])
+    """
+    if isinstance(labels, Tensor):
+        return {"int"} if not labels.is_floating_point() else {"text"}
+    if getattr(getattr(labels, "dtype", None), "kind", None) in ("i", "u"):  # an integer numpy array
+        return {"int"}
+    kinds = set()
+    for value in labels:
+        if isinstance(value, Tensor) and value.numel() == 1:
+            value = value.item()
+        is_int = isinstance(value, int) or type(value).__name__.startswith(("int", "uint"))
+        kinds.add("int" if is_int and not isinstance(value, bool) else "text")
+        if len(kinds) == 2:
+            break
+    return kinds
+
+
+def _state_layout(state: Any) -> tuple[str, tuple[int, ...]] | None:
+    """``(dtype name, trailing shape)`` of a "cat" state, None when it holds no tensor yet."""
+    tensors = state if isinstance(state, list) else [state]
+    tensors = [t for t in tensors if isinstance(t, Tensor)]
+    if not tensors or (isinstance(state, list) and sum(t.numel() for t in tensors) == 0 and tensors[0].dim() <= 1):
+        return None
+    first = tensors[0]
+    return str(first.dtype).removeprefix("torch."), tuple(first.shape[1:])
+
+
+def _common_layout(name: str, layouts: list[tuple[str, tuple[int, ...]] | None]) -> tuple[str, tuple[int, ...]] | None:
+    """The one layout of the processes that hold samples (None when none does); ``ValueError`` when they differ."""
+    known = {layout for layout in layouts if layout is not None}
+    if len(known) > 1:
+        shown = ", ".join(f"rank {r}: {lay[0]} {list(lay[1])}" for r, lay in enumerate(layouts) if lay is not None)
+        raise ValueError(
+            f"the `{name}` of different processes do not fit together ({shown}); every process must feed samples of "
+            "one shape and dtype"
+        )
+    return known.pop() if known else None
+
+
+def _check_label_kinds(kinds: list[set[str]]) -> None:
+    """Raise when one process saw only integer class ids and another only names (the same on every process)."""
+    only_int = [r for r, k in enumerate(kinds) if k == {"int"}]
+    only_text = [r for r, k in enumerate(kinds) if k == {"text"}]
+    if only_int and only_text:
+        raise ValueError(
+            f"labels of different kinds on different processes: integer class ids on rank(s) {only_int}, names "
+            f"(strings) on rank(s) {only_text}. An int keeps its value and a name is hashed "
+            "(beyondlabels.functional.labels), so 3 and '3' are two classes and the ranks' samples would be compared "
+            "wrongly; give every process labels of one kind (e.g. map names to ids, or ids to str, in the dataset)."
+        )
 
 
 @dataclass(frozen=True)
@@ -90,6 +155,7 @@ class PerSampleMetric(Metric):
         self._sample_states: list[str] = []
         self._agreeing_states: list[str] = []
         self._states_gathered = False  # set by `sync`: the states now hold every process's samples
+        self._label_kinds: set[str] = set()  # "int" and/or "text": the labels this process saw (note_label_kinds)
         self.add_state("ids", default=[], dist_reduce_fx="cat")
 
     # ---- declaration -------------------------------------------------------------------------------------------------
@@ -152,6 +218,15 @@ class PerSampleMetric(Metric):
         for name, value in values.items():
             getattr(self, name).append(value)
 
+    def note_label_kinds(self, labels: Any) -> None:
+        """Record what kind of labels an update brought: integer class ids (``"int"``) or anything else, such as names
+        (``"text"``); checked across processes at gathering (see the module docstring)."""
+        self._label_kinds |= label_kinds(labels)
+
+    def reset(self) -> None:
+        super().reset()
+        self._label_kinds = set()
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Accumulate the batch; return its own value only for families with a per-batch value (``batch_value``)."""
         if self.batch_value:
@@ -177,6 +252,25 @@ class PerSampleMetric(Metric):
         available = distributed_available if distributed_available is not None else self.distributed_available_fn
         if should_sync and callable(available) and available():
             self._states_gathered = True
+
+    def _sync_dist(self, dist_sync_fn: Any = gather_all_tensors, process_group: Any = None) -> None:
+        """torchmetrics' gather, after every process has told the others its states' dtypes and trailing shapes and
+        its label kinds: an empty state is given an empty tensor of the shape and dtype of the others', and labels of
+        different kinds on different processes raise the same ``ValueError`` on every process before any tensor is
+        gathered."""
+        group = process_group or self.process_group
+        names = ["ids", *self._sample_states]
+        mine = {"states": {name: _state_layout(getattr(self, name)) for name in names}, "labels": self._label_kinds}
+        every: list[Any] = [None] * torch.distributed.get_world_size(group)
+        torch.distributed.all_gather_object(every, mine, group=group)
+        _check_label_kinds([entry["labels"] for entry in every])
+        for name in names:
+            layouts = [entry["states"][name] for entry in every]
+            layout = _common_layout(name, layouts)
+            if layout is not None and mine["states"][name] is None:
+                dtype, trailing = layout
+                setattr(self, name, [torch.empty((0, *trailing), dtype=getattr(torch, dtype), device=self.device)])
+        super()._sync_dist(dist_sync_fn, process_group)
 
     def unsync(self, should_unsync: bool = True) -> None:
         super().unsync(should_unsync=should_unsync)

@@ -257,6 +257,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             self._label_names.update(names)
         if codes.shape[0] != n:
             raise ValueError(f"`labels` has {codes.shape[0]} entries for {n} embeddings; they must match.")
+        self.note_label_kinds(labels)
         ids = self.check_ids(ids, n, embeddings.device)
         self.append_samples(ids, embeddings=embeddings.detach().to(torch.float32), labels=codes.to(embeddings.device))
 

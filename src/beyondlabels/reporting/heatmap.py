@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from beyondlabels._internal.charts import plain_text
 from beyondlabels.io.atomic import save_figure
 
 __all__ = ["save_null_histogram_png", "save_similarity_heatmap_png"]
@@ -23,6 +24,7 @@ def _pyplot():
     return plt
 
 
+@plain_text
 def save_similarity_heatmap_png(
     similarity: Any, classes: Sequence[str], path: str | Path, title: str = "class similarity (M_feature)"
 ) -> Path:
@@ -52,6 +54,7 @@ def save_similarity_heatmap_png(
     return path
 
 
+@plain_text
 def save_null_histogram_png(
     null: Any,
     observed: float,

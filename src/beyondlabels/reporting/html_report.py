@@ -58,6 +58,7 @@ from beyondlabels.io.run_folders import (
     read_png,
     read_run_folder,
 )
+from beyondlabels.io.run_lock import writing
 from beyondlabels.io.sweeps import SEED_KEYS
 from beyondlabels.reporting.sweeps import DAGGER, plot_sweep, sweep_comparison, sweep_headline_keys
 from beyondlabels.reporting.tables import ARROWS
@@ -244,8 +245,8 @@ def _band_charts(family: FamilyFolder, problems: list[str]) -> str:
                 path = save_history_band_png(
                     run.records, chart, Path(tmp) / f"band_{index}.png", title=title, max_keys=_KEYS_PER_CHART
                 )
-            except (ValueError, TypeError, OSError) as exc:
-                problems.append(f"{family.prefix}: the chart of {', '.join(chart)} could not be drawn: {exc}")
+            except Exception as exc:  # noqa: BLE001 - any failure of a chart (RecursionError too) is a problem listed
+                problems.append(f"{family.prefix}: the chart of {', '.join(chart)} could not be drawn: {_failure(exc)}")
                 continue
             if path is not None:
                 figures.append(f"<figure>{_png(path, title, problems)}</figure>")
@@ -254,6 +255,12 @@ def _band_charts(family: FamilyFolder, problems: list[str]) -> str:
         if figures
         else ""
     )
+
+
+def _failure(exc: BaseException) -> str:
+    """An exception as one short line of a report's problems."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _curve_png(curve: MediaCurve, title: str) -> bytes:
@@ -305,8 +312,8 @@ def _media(family: FamilyFolder, problems: list[str]) -> str:
     for curve in manifest.curves:
         try:
             png = _curve_png(curve, f"{family.prefix}: {curve.name}")
-        except (ValueError, TypeError, OSError) as exc:
-            problems.append(f"{family.prefix}: curve {curve.name!r} could not be drawn: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any failure of a chart (RecursionError too) is a problem listed
+            problems.append(f"{family.prefix}: curve {curve.name!r} could not be drawn: {_failure(exc)}")
             continue
         figures.append(f"<figure>{_img(png, curve.name)}<figcaption>{_e(curve.name)}</figcaption></figure>")
     if figures:
@@ -561,8 +568,8 @@ def _sweep_pictures(table: Mapping[str, Any], notes: list[str]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             paths = plot_sweep(table, Path(tmp) / "sweep")
-        except (ValueError, TypeError, KeyError, OSError) as exc:
-            notes.append(f"the sweep pictures could not be drawn: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any failure of a chart (RecursionError too) is a note, not the end
+            notes.append(f"the sweep pictures could not be drawn: {_failure(exc)}")
             return ""
         for key, path in zip(table["metrics"], paths):
             figures.append(
@@ -674,7 +681,8 @@ def report_html(
             nav.append(f'<li><a href="#{anchor}">{_e(source.path.name)}</a> (sweep of {len(source.jobs)} jobs)</li>')
             parts = [
                 f'<section class="sweep" id="{anchor}"><h2>Sweep {_e(source.path.name)}</h2>'
-                f'<p class="muted">{_e(source.path)}</p>'
+                f'<p class="muted">{_e(source.path)}</p>',
+                _problems(source.problems),
             ]
             parts.append(
                 sweep_section_html(
@@ -714,5 +722,7 @@ def write_report(
     """Write :func:`report_html` of ``runs`` (``options``: its keyword arguments) to ``output`` (atomically; its
     folder is created) and return its path."""
     output = Path(output)
-    write_text(output, report_html(runs, **options))
+    page = report_html(runs, **options)
+    with writing(output.parent):  # the folder may be a training's run folder: one writer
+        write_text(output, page)
     return output

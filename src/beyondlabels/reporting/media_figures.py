@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from beyondlabels._internal.charts import plain_text
+
 __all__ = ["confusion_matrix_figure", "curves_figure", "figure_png", "scatter_figure", "table_images_grid"]
 
 # Above this many classes a confusion matrix or scatter drops its per-class labels (they would overlap).
@@ -40,6 +42,7 @@ def _finish(fig: Any, ax: Any, xname: str, yname: str, title: str) -> Any:
     return fig
 
 
+@plain_text
 def figure_png(fig: Any, dpi: int | None = None) -> bytes:
     """The PNG bytes of a matplotlib figure."""
     buffer = io.BytesIO()
@@ -47,6 +50,7 @@ def figure_png(fig: Any, dpi: int | None = None) -> bytes:
     return buffer.getvalue()
 
 
+@plain_text
 def confusion_matrix_figure(matrix: Any, class_names: Sequence[str], title: str = "confusion matrix") -> Any:
     """A ``[K, K]`` matrix of counts (row: true class, column: predicted class) as a heatmap with the counts written
     in the cells (up to :data:`MAX_LABELLED_CLASSES` classes; beyond that, no labels).
@@ -80,6 +84,7 @@ def confusion_matrix_figure(matrix: Any, class_names: Sequence[str], title: str 
     return fig
 
 
+@plain_text
 def scatter_figure(
     x: Sequence[float], y: Sequence[float], labels: Sequence[str], xname: str, yname: str, title: str = ""
 ) -> Any:
@@ -104,6 +109,7 @@ def scatter_figure(
     return _finish(fig, ax, xname, yname, title)
 
 
+@plain_text
 def curves_figure(
     x: Sequence[float], ys: Mapping[str, Sequence[float]], xname: str, yname: str = "", title: str = ""
 ) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from beyondlabels._internal.charts import plain_text
 from beyondlabels._internal.checks import check_positive_int
 from beyondlabels.io.atomic import save_figure
 
@@ -16,6 +17,7 @@ def save_precision_curve_png(
     return save_curves_png(curves, path, title=title, ylabel="precision@k")
 
 
+@plain_text
 def save_curves_png(
     curves: Mapping[str, Sequence[float]], path: str | Path, title: str, ylabel: str, xlabel: str = "k"
 ) -> Path:
@@ -49,6 +51,7 @@ def save_curves_png(
     return path
 
 
+@plain_text
 def save_history_band_png(
     history: Sequence[Mapping[str, object]],
     keys: Sequence[str],
@@ -103,6 +106,7 @@ def save_history_band_png(
     return path
 
 
+@plain_text
 def save_embedding_projection_png(
     coords: object,
     labels: object,
@@ -196,6 +200,7 @@ def save_embedding_projection_png(
     return path
 
 
+@plain_text
 def save_image_grid_png(
     images: object, titles: Sequence[str], path: str | Path, columns: int = 4, title: str = ""
 ) -> Path:

@@ -14,6 +14,7 @@ from beyondlabels._internal.checks import check_bool, check_ks
 from beyondlabels._internal.convert import plain
 from beyondlabels.io import save_per_query
 from beyondlabels.io.atomic import write_json
+from beyondlabels.io.run_lock import writing
 from beyondlabels.metrics.intervals import add_confidence_intervals
 from beyondlabels.schema import OutputSchema
 
@@ -93,8 +94,10 @@ class ReportFiles:
 
     def save_per_query(self, per_query: Mapping[str, Any], schema: OutputSchema | None = None) -> str:
         """Write the per-query values beside the report; returns the file's name (the report's ``per_query_file``)."""
-        self.per_query_path = save_per_query(self.path.parent / f"{self.path.stem}.per_query.npz", per_query, schema)
-        return self.per_query_path.name
+        with writing(self.path.parent):
+            path = save_per_query(self.path.parent / f"{self.path.stem}.per_query.npz", per_query, schema)
+        self.per_query_path = path
+        return path.name
 
     def write(
         self,
@@ -104,13 +107,23 @@ class ReportFiles:
         title: str | None = None,
         figures: Callable[[Path], Any] | None = None,
     ) -> Path:
-        """Write ``report`` (with ``schema`` under ``schema``), then ``figures(path)`` (PNGs beside it) and a terminal
-        table of its scalars titled ``title`` (None: no table); returns the report's path."""
+        """Write ``figures(path)`` (PNGs beside the report), then ``report`` (with ``schema`` under ``schema``), and a
+        terminal table of its scalars titled ``title`` (None: no table); returns the report's path. The folder's lock
+        is held for the writes (:func:`beyondlabels.io.run_lock.writing`: the folder may be a training's run folder).
+
+        A figure that fails, whatever the reason (a label matplotlib cannot lay out, a full disk), is logged and listed
+        under the report's ``problems``; the report is written all the same."""
         if schema is not None:
             report["schema"] = schema.to_json()
-        write_json(self.path, report)
-        if figures is not None:
-            figures(self.path)
+        with writing(self.path.parent):
+            if figures is not None:
+                try:
+                    figures(self.path)
+                except Exception as exc:  # noqa: BLE001 - one figure never costs the report
+                    problem = f"the figures beside {self.path.name} were not drawn: {type(exc).__name__}: {exc}"
+                    log.error("%s", problem)
+                    report.setdefault("problems", []).append(problem[:2000])
+            write_json(self.path, report)
         if title is not None and schema is not None:
             from beyondlabels.reporting import print_metrics_table
 

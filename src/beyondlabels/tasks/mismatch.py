@@ -4,13 +4,13 @@ observed-vs-null histogram PNG beside it."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from beyondlabels._internal.parse import read_json
 from beyondlabels.io.pairs import load_mismatch_pairs
 from beyondlabels.tasks._common import ReportFiles, mismatch_json, profile_labels
 
@@ -46,7 +46,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     q, r = to_index(q_text), to_index(r_text)
     c = len(profiles)
     if cfg.get("counts"):
-        raw = json.loads(Path(cfg.counts).read_text(encoding="utf-8"))
+        raw = read_json(Path(cfg.counts), f"counts file {cfg.counts}", max_bytes=64 << 20)
         if not isinstance(raw, dict):
             raise ValueError(f"counts file {cfg.counts} must hold a JSON object {{class: count}}")
         unknown = [k for k in raw if k not in profiles]

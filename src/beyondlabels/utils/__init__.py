@@ -11,6 +11,7 @@ from beyondlabels.utils.run import (
     scalar_metrics,
     wandb_run_id,
 )
+from beyondlabels.utils.run_folder import RunFolderLockCallback, launched_as_rank_zero
 
 __all__ = [
     "WANDB_RUN_FILE",
@@ -23,4 +24,6 @@ __all__ = [
     "metric_value",
     "print_run_summary",
     "scalar_metrics",
+    "RunFolderLockCallback",
+    "launched_as_rank_zero",
 ]

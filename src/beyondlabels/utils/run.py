@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -13,8 +12,10 @@ from typing import Any
 import torch
 
 from beyondlabels._internal.checks import is_number
+from beyondlabels._internal.parse import read_json
 from beyondlabels.io.atomic import write_json
 from beyondlabels.io.run_files import EvaluationRun
+from beyondlabels.io.run_lock import RunFolderInUseError, writing
 from beyondlabels.io.sweeps import SEED_KEYS
 from beyondlabels.reporting.summary import (
     TABLE_FILE,
@@ -102,8 +103,9 @@ def print_run_summary(
         summary = summarize_runs(runs, output_dir, events=events, extra=extra)
     if table_file is not None and output_dir.is_dir():
         try:
-            write_summary_table(summary, output_dir / table_file)
-        except OSError as exc:  # the summary is still printed; the file is what a full disk costs
+            with writing(output_dir):  # one writer per run folder
+                write_summary_table(summary, output_dir / table_file)
+        except (OSError, RunFolderInUseError) as exc:  # the summary is still printed; the file is what it costs
             log.warning("the full table %s was not written: %s", output_dir / table_file, exc)
     print_summary(summary, console=console, full=full_table)
     return summary
@@ -133,7 +135,7 @@ def wandb_run_id(run_folder: str | os.PathLike[str]) -> str | None:
     if not file.is_file():
         return None
     try:
-        run_id = json.loads(file.read_text(encoding="utf-8")).get("id")
+        run_id = read_json(file, str(file), max_bytes=1 << 20).get("id")
     except (OSError, ValueError, AttributeError) as exc:
         log.warning("ignoring unreadable %s (%s): the run starts a new W&B run", file, exc)
         return None

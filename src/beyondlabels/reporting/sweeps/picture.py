@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from beyondlabels._internal.charts import plain_text
 from beyondlabels.io.sweeps import override_name
 from beyondlabels.reporting.tables import ARROWS
 
@@ -45,6 +46,7 @@ def _slug(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9@._-]+", "_", key)
 
 
+@plain_text
 def plot_sweep(table: Mapping[str, Any], stem: str | Path) -> list[Path]:
     """One PNG per key, ``<stem>.<key>.png`` (``/`` and other characters unsafe in a file name as ``_``): the value
     against the swept setting (a numeric axis when its values are numbers), a line per combination of the other
