@@ -14,9 +14,12 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
   ``state_key_parts()``.
 
 What the base gives a family: :meth:`EvaluationCore.unpack` (labelled batches as dicts or tuples, read with the
-family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (the trainer's precision
-plugin's ``convert_input``, then Lightning's ``move_data_to_device``), :meth:`EvaluationCore.call_module` (a module
-method in the precision plugin's forward context, as Lightning runs a step), :meth:`EvaluationCore.embed` and
+family's ``input_key`` / ``label_key`` / ``id_key``; every batch first goes through the user's ``batch_transform``),
+:meth:`EvaluationCore.to_device` (the trainer's precision plugin's ``convert_input``, then Lightning's
+``move_data_to_device``), :meth:`EvaluationCore.call_module` (a module method, by name or dotted path such as
+``"model.encode_image"``, in the precision plugin's forward context, as Lightning runs a step; options naming one are
+checked by :func:`check_method_paths` at construction and :meth:`EvaluationCore.check_methods` at setup),
+:meth:`EvaluationCore.embed` and
 :meth:`EvaluationCore.encode_texts` (call the module that way and check its ``[B, D]`` output; tokenise and embed
 strings in batches), :meth:`EvaluationCore.take_ids` (on the
 module's device), :meth:`EvaluationCore.thumbnail` / :meth:`EvaluationCore.item` (look a sample up by id in

@@ -169,8 +169,19 @@ class RetrievalEvalCore(EvaluationCore):
             distance=distance,
         )
         self._given_metric = None if metric is None else _own_copy(metric, options, num_mismatches)
-        if self._given_metric is not None:
-            options = _options_of(self._given_metric)
+        self._take_metric_options(options if self._given_metric is None else _options_of(self._given_metric))
+        self._projection_file: tuple[int, Path] | None = (
+            None  # (step, PNG) written by write_step_files for describe_media
+        )
+        self._heatmap_logged = False  # the profile similarity heatmap is the same at every evaluation: once per fit
+        self._heatmap_png: bytes | None = None
+        self.previous_suspects: torch.Tensor | None = None  # ids of the last evaluation's top audit suspects
+        super().__init__(
+            every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs
+        )
+
+    def _take_metric_options(self, options: dict[str, Any]) -> None:
+        """The metric options (the callback's, or those of the given metric) as attributes."""
         self.ks = tuple(options["ks"]) if isinstance(options["ks"], (list, tuple)) else options["ks"]
         self.chunk_size, self.precision = options["chunk_size"], options["precision"]
         self.distributed_search, self.curve_max_k = options["distributed_search"], options["curve_max_k"]
@@ -183,15 +194,6 @@ class RetrievalEvalCore(EvaluationCore):
         self.profile_gains = given_gains or _profile_gains(options["profiles"], options["profile_labels"])
         self.mismatch_trials, self.mismatch_seed = options["mismatch_trials"], options["mismatch_seed"]
         self.projection_points = options["projection_points"]
-        self._projection_file: tuple[int, Path] | None = (
-            None  # (step, PNG) written by write_step_files for describe_media
-        )
-        self._heatmap_logged = False  # the profile similarity heatmap is the same at every evaluation: once per fit
-        self._heatmap_png: bytes | None = None
-        self.previous_suspects: torch.Tensor | None = None  # ids of the last evaluation's top audit suspects
-        super().__init__(
-            every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs
-        )
 
     def build_metric(self) -> EmbeddingRetrieval:
         """The given metric (the callback's own copy), else the one the options describe, chosen where
