@@ -229,7 +229,7 @@ def test_results_do_not_depend_on_chunks_shares_or_the_fast_mode(distance):
 
     base = in_query_order(retrieval_per_query(emb, labels, ks=(1, 5), distance=distance, return_neighbors=5))
     assert torch.equal(base["query_index"], torch.arange(300))
-    for options in ({"chunk_size": 1}, {"chunk_size": 7}, {"precision": "bf16"}, {"precision": "fp16"}):
+    for options in ({"chunk_size": 3}, {"chunk_size": 7}, {"precision": "bf16"}, {"precision": "fp16"}):
         other = in_query_order(
             retrieval_per_query(emb, labels, ks=(1, 5), distance=distance, return_neighbors=5, **options)
         )
@@ -284,3 +284,32 @@ def test_bad_distance_arguments_are_named():
     bad[4, 1] = float("nan")
     with pytest.raises(ValueError, match="NaN or Inf.*rows \\[4\\]"):
         list(search_neighbors(bad, 2, distance="euclidean"))
+
+
+@pytest.mark.parametrize("data", ["gauss", "grid"])
+@pytest.mark.parametrize("depth", [10, 70])
+def test_the_symmetric_coarse_pass_equals_the_search_by_rows(data, depth):
+    """Leave-one-out Euclidean searches take their coarse pass in symmetric blocks (running lists at depth 10, the
+    candidate search at depth 70); rows whose candidates may lie deeper (the grid's many ties) are searched again by
+    rows. Neighbours and scores equal the search by rows (the same rows as a separate query set excluding
+    themselves), bitwise."""
+    g = torch.Generator().manual_seed(11)
+    emb = torch.randn(600, 16, generator=g) if data == "gauss" else torch.randint(-2, 3, (600, 5), generator=g).float()
+
+    def gathered(**options) -> tuple[torch.Tensor, torch.Tensor]:
+        idx, scores = torch.empty(600, depth, dtype=torch.long), torch.empty(600, depth)
+        for chunk in search_neighbors(emb, depth, distance="euclidean", **options):
+            idx[chunk.rows], scores[chunk.rows] = chunk.indices[:, :depth], chunk.scores[:, :depth]
+        return idx, scores
+
+    blocks = gathered()
+    by_rows = gathered(queries=emb, exclude=torch.arange(600))
+    assert torch.equal(blocks[0], by_rows[0]) and torch.equal(blocks[1], by_rows[1])
+    shares = [gathered(share=(i, 3)) for i in range(3)]  # every row is in one share; the others leave it unset
+    owner = torch.zeros(600, dtype=torch.long)
+    for i in range(3):
+        for chunk in search_neighbors(emb, depth, distance="euclidean", share=(i, 3)):
+            owner[chunk.rows] = i
+    for i, (idx, scores) in enumerate(shares):
+        mine = owner == i
+        assert torch.equal(idx[mine], blocks[0][mine]) and torch.equal(scores[mine], blocks[1][mine])

@@ -9,12 +9,15 @@ ranked. Why this is exact, the margin and the slack: ``docs/search.md`` ("Euclid
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
 from beyondlabels.functional._distances import L2Rows, times_pow2
+from beyondlabels.functional._leave_one_out import block_search
 from beyondlabels.functional._low_precision import Gallery
-from beyondlabels.functional._topk import Workspace, from_keys, mask_excluded, score_block, to_keys
+from beyondlabels.functional._topk import Workspace, from_keys, mask_excluded, score_block, to_keys, to_l2
 
 # fp32's rounding unit.
 _U = 2.0**-24
@@ -65,7 +68,7 @@ class L2Gallery:
             q_low = q.to(self.lowp)
             scores = (q_low @ self.low.g_low.T).to(torch.float32)
             eps = 1.01 * (2.0 * (self.low.margin(q, q_low).to(torch.float64) + self.gamma) + 20.0 * _U) + 2.0**-100
-        scores.mul_(2.0).sub_(self.l2.g_sq).sub_(self.q_sq[rows].unsqueeze(1))
+        to_l2(scores, self.q_sq[rows], self.l2.g_sq)
         mask_excluded(scores, excl)
         return scores, eps
 
@@ -94,6 +97,46 @@ class L2Gallery:
         top, cols = torch.topk(scores[again], wanted, dim=1, sorted=False)
         vals[again], idx[again] = self._exact_top(rows[again], cols, top, depth)
         return vals, idx
+
+    def leave_one_out(
+        self, depths: Tensor, share: tuple[int, int], chunk_size: int
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor]] | None:
+        """The leave-one-out search of share ``share`` with its coarse pass in symmetric blocks
+        (:func:`~beyondlabels.functional._leave_one_out.block_search`, half the products), each row searched
+        ``depth + max(16, depth / 8)`` deep; a row whose candidates may lie deeper is searched again by rows
+        (:meth:`search`). None when the symmetric blocks do not apply (search by rows then)."""
+        n = self.g.shape[0]
+        wide = torch.clamp(depths + torch.clamp(depths // 8, min=16), max=n - 1)
+        parts = block_search(self.g, wide, share, chunk_size, sq=self.l2.g_sq)
+        if parts is None:
+            return None
+        return self._rescored_parts(parts, depths, chunk_size)
+
+    def _rescored_parts(
+        self, parts: Iterator[tuple[Tensor, Tensor, Tensor]], depths: Tensor, chunk_size: int
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        """Each row of each part: the exact top of its coarse columns, or of a search by rows when they may miss a
+        candidate (``docs/search.md``)."""
+        n = self.g.shape[0]
+        ws = Workspace(self.g.device)
+        for rows, coarse, cols in parts:
+            d = int(depths[rows].max())
+            kth = coarse.gather(1, (depths[rows] - 1).unsqueeze(1)).squeeze(1).to(torch.float64)
+            eps = torch.full_like(kth, self.eps_fp32)
+            # every candidate is among the searched columns when the last of them is below the threshold, or when
+            # the whole gallery was searched
+            last = coarse[:, -1].to(torch.float64)
+            complete = (last < kth - _slack(kth, eps, self.rho)) | (coarse.shape[1] >= n - 1)
+            vals = torch.empty((rows.numel(), d), dtype=torch.float32, device=coarse.device)
+            idx = torch.empty((rows.numel(), d), dtype=torch.long, device=coarse.device)
+            done = torch.nonzero(complete).flatten()
+            if done.numel():
+                vals[done], idx[done] = self._exact_top(rows[done], cols[done], coarse[done], d)
+            again = torch.nonzero(~complete).flatten()
+            for start in range(0, again.numel(), chunk_size):
+                part = again[start : start + chunk_size]
+                vals[part], idx[part] = self.search(rows[part], rows[part], d, ws)
+            yield rows, vals, idx
 
     def _exact_top(self, rows: Tensor, cols: Tensor, coarse: Tensor, depth: int) -> tuple[Tensor, Tensor]:
         """The top ``depth`` of the items ``cols`` (``[c, m]``, with their coarse scores ``coarse``) of the query rows

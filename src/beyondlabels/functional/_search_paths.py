@@ -1,8 +1,8 @@
 """The search of :mod:`beyondlabels.functional.search` over prepared rows: the path each search takes.
 
-Internal. Leave-one-out fp32 searches of inner products (cosine, dot) go to the symmetric-block search
-(:mod:`beyondlabels.functional._leave_one_out`) while it applies; every other search (separate query sets, the fast
-mode, running lists too large for the budget, the Euclidean distance) goes chunk by chunk of queries
+Internal. Leave-one-out fp32 searches go to the symmetric-block search (:mod:`beyondlabels.functional._leave_one_out`;
+the Euclidean distance's coarse pass, then its exact rescoring) while it applies; every other search (separate query
+sets, the fast mode, running lists too large for the budget) goes chunk by chunk of queries
 (:func:`~beyondlabels.functional._low_precision.search_chunk`, :class:`~beyondlabels.functional._euclidean.L2Gallery`).
 """
 
@@ -95,8 +95,11 @@ def search_space(
     depths = check_depths(depth, n_queries, available(n, excl), device)
     if n_queries == 0:
         return
-    if leave_one_out and lowp is None and space.distance != "euclidean":
-        parts = block_search(gn, depths, (index, count), chunk_size)
+    if leave_one_out and lowp is None:
+        if space.distance == "euclidean":
+            parts = L2Gallery(gn, space.l2, gn, None).leave_one_out(depths, (index, count), chunk_size)
+        else:
+            parts = block_search(gn, depths, (index, count), chunk_size)
         if parts is not None:
             for rows, vals, idx in parts:
                 yield Neighbors(rows, space.user_scores(vals), idx)

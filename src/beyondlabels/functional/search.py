@@ -160,10 +160,10 @@ def search_neighbors(
     """Exact top-``depth`` search, yielded chunk by chunk (definitions in the module docstring).
 
     Without ``queries`` this is leave-one-out search: every gallery row is a query that never retrieves itself, and
-    for cosine and dot the score matrix is computed in symmetric blocks (half the products): for depths from 64 to
-    ``N / 8`` by per-row bounds and candidate lists (in runs of rows whose lists fit in 512 MB), otherwise while the
-    running top lists fit in 512 MB (``docs/search.md``); Euclidean searches go chunk by chunk of queries. Peak
-    memory is one block of scores plus, for leave-one-out, at most 512 MB of int64 keys — never ``N x N``.
+    the score matrix (Euclidean: of coarse scores) is computed in symmetric blocks (half the products): for depths
+    from 64 to ``N / 8`` by per-row bounds and candidate lists (in runs of rows whose lists fit in 512 MB), otherwise
+    while the running top lists fit in 512 MB (``docs/search.md``). Peak memory is one block of scores plus, for
+    leave-one-out, at most 512 MB of int64 keys — never ``N x N``.
 
     Args:
         gallery: Float tensor ``[N, D]``.
