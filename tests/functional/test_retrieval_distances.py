@@ -313,3 +313,28 @@ def test_the_symmetric_coarse_pass_equals_the_search_by_rows(data, depth):
     for i, (idx, scores) in enumerate(shares):
         mine = owner == i
         assert torch.equal(idx[mine], blocks[0][mine]) and torch.equal(scores[mine], blocks[1][mine])
+
+
+def test_euclidean_rows_whose_sampled_bound_is_too_high_are_searched_again(monkeypatch):
+    """The candidate search's first bounds are a guess from a sample; rows it guesses too high are searched again
+    over their whole coarse row (its Euclidean branch): the results still equal the search by rows."""
+    from beyondlabels.functional import _leave_one_out as kernel
+
+    emb = torch.randn(600, 16, generator=torch.Generator().manual_seed(5))
+    by_rows = list(search_neighbors(emb, 70, distance="euclidean", queries=emb, exclude=torch.arange(600)))
+    real = kernel._sampled_bounds
+    calls = []
+
+    def too_high(g, need, block, lo, hi, sq=None):
+        calls.append(sq is not None)
+        bound = real(g, need, block, lo, hi, sq)
+        bound[::3] = 1.0  # above every coarse score (minus a squared distance): no item reaches it
+        return bound
+
+    monkeypatch.setattr(kernel, "_sampled_bounds", too_high)
+    blocks = list(search_neighbors(emb, 70, distance="euclidean"))
+    assert calls and all(calls)  # the candidate search ran, on coarse Euclidean scores
+    for got in (by_rows, blocks):
+        order = torch.argsort(torch.cat([c.rows for c in got]))
+        got[:] = [torch.cat([c.indices[:, :70] for c in got])[order], torch.cat([c.scores[:, :70] for c in got])[order]]
+    assert torch.equal(blocks[0], by_rows[0]) and torch.equal(blocks[1], by_rows[1])
