@@ -288,29 +288,47 @@ def test_bad_distance_arguments_are_named():
 
 @pytest.mark.parametrize("data", ["gauss", "grid"])
 @pytest.mark.parametrize("depth", [10, 70])
-def test_the_symmetric_coarse_pass_equals_the_search_by_rows(data, depth):
+def test_the_symmetric_coarse_pass_equals_the_search_by_rows(data, depth, monkeypatch):
     """Leave-one-out Euclidean searches take their coarse pass in symmetric blocks (running lists at depth 10, the
-    candidate search at depth 70); rows whose candidates may lie deeper (the grid's many ties) are searched again by
-    rows. Neighbours and scores equal the search by rows (the same rows as a separate query set excluding
-    themselves), bitwise."""
+    candidate search at depth 70: 70 + 16 <= 800 / 8); rows whose candidates may lie deeper (the grid's many ties)
+    are searched again by rows. Neighbours and scores equal the search by rows (the same rows as a separate query set
+    excluding themselves), bitwise, and per share."""
+    from beyondlabels.functional import _euclidean, _leave_one_out
+
+    n = 800
     g = torch.Generator().manual_seed(11)
-    emb = torch.randn(600, 16, generator=g) if data == "gauss" else torch.randint(-2, 3, (600, 5), generator=g).float()
+    emb = torch.randn(n, 16, generator=g) if data == "gauss" else torch.randint(-2, 3, (n, 5), generator=g).float()
+    seen = {"candidates": 0, "again": 0}
+    bounds, search = _leave_one_out._sampled_bounds, _euclidean.L2Gallery.search
+
+    def counting_bounds(*args, **kwargs):
+        seen["candidates"] += 1
+        return bounds(*args, **kwargs)
+
+    def counting_search(self, rows, *args):
+        seen["again"] += rows.numel()
+        return search(self, rows, *args)
+
+    monkeypatch.setattr(_leave_one_out, "_sampled_bounds", counting_bounds)
+    monkeypatch.setattr(_euclidean.L2Gallery, "search", counting_search)
 
     def gathered(**options) -> tuple[torch.Tensor, torch.Tensor]:
-        idx, scores = torch.empty(600, depth, dtype=torch.long), torch.empty(600, depth)
+        idx, scores = torch.empty(n, depth, dtype=torch.long), torch.empty(n, depth)
         for chunk in search_neighbors(emb, depth, distance="euclidean", **options):
             idx[chunk.rows], scores[chunk.rows] = chunk.indices[:, :depth], chunk.scores[:, :depth]
         return idx, scores
 
     blocks = gathered()
-    by_rows = gathered(queries=emb, exclude=torch.arange(600))
+    assert bool(seen["candidates"]) == (depth == 70)
+    assert (seen["again"] > 0) == (data == "grid")  # only the ties need the second search
+    by_rows = gathered(queries=emb, exclude=torch.arange(n))
     assert torch.equal(blocks[0], by_rows[0]) and torch.equal(blocks[1], by_rows[1])
-    shares = [gathered(share=(i, 3)) for i in range(3)]  # every row is in one share; the others leave it unset
-    owner = torch.zeros(600, dtype=torch.long)
+    owner = torch.zeros(n, dtype=torch.long)
     for i in range(3):
         for chunk in search_neighbors(emb, depth, distance="euclidean", share=(i, 3)):
             owner[chunk.rows] = i
-    for i, (idx, scores) in enumerate(shares):
+    for i in range(3):  # every row is in one share; the others leave it unset
+        idx, scores = gathered(share=(i, 3))
         mine = owner == i
         assert torch.equal(idx[mine], blocks[0][mine]) and torch.equal(scores[mine], blocks[1][mine])
 
@@ -320,8 +338,8 @@ def test_euclidean_rows_whose_sampled_bound_is_too_high_are_searched_again(monke
     over their whole coarse row (its Euclidean branch): the results still equal the search by rows."""
     from beyondlabels.functional import _leave_one_out as kernel
 
-    emb = torch.randn(600, 16, generator=torch.Generator().manual_seed(5))
-    by_rows = list(search_neighbors(emb, 70, distance="euclidean", queries=emb, exclude=torch.arange(600)))
+    emb = torch.randn(800, 16, generator=torch.Generator().manual_seed(5))  # depth 70 + 16 <= 800 / 8: candidates
+    by_rows = list(search_neighbors(emb, 70, distance="euclidean", queries=emb, exclude=torch.arange(800)))
     real = kernel._sampled_bounds
     calls = []
 
