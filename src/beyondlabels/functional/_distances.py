@@ -195,6 +195,16 @@ def _dot_space(g: Tensor, q: Tensor | None) -> Space:
     return Space("dot", scaled(g), scaled(q), score_shift=2 * shift)
 
 
+def _exact_rows(x: Tensor, shift: int, width: int) -> Tensor:
+    """``x * 2**-shift`` in fp32, zero-padded to ``width`` columns: directly in fp32 when ``x`` converts to fp32
+    exactly and ``2**-shift`` is a normal fp32 (the same bits as through float64), else through float64."""
+    if x.dtype in (torch.float32, torch.bfloat16, torch.float16) and abs(shift) <= 126:
+        out = torch.zeros((x.shape[0], width), dtype=torch.float32, device=x.device)
+        torch.mul(x.to(torch.float32), 2.0**-shift, out=out[:, : x.shape[1]])
+        return out
+    return _blockwise(x, lambda b: times_pow2(b, -shift), width)
+
+
 def _euclidean_space(g: Tensor, q: Tensor | None) -> Space:
     """Coarse rows ``(x - mean) * 2**-e`` (norms at most 1) in fp32 with their squared norms, and the exact rows: the
     rows times ``2**-shift``, the largest entry near ``2**t`` with ``(2 * 2**t)**2 * D <= 2**126``, so that no
@@ -208,6 +218,6 @@ def _euclidean_space(g: Tensor, q: Tensor | None) -> Space:
     peak = max(float(x.abs().max()) for x in (g, q) if x is not None)
     shift = _exponent(peak) - (124 - math.ceil(math.log2(dim))) // 2 if peak > 0 else 0
     width = -(-dim // 8) * 8
-    exact = [None if x is None else _blockwise(x, lambda b: times_pow2(b, -shift), width) for x in (g, q)]
+    exact = [None if x is None else _exact_rows(x, shift, width) for x in (g, q)]
     l2 = L2Rows(sq[0], sq[1], exact[0], exact[1], shift, e)
     return Space("euclidean", coarse[0], coarse[1], l2=l2)

@@ -149,25 +149,25 @@ class L2Gallery:
     def exact_scores(self, rows: Tensor, cols: Tensor) -> Tensor:
         """fp32 ``-||q - g||`` of the query rows ``rows`` and the gallery items ``cols`` (``[c, m]``): the square root
         of the fp32 sum of the squared fp32 differences of the scaled rows (:class:`L2Rows`), scaled back (distances
-        beyond fp32's range saturate at its largest value). Pairs go in blocks of one fixed shape."""
+        beyond fp32's range saturate at its largest value). The pairs of a few rows at a time are summed in a buffer
+        of one fixed shape (rows past the pairs hold zeros or earlier pairs, and are not read)."""
         c, m = cols.shape
-        g, q = self.l2.g_exact, self.q_exact
-        pairs = self.pairs
-        q_index = rows.unsqueeze(1).expand(c, m).reshape(-1)
-        g_index = cols.reshape(-1)
-        total = g_index.numel()
-        d2 = torch.empty(-(-total // pairs) * pairs, dtype=torch.float32, device=cols.device)
-        left = torch.empty((pairs, g.shape[1]), dtype=torch.float32, device=cols.device)
-        right = torch.empty_like(left)
-        for start in range(0, total, pairs):
-            q_part, g_part = q_index[start : start + pairs], g_index[start : start + pairs]
-            if q_part.numel() < pairs:  # the last block is padded with the pair (0, 0)
-                pad = q_part.new_zeros(pairs - q_part.numel())
-                q_part, g_part = torch.cat([q_part, pad]), torch.cat([g_part, pad])
-            torch.index_select(g, 0, g_part, out=left)
-            torch.index_select(q, 0, q_part, out=right)
-            torch.sum(left.sub_(right).square_(), dim=1, out=d2[start : start + pairs])
-        distance = times_pow2(d2[:total].sqrt_().to(torch.float64), self.l2.exact_shift)
+        g, pairs = self.l2.g_exact, self.pairs
+        per_col = min(m, pairs)
+        per_row = max(1, pairs // per_col)
+        d2 = torch.empty((c, m), dtype=torch.float32, device=cols.device)
+        buffer = torch.zeros((pairs, g.shape[1]), dtype=torch.float32, device=cols.device)
+        sums = torch.empty(pairs, dtype=torch.float32, device=cols.device)
+        for r in range(0, c, per_row):
+            q = self.q_exact.index_select(0, rows[r : r + per_row]).unsqueeze(1)  # [a, 1, D]
+            for j in range(0, m, per_col):
+                sub = cols[r : r + per_row, j : j + per_col]
+                part = buffer[: sub.numel()]
+                torch.index_select(g, 0, sub.reshape(-1), out=part)
+                part.view(*sub.shape, -1).sub_(q).square_()
+                torch.sum(buffer, dim=1, out=sums)
+                d2[r : r + per_row, j : j + per_col] = sums[: sub.numel()].view(sub.shape)
+        distance = times_pow2(d2.sqrt_().to(torch.float64), self.l2.exact_shift)
         return distance.clamp_(max=_FP32_MAX).neg_().to(torch.float32).view(c, m)
 
     def coarse_units(self, scores: Tensor) -> Tensor:
