@@ -17,7 +17,7 @@ Score (``distance="cosine"``, the default)
       Ties and rounding: as for cosine (the fp32 product orders scores that differ by rounding noise).
     - ``"euclidean"``: minus the L2 distance of the rows as given (not normalised), ``-||q - g||``: each distance is
       computed from the fp32 differences of the two rows (scaled by a power of two so that neither squares nor
-      their sum overflow or underflow), their squares and sum, in blocks of one shape, so it is the same bits
+      their sum overflow or underflow), their squares and sum, in a buffer of one shape, so it is the same bits
       whatever the chunk or share, and it has no cancellation: its error is relative to the distance itself (at
       most about ``(D + 2) * 2**-24`` of the squared distance, a few units in practice), whatever the rows' norms or
       offset; it saturates at fp32's largest value. A coarse fp32 product of the rows centred on the gallery's mean
