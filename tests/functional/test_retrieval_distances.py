@@ -356,3 +356,29 @@ def test_euclidean_rows_whose_sampled_bound_is_too_high_are_searched_again(monke
         order = torch.argsort(torch.cat([c.rows for c in got]))
         got[:] = [torch.cat([c.indices[:, :70] for c in got])[order], torch.cat([c.scores[:, :70] for c in got])[order]]
     assert torch.equal(blocks[0], by_rows[0]) and torch.equal(blocks[1], by_rows[1])
+
+
+def test_a_chunk_gives_every_row_its_exact_top_at_the_chunks_depth():
+    """Queries of different depths share chunks; each row of a chunk must hold its exact top at the chunk's depth
+    (readers take prefixes, and the first relevant rank reads the whole row). Each centre here has one point at
+    radius 0.5, then 60 at radii 2 + k * 4e-5 in shuffled order: too close for the coarse scores (far from the
+    origin), far apart for the exact distances. A centre asks for depth 1 but shares a chunk of depth 40 with the
+    shell points, and must get its 40 nearest in order of k."""
+    g = torch.Generator().manual_seed(3)
+    centres = 100.0 * torch.randn(5, 8, generator=g, dtype=torch.float64)
+    rows, order = [centres], []
+    for c in range(5):
+        directions = torch.nn.functional.normalize(torch.randn(61, 8, generator=g, dtype=torch.float64), dim=1)
+        radii = torch.cat([torch.tensor([0.5]), 2.0 + 4e-5 * torch.randperm(60, generator=g).double()])
+        rows.append(centres[c] + radii.unsqueeze(1) * directions)
+        order.append(torch.argsort(radii))
+    emb = torch.cat(rows).float()
+    depth = torch.cat([torch.ones(5, dtype=torch.long), torch.full((305,), 40)])
+
+    for options in ({}, {"queries": emb, "exclude": torch.arange(310)}):  # the symmetric pass, the search by rows
+        chunks = list(search_neighbors(emb, depth, distance="euclidean", chunk_size=64, **options))
+        for chunk in chunks:
+            for i, r in enumerate(chunk.rows.tolist()):
+                if r < 5:
+                    want = 5 + 61 * r + order[r][: chunk.depth]
+                    assert chunk.depth == 40 and chunk.indices[i].tolist() == want.tolist(), (r, options.keys())

@@ -120,8 +120,8 @@ class L2Gallery:
         n = self.g.shape[0]
         ws = Workspace(self.g.device)
         for rows, coarse, cols in parts:
-            d = int(depths[rows].max())
-            kth = coarse.gather(1, (depths[rows] - 1).unsqueeze(1)).squeeze(1).to(torch.float64)
+            d = int(depths[rows].max())  # every row of the part is given its exact top d (a prefix of any deeper)
+            kth = coarse[:, d - 1].to(torch.float64)
             eps = torch.full_like(kth, self.eps_fp32)
             # every candidate is among the searched columns when the last of them is below the threshold, or when
             # the whole gallery was searched
