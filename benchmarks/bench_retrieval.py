@@ -134,23 +134,25 @@ class cached_search:
     its metric code alone (normalisation, R, per-query values, aggregation), without the search."""
 
     def __init__(self):
-        self.kernel = embedding_retrieval_metrics.__globals__  # the module namespace the kernel looks its search up in
+        from beyondlabels.functional.retrieval import _chunks
+
+        self.kernel = vars(_chunks)  # the module namespace the kernel looks its search up in
         self.cache = {}
 
     def __enter__(self):
-        real = self.real = self.kernel["search_normalized"]
+        real = self.real = self.kernel["search_space"]
 
-        def replay(gn, depth, *args):
-            key = (gn.shape, int(depth.max()) if isinstance(depth, torch.Tensor) else depth)
+        def replay(space, depth, *args):
+            key = (space.gallery.shape, int(depth.max()) if isinstance(depth, torch.Tensor) else depth)
             if key not in self.cache:
-                self.cache[key] = list(real(gn, depth, *args))
+                self.cache[key] = list(real(space, depth, *args))
             return iter(self.cache[key])
 
-        self.kernel["search_normalized"] = replay
+        self.kernel["search_space"] = replay
         return self
 
     def __exit__(self, *exc):
-        self.kernel["search_normalized"] = self.real
+        self.kernel["search_space"] = self.real
 
 
 def run_plain_torch(emb, labels, chunk=2048):
