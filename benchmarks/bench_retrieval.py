@@ -11,6 +11,14 @@ fresh subprocess per method. Threads are pinned with torch.set_num_threads / fai
                                                     # plain torch and the matrix products alone
     python benchmarks/bench_retrieval.py --deep --n 20000   # the same at a smaller size
 
+``--distances`` compares the distances on raw (not normalised) embeddings, N=20,000 unless ``--n``: ours with
+``distance="euclidean"`` against ours cosine and dot, pytorch-metric-learning's AccuracyCalculator with its default
+(faiss IndexFlatL2 on the raw embeddings; ``k="max_bin_count"``, which gives the values of its default ``k=None``
+without an N x N neighbour table) and faiss IndexFlatL2 alone (depth max R + 1, metrics from its neighbours); deep
+(R-precision, MAP@R) and shallow (``deep_metrics=False``), alternating rounds, best of ``--repeats``.
+
+    python benchmarks/bench_retrieval.py --distances
+
 ``--deep`` times, in one process and alternating between methods (best of ``--repeats``): the matrix products alone
 (the full N x N in 2,048-row chunks, and the symmetric half, N(N+1)/2 dot products, in square blocks), ours fp32
 (each query searched to depth max(R, k)), ours in shallow mode (``deep_metrics=False``: depth max(k) only, no
@@ -126,23 +134,25 @@ class cached_search:
     its metric code alone (normalisation, R, per-query values, aggregation), without the search."""
 
     def __init__(self):
-        self.kernel = embedding_retrieval_metrics.__globals__  # the module namespace the kernel looks its search up in
+        from beyondlabels.functional.retrieval import _chunks
+
+        self.kernel = vars(_chunks)  # the module namespace the kernel looks its search up in
         self.cache = {}
 
     def __enter__(self):
-        real = self.real = self.kernel["search_normalized"]
+        real = self.real = self.kernel["search_space"]
 
-        def replay(gn, depth, *args):
-            key = (gn.shape, int(depth.max()) if isinstance(depth, torch.Tensor) else depth)
+        def replay(space, depth, *args):
+            key = (space.gallery.shape, int(depth.max()) if isinstance(depth, torch.Tensor) else depth)
             if key not in self.cache:
-                self.cache[key] = list(real(gn, depth, *args))
+                self.cache[key] = list(real(space, depth, *args))
             return iter(self.cache[key])
 
-        self.kernel["search_normalized"] = replay
+        self.kernel["search_space"] = replay
         return self
 
     def __exit__(self, *exc):
-        self.kernel["search_normalized"] = self.real
+        self.kernel["search_space"] = self.real
 
 
 def run_plain_torch(emb, labels, chunk=2048):
@@ -195,6 +205,99 @@ def run_faiss(emb, labels):
     is_self[~is_self.any(1), -1] = True
     nbr = nbr[~is_self].view(len(nbr), depth - 1)
     return metrics_from_neighbors(nbr, labels)
+
+
+def make_raw_data(n: int, d: int, classes: int, noise: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Class centres + Gaussian noise, each row times a random length in [0.5, 2] (not normalised: cosine and
+    Euclidean rank differently)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, size=n)
+    centres = rng.normal(size=(classes, d)).astype(np.float32)
+    emb = centres[labels] + noise * rng.standard_normal(size=(n, d), dtype=np.float32)
+    emb *= rng.uniform(0.5, 2.0, size=(n, 1)).astype(np.float32)
+    return torch.from_numpy(emb), torch.from_numpy(labels)
+
+
+def run_faiss_l2(emb, labels):
+    import faiss
+
+    depth = int(torch.bincount(labels).max())  # max R + 1 (self)
+    index = faiss.IndexFlatL2(emb.shape[1])
+    x = emb.numpy()
+    index.add(x)
+    _, nbr = index.search(x, depth)
+    nbr = torch.from_numpy(nbr)
+    is_self = nbr == torch.arange(len(nbr))[:, None]
+    is_self[~is_self.any(1), -1] = True
+    return metrics_from_neighbors(nbr[~is_self].view(len(nbr), depth - 1), labels)
+
+
+def run_pml_default(emb, labels):
+    """AccuracyCalculator with its default knn_func (FaissKNN: IndexFlatL2 on the embeddings as given)."""
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    calc = AccuracyCalculator(
+        include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+        k="max_bin_count",
+        device=torch.device("cpu"),
+    )
+    res = calc.get_accuracy(emb, labels)
+    return {
+        "precision@1": res["precision_at_1"],
+        "r_precision": res["r_precision"],
+        "map@r": res["mean_average_precision_at_r"],
+    }
+
+
+def run_distance(emb, labels, distance, deep=True):
+    m = embedding_retrieval_metrics(emb, labels, ks=KS, distance=distance, deep_metrics=deep)
+    return {k: float(m[k]) for k in KEYS if k in m}
+
+
+def distance_comparison(args) -> None:
+    """The ``--distances`` section (see the module docstring)."""
+    emb, labels = make_raw_data(args.n, args.d, args.classes, args.noise)
+    methods = {
+        "ours euclidean (deep)": lambda: run_distance(emb, labels, "euclidean"),
+        "ours cosine (deep)": lambda: run_distance(emb, labels, "cosine"),
+        "ours dot (deep)": lambda: run_distance(emb, labels, "dot"),
+        "ours euclidean (shallow)": lambda: run_distance(emb, labels, "euclidean", deep=False),
+        "ours cosine (shallow)": lambda: run_distance(emb, labels, "cosine", deep=False),
+        "pml AccuracyCalculator (default L2)": lambda: run_pml_default(emb, labels),
+        "faiss IndexFlatL2 (depth max R + 1)": lambda: run_faiss_l2(emb, labels),
+    }
+    w_emb, w_labels = make_raw_data(1_000, args.d, 10, args.noise, seed=1)
+    for distance in ("euclidean", "cosine", "dot"):  # warm-up, not timed
+        run_distance(w_emb, w_labels, distance)
+    run_pml_default(w_emb, w_labels)
+    load = os.getloadavg()
+    r = torch.bincount(labels)[labels] - 1
+    print(
+        f"# raw data: N={args.n} D={args.d} C={args.classes}, centres + noise {args.noise}, rows x U[0.5, 2]; "
+        f"R median/max = {int(r.median())}/{int(r.max())}; threads={args.threads}; load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (cores: {os.cpu_count()})"
+    )
+    best = dict.fromkeys(methods, float("inf"))
+    values: dict[str, dict[str, float]] = {}
+    for _ in range(args.repeats):  # rounds alternate between the methods, so load drifts hit them alike
+        for name, fn in methods.items():
+            t, values[name] = timed(fn, 1)
+            best[name] = min(best[name], t)
+    ref = values["ours euclidean (deep)"]
+    base = best["ours euclidean (deep)"]
+    print(f"{'method':<38} {'seconds':>8} {'vs ours L2':>11} {'max |delta| vs ours L2':>23}  values")
+    for name, t in best.items():
+        vals = values[name]
+        same = [k for k in vals if k in ref]
+        diff = f"{max(abs(vals[k] - ref[k]) for k in same):.1e}" if "cosine" not in name and "dot" not in name else "-"
+        shown = " ".join(f"{k}={v:.4f}" for k, v in vals.items())
+        print(f"{name:<38} {t:>8.2f} {t / base:>10.2f}x {diff:>23}  {shown}")
+    print(
+        f"euclidean / cosine: deep {base / best['ours cosine (deep)']:.2f}x, shallow "
+        f"{best['ours euclidean (shallow)'] / best['ours cosine (shallow)']:.2f}x; pml / ours euclidean (deep): "
+        f"{best['pml AccuracyCalculator (default L2)'] / base:.2f}x; faiss L2 / ours euclidean (deep): "
+        f"{best['faiss IndexFlatL2 (depth max R + 1)'] / base:.2f}x"
+    )
 
 
 def run_pml(emb, labels):
@@ -408,6 +511,11 @@ def main() -> None:
     )
     p.add_argument("--centre-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--no-faiss", action="store_true", help="--deep: leave faiss out")
+    p.add_argument(
+        "--distances",
+        action="store_true",
+        help="raw embeddings: distance='euclidean' against cosine, dot, pytorch-metric-learning and faiss IndexFlatL2",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -415,6 +523,10 @@ def main() -> None:
         args.classes, args.noise, args.centre_scale = 40, 1.0, 0.15
     if args.child:
         child(args)
+        return
+    if args.distances:
+        set_threads(args.threads)
+        distance_comparison(args)
         return
     if args.deep:
         if "--n" not in sys.argv:

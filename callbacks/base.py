@@ -14,9 +14,12 @@ What a family implements (see :class:`~beyondlabels.callbacks.RetrievalEvalCallb
   ``state_key_parts()``.
 
 What the base gives a family: :meth:`EvaluationCore.unpack` (labelled batches as dicts or tuples, read with the
-family's ``input_key`` / ``label_key`` / ``id_key``), :meth:`EvaluationCore.to_device` (the trainer's precision
-plugin's ``convert_input``, then Lightning's ``move_data_to_device``), :meth:`EvaluationCore.call_module` (a module
-method in the precision plugin's forward context, as Lightning runs a step), :meth:`EvaluationCore.embed` and
+family's ``input_key`` / ``label_key`` / ``id_key``; every batch first goes through the user's ``batch_transform``),
+:meth:`EvaluationCore.to_device` (the trainer's precision plugin's ``convert_input``, then Lightning's
+``move_data_to_device``), :meth:`EvaluationCore.call_module` (a module method, by name or dotted path such as
+``"model.encode_image"``, in the precision plugin's forward context, as Lightning runs a step; options naming one are
+checked by :func:`check_method_paths` at construction and :meth:`EvaluationCore.check_methods` at setup),
+:meth:`EvaluationCore.embed` and
 :meth:`EvaluationCore.encode_texts` (call the module that way and check its ``[B, D]`` output; tokenise and embed
 strings in batches), :meth:`EvaluationCore.take_ids` (on the
 module's device), :meth:`EvaluationCore.thumbnail` / :meth:`EvaluationCore.item` (look a sample up by id in
@@ -106,6 +109,7 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from beyondlabels._internal.checks import check_int, check_optional_positive_int, check_positive_int, check_text
 from beyondlabels.callbacks._folder_lock import close_files, hold_folder, release_folder
+from beyondlabels.callbacks._module_paths import check_method_path, resolve_method
 from beyondlabels.callbacks._sinks import media_sinks
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia, dataset_item, thumbnail
@@ -126,7 +130,15 @@ from beyondlabels.schema import KeySpec, OutputSchema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVAL_SECONDS", "EvaluationCore", "Trainer", "LightningModule", "check_names", "shard_loader"]
+__all__ = [
+    "EVAL_SECONDS",
+    "EvaluationCore",
+    "Trainer",
+    "LightningModule",
+    "check_method_paths",
+    "check_names",
+    "shard_loader",
+]
 
 # Logged with every evaluation: its wall time in seconds, files and media included (rank 0's, on every rank).
 EVAL_SECONDS = "eval_seconds"
@@ -141,11 +153,31 @@ LightningModule = Any
 
 
 def check_names(**values: Any) -> None:
-    """Raise a ``ValueError`` naming the first argument that is not a non-empty string (a method name, a batch key).
+    """Raise a ``ValueError`` naming the first argument that is not a non-empty string (a batch key, a name).
     A name given as ``None`` is allowed only for arguments listed in ``optional=(...)``."""
     optional = values.pop("optional", ())
     for name, value in values.items():
         check_text(value, name, optional=name in optional)
+
+
+def check_method_paths(**values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a module method's name or dotted path
+    (``"encode_image"``, ``"model.encode_image"``, ``"clip.visual"``; checked on the module at setup by
+    :meth:`EvaluationCore.check_methods`). ``None`` is allowed only for arguments listed in ``optional=(...)``."""
+    optional = values.pop("optional", ())
+    for name, value in values.items():
+        check_method_path(value, name, optional=name in optional)
+
+
+def _check_batch_transform(batch_transform: Any) -> None:
+    if batch_transform is None or callable(batch_transform):
+        return
+    if not isinstance(batch_transform, str):
+        raise ValueError(
+            "`batch_transform` must be a callable (batch -> batch; in Hydra a `_target_` with `_partial_: true`), the "
+            f"name or dotted path of a LightningModule method, or None, got {batch_transform!r}."
+        )
+    check_method_path(batch_transform, "batch_transform")
 
 
 def _check_evaluation_options(
@@ -285,6 +317,11 @@ class EvaluationCore:
             (False). They are logged, stored in the history and drawn as bands in ``confidence_intervals.png``.
         bootstrap_rounds: Resamples of those intervals.
         ci_seed: Seed of those intervals (the same on every rank).
+        batch_transform: Turns each evaluation batch, as the loader yields it, into the batch the family reads
+            (before the precision plugin's conversion, the move to the module's device and the family's reading of
+            its keys), on every rank: a callable ``batch -> batch`` (in Hydra a ``_target_`` with ``_partial_:
+            true``), or the name or dotted path of a LightningModule method called with the batch (checked at
+            setup). None: batches as they come. Not saved in checkpoints (a lambda is fine).
     """
 
     def __init__(
@@ -308,6 +345,7 @@ class EvaluationCore:
         confidence_intervals: bool | Sequence[str] = True,
         bootstrap_rounds: int = 2000,
         ci_seed: int = 11,
+        batch_transform: Callable[[Any], Any] | str | None = None,
     ) -> None:
         super().__init__()
         every_n_epochs = _check_evaluation_options(
@@ -324,6 +362,8 @@ class EvaluationCore:
             ci_seed,
         )
         _check_loader_options(dataloader, dataloader_idx, test_dataloader)
+        _check_batch_transform(batch_transform)
+        self.batch_transform = batch_transform
         self.every_n_epochs = every_n_epochs
         self.every_n_steps = every_n_steps
         self.dataloader = dataloader
@@ -435,7 +475,18 @@ class EvaluationCore:
         return {}
 
     def check_module(self, pl_module: LightningModule) -> None:
-        """Raise at setup when the module lacks what :meth:`feed` calls."""
+        """Raise at setup when the module lacks what :meth:`feed` calls (a family lists its method options with
+        :meth:`check_methods`)."""
+
+    def check_methods(self, pl_module: LightningModule, **roles: str) -> None:
+        """Raise an ``AttributeError`` when an option of this callback that names a module method (``option=role``,
+        the role saying what the method does, e.g. ``encode_method="returns embeddings [B, D]"``) names nothing
+        callable on ``pl_module``: the message names the option, the missing part of the path and what to set. An
+        option set to None is skipped."""
+        for option, role in roles.items():
+            path = getattr(self, option)
+            if path is not None:
+                resolve_method(pl_module, path, option, type(self).__name__, role)
 
     # ---- Lightning plumbing ----------------------------------------------------------------------------------------
     callback_name = "EvaluationCallback"  # the name a Trainer gets it under (in error messages)
@@ -468,6 +519,8 @@ class EvaluationCore:
         self._last_media = None
         self._said, self._logged, self._clashes, self._pending = set(), {}, set(), None
         self.check_module(pl_module)
+        if isinstance(self.batch_transform, str):
+            self.check_methods(pl_module, batch_transform="turns an evaluation batch into the batch this family reads")
         self._check_monitors(trainer)
         self._train_epoch_fallback = False
         if stage != "fit":
@@ -1082,9 +1135,19 @@ class EvaluationCore:
         try:
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 for batch in self._batches(trainer, loader, stage):
-                    self.feed(pl_module, batch)
+                    self.feed(pl_module, self.transform_batch(pl_module, batch))
         finally:
             pl_module.train(was_training)
+
+    def transform_batch(self, pl_module: LightningModule, batch: Any) -> Any:
+        """``batch`` as the family reads it: through ``batch_transform`` (a callable, or a module method by name or
+        dotted path), or as it is."""
+        transform = self.batch_transform
+        if transform is None:
+            return batch
+        if isinstance(transform, str):
+            transform = resolve_method(pl_module, transform, "batch_transform", type(self).__name__, "turns batches")
+        return transform(batch)
 
     def unpack(self, batch: Any) -> tuple[Any, Any, Any]:
         """``(inputs, labels, ids or None)`` of a batch of labelled inputs: a dict (read with the family's
@@ -1128,10 +1191,17 @@ class EvaluationCore:
         with plugin.forward_context() if plugin is not None else contextlib.nullcontext():
             yield
 
+    def module_method(self, pl_module: LightningModule, method: str) -> Callable[..., Any]:
+        """The callable ``method`` names on ``pl_module``: a method name or a dotted path (``"model.encode_image"``,
+        ``"clip.visual"``)."""
+        return resolve_method(pl_module, method, "method", type(self).__name__, "the family calls")
+
     def call_module(self, pl_module: LightningModule, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``pl_module.<method>(*args, **kwargs)`` inside :meth:`module_context`."""
+        """``pl_module.<method>(*args, **kwargs)`` inside :meth:`module_context` (``method``: a name or a dotted path,
+        :meth:`module_method`)."""
+        call = self.module_method(pl_module, method)
         with self.module_context():
-            return getattr(pl_module, method)(*args, **kwargs)
+            return call(*args, **kwargs)
 
     def encode_texts(
         self,
@@ -1143,15 +1213,17 @@ class EvaluationCore:
     ) -> torch.Tensor:
         """The float32 embeddings ``[M, D]`` of ``M`` strings: ``pl_module.<tokenizer>(chunk)`` (when set) and
         ``pl_module.<text_method>(...)`` over chunks of ``batch_size`` strings (all at once when None), in
-        :meth:`module_context`."""
+        :meth:`module_context` (both names or dotted paths, :meth:`module_method`)."""
         texts = list(texts)
         step = batch_size or max(len(texts), 1)
+        tokenize = self.module_method(pl_module, tokenizer) if tokenizer else None
+        encode = self.module_method(pl_module, text_method)
         parts = []
         for start in range(0, len(texts), step):
             chunk = texts[start : start + step]
             with self.module_context():
-                tokens = getattr(pl_module, tokenizer)(chunk) if tokenizer else chunk
-                emb = getattr(pl_module, text_method)(self.to_device(tokens, pl_module))
+                tokens = tokenize(chunk) if tokenize is not None else chunk
+                emb = encode(self.to_device(tokens, pl_module))
             if not isinstance(emb, torch.Tensor) or emb.dim() != 2 or emb.shape[0] != len(chunk):
                 got = getattr(emb, "shape", type(emb).__name__)
                 raise TypeError(f"{text_method}() must return a [M, D] tensor for M={len(chunk)} texts, got {got}")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels._internal.checks import check_int_at_least
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_method_paths, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.metrics import CrossModalRetrieval
 
@@ -31,15 +31,25 @@ class CrossModalEvalCore(EvaluationCore):
     position, or the dataset index under DDP), and ``batch[caption_key]`` one entry per image: a caption string, or a
     list of caption strings (COCO / Flickr: 5 per image; a dataset returning lists needs a ``collate_fn`` that keeps
     one list per image, since PyTorch's default collation transposes them). Caption ``j`` of image ``i`` gets the
-    text id ``i * max_captions_per_image + j``.
+    text id ``i * max_captions_per_image + j``. Tuples ``(images, captions)`` or ``(images, captions, ids)`` are read
+    the same way.
+
+    Pre-tokenised captions (a CLIP trainer's ``(image, tokens)`` batches): when the captions entry is a tensor (e.g.
+    token ids ``[B, L]``) or a mapping of tensors (a Hugging Face tokenizer's output), it goes to ``text_method`` as
+    it is (on the module's device; ``tokenizer`` is not used), one caption per image, paired with the images by
+    position: text ``i`` is the caption of image ``i``. The worst-miss table then has no caption text, unless the
+    evaluation dataset's items hold caption strings. A batch of another shape goes through ``batch_transform`` first
+    (:class:`~beyondlabels.callbacks.base.EvaluationCore`).
 
     Args:
-        image_method: LightningModule method mapping images to embeddings ``[B, D]``.
-        text_method: LightningModule method mapping captions to embeddings ``[M, D]`` in the same space; it gets a
-            list of strings, or with ``tokenizer`` the tokens.
-        tokenizer: Optional name of a LightningModule attribute that maps a list of strings to the tokens
-            ``text_method`` takes (e.g. ``"tokenizer"`` for a plain open_clip model); None: ``text_method`` takes
-            strings.
+        image_method: LightningModule method mapping images to embeddings ``[B, D]``: its name, or a dotted path to a
+            submodule's method or to a submodule (``"model.encode_image"``, ``"clip.visual"``).
+        text_method: LightningModule method mapping captions to embeddings ``[M, D]`` in the same space (a name or a
+            dotted path); it gets a list of strings, with ``tokenizer`` the tokens, or the batch's pre-tokenised
+            captions as they are.
+        tokenizer: Optional LightningModule attribute (a name or a dotted path) that maps a list of strings to the
+            tokens ``text_method`` takes (e.g. ``"tokenizer"`` for a plain open_clip model); None: ``text_method``
+            takes strings.
         image_key: Batch key of the images.
         caption_key: Batch key of the captions.
         id_key: Batch key of the image ids.
@@ -82,15 +92,10 @@ class CrossModalEvalCore(EvaluationCore):
         prefix: str = "crossmodal",
         **kwargs: Any,
     ) -> None:
-        check_names(
-            image_method=image_method,
-            text_method=text_method,
-            tokenizer=tokenizer,
-            image_key=image_key,
-            caption_key=caption_key,
-            id_key=id_key,
-            optional=("tokenizer",),
+        check_method_paths(
+            image_method=image_method, text_method=text_method, tokenizer=tokenizer, optional=("tokenizer",)
         )
+        check_names(image_key=image_key, caption_key=caption_key, id_key=id_key)
         check_int_at_least(max_captions_per_image, "max_captions_per_image", 1)
         check_int_at_least(num_misses, "num_misses", 0)
         self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
@@ -121,17 +126,12 @@ class CrossModalEvalCore(EvaluationCore):
         return {"image_method": self.image_method, "text_method": self.text_method}
 
     def check_module(self, pl_module: LightningModule) -> None:
-        for option, name in (
-            ("image_method", self.image_method),
-            ("text_method", self.text_method),
-            ("tokenizer", self.tokenizer),
-        ):
-            if name is not None and not callable(getattr(pl_module, name, None)):
-                raise AttributeError(
-                    f"{type(pl_module).__name__} has no callable {name!r}; set CrossModalEvalCallback({option}=...) to "
-                    "the module's "
-                    + ("tokenizer attribute" if option == "tokenizer" else "method that returns embeddings")
-                )
+        self.check_methods(
+            pl_module,
+            image_method="returns image embeddings [B, D]",
+            text_method="returns text embeddings [M, D]",
+            tokenizer="maps a list of strings to the tokens text_method takes",
+        )
 
     def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._captions = {}
@@ -167,23 +167,61 @@ class CrossModalEvalCore(EvaluationCore):
             out.append(texts)
         return out
 
+    def _read(self, batch: Any) -> tuple[Any, Any, Any]:
+        """``(images, captions, ids or None)`` of a dict batch or an ``(images, captions[, ids])`` tuple."""
+        if isinstance(batch, dict):
+            missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
+            if missing:
+                raise KeyError(
+                    f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / "
+                    "caption_key, or batch_transform= to make such dicts of your batches."
+                )
+            return batch[self.image_key], batch[self.caption_key], batch.get(self.id_key)
+        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
+            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
+        described = f"a {type(batch).__name__}" + (
+            f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else ""
+        )
+        raise TypeError(
+            f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and "
+            f"{self.id_key!r}) or (images, captions) / (images, captions, ids) tuples; got {described}. Set "
+            "batch_transform= to turn your batches into one of these."
+        )
+
+    @staticmethod
+    def _pretokenised(captions: Any) -> bool:
+        """Whether the captions entry holds tokens (a tensor, or a mapping of tensors) rather than strings."""
+        if isinstance(captions, torch.Tensor):
+            return True
+        return (
+            isinstance(captions, Mapping)
+            and bool(captions)
+            and all(isinstance(v, torch.Tensor) for v in captions.values())
+        )
+
+    def _feed_tokens(
+        self, pl_module: LightningModule, tokens: Any, image_emb: torch.Tensor, image_ids: torch.Tensor
+    ) -> None:
+        """Pre-tokenised captions, one per image, paired with the images by position (text ``i`` of image ``i``)."""
+        text_emb = self.embed(pl_module, self.text_method, self.to_device(tokens, pl_module))
+        if text_emb.shape[0] != image_emb.shape[0]:
+            raise ValueError(
+                f"{self.text_method}() returned {text_emb.shape[0]} embeddings for the pre-tokenised captions of "
+                f"{image_emb.shape[0]} images; pre-tokenised captions are paired with the images by position (one "
+                "per image). Give caption strings (lists for several per image) to pair them otherwise."
+            )
+        self.metric.update(image_emb, image_ids, text_emb, image_ids, image_ids * self.max_captions_per_image)
+
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
-        if not isinstance(batch, dict):
-            raise TypeError(
-                f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and "
-                f"{self.id_key!r}); got {type(batch).__name__}"
-            )
-        missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
-        if missing:
-            raise KeyError(
-                f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / "
-                "caption_key."
-            )
-        images = self.to_device(batch[self.image_key], pl_module)
+        images, captions, given_ids = self._read(batch)
+        images = self.to_device(images, pl_module)
         image_emb = self.embed(pl_module, self.image_method, images)
         batch_size = image_emb.shape[0]
-        image_ids = self.take_ids(batch_size, batch.get(self.id_key))
-        lists = self._caption_lists(batch[self.caption_key], batch_size)
+        image_ids = self.take_ids(batch_size, given_ids)
+        if self._pretokenised(captions):
+            self._feed_tokens(pl_module, captions, image_emb, image_ids)
+            return
+        lists = self._caption_lists(captions, batch_size)
         texts = [t for texts in lists for t in texts]
         owner = torch.tensor(
             [i for i, texts in enumerate(lists) for _ in texts], dtype=torch.long, device=pl_module.device
@@ -246,12 +284,15 @@ class CrossModalEvalCore(EvaluationCore):
         if text_id in self._captions:  # seen on this rank
             return self._captions[text_id]
         item = self.item(text_id // self.max_captions_per_image)
-        if not isinstance(item, dict):
-            return None
-        captions = item.get(self.caption_key)
-        captions = [captions] if isinstance(captions, str) else list(captions or [])
+        if isinstance(item, dict):
+            captions = item.get(self.caption_key)
+        else:  # a tuple item (image, captions, ...)
+            captions = item[1] if item is not None and len(item) > 1 else None
+        captions = [captions] if isinstance(captions, str) else captions
+        if not isinstance(captions, (list, tuple)) or not all(isinstance(c, str) for c in captions):
+            return None  # pre-tokenised, or no captions
         slot = text_id % self.max_captions_per_image
-        return str(captions[slot]) if slot < len(captions) else None
+        return captions[slot] if slot < len(captions) else None
 
     def _thumbnail(self, image_id: int) -> torch.Tensor | None:
         return self.thumbnail(image_id, self.image_key)

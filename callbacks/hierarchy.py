@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels._internal.checks import check_int_at_least
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_method_paths, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.hierarchy import check_abstention_precision, per_class_means
 from beyondlabels.io.taxonomy_files import load_node_texts, load_taxonomy
@@ -53,8 +53,9 @@ class HierarchyEvalCore(EvaluationCore):
             ``{root, parent}`` mapping).
         taxonomy_root: evaluate within the subtree under this node (``"vehicle.n.01"`` of ``"wordnet"``).
         source: ``"labels"`` or ``"text"``.
-        predict_method: module method returning class indices or node names (``source="labels"``).
-        text_method: module method returning answers (``source="text"``).
+        predict_method: module method returning class indices or node names (``source="labels"``): a name, or a dotted
+            path to a submodule's method or to a submodule (``"model.classify"``).
+        text_method: module method returning answers (``source="text"``; a name or a dotted path).
         class_names: node name of every class index, in label order (default: the datamodule's ``class_names``).
         include_root: count the root in ancestor sets.
         abstention_precision: the precision of a prediction at the root (default 0: an abstention earns nothing).
@@ -119,13 +120,8 @@ class HierarchyEvalCore(EvaluationCore):
         self.abstention_precision = check_abstention_precision(abstention_precision)
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
-        check_names(
-            predict_method=predict_method,
-            text_method=text_method,
-            input_key=input_key,
-            label_key=label_key,
-            id_key=id_key,
-        )
+        check_method_paths(predict_method=predict_method, text_method=text_method)
+        check_names(input_key=input_key, label_key=label_key, id_key=id_key)
         check_int_at_least(num_examples, "num_examples", 0)
         self.source = source
         self.predict_method, self.text_method = predict_method, text_method
@@ -172,13 +168,10 @@ class HierarchyEvalCore(EvaluationCore):
         return {"source": self.source, "method": method}
 
     def check_module(self, pl_module: LightningModule) -> None:
-        method = self.predict_method if self.source == "labels" else self.text_method
-        if not callable(getattr(pl_module, method, None)):
-            option = "predict_method" if self.source == "labels" else "text_method"
-            raise AttributeError(
-                f"{type(pl_module).__name__} has no method {method!r}; set HierarchyEvalCallback({option}=...) to the "
-                f"method that returns {'class indices' if self.source == 'labels' else 'free-text answers'}"
-            )
+        if self.source == "labels":
+            self.check_methods(pl_module, predict_method="returns class indices")
+        else:
+            self.check_methods(pl_module, text_method="returns free-text answers")
         if self.source == "text" and self.encoder == "module" and not callable(getattr(pl_module, "encode_text", None)):
             raise AttributeError(
                 f"{type(pl_module).__name__} has no encode_text method for encoder='module'; set "

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from beyondlabels._internal.checks import check_int_at_least
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
+from beyondlabels._internal.checks import check_distance, check_int_at_least
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_method_paths, check_names
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.audit import AuditSettings, suspect_overlap
@@ -31,7 +31,8 @@ class RetrievalEvalCore(EvaluationCore):
     :class:`~beyondlabels.metrics.EmbeddingRetrieval` on every rank. Every scalar is logged as ``<prefix>/<name>``
     (e.g. ``retrieval/precision@1``) at the trainer's global step; on rank 0 every logger with media (W&B, TensorBoard,
     MLflow) and the ``media/`` folder also get the precision@k curve and a table of the most confident label mismatches
-    (query and retrieved thumbnails, labels, cosine). Schedule, loader sharding, failures, files and resume:
+    (query and retrieved thumbnails, labels, and the pair's ``cosine``, or its ``distance`` / ``dot`` under
+    ``distance``). Schedule, loader sharding, failures, files and resume:
     :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Batches: dicts (read with ``input_key``, ``label_key`` and ``id_key``; without an ``id_key`` entry the sample
@@ -40,7 +41,8 @@ class RetrievalEvalCore(EvaluationCore):
     evaluation rebuilds the loader with a non-shuffling sampler) and its position in the evaluation order otherwise.
 
     Args:
-        encode_method: Name of the LightningModule method mapping inputs to embeddings ``[B, D]``.
+        encode_method: The LightningModule method mapping inputs to embeddings ``[B, D]``: its name, or a dotted path
+            to a submodule's method or to a submodule (``"model.encode_image"``, ``"backbone"``: its ``forward``).
         input_key: Batch key of the inputs (dict batches).
         label_key: Batch key of the labels.
         id_key: Batch key of the global sample ids.
@@ -54,6 +56,9 @@ class RetrievalEvalCore(EvaluationCore):
             evaluation) against the whole gallery, for galleries too large to search whole; standard errors are
             logged beside the means (``<key>_se``).
         query_seed: The seed of that sample.
+        distance: Passed to the metric: how neighbours are ranked, ``"cosine"`` (default), ``"euclidean"`` (ascending
+            L2 distance of the raw embeddings, as pytorch-metric-learning's ``AccuracyCalculator`` by default) or
+            ``"dot"`` (descending inner product); not with ``audit``, whose thresholds are cosines.
         deep_metrics: Passed to the metric: False skips ``r_precision``, ``map@r`` and the first-relevant ranks
             (shallow mode: each query is searched only to ``max(ks)``, much faster when classes are large).
         num_mismatches: Rows of the worst-mismatch table (0 turns it off).
@@ -129,6 +134,7 @@ class RetrievalEvalCore(EvaluationCore):
         deep_metrics: bool = True,
         audit: Any = None,
         metric: EmbeddingRetrieval | None = None,
+        distance: str = "cosine",
         *,
         every_n_epochs: int | None = None,
         every_n_steps: int | None = None,
@@ -138,7 +144,8 @@ class RetrievalEvalCore(EvaluationCore):
     ) -> None:
         check_int_at_least(num_mismatches, "num_mismatches", 0)
         check_int_at_least(projection_points, "projection_points", 0, hint="0 turns the projection off")
-        check_names(encode_method=encode_method, input_key=input_key, label_key=label_key, id_key=id_key)
+        check_method_paths(encode_method=encode_method)
+        check_names(input_key=input_key, label_key=label_key, id_key=id_key)
         self.encode_method = encode_method
         self.input_key, self.label_key, self.id_key = input_key, label_key, id_key
         self.num_mismatches = num_mismatches
@@ -159,21 +166,10 @@ class RetrievalEvalCore(EvaluationCore):
             mismatch_trials=mismatch_trials,
             mismatch_seed=mismatch_seed,
             projection_points=projection_points,
+            distance=distance,
         )
         self._given_metric = None if metric is None else _own_copy(metric, options, num_mismatches)
-        if self._given_metric is not None:
-            options = _options_of(self._given_metric)
-        self.ks = tuple(options["ks"]) if isinstance(options["ks"], (list, tuple)) else options["ks"]
-        self.chunk_size, self.precision = options["chunk_size"], options["precision"]
-        self.distributed_search, self.curve_max_k = options["distributed_search"], options["curve_max_k"]
-        self.graded = tuple(options["graded"])
-        self.max_queries, self.query_seed = options["max_queries"], options["query_seed"]
-        self.deep_metrics = options["deep_metrics"]
-        self.audit = AuditSettings.of(options["audit"])
-        given_gains = options.get("profile_gains")
-        self.profile_gains = given_gains or _profile_gains(options["profiles"], options["profile_labels"])
-        self.mismatch_trials, self.mismatch_seed = options["mismatch_trials"], options["mismatch_seed"]
-        self.projection_points = options["projection_points"]
+        self._take_metric_options(options if self._given_metric is None else _options_of(self._given_metric))
         self._projection_file: tuple[int, Path] | None = (
             None  # (step, PNG) written by write_step_files for describe_media
         )
@@ -183,6 +179,21 @@ class RetrievalEvalCore(EvaluationCore):
         super().__init__(
             every_n_epochs=every_n_epochs, every_n_steps=every_n_steps, dataloader=dataloader, prefix=prefix, **kwargs
         )
+
+    def _take_metric_options(self, options: dict[str, Any]) -> None:
+        """The metric options (the callback's, or those of the given metric) as attributes."""
+        self.ks = tuple(options["ks"]) if isinstance(options["ks"], (list, tuple)) else options["ks"]
+        self.chunk_size, self.precision = options["chunk_size"], options["precision"]
+        self.distributed_search, self.curve_max_k = options["distributed_search"], options["curve_max_k"]
+        self.graded = tuple(options["graded"])
+        self.max_queries, self.query_seed = options["max_queries"], options["query_seed"]
+        self.deep_metrics = options["deep_metrics"]
+        self.distance = check_distance(options["distance"])
+        self.audit = AuditSettings.of(options["audit"])
+        given_gains = options.get("profile_gains")
+        self.profile_gains = given_gains or _profile_gains(options["profiles"], options["profile_labels"])
+        self.mismatch_trials, self.mismatch_seed = options["mismatch_trials"], options["mismatch_seed"]
+        self.projection_points = options["projection_points"]
 
     def build_metric(self) -> EmbeddingRetrieval:
         """The given metric (the callback's own copy), else the one the options describe, chosen where
@@ -205,6 +216,7 @@ class RetrievalEvalCore(EvaluationCore):
             distributed_search=self.distributed_search,
             deep_metrics=self.deep_metrics,
             audit=self.audit,
+            distance=self.distance,
         )
 
     def after_compute(self, results: dict[str, Any]) -> dict[str, Any]:
@@ -235,21 +247,21 @@ class RetrievalEvalCore(EvaluationCore):
 
     @classmethod
     def examples(cls) -> list[dict[str, Any]]:
-        return [{}, {"encode_method": "encode_text"}]
+        return [{}, {"encode_method": "encode_text"}, {"distance": "euclidean"}]
 
     def state_key_parts(self) -> dict[str, Any]:
-        return {"encode_method": self.encode_method}
+        # the default distance is left out: the checkpoints of earlier versions keep their key
+        return {
+            "encode_method": self.encode_method,
+            **({"distance": self.distance} if self.distance != "cosine" else {}),
+        }
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         self._heatmap_logged, self._heatmap_png = False, None  # a new fit may log to new logger runs
 
     def check_module(self, pl_module: LightningModule) -> None:
-        if not callable(getattr(pl_module, self.encode_method, None)):
-            raise AttributeError(
-                f"{type(pl_module).__name__} has no method {self.encode_method!r}; set "
-                f"RetrievalEvalCallback(encode_method=...) to the method that returns embeddings"
-            )
+        self.check_methods(pl_module, encode_method="returns embeddings [B, D]")
 
     def feed(self, pl_module: LightningModule, batch: Any) -> None:
         inputs, labels, given_ids = self.to_device(self.unpack(batch), pl_module)
@@ -264,7 +276,7 @@ class RetrievalEvalCore(EvaluationCore):
                 "query_label",
                 "retrieved_image",
                 "retrieved_label",
-                "cosine",
+                self._score_column,
                 "query_id",
                 "retrieved_id",
             ]
@@ -396,8 +408,14 @@ class RetrievalEvalCore(EvaluationCore):
             return str(names[label])
         return results.get("label_names", {}).get(label, str(label))
 
+    @property
+    def _score_column(self) -> str:
+        """The mismatch table's column of the pair's score: ``cosine``, ``dot``, or ``distance`` (Euclidean)."""
+        return "distance" if self.distance == "euclidean" else self.distance
+
     def _mismatch_rows(self, trainer: Trainer, results: dict[str, Any]) -> list[dict[str, Any]]:
-        """The most confident wrong top-1 neighbours, with thumbnails looked up by id in the dataset."""
+        """The most confident wrong top-1 neighbours (the nearest first), with thumbnails looked up by id in the
+        dataset."""
         per_query, neighbors = results["per_query"], results["neighbors"]
         query_ids, query_labels = per_query["query_id"], per_query["label"]
         wrong = (neighbors["labels"][:, 0] != query_labels).nonzero().flatten()
@@ -412,7 +430,8 @@ class RetrievalEvalCore(EvaluationCore):
                     "query_label": self._label_name(trainer, results, int(query_labels[q])),
                     "retrieved_id": nid,
                     "retrieved_label": self._label_name(trainer, results, int(neighbors["labels"][q, 0])),
-                    "cosine": float(scores[q, 0]),
+                    # Euclidean scores are minus the distances
+                    self._score_column: float(scores[q, 0]) * (-1.0 if self.distance == "euclidean" else 1.0),
                     "query_image": self.thumbnail(qid),
                     "retrieved_image": self.thumbnail(nid),
                 }
@@ -452,6 +471,7 @@ _METRIC_OPTIONS = {
     "mismatch_trials": 10_000,
     "mismatch_seed": 0,
     "projection_points": 5000,
+    "distance": "cosine",
 }
 
 
@@ -502,4 +522,5 @@ def _options_of(metric: EmbeddingRetrieval) -> dict[str, Any]:
         "mismatch_trials": metric.num_trials if mismatch else 10_000,
         "mismatch_seed": metric.seed if mismatch else 0,
         "projection_points": metric.projection_points if mismatch else 0,
+        "distance": metric.distance,
     }

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from beyondlabels._internal.checks import check_int_at_least, check_positive_int
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_method_paths
 from beyondlabels.callbacks.files import EvaluationFiles
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.io.atomic import write_json
@@ -90,7 +90,8 @@ class RPrecisionCore(EvaluationCore):
         prompts: The prompt pool: a list of strings, or the name of a datamodule / module attribute holding one.
         num_prompts: Prompts per evaluation (at least ``num_candidates``).
         prompt_seed: Seed of the prompt choice.
-        generate_method: Name of the module method ``(list[str]) -> images in [0, 1]``.
+        generate_method: The module method ``(list[str]) -> images in [0, 1]``: a name, or a dotted path to a
+            submodule's method or to a submodule (``"pipeline.generate"``).
         batch_size: Prompts generated per call.
         num_table_rows: Rows of the media table (0: none).
         prefix: Namespace of the logged keys.
@@ -144,7 +145,7 @@ class RPrecisionCore(EvaluationCore):
         check_positive_int(num_prompts, "num_prompts")
         check_positive_int(batch_size, "batch_size")
         check_int_at_least(num_table_rows, "num_table_rows", 0)
-        check_names(generate_method=generate_method)
+        check_method_paths(generate_method=generate_method)
         self.evaluator = evaluator
         self.prompts = prompts if isinstance(prompts, str) else list(prompts)
         self.num_prompts, self.prompt_seed = num_prompts, prompt_seed
@@ -215,11 +216,7 @@ class RPrecisionCore(EvaluationCore):
         )
 
     def check_module(self, pl_module: LightningModule) -> None:
-        if not callable(getattr(pl_module, self.generate_method, None)):
-            raise AttributeError(
-                f"{type(pl_module).__name__} has no method {self.generate_method!r}(prompts) -> images; set "
-                "generate_method."
-            )
+        self.check_methods(pl_module, generate_method="maps a list of prompts to images [B, 3, H, W] in [0, 1]")
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels._internal.checks import check_positive_int
-from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_names
+from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_method_paths, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.zeroshot import (
     check_class_names,
@@ -57,9 +57,11 @@ class ZeroShotEvalCore(EvaluationCore):
             the module's) attribute named ``class_names_from`` at every evaluation.
         class_names_from: That attribute's name (the demo's ``class_phrases`` are its class names as words).
         templates: Prompt templates with one ``{}`` for the class name, e.g. ``["a photo of a {}."]``.
-        image_method: LightningModule method mapping images to embeddings ``[B, D]``.
-        text_method: LightningModule method mapping prompts (strings, or with ``tokenizer`` tokens) to ``[M, D]``.
-        tokenizer: Optional name of a LightningModule attribute mapping a list of strings to the tokens
+        image_method: LightningModule method mapping images to embeddings ``[B, D]``: its name, or a dotted path to a
+            submodule's method or to a submodule (``"model.encode_image"``, ``"clip.visual"``).
+        text_method: LightningModule method (a name or a dotted path) mapping prompts (strings, or with ``tokenizer``
+            tokens) to ``[M, D]``.
+        tokenizer: Optional LightningModule attribute (a name or a dotted path) mapping a list of strings to the tokens
             ``text_method`` takes; None: ``text_method`` takes strings.
         text_batch_size: Prompts encoded per call.
         input_key: Batch key of the images; tuple batches ``(images, labels)`` / ``(images, labels, ids)`` work too.
@@ -106,16 +108,10 @@ class ZeroShotEvalCore(EvaluationCore):
     ) -> None:
         self.class_names = None if class_names is None else check_class_names(list(class_names))
         self.templates = check_templates(list(templates) if not isinstance(templates, str) else templates)
-        check_names(
-            class_names_from=class_names_from,
-            image_method=image_method,
-            text_method=text_method,
-            tokenizer=tokenizer,
-            input_key=input_key,
-            label_key=label_key,
-            id_key=id_key,
-            optional=("tokenizer",),
+        check_method_paths(
+            image_method=image_method, text_method=text_method, tokenizer=tokenizer, optional=("tokenizer",)
         )
+        check_names(class_names_from=class_names_from, input_key=input_key, label_key=label_key, id_key=id_key)
         check_positive_int(text_batch_size, "text_batch_size")
         self.class_names_from = class_names_from
         self.image_method, self.text_method, self.tokenizer = image_method, text_method, tokenizer
@@ -172,15 +168,12 @@ class ZeroShotEvalCore(EvaluationCore):
         )
 
     def check_module(self, pl_module: LightningModule) -> None:
-        for option, name in (
-            ("image_method", self.image_method),
-            ("text_method", self.text_method),
-            ("tokenizer", self.tokenizer),
-        ):
-            if name is not None and not callable(getattr(pl_module, name, None)):
-                raise AttributeError(
-                    f"{type(pl_module).__name__} has no callable {name!r}; set ZeroShotEvalCallback({option}=...)"
-                )
+        self.check_methods(
+            pl_module,
+            image_method="returns image embeddings [B, D]",
+            text_method="returns text embeddings [M, D]",
+            tokenizer="maps a list of strings to the tokens text_method takes",
+        )
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)

@@ -1,5 +1,6 @@
 """Run the cross-modal, zero-shot, hierarchy and profile (retrieval with mismatch) callbacks in one fit under
-Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump each callback's history per rank.
+Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump each callback's history per rank; a retrieval callback
+reads batches whose keys only its ``batch_transform`` gives (strict: a rank that skipped it would fail).
 
 Usage: python ddp_families_script.py OUT_JSON DEVICES
 The evaluation set has 37 items: over 2 ranks DistributedSampler pads it to 38 by repeating one item, which every
@@ -51,6 +52,11 @@ class Encoder(DualEncoder):
         return self.encode_image(images)[:, : len(CLASS_NAMES)].argmax(dim=1)
 
 
+def renamed(batch: dict) -> dict:
+    """The batch under the keys the ``renamed`` callback reads."""
+    return {"pixels": batch["image"], "cls": batch["label"], "id": batch["id"]}
+
+
 def main() -> None:
     out, devices = Path(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)
@@ -70,6 +76,16 @@ def main() -> None:
             mismatch_trials=300,
             projection_points=20,
             num_mismatches=3,
+            **options,
+        ),
+        "renamed": RetrievalEvalCallback(
+            ks=(1, 3),
+            input_key="pixels",
+            label_key="cls",
+            batch_transform=renamed,
+            distance="euclidean",
+            num_mismatches=0,
+            prefix="renamed",
             **options,
         ),
     }

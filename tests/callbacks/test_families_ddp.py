@@ -1,5 +1,6 @@
 """World size 1 and 2 (gloo DDP through the Trainer) give identical numbers for the cross-modal, zero-shot, hierarchy
-and profile callbacks (the retrieval family's own test: test_retrieval_callback_ddp.py)."""
+and profile callbacks, and for a Euclidean retrieval callback whose batches its batch_transform makes on every rank
+(the retrieval family's own test: test_retrieval_callback_ddp.py)."""
 
 from __future__ import annotations
 

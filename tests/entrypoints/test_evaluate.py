@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
@@ -225,6 +226,31 @@ def test_curve_max_k_null_means_max_k(tmp_path: Path):
     bad = _cfg(tmp_path, f"input={tmp_path / 'emb.npz'}", f"output={tmp_path / 'r.json'}", "eval.curve_max_k=2.5")
     with pytest.raises(ValueError, match="eval.curve_max_k"):
         tasks.retrieval.run(bad)
+
+
+def test_retrieval_task_takes_a_distance(tmp_path: Path):
+    """``eval.distance=euclidean`` ranks by L2 distance of the raw embeddings: the report equals
+    pytorch-metric-learning's AccuracyCalculator with its default (faiss IndexFlatL2) on the saved embeddings."""
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    x, cls = _clusters(n=48, classes=4)
+    x = x * np.linspace(0.2, 3.0, 48, dtype=np.float32)[:, None]  # rows of different lengths
+    path = _save(tmp_path, embeddings=x, labels=cls)
+    report = tasks.retrieval.run(
+        _cfg(tmp_path, f"input={path}", f"output={tmp_path / 'l2.json'}", "eval.distance=euclidean")
+    )
+    calc = AccuracyCalculator(
+        include=("precision_at_1", "r_precision", "mean_average_precision_at_r"), device=torch.device("cpu")
+    )
+    pml = calc.get_accuracy(torch.from_numpy(x), torch.from_numpy(cls))
+    assert report["precision@1"] == pytest.approx(pml["precision_at_1"], abs=1e-12)
+    assert report["r_precision"] == pytest.approx(pml["r_precision"], abs=1e-12)
+    assert report["map@r"] == pytest.approx(pml["mean_average_precision_at_r"], abs=1e-12)
+    assert report["settings"]["distance"] == "euclidean"
+    cosine = tasks.retrieval.run(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'cos.json'}"))
+    assert cosine["settings"]["distance"] == "cosine" and cosine["map@r"] != pytest.approx(report["map@r"], abs=1e-3)
+    with pytest.raises(ValueError, match="`distance` must be one of"):
+        tasks.retrieval.run(_cfg(tmp_path, f"input={path}", f"output={tmp_path / 'x.json'}", "eval.distance=l1"))
 
 
 @pytest.mark.parametrize("offset", [3, -1])

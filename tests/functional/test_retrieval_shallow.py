@@ -155,13 +155,13 @@ def test_matches_the_numpy_oracle(gallery):
 def test_the_search_goes_only_to_depth_k(gallery, monkeypatch):
     emb, labels = gallery
     seen = []
-    search = SEARCH["search_normalized"]
+    search = SEARCH["search_space"]
 
-    def spy(gn, depth, *args):
+    def spy(space, depth, *args):
         seen.append(int(depth.max()) if isinstance(depth, torch.Tensor) else int(depth))
-        return search(gn, depth, *args)
+        return search(space, depth, *args)
 
-    monkeypatch.setitem(SEARCH, "search_normalized", spy)
+    monkeypatch.setitem(SEARCH, "search_space", spy)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5), curve_max_k=9, deep_metrics=False)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5), return_neighbors=11, deep_metrics=False)
     embedding_retrieval_metrics(emb, labels, ks=(1, 5))

@@ -111,8 +111,8 @@ def test_rows_whose_bound_is_too_high_are_searched_again(ties, spy, monkeypatch)
     searched = []
     real_chunk = kernel.search_chunk
 
-    def too_high(g_, need, block, lo, hi):
-        bound = real(g_, need, block, lo, hi)
+    def too_high(g_, need, block, lo, hi, sq=None):
+        bound = real(g_, need, block, lo, hi, sq)
         bound[::3] = 2.0  # above every cosine: no item survives, the row must be searched again
         bound[1::3] += 0.05  # a guess that is often above the row's depth-th score
         return bound

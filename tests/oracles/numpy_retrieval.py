@@ -1,7 +1,8 @@
 """Brute-force numpy reference for leave-one-out embedding retrieval metrics.
 
-Written from the definitions, not from the kernel: float64 cosine scores, one plain loop per query, a full
-argsort of the whole gallery under the order (descending score, ascending gallery index).
+Written from the definitions, not from the kernel: float64 scores (cosine of the normalised rows; with ``distance``
+the inner product of the rows as given, or minus their Euclidean distance), one plain loop per query, a full argsort
+of the whole gallery under the order (descending score, ascending gallery index).
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def ranked_gallery(query: np.ndarray, gallery: np.ndarray, excluded: int | None) -> tuple[np.ndarray, np.ndarray]:
+def ranked_gallery(
+    query: np.ndarray, gallery: np.ndarray, excluded: int | None, distance: str = "cosine"
+) -> tuple[np.ndarray, np.ndarray]:
     """Gallery indices of one query ranked best first, and their scores (excluded item removed)."""
-    scores = gallery @ query
+    if distance == "euclidean":
+        scores = -np.sqrt(((gallery - query) ** 2).sum(axis=1))
+    else:
+        scores = gallery @ query
     index = np.arange(len(gallery))
     keep = index != (-1 if excluded is None else excluded)
     scores, index = scores[keep], index[keep]
@@ -32,20 +38,23 @@ def retrieval_metrics(
     query_embeddings=None,
     query_labels=None,
     excluded=None,
+    distance="cosine",
 ) -> dict:
     """Reference metrics.
 
     ``excluded[q]`` is the gallery index removed for query q (or -1); in leave-one-out mode (no
-    ``query_embeddings``) it defaults to q itself.
+    ``query_embeddings``) it defaults to q itself. ``distance``: ``"cosine"``, ``"dot"`` or ``"euclidean"`` (the rows
+    as given, in float64).
     """
-    gallery = _unit(embeddings)
+    rows = _unit if distance == "cosine" else (lambda x: np.asarray(x, dtype=np.float64))
+    gallery = rows(embeddings)
     g_labels = np.asarray(labels)
     if query_embeddings is None:
         queries, q_labels = gallery, g_labels
         if excluded is None:
             excluded = np.arange(len(gallery))
     else:
-        queries, q_labels = _unit(query_embeddings), np.asarray(query_labels)
+        queries, q_labels = rows(query_embeddings), np.asarray(query_labels)
         if excluded is None:
             excluded = -np.ones(len(queries), dtype=int)
     ks = sorted(set(ks))
@@ -55,7 +64,7 @@ def retrieval_metrics(
     lone = 0
     for q in range(len(queries)):
         ex = int(excluded[q])
-        ranked, _ = ranked_gallery(queries[q], gallery, None if ex < 0 else ex)
+        ranked, _ = ranked_gallery(queries[q], gallery, None if ex < 0 else ex, distance)
         rel = (g_labels[ranked] == q_labels[q]).astype(np.float64)
         big_r = int(rel.sum())
         if big_r == 0:

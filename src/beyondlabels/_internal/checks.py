@@ -31,6 +31,8 @@ from torch import Tensor
 
 # Search precisions: the name a user passes and the low-precision dtype it searches in (None: exact fp32 only).
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Search distances (beyondlabels.functional.search): cosine similarity, Euclidean (L2) distance, inner product.
+DISTANCES = ("cosine", "euclidean", "dot")
 
 
 def _must(name: str, what: str, hint: str | None, value: object) -> ValueError:
@@ -199,6 +201,16 @@ def check_choice(
 def check_precision(precision: object) -> torch.dtype | None:
     """The low-precision dtype of a search precision name (None: exact fp32 only)."""
     return PRECISIONS[check_choice(precision, "precision", sorted(PRECISIONS))]
+
+
+def check_distance(distance: object, name: str = "distance") -> str:
+    """A search distance: ``"cosine"`` (the default everywhere), ``"euclidean"`` or ``"dot"``.
+
+    Examples:
+        >>> check_distance("euclidean")
+        'euclidean'
+    """
+    return check_choice(distance, name, DISTANCES, hint="how neighbours are ranked")
 
 
 def check_ks(ks: object, name: str = "ks") -> tuple[int, ...]:

@@ -11,6 +11,9 @@ gives. Two ways keep the top of each row:
   items reaching them, compacted when full; rows whose guess was too high are searched again.
 
 :func:`block_search` chooses between them. The derivations (exactness, budgets, shares) are in ``docs/search.md``.
+With ``sq`` (the rows' squared norms) every block is turned into the Euclidean coarse scores ``2 q.g - |g|^2 - |q|^2``
+(:func:`~beyondlabels.functional._topk.to_l2`), symmetric as the products are: the coarse pass of the Euclidean
+search (:mod:`beyondlabels.functional._euclidean`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,16 @@ from torch import Tensor
 
 from beyondlabels.functional import _select
 from beyondlabels.functional._low_precision import Gallery, search_chunk
-from beyondlabels.functional._topk import Workspace, flat_keys, from_keys, score_block, to_keys, topk_keys
+from beyondlabels.functional._topk import (
+    Workspace,
+    exact_topk,
+    flat_keys,
+    from_keys,
+    score_block,
+    to_keys,
+    to_l2,
+    topk_keys,
+)
 
 # A chunk of searched rows: their positions, scores and gallery indices (the fields of `Neighbors`).
 Part = tuple[Tensor, Tensor, Tensor]
@@ -46,10 +58,13 @@ _COMPACTION_ROWS = 512
 _LOWEST_KEY = torch.iinfo(torch.int64).min
 
 
-def block_search(gn: Tensor, depths: Tensor, share: tuple[int, int], chunk_size: int) -> Iterator[Part] | None:
-    """The leave-one-out search of the rows of share ``share = (i, n)`` of the unit rows ``gn``, each row ``r`` at
-    least ``depths[r]`` deep, in chunks of ``chunk_size`` rows in ascending order of depth; None when the running top
-    lists would not fit the budget and the depths do not suit the candidate search (search in row chunks then).
+def block_search(
+    gn: Tensor, depths: Tensor, share: tuple[int, int], chunk_size: int, sq: Tensor | None = None
+) -> Iterator[Part] | None:
+    """The leave-one-out search of the rows of share ``share = (i, n)`` of the unit rows ``gn`` (with ``sq``: of the
+    Euclidean coarse scores of the rows ``gn``), each row ``r`` at least ``depths[r]`` deep, in chunks of
+    ``chunk_size`` rows in ascending order of depth; None when the running top lists would not fit the budget and the
+    depths do not suit the candidate search (search in row chunks then).
 
     Shares are whole runs of blocks. The path is chosen from every share's size, so all shares take the same one.
     """
@@ -60,14 +75,14 @@ def block_search(gn: Tensor, depths: Tensor, share: tuple[int, int], chunk_size:
     bounds = [min(n, (i * n_blocks // count) * block) for i in range(count + 1)]
     deepest = int(depths.max())
     if _CANDIDATE_MIN_DEPTH <= deepest and _CANDIDATE_DEPTH_RATIO * deepest <= n:
-        return _candidate_runs(gn, depths, block, bounds[index], bounds[index + 1], chunk_size)
+        return _candidate_runs(gn, depths, block, bounds[index], bounds[index + 1], chunk_size, sq)
     fits = all(
         (bounds[i + 1] - bounds[i]) * int(depths[bounds[i] : bounds[i + 1]].max()) * 8 <= _BUFFER_BYTES
         for i in range(count)
         if bounds[i + 1] > bounds[i]
     )
     if fits:
-        return _running_lists(gn, depths, block, bounds[index], bounds[index + 1], chunk_size)
+        return _running_lists(gn, depths, block, bounds[index], bounds[index + 1], chunk_size, sq)
     return None
 
 
@@ -85,7 +100,7 @@ def _symmetric_block(n: int, chunk_size: int) -> int:
 
 
 def _symmetric_blocks(
-    g: Tensor, block: int, lo: int, hi: int, ws: Workspace
+    g: Tensor, block: int, lo: int, hi: int, ws: Workspace, sq: Tensor | None = None
 ) -> Iterator[tuple[int, int, int, int, bool, bool, Tensor]]:
     """The score blocks ``(a, b)``, ``a <= b``, of ``g @ g.T`` (diagonal at -inf) that touch rows ``lo:hi``, each
     computed once: ``(a, a_end, b, b_end, a_owned, b_owned, scores)``, where ``a_owned`` says the rows of block ``a``
@@ -101,6 +116,8 @@ def _symmetric_blocks(
             if not (a_owned or b_owned):
                 continue
             scores = score_block(g[a:a_end], g[b:b_end], ws)
+            if sq is not None:
+                to_l2(scores, sq[a:a_end], sq[b:b_end])
             if a == b:
                 scores.fill_diagonal_(float("-inf"))
             yield a, a_end, b, b_end, a_owned, b_owned, scores
@@ -111,11 +128,13 @@ def _symmetric_blocks(
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _running_lists(gn: Tensor, depths: Tensor, block: int, lo: int, hi: int, chunk_size: int) -> Iterator[Part]:
+def _running_lists(
+    gn: Tensor, depths: Tensor, block: int, lo: int, hi: int, chunk_size: int, sq: Tensor | None = None
+) -> Iterator[Part]:
     """Rows ``lo:hi`` searched by `_leave_one_out_topk`, in chunks in ascending order of depth."""
     if hi <= lo:
         return
-    vals, idx = _leave_one_out_topk(gn, int(depths[lo:hi].max()), block, lo, hi)
+    vals, idx = _leave_one_out_topk(gn, int(depths[lo:hi].max()), block, lo, hi, sq)
     order = torch.argsort(depths[lo:hi], stable=True)
     for start in range(0, hi - lo, chunk_size):
         local = order[start : start + chunk_size]
@@ -123,7 +142,9 @@ def _running_lists(gn: Tensor, depths: Tensor, block: int, lo: int, hi: int, chu
         yield local + lo, vals[local, :d], idx[local, :d]
 
 
-def _leave_one_out_topk(g: Tensor, depth: int, block: int, lo: int, hi: int) -> tuple[Tensor, Tensor]:
+def _leave_one_out_topk(
+    g: Tensor, depth: int, block: int, lo: int, hi: int, sq: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Exact top ``depth`` of rows ``lo:hi`` of ``g @ g.T`` with the diagonal excluded, each block pair computed once.
 
     Block ``(a, b)`` updates the rows of ``a`` and, transposed, those of ``b`` that lie inside ``lo:hi`` (both
@@ -137,7 +158,7 @@ def _leave_one_out_topk(g: Tensor, depth: int, block: int, lo: int, hi: int) -> 
         rows = slice(start - lo, stop - lo)
         best[rows] = topk_keys(scores, depth, col0, transposed, best[rows], ws)
 
-    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):
+    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws, sq):
         if a_owned:
             merge(a, a_end, scores, b, False)
         if b_owned:
@@ -150,12 +171,14 @@ def _leave_one_out_topk(g: Tensor, depth: int, block: int, lo: int, hi: int) -> 
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _candidate_runs(gn: Tensor, depths: Tensor, block: int, lo: int, hi: int, chunk_size: int) -> Iterator[Part]:
+def _candidate_runs(
+    gn: Tensor, depths: Tensor, block: int, lo: int, hi: int, chunk_size: int, sq: Tensor | None = None
+) -> Iterator[Part]:
     """Rows ``lo:hi`` searched by `_leave_one_out_candidates`, in runs of blocks whose buffers fit the budget."""
     run = block * max(1, _BUFFER_BYTES // (_candidate_cap(int(depths.max())) * 8 * block))
     for start in range(lo, hi, run):
         stop = min(start + run, hi)
-        yield from _leave_one_out_candidates(gn, depths[start:stop], block, start, stop, chunk_size)
+        yield from _leave_one_out_candidates(gn, depths[start:stop], block, start, stop, chunk_size, sq)
 
 
 def _candidate_cap(depth: int, rows: int = 0) -> int:
@@ -173,7 +196,7 @@ def _candidate_strides(need: Tensor, stride: int) -> Tensor:
     return (torch.ceil(per + _CANDIDATE_SIGMAS * torch.sqrt(per)) + 1).to(torch.long)
 
 
-def _sampled_bounds(g: Tensor, need: Tensor, block: int, lo: int, hi: int) -> Tensor:
+def _sampled_bounds(g: Tensor, need: Tensor, block: int, lo: int, hi: int, sq: Tensor | None = None) -> Tensor:
     """Lower-bound guesses ``L`` for rows ``lo:hi``: the k-th largest score over the columns ``0, s, 2s, ...``.
 
     ``k`` (`_candidate_strides`) makes it likely that at least ``need`` items of the whole row score ``>= L``. Only a
@@ -193,6 +216,8 @@ def _sampled_bounds(g: Tensor, need: Tensor, block: int, lo: int, hi: int) -> Te
         if not bool(usable.any()):
             continue
         scores = score_block(g[a:a_end], sample)
+        if sq is not None:
+            to_l2(scores, sq[a:a_end], sq[::s])
         rows = torch.arange(a, a_end, device=g.device)
         own = torch.nonzero(rows % s == 0).flatten()
         scores[own, rows[own] // s] = float("-inf")
@@ -203,7 +228,7 @@ def _sampled_bounds(g: Tensor, need: Tensor, block: int, lo: int, hi: int) -> Te
 
 
 def _leave_one_out_candidates(
-    g: Tensor, depths: Tensor, block: int, lo: int, hi: int, chunk_size: int
+    g: Tensor, depths: Tensor, block: int, lo: int, hi: int, chunk_size: int, sq: Tensor | None = None
 ) -> Iterator[Part]:
     """Exact top ``need[r]`` of rows ``lo:hi`` of ``g @ g.T`` (diagonal excluded) by bounds and candidate lists.
 
@@ -216,11 +241,11 @@ def _leave_one_out_candidates(
     device = g.device
     order, need = _chunk_depths(depths, chunk_size)
     depth = int(need.max())
-    bound = _sampled_bounds(g, need, block, lo, hi)
+    bound = _sampled_bounds(g, need, block, lo, hi, sq)
     _select.release_free_memory(device)
     buffers = _CandidateBuffers(hi - lo, depth, _candidate_cap(depth, hi - lo), bound)
-    _collect_candidates(g, block, lo, hi, buffers)
-    _search_short_rows(g, buffers, need, lo, chunk_size)
+    _collect_candidates(g, block, lo, hi, buffers, sq)
+    _search_short_rows(g, buffers, need, lo, chunk_size, sq)
     for start in range(0, hi - lo, chunk_size):
         local = order[start : start + chunk_size]
         vals, idx = buffers.top(local, int(need[local].max()))
@@ -324,12 +349,14 @@ class _CandidateBuffers:
         return from_keys(_select.sort_rows_descending(self.buf.index_select(0, rows), in_place=True)[:, :d])
 
 
-def _collect_candidates(g: Tensor, block: int, lo: int, hi: int, buffers: _CandidateBuffers) -> None:
+def _collect_candidates(
+    g: Tensor, block: int, lo: int, hi: int, buffers: _CandidateBuffers, sq: Tensor | None = None
+) -> None:
     """One pass over the symmetric blocks touching rows ``lo:hi``: every row's items reaching its bound go to its
     buffer."""
     ws = Workspace(g.device)
     bound = buffers.bound
-    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws):
+    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws, sq):
         # One read of the block finds the entries reaching the bound of their row (rows of block a) and those
         # reaching the bound of their column (rows of block b).
         reaching_a, reaching_b = _select.flat_reaching(
@@ -342,7 +369,9 @@ def _collect_candidates(g: Tensor, block: int, lo: int, hi: int, buffers: _Candi
             buffers.add_columns(reaching_b, nb, a, b - lo, b_end - b)
 
 
-def _search_short_rows(g: Tensor, buffers: _CandidateBuffers, need: Tensor, lo: int, chunk_size: int) -> None:
+def _search_short_rows(
+    g: Tensor, buffers: _CandidateBuffers, need: Tensor, lo: int, chunk_size: int, sq: Tensor | None = None
+) -> None:
     """Rows whose guessed bound was too high (never compacted, fewer than ``need`` items), searched again against
     the whole gallery, all together; their buffer then holds exactly their top keys."""
     short = torch.nonzero(~buffers.compacted & (buffers.fill < need)).flatten()
@@ -350,6 +379,11 @@ def _search_short_rows(g: Tensor, buffers: _CandidateBuffers, need: Tensor, lo: 
     for start in range(0, short.numel(), chunk_size):
         rows = short[start : start + chunk_size]
         d = int(need[rows].max())
-        vals, idx = search_chunk(gal, g[lo + rows], lo + rows, d)
+        if sq is None:
+            vals, idx = search_chunk(gal, g[lo + rows], lo + rows, d)
+        else:
+            scores = to_l2(score_block(g[lo + rows], g), sq[lo + rows], sq)
+            scores[torch.arange(rows.numel(), device=g.device), lo + rows] = float("-inf")
+            vals, idx = exact_topk(scores, d)
         buffers.buf[rows] = _LOWEST_KEY
         buffers.buf[rows, :d] = to_keys(vals, idx)

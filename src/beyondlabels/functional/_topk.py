@@ -37,6 +37,14 @@ def score_block(q: Tensor, g: Tensor, ws: Workspace | None = None) -> Tensor:
     return out
 
 
+def to_l2(scores: Tensor, row_sq: Tensor, col_sq: Tensor) -> Tensor:
+    """``scores`` (a block of products ``q.g``, overwritten) as the Euclidean coarse scores ``2 q.g - |g|^2 - |q|^2``
+    (rows' squared norms ``row_sq``, columns' ``col_sq``): minus the squared distances, up to rounding; the same
+    operations in every path, so one error bound holds (``docs/search.md``)."""
+    torch.add(col_sq.neg(), scores, alpha=2.0, out=scores)  # fl(2 q.g - |g|^2): doubling is exact, one rounding
+    return scores.sub_(row_sq.unsqueeze(1))
+
+
 class Workspace:
     """Buffers reused across the blocks of one search.
 

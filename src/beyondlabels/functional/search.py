@@ -1,15 +1,29 @@
-"""Exact cosine nearest-neighbour search over an embedding gallery: the one search every metric family uses.
+"""Exact nearest-neighbour search over an embedding gallery: the one search every metric family uses.
 
 Pure torch: tensors in, tensors out, on the device of the inputs. No torchmetrics, no Lightning. The derivations
 behind the leave-one-out block search and the low-precision fast mode are in ``docs/search.md``.
 
 Definitions (stated once here; every function of the package refers to them):
 
-Score
+Score (``distance="cosine"``, the default)
     The cosine similarity of two rows: the fp32 matrix product of the rows after each was L2-normalised once in fp32
     (:func:`normalize_rows`, which is scale free: a row of 1e20 or 1e-30 keeps its direction). Rows must be finite
     and non-zero. Products are never thinner than 16 rows or columns, so a pair gets the same fp32 score whatever
-    the chunk size or candidate set.
+    the chunk size or candidate set. The families that take a ``distance`` (the embedding retrieval) also rank by:
+
+    - ``"dot"``: the inner product of the rows as given: the fp32 matrix product, computed on the rows scaled by one
+      power of two when one is longer than 1 (exact unless an entry falls below fp32's normal range, 2**-126 times
+      the longest row's scale) and scaled back, saturating at fp32's largest finite value. Zero rows are allowed.
+      Ties and rounding: as for cosine (the fp32 product orders scores that differ by rounding noise).
+    - ``"euclidean"``: minus the L2 distance of the rows as given (not normalised), ``-||q - g||``: each distance is
+      computed from the fp32 differences of the two rows (scaled by a power of two so that neither squares nor
+      their sum overflow or underflow), their squares and sum, in a buffer of one shape, so it is the same bits
+      whatever the chunk or share, and it has no cancellation: its error is relative to the distance itself (at
+      most about ``(D + 2) * 2**-24`` of the squared distance, a few units in practice), whatever the rows' norms or
+      offset; it saturates at fp32's largest value. A coarse fp32 product of the rows centred on the gallery's mean
+      and scaled to norms at most 1 only selects the candidates, within a proven margin (``docs/search.md``). Ties:
+      items at *equal computed fp32 distances* (exact duplicates always) are ranked by ascending gallery index;
+      distances closer than the error above are ranked as computed. Zero rows are allowed.
 
 Exclusion
     ``exclude[q]`` is a gallery index that query ``q`` never retrieves (``-1``: none). :func:`exclusion_index` builds it
@@ -36,8 +50,9 @@ Shares
 
 Precision
     ``"fp32"`` (default) is exact. ``"bf16"`` / ``"fp16"`` search a low-precision copy first and rescore the
-    candidates within a proven error margin in fp32: rankings, scores and metric values equal the fp32 search.
-    It pays off only where low-precision products are much faster than fp32 (GPUs) and candidates are few.
+    candidates within a proven error margin in fp32 (Euclidean: exactly, as above): rankings, scores and metric
+    values equal the fp32 search. It pays off only where low-precision products are much faster than fp32 (GPUs)
+    and candidates are few.
 """
 
 from __future__ import annotations
@@ -48,20 +63,16 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import (
-    check_embeddings,
+    check_distance,
     check_int_vector,
     check_positive_int,
     check_precision,
     check_share,
 )
-from beyondlabels.functional._search_paths import Neighbors, available, search_normalized
+from beyondlabels.functional._distances import Space, prepare_space, unit_rows
+from beyondlabels.functional._search_paths import Neighbors, available, search_normalized, search_space
 
 __all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
-
-
-# Below this fp32 norm the squares of a row's entries may fall into fp32's subnormal range (they lose bits, or become
-# 0): such rows, and rows whose fp32 norm overflows, are normalised from a rescaled copy instead.
-_TINY_NORM = 2.0**-40
 
 
 def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
@@ -89,29 +100,7 @@ def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
                 [0.6000, 0.8000],
                 [0.6000, 0.8000]])
     """
-    x = check_embeddings(x, name)
-    finite = torch.isfinite(x).all(dim=1)
-    if not bool(finite.all()):
-        bad = torch.nonzero(~finite).flatten()[:5].tolist()
-        raise ValueError(f"`{name}` contains NaN or Inf values (rows {bad}...); remove or fix those rows.")
-    x32 = x.to(torch.float32)
-    norms = torch.linalg.vector_norm(x32, dim=1, keepdim=True)
-    out = x32 / norms
-    risky = (~torch.isfinite(norms) | (norms < _TINY_NORM)).squeeze(1)
-    if bool(risky.any()):
-        rows = torch.nonzero(risky).squeeze(1)
-        wide = x[rows].to(torch.float64)
-        peak = wide.abs().amax(dim=1, keepdim=True)
-        zero = peak.squeeze(1) == 0
-        if bool(zero.any()):
-            bad = rows[zero][:5].tolist()
-            raise ValueError(
-                f"`{name}` has all-zero rows (rows {bad}...), which have no direction and cannot be normalised; "
-                "drop them before evaluation."
-            )
-        wide = wide / peak
-        out[rows] = (wide / torch.linalg.vector_norm(wide, dim=1, keepdim=True)).to(torch.float32)
-    return out
+    return unit_rows(x, name)
 
 
 def exclusion_index(
@@ -166,14 +155,15 @@ def search_neighbors(
     chunk_size: int = 1024,
     precision: str = "fp32",
     normalized: bool = False,
+    distance: str = "cosine",
 ) -> Iterator[Neighbors]:
-    """Exact cosine top-``depth`` search, yielded chunk by chunk (definitions in the module docstring).
+    """Exact top-``depth`` search, yielded chunk by chunk (definitions in the module docstring).
 
     Without ``queries`` this is leave-one-out search: every gallery row is a query that never retrieves itself, and
-    the score matrix is computed in symmetric blocks (half the products): for depths from 64 to ``N / 8`` by per-row
-    bounds and candidate lists (in runs of rows whose lists fit in 512 MB), otherwise while the running top lists
-    fit in 512 MB (``docs/search.md``). Peak memory is one block of scores plus, for leave-one-out, at most 512 MB of
-    int64 keys — never ``N x N``.
+    the score matrix (Euclidean: of coarse scores) is computed in symmetric blocks (half the products): for depths
+    from 64 to ``N / 8`` by per-row bounds and candidate lists (in runs of rows whose lists fit in 512 MB), otherwise
+    while the running top lists fit in 512 MB (``docs/search.md``). Peak memory is one block of scores plus, for
+    leave-one-out, at most 512 MB of int64 keys — never ``N x N``.
 
     Args:
         gallery: Float tensor ``[N, D]``.
@@ -184,7 +174,9 @@ def search_neighbors(
         share: ``(i, n)`` to search only the i-th of n disjoint shares of the queries (distributed evaluation).
         chunk_size: Queries per chunk; peak memory of a chunk is ``O(chunk_size * N)`` scores.
         precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (same results; see the module docstring).
-        normalized: Set True when the rows are already unit fp32 rows from :func:`normalize_rows` (skips the copy).
+        normalized: Set True when the rows are already unit fp32 rows from :func:`normalize_rows` (skips the copy;
+            cosine only).
+        distance: ``"cosine"`` (default), ``"euclidean"`` or ``"dot"`` (the scores of each: the module docstring).
 
     Yields:
         :class:`Neighbors`, one per chunk. Every query of the share appears in exactly one chunk, at least as deep as
@@ -192,26 +184,35 @@ def search_neighbors(
 
     Raises:
         ValueError: On bad embeddings, depths larger than the available gallery, or bad ``share`` / ``chunk_size`` /
-            ``precision``.
+            ``precision`` / ``distance``.
 
     Examples:
         >>> g = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
         >>> [(c.rows.tolist(), c.indices.tolist()) for c in search_neighbors(g, 2)]
         [([0, 1, 2, 3], [[3, 2], [2, 0], [0, 1], [0, 2]])]
+        >>> (chunk,) = search_neighbors(torch.tensor([[0.0], [1.0], [2.0], [4.0]]), 2, distance="euclidean")
+        >>> chunk.indices.tolist()  # item 1 ties 0 and 2 (distance 1), item 2 ties 0 and 3 (distance 2): index order
+        [[1, 2], [0, 2], [1, 0], [2, 1]]
+        >>> chunk.scores[2].tolist()  # minus the distances
+        [-1.0, -2.0]
     """
     check_positive_int(chunk_size, "chunk_size")
     lowp = check_precision(precision)
-    gn = gallery if normalized else normalize_rows(gallery, "gallery")
-    qn = None
-    if queries is not None:
-        qn = queries if normalized else normalize_rows(queries, "queries")
-        if qn.device != gn.device:
-            raise ValueError(f"`queries` is on {qn.device} but `gallery` is on {gn.device}; put them on one device.")
-        if qn.shape[1] != gn.shape[1]:
-            raise ValueError(f"`queries` has dimension {qn.shape[1]} but `gallery` has {gn.shape[1]}; they must match.")
+    distance = check_distance(distance)
+    if normalized and distance != "cosine":
+        raise ValueError(f"`normalized=True` means unit rows of the cosine search; with distance={distance!r} drop it.")
+    if normalized:
+        space = Space.cosine(gallery, queries)
+    else:
+        space = prepare_space(gallery, queries, distance)
+    gn, qn = space.gallery, space.queries
+    if qn is not None and qn.device != gn.device:
+        raise ValueError(f"`queries` is on {qn.device} but `gallery` is on {gn.device}; put them on one device.")
+    if qn is not None and qn.shape[1] != gn.shape[1]:
+        raise ValueError(f"`queries` has dimension {qn.shape[1]} but `gallery` has {gn.shape[1]}; they must match.")
     if exclude is not None and queries is not None:
         exclude = check_int_vector(exclude, "exclude", qn.shape[0], gn.device)
-    yield from search_normalized(gn, depth, qn, exclude, check_share(share), chunk_size, lowp)
+    yield from search_space(space, depth, exclude, check_share(share), chunk_size, lowp)
 
 
 def cosine_topk(

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from beyondlabels._internal.checks import (
     check_deep_metrics,
+    check_distance,
     check_int,
     check_ks,
     check_non_negative_int,
@@ -45,9 +46,10 @@ class EmbeddingRetrieval(PerSampleMetric):
     """How often do an item's nearest neighbours share its label? Leave-one-out retrieval over all seen embeddings.
 
     Every sample passed to :meth:`update` becomes both a gallery item and a query against all *other* samples,
-    ranked by cosine similarity; a neighbour is relevant when it carries the query's label, and earns graded credit
-    through optional class-gain matrices. :meth:`compute` runs one exact, chunked search and returns every metric
-    from it (definitions, ties, R, lone queries: :mod:`beyondlabels.functional.retrieval`).
+    ranked by cosine similarity (or, with ``distance``, by Euclidean distance or inner product); a neighbour is
+    relevant when it carries the query's label, and earns graded credit through optional class-gain matrices.
+    :meth:`compute` runs one exact, chunked search and returns every metric from it (definitions, ties, R, lone
+    queries: :mod:`beyondlabels.functional.retrieval`).
 
     Distributed use: samples are gathered and deduplicated by id (:class:`~beyondlabels.metrics.base.PerSampleMetric`),
     then ordered by id, so ties are broken by the smaller id and results are identical for any world size and
@@ -86,7 +88,11 @@ class EmbeddingRetrieval(PerSampleMetric):
             both). ``compute()`` is a function of the states alone, so ``audit_suspect_overlap`` (the stability of
             the top suspects against the previous evaluation's) is NaN here: whoever keeps the previous list fills
             it in with :func:`~beyondlabels.functional.audit.suspect_overlap` (the retrieval callback does, and
-            checkpoints the list).
+            checkpoints the list). Its thresholds are cosines: it needs ``distance="cosine"``.
+        distance: ``"cosine"`` (default), ``"euclidean"`` (ascending L2 distance of the embeddings as given, not
+            normalised: pytorch-metric-learning's ``AccuracyCalculator`` default) or ``"dot"`` (descending inner
+            product); ties by the smaller id under each (:mod:`beyondlabels.functional.search`). The neighbours'
+            ``scores`` are then minus the distances, or the inner products.
         kwargs: Passed to :class:`torchmetrics.Metric` (e.g. ``sync_on_compute``, ``process_group``).
 
     Inputs of :meth:`update`:
@@ -129,12 +135,19 @@ class EmbeddingRetrieval(PerSampleMetric):
         validate_args: bool = True,
         deep_metrics: bool = True,
         audit: AuditSettings | Any = None,
+        distance: str = "cosine",
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
         self.audit = AuditSettings.of(audit)
+        self.distance = check_distance(distance)
         if self.audit is not None and max_queries is not None:
             raise ValueError("`audit` needs every sample as a query; drop `max_queries` or the audit.")
+        if self.audit is not None and self.distance != "cosine":
+            raise ValueError(
+                f"`audit` reads cosine scores (its duplicate threshold is a cosine), so it needs distance='cosine', "
+                f"got distance={self.distance!r}; drop the audit or evaluate it with a cosine metric."
+            )
         self.ks = check_ks(ks)
         # The kernel's own argument checks, run here so that a bad config fails at construction, not at compute().
         check_positive_int(chunk_size, "chunk_size")
@@ -301,6 +314,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             share=share,
             query_rows=query_rows,
             deep_metrics=self.deep_metrics,
+            distance=self.distance,
         )
         rows = self.gather_rows(rows) if share is not None else rows
         out = aggregate_retrieval(

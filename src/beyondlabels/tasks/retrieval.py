@@ -61,6 +61,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         max_queries=max_queries,
         query_seed=int(cfg.eval.get("query_seed", 0)),
         deep_metrics=deep_metrics,
+        distance=cfg.eval.get("distance", "cosine"),
     )
     metric = retrieval_metric(
         gains, num_trials=int(cfg.get("trials", 10_000)), seed=int(cfg.get("seed", 42)), projection_points=0, **options

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from beyondlabels.functional._search_paths import Neighbors, search_normalized
+from beyondlabels.functional._search_paths import Neighbors, search_space
 from beyondlabels.functional.retrieval._inputs import _Problem
 
 # Shallow mode joins the search's chunks into blocks of up to this many neighbours for the metric code (see `_joined`).
@@ -51,20 +51,18 @@ def _searched_chunks(
     """The search of every query (or of ``query_rows``, rows then given as query positions) and a collector sized
     for its rows."""
     if query_rows is None:
-        return _RowCollector(p.q_labels.shape[0]), search_normalized(
-            p.gn, depths, p.qn, p.excl, share, chunk_size, lowp
-        )
+        return _RowCollector(p.q_labels.shape[0]), search_space(p.space, depths, p.excl, share, chunk_size, lowp)
     n_queries = p.q_labels.shape[0]
     if not isinstance(query_rows, Tensor) or query_rows.dim() != 1 or query_rows.is_floating_point():
         raise ValueError("`query_rows` must be a 1-D integer tensor of query positions.")
     query_rows = query_rows.to(device=p.gn.device, dtype=torch.long)
     if query_rows.numel() and (int(query_rows.min()) < 0 or int(query_rows.max()) >= n_queries):
         raise ValueError(f"`query_rows` must hold positions in 0..{n_queries - 1}.")
-    subset = p.queries[query_rows]
+    subset = p.space.subset(query_rows)
     sub_excl = None if p.excl is None else p.excl[query_rows]
     chunks = (
         type(c)(query_rows[c.rows], c.scores, c.indices)
-        for c in search_normalized(p.gn, depths[query_rows], subset, sub_excl, share, chunk_size, lowp)
+        for c in search_space(subset, depths[query_rows], sub_excl, share, chunk_size, lowp)
     )
     return _RowCollector(query_rows.numel()), chunks
 

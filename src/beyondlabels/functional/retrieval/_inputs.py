@@ -9,28 +9,37 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_int_vector
+from beyondlabels.functional._distances import Space, prepare_space
 from beyondlabels.functional._search_paths import available
 from beyondlabels.functional.relevance import ClassGains
-from beyondlabels.functional.search import exclusion_index, normalize_rows
+from beyondlabels.functional.search import exclusion_index
 
 
 @dataclass(frozen=True)
 class _Problem:
-    """A validated retrieval problem: unit fp32 gallery rows ``gn`` with ``g_labels``, the query rows ``qn`` (None:
-    leave-one-out, the gallery is the query set) with ``q_labels``, the excluded item of each query ``excl`` (None:
-    none), ``r`` (the relevant items available to each query) and ``lone`` (``r == 0``)."""
+    """A validated retrieval problem: the gallery and query rows prepared for the search (``space``; its query rows
+    None: leave-one-out, the gallery is the query set), ``g_labels`` and ``q_labels``, the excluded item of each query
+    ``excl`` (None: none), ``r`` (the relevant items available to each query) and ``lone`` (``r == 0``)."""
 
-    gn: Tensor
+    space: Space
     g_labels: Tensor
-    qn: Tensor | None
     q_labels: Tensor
     excl: Tensor | None
     r: Tensor
     lone: Tensor
 
     @property
+    def gn(self) -> Tensor:
+        """The gallery rows the search multiplies (unit rows for cosine)."""
+        return self.space.gallery
+
+    @property
+    def qn(self) -> Tensor | None:
+        return self.space.queries
+
+    @property
     def queries(self) -> Tensor:
-        return self.gn if self.qn is None else self.qn
+        return self.space.query_rows
 
 
 def _check_graded(graded: Sequence[ClassGains]) -> tuple[ClassGains, ...]:
@@ -51,10 +60,12 @@ def _problem(
     query_embeddings: Tensor | None,
     query_labels: Tensor | None,
     query_ids: Tensor | None,
+    distance: str = "cosine",
 ) -> _Problem:
     """The validated problem of :func:`~beyondlabels.functional.retrieval.retrieval_per_query`'s inputs, with ``R`` per
     query."""
-    gn = normalize_rows(embeddings, "embeddings")
+    space = prepare_space(embeddings, query_embeddings, distance, ("embeddings", "query_embeddings"))
+    gn, qn = space.gallery, space.queries
     device = gn.device
     g_labels = check_int_vector(labels, "labels", gn.shape[0], device)
     gid = None if ids is None else check_int_vector(ids, "ids", gn.shape[0], device)
@@ -63,9 +74,8 @@ def _problem(
             raise ValueError("`query_labels` / `query_ids` need `query_embeddings`; omit them for leave-one-out.")
         if gid is not None:
             exclusion_index(gid, gid, device, "ids")  # rejects duplicated ids
-        qn, q_labels, excl = None, g_labels, torch.arange(gn.shape[0], device=device)
+        q_labels, excl = g_labels, torch.arange(gn.shape[0], device=device)
     else:
-        qn = normalize_rows(query_embeddings, "query_embeddings")
         if qn.device != device:
             raise ValueError(f"`query_embeddings` is on {qn.device} but `embeddings` on {device}; use one device.")
         if qn.shape[1] != gn.shape[1]:
@@ -84,7 +94,7 @@ def _problem(
                 raise ValueError("`query_ids` contains duplicated ids; each query needs its own id.")
             excl = exclusion_index(qid, gid, device, "ids")
     r = _num_relevant(g_labels, q_labels, excl)
-    return _Problem(gn, g_labels, qn, q_labels, excl, r, r == 0)
+    return _Problem(space, g_labels, q_labels, excl, r, r == 0)
 
 
 def _num_relevant(g_labels: Tensor, q_labels: Tensor, excl: Tensor | None) -> Tensor:

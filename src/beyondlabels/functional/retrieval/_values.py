@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._euclidean import L2Gallery
 from beyondlabels.functional._search_paths import Neighbors
 from beyondlabels.functional._topk import mask_excluded, score_block
 from beyondlabels.functional.relevance import ClassGains
@@ -36,10 +37,13 @@ def _ideal_dcg(
     return torch.cumsum(ideal * discount, dim=1)[inverse]
 
 
-def _first_relevant_rank_full(g: Tensor, q: Tensor, q_labels: Tensor, g_labels: Tensor, excl: Tensor | None) -> Tensor:
-    """Exact 1-based rank of the best-ranked relevant item among the unit gallery rows ``g``, counted over the whole
-    gallery (for a few rows)."""
-    s = score_block(q, g)
+def _first_relevant_rank_full(p: _Problem, rows: Tensor, q_labels: Tensor, excl: Tensor | None) -> Tensor:
+    """Exact 1-based rank of the best-ranked relevant item of the query rows ``rows``, counted over the whole gallery
+    (for a few rows)."""
+    if p.space.distance == "euclidean":
+        return L2Gallery(p.gn, p.space.l2, p.queries, None).first_relevant_rank(rows, q_labels, p.g_labels, excl)
+    g_labels = p.g_labels
+    s = score_block(p.queries[rows], p.gn)
     mask_excluded(s, excl)
     relevant = g_labels.unsqueeze(0) == q_labels.unsqueeze(1)
     rel_scores = s.masked_fill(~relevant, float("-inf"))
@@ -119,7 +123,7 @@ def _put_deep_values(
     if bool(missing.any()):
         m = torch.nonzero(missing).flatten()
         ex = None if p.excl is None else p.excl[rows[m]]
-        first[m] = _first_relevant_rank_full(p.gn, p.queries[rows[m]], ql[m], p.g_labels, ex)
+        first[m] = _first_relevant_rank_full(p, rows[m], ql[m], ex)
     out.put("first_relevant_rank", torch.where(ok, first, nan))
 
 

@@ -36,8 +36,9 @@ def embedding_retrieval_metrics(
     max_queries: int | None = None,
     query_seed: int = 0,
     deep_metrics: bool = True,
+    distance: str = "cosine",
 ) -> dict[str, Tensor | dict[str, Tensor]]:
-    """Retrieval metrics of an embedding gallery from one exact cosine search (definitions: module docstring).
+    """Retrieval metrics of an embedding gallery from one exact search (definitions: module docstring).
 
     By default this is leave-one-out evaluation: every item of ``embeddings`` is a query against all the *other*
     items. With ``query_embeddings`` a separate query set is searched against the gallery (e.g. text -> image);
@@ -68,6 +69,10 @@ def embedding_retrieval_metrics(
             (shallow mode) searches every query to depth ``K`` only and leaves those keys out of the outputs, the
             schema, ``per_query`` and the ``_se`` / interval keys; every other value is bitwise the one of
             ``deep_metrics=True``. On data with large ``R`` shallow mode costs little more than the products.
+        distance: How neighbours are ranked (:mod:`beyondlabels.functional.search`): ``"cosine"`` (default),
+            ``"euclidean"`` (ascending L2 distance of the raw embeddings, as pytorch-metric-learning's
+            ``AccuracyCalculator`` ranks by default; zero rows allowed; neighbour scores are minus the distances) or
+            ``"dot"`` (descending inner product of the raw embeddings).
 
     Returns:
         A dict of 0-d tensors (float64 metrics; int64 ``num_queries``, ``num_lone_queries``), the 1-D float64
@@ -75,10 +80,10 @@ def embedding_retrieval_metrics(
         :func:`retrieval_output_schema`.
 
     Raises:
-        ValueError: On empty, non-finite, zero-norm or wrongly shaped embeddings; labels or ids whose length does not
-            match; non-integer labels; duplicated ids; bad ``ks`` / ``curve_max_k`` (non-positive, or larger than the
-            gallery available to a query); labels missing from a gain matrix; bad ``chunk_size``, ``precision``,
-            ``return_neighbors`` or ``deep_metrics`` (not a bool).
+        ValueError: On empty, non-finite, zero-norm (cosine) or wrongly shaped embeddings; labels or ids whose length
+            does not match; non-integer labels; duplicated ids; bad ``ks`` / ``curve_max_k`` (non-positive, or larger
+            than the gallery available to a query); labels missing from a gain matrix; bad ``chunk_size``,
+            ``precision``, ``return_neighbors``, ``deep_metrics`` (not a bool) or ``distance``.
 
     Examples:
         >>> emb = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
@@ -114,6 +119,7 @@ def embedding_retrieval_metrics(
         return_neighbors=return_neighbors,
         query_rows=rows,
         deep_metrics=deep_metrics,
+        distance=distance,
     )
     return aggregate_retrieval(
         per_query,

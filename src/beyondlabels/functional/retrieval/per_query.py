@@ -9,6 +9,7 @@ from torch import Tensor
 
 from beyondlabels._internal.checks import (
     check_deep_metrics,
+    check_distance,
     check_ks,
     check_non_negative_int,
     check_positive_int,
@@ -39,6 +40,7 @@ def retrieval_per_query(
     share: tuple[int, int] | None = None,
     query_rows: Tensor | None = None,
     deep_metrics: bool = True,
+    distance: str = "cosine",
 ) -> dict[str, Tensor]:
     """Per-query values of the queries in ``share`` (all by default), the input of
     :func:`~beyondlabels.functional.retrieval.aggregate_retrieval`.
@@ -64,7 +66,7 @@ def retrieval_per_query(
     check_non_negative_int(return_neighbors, "return_neighbors")
     deep_metrics = check_deep_metrics(deep_metrics)
     graded = _check_graded(graded)
-    p = _problem(embeddings, labels, ids, query_embeddings, query_labels, query_ids)
+    p = _problem(embeddings, labels, ids, query_embeddings, query_labels, query_ids, check_distance(distance))
     avail = _check_depth_limits(p, ks_t, curve_max_k, return_neighbors)
     hits_k = max(curve_max_k, ks_t[-1])
     depths = _search_depths(p.r, max(hits_k, return_neighbors), avail, deep_metrics)
