@@ -8,15 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
 
 from beyondlabels.demo import demo_taxonomy
 from beyondlabels.functional import (
     hierarchical_precision_recall,
     hierarchy_output_schema,
 )
+from tests.entrypoints.helpers import evaluate_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 from beyondlabels import tasks  # noqa: E402
@@ -25,14 +23,7 @@ DEMO_TAXONOMY = REPO_ROOT / "src" / "beyondlabels" / "demo" / "data" / "taxonomy
 
 
 def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        cfg = compose(
-            config_name="evaluate", overrides=[f"paths.log_dir={tmp_path / 'logs'}", "task=hierarchy", *overrides]
-        )
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
+    return evaluate_config(tmp_path, "task=hierarchy", *overrides)
 
 
 def _write(path: Path, rows: list[str]) -> Path:

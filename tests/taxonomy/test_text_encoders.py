@@ -12,11 +12,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
-from omegaconf import open_dict
 
 from beyondlabels import tasks
 from beyondlabels.io.text_encoders import text_encoder
 from beyondlabels.taxonomy import HashingTextEncoder, Taxonomy, TextToNode
+from tests.entrypoints.helpers import evaluate_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TAXONOMY = REPO_ROOT / "src" / "beyondlabels" / "demo" / "data" / "taxonomy.yaml"
@@ -76,13 +76,7 @@ def test_names_and_configs():
 
 
 def _cfg(tmp_path: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "conf")):
-        base = [f"paths.log_dir={tmp_path / 'logs'}", "task=hierarchy"]
-        cfg = compose(config_name="evaluate", overrides=[*base, *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path / "job")
-    return cfg
+    return evaluate_config(tmp_path, "task=hierarchy", *overrides)
 
 
 def test_task_hierarchy_takes_an_encoder_by_target_and_the_mapper_options(tmp_path: Path):
