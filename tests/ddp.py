@@ -42,7 +42,18 @@ _JOB_NAMES = frozenset(
         "PL_SEED_WORKERS",
     }
 )
-_JOB_PREFIXES = ("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "LSB_", "JSM_", "PL_TRAINER_")
+# BEYONDLABELS_JOB_TAG: the run-folder tag a job hands to the processes it starts (beyondlabels._internal.run_names)
+_JOB_PREFIXES = (
+    "SLURM_",
+    "TORCHELASTIC_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "LSB_",
+    "JSM_",
+    "PL_TRAINER_",
+    "BEYONDLABELS_JOB_",
+)
 
 
 def child_env(**overrides: str) -> dict[str, str]:

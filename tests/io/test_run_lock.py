@@ -134,6 +134,27 @@ def test_job_tags_tell_apart_two_jobs_of_one_second():
     assert len(tags) == 2 and all(t.startswith("p") for t in tags)
 
 
+INHERIT = """
+import subprocess, sys
+from beyondlabels._internal.run_names import job_tag
+print(job_tag(), flush=True)
+child = "from beyondlabels._internal.run_names import job_tag; print(job_tag())"
+subprocess.run([sys.executable, "-c", child], check=True)
+"""
+
+
+def test_the_processes_a_job_starts_take_its_tag():
+    # the jobs of a submitit multirun are processes of their own that resolve the sweep folder again, each with its own
+    # SLURM ids: they must find the folder of the process that launched them
+    out = subprocess.run(
+        [sys.executable, "-c", INHERIT], capture_output=True, text=True, check=True, env=child_env()
+    ).stdout.split()
+    assert len(out) == 2 and out[0] == out[1] and out[0].startswith("p")
+    assert job_tag({"BEYONDLABELS_JOB_TAG": "p7-ab/../c", "SLURM_ARRAY_JOB_ID": "811", "SLURM_ARRAY_TASK_ID": "3"}) == (
+        "p7-ab-..-c"
+    )
+
+
 def test_the_default_run_folder_carries_the_job_tag():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -5,12 +5,17 @@ Hydra's default run folder is named by the time of day to the second, so two job
 job array, two people sharing a results folder) would write into one folder. The configs name a run folder
 ``<time>_${beyondlabels.job_tag:}``, where the tag is, in this order:
 
+- the tag of the process that started this one (``BEYONDLABELS_JOB_TAG``): the jobs of a multirun are processes of
+  their own (submitit's local and SLURM launchers) that resolve the sweep folder again, and must find the folder their
+  launcher made rather than one each;
 - ``j<array job id>_<task id>`` in a SLURM job array (``SLURM_ARRAY_JOB_ID``, ``SLURM_ARRAY_TASK_ID``);
 - ``j<job id>`` in another SLURM job (``SLURM_JOB_ID``): every task of one job shares it;
 - ``r<run id>`` (its first 8 characters) under ``torchrun`` (``TORCHELASTIC_RUN_ID``): every rank shares it;
 - ``p<process id>-<4 random hex digits>`` otherwise (process ids repeat across machines and containers).
 
-The tag is fixed for the life of the process, so every place a config resolves it agrees.
+The tag is fixed for the life of the process, so every place a config resolves it agrees; the first time it is
+taken from the process's environment it is written there as ``BEYONDLABELS_JOB_TAG``, which the processes it starts
+inherit (sbatch exports the submitting environment by default).
 
 Examples:
     >>> job_tag({"SLURM_ARRAY_JOB_ID": "811", "SLURM_ARRAY_TASK_ID": "3", "SLURM_JOB_ID": "814"})
@@ -19,6 +24,8 @@ Examples:
     ('j814', 'r3f2a9c1d')
     >>> job_tag({}) == job_tag({}) and job_tag({}).startswith(f"p{os.getpid()}-")
     True
+    >>> job_tag({"BEYONDLABELS_JOB_TAG": "p811-ab12", "SLURM_JOB_ID": "814"})
+    'p811-ab12'
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections.abc import Mapping
 __all__ = ["RESOLVER", "job_tag", "register_resolver"]
 
 RESOLVER = "beyondlabels.job_tag"
+INHERITED = "BEYONDLABELS_JOB_TAG"
 _RANDOM = secrets.token_hex(2)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -40,8 +48,19 @@ def _clean(value: str) -> str:
 
 
 def job_tag(environ: Mapping[str, str] | None = None) -> str:
-    """The tag of this job (rules: the module docstring); ``environ`` defaults to the process's environment."""
+    """The tag of this job (rules: the module docstring); ``environ`` defaults to the process's environment, where the
+    tag is then kept for the processes this one starts."""
     env = os.environ if environ is None else environ
+    inherited = env.get(INHERITED)
+    if inherited:
+        return _clean(inherited)
+    tag = _own_tag(env)
+    if environ is None:
+        os.environ[INHERITED] = tag
+    return tag
+
+
+def _own_tag(env: Mapping[str, str]) -> str:
     array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
     if array and task:
         return f"j{_clean(array)}_{_clean(task)}"
