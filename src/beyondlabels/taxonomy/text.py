@@ -124,6 +124,7 @@ _WORDNET_SUFFIX = re.compile(r"\.[nvasr]\.\d+$")
 _DROP = re.compile(r"[^0-9a-z ]+")
 _SPACES = re.compile(r"\s+")
 _ARTICLES = ("a ", "an ", "the ")
+_FLOAT64_NODES = 4096  # node texts per float64 product (_scores)
 _SCORE_BLOCK = 1 << 22  # answer x node-text scores per block: peak memory ~ 16 bytes per entry
 
 
@@ -527,7 +528,7 @@ class TextToNode:
                 raise ValueError(
                     f"the encoder gave answers of width {answers.shape[1]} but node texts of width {nodes.shape[1]}."
                 )
-            out.extend(self._decide_block(block, normalised[lo : lo + rows], answers @ nodes.T))
+            out.extend(self._decide_block(block, normalised[lo : lo + rows], _scores(answers, nodes)))
         return out
 
     def map_indices(self, texts: Sequence[str]) -> tuple[Tensor, list[str]]:
@@ -618,6 +619,21 @@ class TextToNode:
         logits = (scores.double() - scores[:, :1].double()) / (self.temperature * sigma.double()[:, None])
         gain = (f.double() * torch.softmax(logits, dim=1)[:, None, :]).sum(dim=2)
         return options[torch.arange(cand.shape[0]), gain.argmax(dim=1)]
+
+
+def _scores(answers: Tensor, nodes: Tensor) -> Tensor:
+    """``answers @ nodes.T`` summed in float64 (over slices of ``_FLOAT64_NODES`` node texts, so the float64 copies stay
+    small) and rounded back: scores equal in exact arithmetic (an answer that shares nothing with many node texts scores
+    0 against all of them) come out equal whatever the block size, where float32 sums differ in their last bits
+    between a matrix-vector and a matrix-matrix product and ordered the tied candidates differently. Rounding the
+    float32 scores to a grid instead would erase the differences of an encoder whose cosines crowd together. Cost: 3x
+    the float32 product's time on CPU, small beside encoding the answers."""
+    out = torch.empty(answers.shape[0], nodes.shape[0], dtype=torch.promote_types(answers.dtype, nodes.dtype))
+    out = out.to(answers.device)
+    wide = answers.double()
+    for lo in range(0, nodes.shape[0], _FLOAT64_NODES):
+        out[:, lo : lo + _FLOAT64_NODES] = wide @ nodes[lo : lo + _FLOAT64_NODES].double().T
+    return out
 
 
 def _describe(identity: Any) -> str:
