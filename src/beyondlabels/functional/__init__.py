@@ -66,8 +66,8 @@ from beyondlabels.functional.rprecision import (
     rprecision_output_schema,
     text_image_r_precision,
 )
-from beyondlabels.functional.selection import best_checkpoint_estimate, model_confidence_set
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
+from beyondlabels.functional.selection import best_checkpoint_estimate, model_confidence_set
 from beyondlabels.functional.sweeps import (
     GroupDifference,
     SeedSummary,

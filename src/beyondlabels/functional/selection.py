@@ -156,7 +156,7 @@ def resampled_means(values: Any, *, rounds: int = 1000, seed: int = 0, resamples
     return torch.cat(parts)
 
 
-# ---- the model confidence set ----------------------------------------------------------------------------------------
+# ---- the model confidence set -----------------------------------------------------------------------------------
 
 
 def _ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
@@ -320,7 +320,7 @@ def model_confidence_set(
     }
 
 
-# ---- the selection-corrected estimate ---------------------------------------------------------------------------------
+# ---- the selection-corrected estimate -----------------------------------------------------------------------------
 
 
 def best_checkpoint_estimate(
