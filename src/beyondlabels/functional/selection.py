@@ -73,6 +73,7 @@ Examples:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -80,8 +81,9 @@ from torch import Tensor
 
 from beyondlabels._internal.checks import check_choice, check_confidence, check_number, check_rounds, check_seed
 from beyondlabels._internal.stats import CHUNK_VALUES
+from beyondlabels.functional.regressions import class_regressions, forgetting_events, negative_flips
 
-__all__ = ["STATISTICS", "best_checkpoint_estimate", "model_confidence_set", "resampled_means"]
+__all__ = ["STATISTICS", "best_checkpoint_estimate", "model_confidence_set", "resampled_means", "select_checkpoints"]
 
 STATISTICS = ("R", "max")
 
@@ -383,4 +385,116 @@ def best_checkpoint_estimate(
         "ci_high": float(high),
         "confidence": confidence,
         "rounds": int(oob.numel()),
+    }
+
+
+# ---- one run's checkpoints at once -------------------------------------------------------------------------------
+
+
+def select_checkpoints(
+    values: Any,
+    steps: Sequence[int],
+    *,
+    mode: str = "max",
+    size: float = 0.1,
+    statistic: str = "R",
+    rounds: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    labels: Any = None,
+    threshold: float = 0.5,
+    fdr: float = 0.1,
+) -> dict[str, Any]:
+    """Everything checkpoint selection says about one run's evaluations of one metric, as plain data (what
+    ``selection.json`` holds): the model confidence set, the best checkpoint with its selection-corrected estimate,
+    and what got worse from the best checkpoint to the latest one.
+
+    Args:
+        values: ``[queries, evaluations]`` per-query values of the metric, finite, the same queries in every column,
+            the evaluations in step order.
+        steps: The step of each evaluation (column).
+        mode: ``"max"`` (higher is better) or ``"min"``; the losses of the set are ``-values`` or ``values``.
+        size: The test size of the set (``1 - size`` is its level).
+        statistic: The set's statistic, ``"R"`` or ``"max"``.
+        rounds: Bootstrap resamples of the queries (the set and the estimate draw the same ones).
+        confidence: Level of the estimate's interval.
+        seed: Seed of the resamples.
+        labels: Int class label ``[queries]`` of each query, for the per-class regressions (None: none).
+        threshold: The value from which a query counts as right (negative flips, forgetting events), in the metric's
+            units; for ``mode="min"`` a query is right at or below it.
+        fdr: The false discovery rate of the per-class regressions.
+
+    Returns:
+        ``{"steps", "means" (per evaluation), "pvalues" (MCS p-values), "in_set" (bools), "set_steps", "best_step",
+        "best_value" (its mean over the queries), "estimate", "ci_low", "ci_high", "latest_step", "flips"
+        ({"reference_step", "negative_flip_rate", "positive_flip_rate"}), "classes" (per class present: "label", "n",
+        "reference_mean", "current_mean", "down", "up", "pvalue", "adjusted", "regressed"; empty without labels),
+        "forgetting" ({"mean_events", "forgotten", "unforgettable", "never_learned"}: shares of the queries), "queries",
+        "size", "statistic", "confidence", "mode"}``. With one evaluation the set is that evaluation (p-value 1).
+
+    Raises:
+        ValueError: for a table that does not match ``steps``, or any argument the kernels refuse.
+
+    Examples:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> hits = (torch.rand(400, 3, generator=g) < torch.tensor([0.6, 0.8, 0.79])).double()
+        >>> out = select_checkpoints(hits, [10, 20, 30], rounds=200)
+        >>> out["set_steps"], out["best_step"], out["latest_step"]
+        ([20, 30], 20, 30)
+    """
+    check_choice(mode, "mode", ("max", "min"), what="'max' (higher is better) or 'min'")
+    table = _table(values, "values", "per-query values of one metric", 1)
+    steps = [int(s) for s in steps]
+    if len(steps) != table.shape[1]:
+        raise ValueError(f"`steps` must give one step per evaluation (column): {len(steps)} for {table.shape[1]}.")
+    higher = table if mode == "max" else -table
+    if table.shape[1] > 1:
+        mcs = model_confidence_set(-higher, size=size, statistic=statistic, rounds=rounds, seed=seed)
+        pvalues, in_set = mcs["pvalues"].tolist(), mcs["included"].tolist()
+    else:
+        size = check_number(size, "size", above=0.0, below=1.0, hint="e.g. 0.1 for a 90% set")
+        pvalues, in_set = [1.0], [True]
+    best = best_checkpoint_estimate(higher, rounds=rounds, confidence=confidence, seed=seed)
+    sign = 1.0 if mode == "max" else -1.0
+    bounds = sorted((sign * best["ci_low"], sign * best["ci_high"]))
+    right = higher >= (threshold if mode == "max" else -threshold)
+    reference = best["selected"]
+    flips = negative_flips(right[:, reference], right[:, -1])
+    classes: dict[str, Any] = {}
+    if labels is not None:
+        tested = class_regressions(higher[:, reference], higher[:, -1], labels, fdr=fdr)
+        classes = {name: tensor.tolist() for name, tensor in tested.items()}
+        for name in ("reference_mean", "current_mean"):  # in the metric's units
+            classes[name] = [sign * v for v in classes[name]]
+    forgetting = forgetting_events(right.T)
+    queries = table.shape[0]
+    return {
+        "steps": steps,
+        "means": table.mean(0).tolist(),
+        "pvalues": pvalues,
+        "in_set": in_set,
+        "set_steps": [s for s, kept in zip(steps, in_set) if kept],
+        "best_step": steps[reference],
+        "best_value": sign * best["naive"],
+        "estimate": sign * best["estimate"],
+        "ci_low": bounds[0],
+        "ci_high": bounds[1],
+        "latest_step": steps[-1],
+        "flips": {
+            "reference_step": steps[reference],
+            "negative_flip_rate": flips["negative_flip_rate"],
+            "positive_flip_rate": flips["positive_flip_rate"],
+        },
+        "classes": classes,
+        "forgetting": {
+            "mean_events": float(forgetting["events"].double().mean()),
+            "forgotten": float((forgetting["events"] > 0).double().mean()),
+            "unforgettable": float(forgetting["unforgettable"].double().mean()),
+            "never_learned": float((~forgetting["learned"]).double().mean()),
+        },
+        "queries": queries,
+        "size": size,
+        "statistic": statistic,
+        "confidence": best["confidence"],
+        "mode": mode,
     }
