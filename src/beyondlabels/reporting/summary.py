@@ -224,7 +224,7 @@ def summarize_family(run: EvaluationRun) -> FamilySummary:
     try:
         selection = read_selection(run.path) if records else None
     except (OSError, ValueError) as exc:
-        summary.problems.append(f"checkpoint selection not read: {exc}")
+        summary.problems.append(f"checkpoint selection not read: {str(exc).replace(f'{run.path}{os.sep}', '')}")
     else:
         if selection is not None:
             from beyondlabels.reporting.selection import selection_lines
