@@ -163,6 +163,8 @@ def resampled_means(values: Any, *, rounds: int = 1000, seed: int = 0, resamples
 
 def _ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
     """``numerator / denominator``; over a zero denominator: 0 for a zero numerator, else +-inf."""
+    if bool((denominator > 0).all()):
+        return numerator / denominator
     safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
     inf = torch.where(numerator > 0, math.inf, torch.where(numerator < 0, -math.inf, 0.0)).to(numerator.dtype)
     return torch.where(denominator > 0, numerator / safe, inf)
