@@ -145,3 +145,29 @@ def test_the_retention_policy_keeps_the_latest_the_best_and_every_n_th():
     assert sorted(again.columns) == sorted(selection.columns) == [1, 2, 4, 7, 8]  # 7 was the 7th: periodic
     again.load_state_dict({"steps": "broken"})  # a malformed state is ignored
     assert sorted(again.columns) == [1, 2, 4, 7, 8]
+
+
+def test_the_selection_changes_neither_training_nor_the_evaluation(tmp_path: Path):
+    """The same fit with and without the selection: the same weights at the end and the same evaluation records (the
+    selection draws from its own generator and touches no global state)."""
+    runs = {}
+    for name, selection in (("with", CheckpointSelection("precision@1", rounds=100)), ("without", None)):
+        evaluation = _evaluation(every_n_epochs=None, every_n_steps=3, selection=selection, save_dir=tmp_path / name)
+        torch.manual_seed(0)
+        model = LinearEncoder(lr=0.3)
+        pl.Trainer(
+            default_root_dir=tmp_path / name,
+            max_epochs=3,
+            accelerator="cpu",
+            callbacks=[evaluation],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        ).fit(model, PointDataModule(n_eval=60))
+        records = [{k: v for k, v in r.items() if k != "eval_seconds"} for r in evaluation.history]
+        runs[name] = (model.proj.weight.detach().clone(), records, torch.rand(3))
+    assert torch.equal(runs["with"][0], runs["without"][0])
+    assert runs["with"][1] == runs["without"][1] and len(runs["with"][1]) == 8
+    assert torch.equal(runs["with"][2], runs["without"][2])  # the global generator is where it would have been

@@ -55,5 +55,5 @@ def test_every_callback_has_its_entry_with_its_arguments(site: Path):
 
 
 def test_the_guides_are_pages_of_the_site(site: Path):
-    for guide in ("convergence", "rprecision", "search", "adding_a_metric_family"):
+    for guide in ("convergence", "selection", "rprecision", "search", "adding_a_metric_family"):
         assert (site / guide / "index.html").is_file(), guide

@@ -374,15 +374,23 @@ def _cut(text: str, width: int = _WIDTH) -> str:
 
 
 def _wrapped(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` cells, broken after its ``"; "`` (the continuations indented by two)."""
+    """``text`` in lines of at most ``width`` cells, broken after its ``"; "`` (and, in a part still too long, after
+    its ``", "``), the continuations indented by two."""
+    pieces: list[str] = []
     parts = text.split("; ")
-    lines = [parts[0]]
-    for part in parts[1:]:
-        if cell_len(lines[-1]) + 2 + cell_len(part) <= width:
-            lines[-1] += "; " + part
+    for number, part in enumerate(parts):
+        tail = ";" if number < len(parts) - 1 else ""
+        if cell_len(part) + 2 <= width:
+            pieces.append(part + tail)
+            continue
+        items = part.split(", ")
+        pieces.extend(item + ("," if i < len(items) - 1 else tail) for i, item in enumerate(items))
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if cell_len(lines[-1]) + 1 + cell_len(piece) <= width:
+            lines[-1] += " " + piece
         else:
-            lines[-1] += ";"
-            lines.append("  " + part)
+            lines.append("  " + piece)
     return lines
 
 
