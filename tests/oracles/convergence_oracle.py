@@ -137,7 +137,8 @@ def series_look(curve, window, mode="max", min_delta=0.0, max_looks=1000, noise=
         means.append(total / w)
     last, previous = means[t - w], means[t - 2 * w]
     best_start = 0
-    candidates = list(range(0, t - 2 * w + 1, w))  # consecutive windows from the first value, before the last one
+    step = max(1, w // 2)  # the candidates start every half window from the first value, before the last window
+    candidates = list(range(0, t - 2 * w + 1, step))
     for j in candidates:  # the first of equal means wins
         if means[j] > means[best_start]:
             best_start = j

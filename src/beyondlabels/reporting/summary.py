@@ -375,7 +375,7 @@ def _cut(text: str, width: int = _WIDTH) -> str:
 
 def _wrapped(text: str, width: int) -> list[str]:
     """``text`` in lines of at most ``width`` cells, broken after its ``"; "`` (and, in a part still too long, after
-    its ``", "``), the continuations indented by two."""
+    its ``", "``)."""
     pieces: list[str] = []
     parts = text.split("; ")
     for number, part in enumerate(parts):
@@ -390,7 +390,7 @@ def _wrapped(text: str, width: int) -> list[str]:
         if cell_len(lines[-1]) + 1 + cell_len(piece) <= width:
             lines[-1] += " " + piece
         else:
-            lines.append("  " + piece)
+            lines.append(piece)
     return lines
 
 
