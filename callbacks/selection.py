@@ -10,7 +10,7 @@ After every successful evaluation in fit, on every rank (the per-query values ar
   that with ``keep_best`` the same key the evaluations are those whose files it keeps and ``evaluate.py task=select``
   finds the same);
 - :func:`beyondlabels.functional.selection.select_checkpoints` recomputes, over those evaluations lined up by query id
-  (:func:`beyondlabels.io.per_query_table.align_by_query_id`): the model confidence set, the best evaluation with its
+  (:func:`beyondlabels.io.query_tables.align_by_query_id`): the model confidence set, the best evaluation with its
   selection-corrected estimate, and what got worse from the best evaluation to the latest;
 - the evaluation callback logs, with its own scalars (one row, the evaluation's logging step, every rank),
   ``<prefix>/set_size``, ``<prefix>/best_step``, ``<prefix>/best_value``, ``<prefix>/best_estimate``,
@@ -43,7 +43,7 @@ import torch
 from beyondlabels._internal.checks import check_confidence, check_number, check_rounds, check_seed, check_text
 from beyondlabels.functional.selection import STATISTICS, select_checkpoints
 from beyondlabels.io.paths import check_name
-from beyondlabels.io.per_query_table import align_by_query_id
+from beyondlabels.io.query_tables import align_by_query_id
 from beyondlabels.io.selection_file import write_selection
 
 log = logging.getLogger(__name__)

@@ -1,17 +1,17 @@
 """Reading (and writing) what training and evaluation wrote: the project's own evaluation files
 (``beyondlabels.io.run_files``: history.jsonl, schema.json, per-query files), saved embeddings
 (``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``), a metric's per-query values
-across a run's evaluations as one table (``beyondlabels.io.per_query_table``) and the checkpoint selection's
+across a run's evaluations as one table (``beyondlabels.io.query_tables``) and the checkpoint selection's
 ``selection.json`` (``beyondlabels.io.selection_file``); the files of the data types:
 taxonomies (``beyondlabels.io.taxonomy_files``: YAML, JSON, TSV, WordNet 3.0), feature profiles
 (``beyondlabels.io.profiles_files``) and the hierarchy task's predictions (``beyondlabels.io.predictions``); text
 encoders named in configs (``beyondlabels.io.text_encoders``). Every file the project writes goes through
 ``beyondlabels.io.atomic`` (written whole or not at all)."""
 
-from beyondlabels.io.per_query_table import PerQueryTable, align_by_query_id, per_query_table
 from beyondlabels.io.predictions import HierarchyPredictions, read_hierarchy_predictions
 from beyondlabels.io.profiles_files import load_profiles, read_profiles
 from beyondlabels.io.qrels import QrelsChange, QrelsUpdate, load_qrels, load_run, update_qrels
+from beyondlabels.io.query_tables import PerQueryTable, align_by_query_id, per_query_table
 from beyondlabels.io.run_files import (
     EvaluationRun,
     HistoryLog,
