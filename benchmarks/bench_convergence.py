@@ -9,7 +9,8 @@ independent noise it replaced as the default (``noise_estimate="differences"``, 
 Series (scalar values): independent normal noise of sd 0.01, 0.02, 0.05 around 0.5. False alarms: the share of flat
 runs with a downturn flagged within the first 50, 150, 1000 evaluations. Correlated noise: flat curves of AR(1)
 noise (marginal sd 0.02, lag-1 correlation 0, 0.3, 0.5, 0.8, 0.95) over 1000 evaluations, and the same curves
-falling by 0.1 sd per evaluation from evaluation 900 on (and, over 300 evaluations, from 200 on): the share flagged
+falling by 0.1 sd per evaluation from evaluation 900 on (and, over 300 evaluations, from 200 on; at lag-1 correlation
+0.5 also from 100 on: a decline early in a run, with a short noise stretch before it): the share flagged
 before the fall, within 60 evaluations of it, the median delay of those flagged after it, and the share of the
 current rule's looks that were covered. Delay (independent noise): the mean falls by 0.05, 0.1, 0.2 sd per evaluation
 after evaluation 60 (sd 0.02); the share of runs flagged at evaluations 61..100 ("within 40") and the median delay of
@@ -347,15 +348,20 @@ def main() -> None:
     parser.add_argument("--queries", type=int, nargs="+", default=None)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
-        "--only", nargs="+", default=None, help="tables to print: series correlated reference outside paired model cost"
+        "--only",
+        nargs="+",
+        default=None,
+        help="tables to print: series early correlated reference outside paired model cost",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     runs = args.runs or (40 if args.quick else 200)
-    only = set(args.only or ["series", "correlated", "reference", "outside", "paired", "model", "cost"])
+    only = set(args.only or ["series", "early", "correlated", "reference", "outside", "paired", "model", "cost"])
     started = time.perf_counter()
     if "series" in only:
         series_tables(runs, [50, 150] if args.quick else [50, 150, 1000], [0.01, 0.02, 0.05], [0.05, 0.1, 0.2])
+    if "early" in only:
+        correlated_table(runs, 300, [0.5], start=100)
     if "correlated" in only:
         correlated_table(runs, 300, [0.0, 0.5, 0.8] if args.quick else [0.0, 0.3, 0.5, 0.8, 0.95], start=200)
         if not args.quick:

@@ -253,6 +253,23 @@ def _same_value(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
 
 
+def _check_selection(selection: Any, schema: OutputSchema) -> Any:
+    """``selection`` when it is None or a checkpoint selection over a per-query key of ``schema`` with a direction."""
+    if selection is None:
+        return None
+    if not all(callable(getattr(selection, name, None)) for name in ("bind", "observe", "state_dict")):
+        raise ValueError(
+            f"`selection` must be a beyondlabels.callbacks.selection.CheckpointSelection or None, got {selection!r}."
+        )
+    key = getattr(selection, "key", None)
+    if key not in schema.per_query or schema.mode(key) is None:
+        keys = [k for k in schema.per_query if schema.mode(k) is not None]
+        raise ValueError(
+            f"`selection` selects by {key!r}, which is not a per-query key with a direction; choose from {keys}."
+        )
+    return selection
+
+
 @dataclass(frozen=True)
 class _Occasion:
     """When and how one evaluation runs (set by the hook that calls it)."""
@@ -322,6 +339,10 @@ class EvaluationCore:
             its keys), on every rank: a callable ``batch -> batch`` (in Hydra a ``_target_`` with ``_partial_:
             true``), or the name or dotted path of a LightningModule method called with the batch (checked at
             setup). None: batches as they come. Not saved in checkpoints (a lambda is fine).
+        selection: A :class:`~beyondlabels.callbacks.selection.CheckpointSelection` kept current after every
+            evaluation in fit: the checkpoints as good as the best (a model confidence set over the evaluations), the
+            best one's selection-corrected value, what got worse since it; logged with the evaluation's scalars under
+            its prefix, written to ``selection.json`` (None: off).
     """
 
     def __init__(
@@ -346,6 +367,7 @@ class EvaluationCore:
         bootstrap_rounds: int = 2000,
         ci_seed: int = 11,
         batch_transform: Callable[[Any], Any] | str | None = None,
+        selection: Any = None,
     ) -> None:
         super().__init__()
         every_n_epochs = _check_evaluation_options(
@@ -392,6 +414,7 @@ class EvaluationCore:
                 f"`prog_bar` names {unknown}, which this evaluation does not log; choose from "
                 f"{self.schema.scalar_keys()}."
             )
+        self.selection = _check_selection(selection, self.schema)
         if keep_best is not None and self.schema.mode(keep_best) is None:
             with_direction = [k for k in self.schema.scalar_keys() if self.schema.mode(k)]
             raise ValueError(
@@ -496,7 +519,10 @@ class EvaluationCore:
         return lightning_state_key(self, prefix=self.prefix, **self.state_key_parts())
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": list(self.history), "last_step_evaluated": self._last_step_evaluated}
+        state = {"history": list(self.history), "last_step_evaluated": self._last_step_evaluated}
+        if self.selection is not None:
+            state["selection"] = self.selection.state_dict()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         history = state_dict.get("history", [])
@@ -510,6 +536,8 @@ class EvaluationCore:
         last = state_dict.get("last_step_evaluated", -1)
         self._last_step_evaluated = last if isinstance(last, int) and not isinstance(last, bool) else -1
         close_files(self)  # the folder is brought in line with the restored history at the next evaluation
+        if self.selection is not None and "selection" in state_dict:
+            self.selection.load_state_dict(state_dict["selection"])
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         check_same_package(self, trainer)
@@ -521,6 +549,9 @@ class EvaluationCore:
         self.check_module(pl_module)
         if isinstance(self.batch_transform, str):
             self.check_methods(pl_module, batch_transform="turns an evaluation batch into the batch this family reads")
+        if self.selection is not None:
+            every = 1 if self.save_per_query == "all" else self.keep_every_n
+            self.selection.bind(self.schema.mode(self.selection.key), every, self.prefix)
         self._check_monitors(trainer)
         self._train_epoch_fallback = False
         if stage != "fit":
@@ -649,6 +680,17 @@ class EvaluationCore:
         if self.evaluate_at_fit_end and not trainer.interrupted and trainer.global_step != self._last_step_evaluated:
             self.evaluate(trainer, pl_module, final=True)
         self._finish_plots(trainer)
+        if self.selection is not None:  # which of the saved checkpoints are in the set (said and written on rank 0)
+            folder = self.files.folder if trainer.is_global_zero and self.files is not None else None
+            try:
+                self.selection.finish(trainer, folder)
+            except Exception as exc:  # noqa: BLE001 - the trained model and its files stand
+                log.error(
+                    "%s: matching the saved checkpoints to the set failed (%s: %s)",
+                    self.prefix,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def _finish_plots(self, trainer: Trainer) -> None:
         """Draw the run's plots once more if they lack its last evaluations, then hand the media folder to the loggers
@@ -776,7 +818,8 @@ class EvaluationCore:
             self.history.append(record)
         timings["total"] = float(seconds)
         self.last_timings = timings
-        self._log_scalars(trainer, pl_module, record, occasion)
+        extra = self._select(trainer, step, results, occasion)
+        self._log_scalars(trainer, pl_module, record, occasion, extra)
         self.metric.reset()
         if failed:
             if self.strict:
@@ -884,14 +927,38 @@ class EvaluationCore:
                 record[key] = [float(v) for v in torch.atleast_1d(torch.as_tensor(results[key]))]
         return record
 
+    def _select(self, trainer: Trainer, step: int, results: Mapping[str, Any], occasion: _Occasion) -> dict[str, float]:
+        """The checkpoint selection after an evaluation of fit (every rank alike; ``selection.json`` on rank 0): its
+        scalars, logged with the evaluation's. A failure is logged (strict: raised on every rank, which all fail
+        alike: they compute the same from the same gathered values)."""
+        if self.selection is None or occasion.one_off:
+            return {}
+        try:
+            scalars = self.selection.observe(step, results.get("per_query"))
+        except Exception as exc:
+            if self.strict:
+                raise
+            log.error("%s: the checkpoint selection failed (%s: %s)", self.prefix, type(exc).__name__, exc)
+            return {}
+        if trainer.is_global_zero and self.files is not None:
+            self.files.attempt([], "selection.json", self.selection.write, self.files.folder)
+        return scalars
+
     def _log_scalars(
-        self, trainer: Trainer, pl_module: LightningModule, record: dict[str, Any], occasion: _Occasion
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        record: dict[str, Any],
+        occasion: _Occasion,
+        extra: Mapping[str, float] | None = None,
     ) -> None:
-        """The scalars of ``record`` under ``<prefix>/<namespace><key>``: through ``pl_module.log`` (Lightning's row
-        of the loop, ``callback_metrics``, the progress bar) or straight to every logger at Lightning's logging step
-        with the epoch, as Lightning's own callbacks log outside its loops."""
+        """The scalars of ``record`` under ``<prefix>/<namespace><key>`` and the ``extra`` ones (already named, the
+        checkpoint selection's): through ``pl_module.log`` (Lightning's row of the loop, ``callback_metrics``, the
+        progress bar) or straight to every logger at Lightning's logging step with the epoch, as Lightning's own
+        callbacks log outside its loops."""
         name = f"{self.prefix}/{occasion.namespace}"
         scalars = {f"{name}{k}": float(record[k]) for k in self.schema.scalar_keys() if k in record}
+        scalars.update(extra or {})
         bar = {f"{name}{k}" for k in self.prog_bar}
         self._check_clashes(trainer, scalars)
         if occasion.through_lightning:

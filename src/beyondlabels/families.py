@@ -279,6 +279,11 @@ TOOLS: tuple[Task, ...] = (
         " guardrails=[retrieval/map@r]",
     ),
     _task(
+        "select",
+        "python evaluate.py task=select runs=[logs/train/runs/<date>] metric=retrieval/precision@1"
+        "   # checkpoints as good as the best",
+    ),
+    _task(
         "report",
         "python evaluate.py task=report runs=[logs/train/multiruns/<date>] output=report.html   # self-contained HTML",
     ),

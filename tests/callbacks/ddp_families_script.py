@@ -1,5 +1,6 @@
-"""Run the cross-modal, zero-shot, hierarchy and profile (retrieval with mismatch) callbacks in one fit under
-Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump each callback's history per rank; a retrieval callback
+"""Run the cross-modal, zero-shot, hierarchy and profile (retrieval with mismatch and checkpoint selection) callbacks
+in one fit under Trainer(accelerator="cpu", devices=N, strategy="ddp") and dump each callback's history per rank, with
+the retrieval callback's checkpoint selection and the selection keys logged on that rank; a second retrieval callback
 reads batches whose keys only its ``batch_transform`` gives (strict: a rank that skipped it would fail).
 
 Usage: python ddp_families_script.py OUT_JSON DEVICES
@@ -22,6 +23,7 @@ from beyondlabels.callbacks import (  # noqa: E402
     RetrievalEvalCallback,
     ZeroShotEvalCallback,
 )
+from beyondlabels.callbacks.selection import CheckpointSelection  # noqa: E402
 from beyondlabels.profiles import FeatureProfiles  # noqa: E402
 from beyondlabels.taxonomy import Taxonomy  # noqa: E402
 from tests.callbacks.test_crossmodal_callback import (
@@ -76,6 +78,7 @@ def main() -> None:
             mismatch_trials=300,
             projection_points=20,
             num_mismatches=3,
+            selection=CheckpointSelection("precision@1", rounds=200),
             **options,
         ),
         "renamed": RetrievalEvalCallback(
@@ -105,7 +108,10 @@ def main() -> None:
     trainer.fit(model, dm)
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")
     histories = {name: cb.history for name, cb in callbacks.items()}
-    path.write_text(json.dumps({"histories": histories, "world_size": trainer.world_size}))
+    selection = {k: v for k, v in callbacks["retrieval"].selection.last.items() if k != "checkpoints"}
+    logged = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("selection/")}
+    result = {"histories": histories, "world_size": trainer.world_size, "selection": selection, "logged": logged}
+    path.write_text(json.dumps(result))
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()  # before interpreter shutdown (gloo's threads)
 

@@ -1,6 +1,7 @@
 """World size 1 and 2 (gloo DDP through the Trainer) give identical numbers for the cross-modal, zero-shot, hierarchy
-and profile callbacks, and for a Euclidean retrieval callback whose batches its batch_transform makes on every rank
-(the retrieval family's own test: test_retrieval_callback_ddp.py)."""
+and profile callbacks, for a Euclidean retrieval callback whose batches its batch_transform makes on every rank, and
+for the checkpoint selection, logged alike on every rank (the retrieval family's own test:
+test_retrieval_callback_ddp.py)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,8 @@ def test_two_process_ddp_equals_single_process_for_every_family(tmp_path: Path):
             # the sampler's padding copy was dropped (cross-modal: the image and its one caption)
             assert [h.get("num_duplicates") for h in got] == [2 if name == "crossmodal" else 1], name
             assert _values(got) == _values(history), name
+    for rank in ranks:  # the checkpoint selection: computed and logged alike on every rank and world size
+        assert rank["selection"] == single["selection"]
+        assert rank["logged"].pop("selection/seconds") >= 0 and single["logged"].get("selection/seconds", 0) >= 0
+        assert rank["logged"] == {k: v for k, v in single["logged"].items() if k != "selection/seconds"}
+        assert rank["logged"]["selection/set_size"] == 1.0

@@ -152,3 +152,8 @@ def test_the_index_has_the_install_lines_and_the_quick_start(site: Path):
     (quickstart,) = [b for b in readme.blocks if b.marker is not None and b.marker.get("fixture") == "quickstart"]
     for block in (install, quickstart):
         assert " ".join(block.text.split()) in index, block.text[:200]
+
+
+def test_the_guides_are_pages_of_the_site(site: Path):
+    for guide in ("convergence", "selection", "rprecision", "search", "adding_a_metric_family"):
+        assert (site / guide / "index.html").is_file(), guide

@@ -13,6 +13,7 @@ import scipy.stats
 from statsmodels.stats.multitest import multipletests
 
 from beyondlabels.functional.multiple_testing import (
+    benjamini_hochberg,
     holm_adjust,
     paired_randomization_test,
 )
@@ -137,3 +138,20 @@ def test_holm_keeps_the_family_wise_error_rate_of_a_sweep():
     # without the correction the same decisions fail: 38 tests at 0.05 give a false "better" in most sweeps
     assert uncorrected > 3 * bound, uncorrected  # 0.40 of the sweeps
     assert seconds < 20
+
+
+def test_benjamini_hochberg_matches_statsmodels():
+    rng = np.random.default_rng(4)
+    for m in (1, 2, 7, 30, 100):
+        p = rng.uniform(0, 0.3, m) ** 2
+        p[: m // 4] = p[0]  # ties
+        np.testing.assert_allclose(benjamini_hochberg(p), multipletests(p, method="fdr_bh")[1], rtol=0, atol=1e-15)
+
+
+def test_benjamini_hochberg_worked_example_and_nan():
+    # m = 3, sorted 0.01, 0.03, 0.04: 3·0.01/1 = 0.03, 3·0.03/2 = 0.045, 3·0.04/3 = 0.04 -> min from the right
+    np.testing.assert_allclose(benjamini_hochberg([0.04, 0.01, 0.03]), [0.04, 0.03, 0.04], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(benjamini_hochberg([0.01, np.nan, 0.04]), [0.02, np.nan, 0.04], rtol=0, atol=1e-15)
+    assert benjamini_hochberg([]).size == 0
+    with pytest.raises(ValueError, match=r"pvalues.*\[0, 1\]"):
+        benjamini_hochberg([0.5, 1.5])

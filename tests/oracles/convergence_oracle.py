@@ -137,10 +137,12 @@ def series_look(curve, window, mode="max", min_delta=0.0, max_looks=1000, noise=
         means.append(total / w)
     last, previous = means[t - w], means[t - 2 * w]
     best_start = 0
-    for j in range(t - 2 * w + 1):  # candidates that do not overlap the last window; the first of equal means wins
+    step = max(1, w // 2)  # the candidates start every half window from the first value, before the last window
+    candidates = list(range(0, t - 2 * w + 1, step))
+    for j in candidates:  # the first of equal means wins
         if means[j] > means[best_start]:
             best_start = j
-    k = t - 2 * w + 1
+    k = len(candidates)
     covered, beyond, correlation, high, start = 1.0, 0.0, math.nan, math.nan, 0.0
     if noise is None and noise_estimate == "ar1":
         start, fit = noise_at_look(u, w)

@@ -454,3 +454,55 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path):
         output.read_text(encoding="utf-8").replace("data:image/png;base64,", "data:image/png;base64,AAAA", 1)
     )
     assert _rendered(binary, broken, tmp_path / "profile")["data-images-broken"] == "1"
+
+
+def test_the_checkpoint_selection_section(tmp_path: Path):
+    """A family folder with selection.json: its lines, the set drawn over the curve (a decodable PNG) and the table of
+    the regressed classes; a malformed file is listed as broken and the rest of the report stands."""
+    from beyondlabels.io import write_selection
+
+    run = tmp_path / "run"
+    history = _history(run / "retrieval", 0)
+    steps = [int(r["step"]) for r in history if "error" not in r]
+    data = {
+        "key": "precision@1",
+        "monitor": "retrieval/precision@1",
+        "steps": steps,
+        "means": [0.5 + 0.01 * i for i in range(len(steps))],
+        "pvalues": [0.02] + [1.0] * (len(steps) - 1),
+        "set_steps": steps[1:],
+        "best_step": steps[-1],
+        "best_value": 0.51,
+        "estimate": 0.5,
+        "ci_low": 0.45,
+        "ci_high": 0.55,
+        "latest_step": steps[-1],
+        "size": 0.1,
+        "confidence": 0.95,
+        "mode": "max",
+        "classes": {
+            "label": [2],
+            "n": [30],
+            "reference_mean": [0.9],
+            "current_mean": [0.5],
+            "pvalue": [0.001],
+            "adjusted": [0.001],
+            "regressed": [True],
+        },
+    }
+    write_selection(run / "retrieval", data)
+    text, page = _report(tmp_path, run)
+    assert f"steps as good as the best (90%): {', '.join(str(s) for s in steps[1:])}" in text
+    assert any(a.get("class") == "selection" for _, a in page.tags)
+    assert any(Image.open(io.BytesIO(png)).size[0] > 100 for png in page.images())
+    assert [c for a, c in page.cells if a.get("class") == "num"][-6:] == [
+        "2",
+        "30",
+        "0.9000",
+        "0.5000",
+        "0.0010",
+        "0.0010",
+    ]
+    (run / "retrieval" / "selection.json").write_text("[1, 2]")
+    text, _ = _report(tmp_path, run)
+    assert "checkpoint selection not read" in text and "precision@1" in text

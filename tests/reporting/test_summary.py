@@ -275,3 +275,60 @@ def test_the_paths_and_the_exact_commands(tmp_path: Path):
     assert shlex.split(found["W&B offline"]) == ["wandb", "sync", *(str(run / "wandb" / name) for name in segments[1:])]
     text = _printed(summarize_run_folder(run))
     assert f"W&B offline: {found['W&B offline']}\n" in text, "one line, unwrapped, whatever its length"
+
+
+def _selection_data(**changes) -> dict:
+    data = {
+        "key": "a",
+        "monitor": "retrieval/a",
+        "steps": [4, 8, 12],
+        "means": [0.5, 0.889, 0.88],
+        "pvalues": [0.01, 1.0, 0.4],
+        "in_set": [False, True, True],
+        "set_steps": [8, 12],
+        "best_step": 8,
+        "best_value": 0.889,
+        "estimate": 0.8812,
+        "ci_low": 0.8577,
+        "ci_high": 0.9049,
+        "latest_step": 12,
+        "flips": {"reference_step": 8, "negative_flip_rate": 0.0213, "positive_flip_rate": 0.01},
+        "classes": {
+            "label": [3, 7],
+            "n": [40, 40],
+            "reference_mean": [0.9, 0.8],
+            "current_mean": [0.6, 0.8],
+            "down": [12, 1],
+            "up": [0, 1],
+            "pvalue": [0.0002, 0.75],
+            "adjusted": [0.0004, 0.75],
+            "regressed": [True, False],
+        },
+        "size": 0.1,
+        "confidence": 0.95,
+        "mode": "max",
+        "checkpoints": [
+            {"file": "/x/best.ckpt", "step": 8, "in_set": True},
+            {"file": "/x/e1.ckpt", "step": 4, "in_set": False},
+        ],
+    }
+    return {**data, **changes}
+
+
+def test_the_checkpoint_selection_line(tmp_path: Path):
+    """selection.json in a family folder: the steps as good as the best with the corrected best value, what got worse
+    since the best and the saved checkpoints in the set, wrapped at '; ' to fit 80 columns."""
+    from beyondlabels.io import write_selection
+
+    family = tmp_path / "retrieval"
+    _write_family(family, [{"step": 4, "epoch": 0, "a": 0.5}, {"step": 12, "epoch": 2, "a": 0.88}], OutputSchema(KEYS))
+    write_selection(family, _selection_data())
+    text = _printed(summarize_run_folder(tmp_path), locations=[])
+    joined = " ".join(line.strip() for line in text.splitlines())
+    assert "steps as good as the best (90%): 8, 12; best a 0.889, corrected 0.881 [0.86, 0.90]" in joined
+    assert "since the best (step 8) to step 12: negative flips 2.1% of the queries; regressed classes 3" in joined
+    assert "saved checkpoints in the set: best.ckpt (step 8); 1 worse" in joined
+    assert max(len(line) for line in text.splitlines()) <= 80
+    (family / "selection.json").write_text('{"version": 1, "steps": "many"}')
+    text = _printed(summarize_run_folder(tmp_path), locations=[])
+    assert "checkpoint selection not read" in text and "'steps' must be a list of ints" in text

@@ -4,8 +4,10 @@
 ``relevance`` graded class gains; ``retrieval`` the retrieval metrics computed from them; ``hierarchy``
 hierarchical precision / recall over a class tree and taxonomy-derived gains; ``bootstrap`` intervals of a mean,
 ``abtest`` paired A/B tests with their decision protocol, ``agreement`` Cohen's kappa and rank correlations;
-``multiple_testing`` Holm's adjustment and the paired randomization test, ``sweeps`` a sweep's settings across seeds,
-``convergence`` the sequential downturn and plateau rule.
+``multiple_testing`` Holm's and Benjamini–Hochberg's adjustments and the paired randomization test, ``sweeps`` a
+sweep's settings across seeds, ``convergence`` the sequential downturn and plateau rule, ``selection`` the model
+confidence set of a run's checkpoints and the selection-corrected estimate of the best one, ``regressions`` negative
+flips, per-class regressions and forgetting events between checkpoints.
 """
 
 from beyondlabels.functional.abtest import ABResult, ab_test, paired_differences, paired_t_ci, sample_size
@@ -39,7 +41,7 @@ from beyondlabels.functional.mismatch import (
     mismatch_pair_table,
     percentile_ranks,
 )
-from beyondlabels.functional.multiple_testing import holm_adjust, paired_randomization_test
+from beyondlabels.functional.multiple_testing import benjamini_hochberg, holm_adjust, paired_randomization_test
 from beyondlabels.functional.profiles import feature_similarity, pair_distribution, profile_class_gains
 from beyondlabels.functional.ranking import (
     fuse_term_scores,
@@ -48,6 +50,7 @@ from beyondlabels.functional.ranking import (
     ranking_output_schema,
     term_satisfaction,
 )
+from beyondlabels.functional.regressions import class_regressions, forgetting_events, negative_flips
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
     aggregate_retrieval,
@@ -64,6 +67,7 @@ from beyondlabels.functional.rprecision import (
     text_image_r_precision,
 )
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
+from beyondlabels.functional.selection import best_checkpoint_estimate, model_confidence_set
 from beyondlabels.functional.sweeps import (
     GroupDifference,
     SeedSummary,
@@ -88,7 +92,13 @@ __all__ = [
     "ConvergenceRule",
     "GroupDifference",
     "SeedSummary",
+    "benjamini_hochberg",
+    "best_checkpoint_estimate",
+    "class_regressions",
+    "forgetting_events",
     "holm_adjust",
+    "model_confidence_set",
+    "negative_flips",
     "paired_group_difference",
     "paired_randomization_test",
     "pooled_query_interval",

@@ -43,10 +43,13 @@ Definitions (stated once; the derivation is in ``docs/convergence.md``)
     - **Look**: an evaluation at which a test is made: the plateau and the downturn at every evaluation from
       ``t = 2w`` on. Each look spends ``alpha / max_looks`` of the level, so a run of up to ``max_looks`` looks
       spends at most ``alpha`` (Bonferroni over the looks); after ``max_looks`` looks nothing more is flagged.
-    - **Downturn (series)**: the last window ``L = m_(t-w)`` against the best earlier window that does not overlap it,
-      ``B = max_(j <= t-2w) m_j`` (the first of equal means is the one reported), over ``k = t - 2w + 1``
-      candidates: ``T = (B - L - min_delta) / se``, ``p = min(1, k * max_looks * P(t_nu > T))`` (Bonferroni over the
-      candidates too, so picking the best one is paid for; ``p = 1`` when the noise was not estimated).
+    - **Downturn (series)**: the last window ``L = m_(t-w)`` against the best earlier window that does not overlap it
+      among the windows that start every half window from the first value (``j = 0, h, 2h, ..``, ``h =
+      max(1, floor(w / 2))``, :func:`candidate_step`), ``B = max_(j <= t-2w) m_j`` (the first of equal means is the
+      one reported), over ``k = floor((t - 2w) / h) + 1`` candidates: ``T = (B - L - min_delta) / se``, ``p = min(1, k
+      * max_looks * P(t_nu > T))`` (Bonferroni over the candidates too, so picking the best one is paid for; ``p = 1``
+      when the noise was not estimated). Neighbouring candidates share half their values; every window position
+      would cost ``h`` times the Bonferroni factor for a best window at most a quarter window away.
     - **Paired confirmation**, when the evaluation gives per-query values (the same queries every time): the latest
       evaluation against the best earlier one (the largest mean of ``u`` over its queries, among the earlier
       evaluations with per-query values), paired by query id: ``d_i = u_best,i - u_latest,i - min_delta`` (pairs
@@ -117,6 +120,7 @@ __all__ = [
     "STATE_VERSION",
     "ConvergenceRule",
     "ar1_noise",
+    "candidate_step",
     "covered_correlation",
     "noise_df",
     "noise_scale",
@@ -214,6 +218,16 @@ NOISE_KEYS = (
     "covered",
     "beyond",
 )
+
+
+def candidate_step(window: int) -> int:
+    """The spacing of the downturn's candidate windows: half a window, ``max(1, window // 2)``.
+
+    Examples:
+        >>> candidate_step(10), candidate_step(3), candidate_step(1)
+        (5, 1, 1)
+    """
+    return max(1, window // 2)
 
 
 def covered_correlation(window: int) -> float:
@@ -535,15 +549,17 @@ class ConvergenceRule:
         means = (sums[:, w:] - sums[:, :-w]) / w  # m_j, j = 0 .. t-w
         last = means[:, ends - w]
         previous = means[:, ends - 2 * w]
-        candidate_means = means[:, : t - 2 * w + 1]
-        running = torch.cummax(candidate_means, dim=1).values  # best over j <= t' - 2w
+        position = torch.arange(t - 2 * w + 1)
+        aligned = position % candidate_step(w) == 0  # the candidate windows: every half window from the first value
+        candidate_means = means[:, : t - 2 * w + 1].masked_fill(~aligned, -math.inf)
+        running = torch.cummax(candidate_means, dim=1).values  # best over the candidates j <= t' - 2w
         # the first window of the best mean: the last position where the running best rose strictly
         rose = torch.ones_like(running, dtype=torch.bool)
         rose[:, 1:] = candidate_means[:, 1:] > running[:, :-1]
-        best_index = torch.where(rose, torch.arange(running.shape[1]), 0).cummax(dim=1).values[:, ends - 2 * w]
+        best_index = torch.where(rose, position, 0).cummax(dim=1).values[:, ends - 2 * w]
         best = running[:, ends - 2 * w]
         noise = self._scales(u, ends)
-        candidates = (ends - 2 * w + 1).to(torch.float64).expand(runs, looks)
+        candidates = ((ends - 2 * w) // candidate_step(w) + 1).to(torch.float64).expand(runs, looks)
         down_t = _ratio(best - last - self.min_delta, noise["scale"])
         plateau_t = _ratio(self.min_delta - (last - previous), noise["scale_adjacent"])
         known = ~torch.isnan(noise["df"])  # no noise estimate: no evidence (p = 1)

@@ -1,4 +1,4 @@
-"""Paired randomization tests and the Holm–Bonferroni adjustment of a family of p-values.
+"""Paired randomization tests, and the Holm–Bonferroni and Benjamini–Hochberg adjustments of a family of p-values.
 
 Pure numpy (float64 on the CPU).
 
@@ -17,6 +17,11 @@ Definitions (stated once)
       hypothesis whose adjusted p is below ``level`` keeps the family-wise error rate (the chance of any false
       rejection) at most ``level`` under any dependence between the tests. NaN p-values stay NaN and are not counted
       in ``m``.
+    - **Benjamini–Hochberg** (:func:`benjamini_hochberg`, Benjamini & Hochberg 1995): with the ``m`` finite p-values
+      sorted ascending, the adjusted ``q_(i) = min_{j >= i} min(1, m p_(j) / j)``. Rejecting every hypothesis whose
+      adjusted p is at most ``q`` keeps the false discovery rate (the expected share of false rejections among the
+      rejections) at most ``q m_0 / m <= q`` for independent or positively dependent (PRDS) tests. NaN p-values stay
+      NaN and are not counted in ``m``.
 
 Examples:
     >>> p = paired_randomization_test([0.3, 0.1, 0.2, 0.25, 0.15, 0.05])
@@ -35,11 +40,49 @@ import numpy as np
 
 from beyondlabels._internal.checks import check_rounds, check_seed
 
-__all__ = ["CORRECTION", "holm_adjust", "paired_randomization_test"]
+__all__ = ["CORRECTION", "benjamini_hochberg", "holm_adjust", "paired_randomization_test"]
 
 CORRECTION = "Holm–Bonferroni"
 # sign assignments per matrix product of the Monte Carlo test (bounds its memory at rows × this many doubles)
 _CHUNK = 4096
+
+
+def _finite_pvalues(pvalues: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, index of the finite entries)``: ``pvalues`` as float64 after the checks both adjustments share."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"`pvalues` must be a 1-D sequence of p-values, got shape {p.shape}.")
+    finite = ~np.isnan(p)
+    if np.any((p[finite] < 0) | (p[finite] > 1)):
+        raise ValueError(
+            "`pvalues` must lie in [0, 1] (NaN for a test not made), "
+            f"got {p[finite][(p[finite] < 0) | (p[finite] > 1)][:5].tolist()}."
+        )
+    return p, np.flatnonzero(finite)
+
+
+def benjamini_hochberg(pvalues: Any) -> np.ndarray:
+    """Benjamini–Hochberg adjusted p-values (definition: the module docstring), in the order given.
+
+    Args:
+        pvalues: A 1-D sequence of p-values in [0, 1]; NaN entries stay NaN and are not counted.
+
+    Raises:
+        ValueError: for a p-value outside [0, 1] or input that is not 1-D.
+
+    Examples:
+        >>> benjamini_hochberg([0.01, 0.04, 0.03, float("nan")]).round(3).tolist()
+        [0.03, 0.04, 0.04, nan]
+    """
+    p, index = _finite_pvalues(pvalues)
+    out = np.full_like(p, np.nan)
+    if index.size == 0:
+        return out
+    order = index[np.argsort(p[index], kind="stable")]
+    m = order.size
+    scaled = np.minimum(1.0, m * p[order] / np.arange(1, m + 1))
+    out[order] = np.minimum.accumulate(scaled[::-1])[::-1]
+    return out
 
 
 def holm_adjust(pvalues: Any) -> np.ndarray:
@@ -55,17 +98,8 @@ def holm_adjust(pvalues: Any) -> np.ndarray:
         >>> holm_adjust([0.02, float("nan"), 0.001]).tolist()
         [0.02, nan, 0.002]
     """
-    p = np.asarray(pvalues, dtype=np.float64)
-    if p.ndim != 1:
-        raise ValueError(f"`pvalues` must be a 1-D sequence of p-values, got shape {p.shape}.")
-    finite = ~np.isnan(p)
-    if np.any((p[finite] < 0) | (p[finite] > 1)):
-        raise ValueError(
-            "`pvalues` must lie in [0, 1] (NaN for a test not made), "
-            f"got {p[finite][(p[finite] < 0) | (p[finite] > 1)][:5].tolist()}."
-        )
+    p, index = _finite_pvalues(pvalues)
     out = np.full_like(p, np.nan)
-    index = np.flatnonzero(finite)
     if index.size == 0:
         return out
     order = index[np.argsort(p[index], kind="stable")]

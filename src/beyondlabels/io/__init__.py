@@ -1,6 +1,8 @@
 """Reading (and writing) what training and evaluation wrote: the project's own evaluation files
 (``beyondlabels.io.run_files``: history.jsonl, schema.json, per-query files), saved embeddings
-(``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``); the files of the data types:
+(``beyondlabels.io.arrays``) and offline W&B runs (``beyondlabels.io.wandb_offline``), a metric's per-query values
+across a run's evaluations as one table (``beyondlabels.io.query_tables``) and the checkpoint selection's
+``selection.json`` (``beyondlabels.io.selection_file``); the files of the data types:
 taxonomies (``beyondlabels.io.taxonomy_files``: YAML, JSON, TSV, WordNet 3.0), feature profiles
 (``beyondlabels.io.profiles_files``) and the hierarchy task's predictions (``beyondlabels.io.predictions``); text
 encoders named in configs (``beyondlabels.io.text_encoders``). Every file the project writes goes through
@@ -10,6 +12,7 @@ encoders named in configs (``beyondlabels.io.text_encoders``). Every file the pr
 from beyondlabels.io.predictions import HierarchyPredictions, read_hierarchy_predictions
 from beyondlabels.io.profiles_files import load_profiles, read_profiles
 from beyondlabels.io.qrels import QrelsChange, QrelsUpdate, load_qrels, load_run, update_qrels
+from beyondlabels.io.query_tables import PerQueryTable, align_by_query_id, per_query_table
 from beyondlabels.io.run_files import (
     EvaluationRun,
     HistoryLog,
@@ -24,6 +27,7 @@ from beyondlabels.io.run_files import (
     save_per_query,
 )
 from beyondlabels.io.run_lock import RunFolderInUseError, RunFolderLock
+from beyondlabels.io.selection_file import SELECTION_FILE, Selection, read_selection, write_selection
 from beyondlabels.io.taxonomy_files import (
     WORDNET_ROOT,
     find_wordnet_dir,
@@ -46,6 +50,13 @@ from beyondlabels.io.wandb_offline import (
 __all__ = [
     "WORDNET_ROOT",
     "HierarchyPredictions",
+    "PerQueryTable",
+    "SELECTION_FILE",
+    "Selection",
+    "align_by_query_id",
+    "per_query_table",
+    "read_selection",
+    "write_selection",
     "find_wordnet_dir",
     "load_profiles",
     "load_taxonomy",

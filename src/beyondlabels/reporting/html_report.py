@@ -1,13 +1,14 @@
 """One self-contained HTML file that shows a training run, or a sweep, the way its folders hold it.
 
-Per run and evaluation family: the values of the last successful evaluation, each with its interval as
-``value [low, high]`` (from ``<key>_ci_low`` / ``<key>_ci_high``); the curves of the interval keys over the trainer
-steps with their bands; the last evaluation's media from ``media/media.json`` (tables with their thumbnails, figures,
-curves); the PNGs of the family folder; what was missing or broken; the run's Hydra config and overrides. A multirun
-folder opens with its jobs grouped by setting across seeds (the table of ``task=compare``: a row per setting,
-``mean [low, high]`` across seeds and the pooled per-query interval of each headline key; against a baseline, the
-Holm-corrected tests) and a picture per key, then a list of its jobs (overrides and final values) linking to each
-job's section.
+Per run and evaluation family: the values of the last successful evaluation, each with its interval as ``value [low,
+high]`` (from ``<key>_ci_low`` / ``<key>_ci_high``); the curves of the interval keys over the trainer steps with their
+bands; the checkpoint selection of ``selection.json`` (the steps as good as the best drawn over the curve, the corrected
+best value, the classes that regressed since the best); the last evaluation's media from ``media/media.json`` (tables
+with their thumbnails, figures, curves); the PNGs of the family folder; what was missing or broken; the run's Hydra
+config and overrides. A multirun folder opens with its jobs grouped by setting across seeds (the table of
+``task=compare``: a row per setting, ``mean [low, high]`` across seeds and the pooled per-query interval of each
+headline key; against a baseline, the Holm-corrected tests) and a picture per key, then a list of its jobs (overrides
+and final values) linking to each job's section.
 
 The file needs nothing else: every picture is inlined as ``data:image/png;base64``, the styles are inline, it
 references no URL, and it renders without a script. A small inline script only records, as attributes of ``<html>``,
@@ -59,6 +60,7 @@ from beyondlabels.io.run_folders import (
     read_run_folder,
 )
 from beyondlabels.io.run_lock import writing
+from beyondlabels.io.selection_file import Selection, read_selection
 from beyondlabels.io.sweeps import SEED_KEYS
 from beyondlabels.reporting.sweeps import DAGGER, plot_sweep, sweep_comparison, sweep_headline_keys
 from beyondlabels.reporting.tables import ARROWS
@@ -331,11 +333,58 @@ def _folder_images(family: FamilyFolder, problems: list[str]) -> str:
     return f'<h4>Files of the folder</h4><div class="figures">{"".join(figures)}</div>' if figures else ""
 
 
+def _regressed_table(selection: Selection) -> str:
+    if not selection.regressed:
+        return ""
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{_e(_format(row.get(k)) if isinstance(row.get(k), float) else row.get(k))}</td>'
+            for k in ("label", "n", "reference_mean", "current_mean", "pvalue", "adjusted")
+        )
+        + "</tr>"
+        for row in selection.regressed
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("class", "queries", "at the best", "latest", "p", "adjusted (BH)"))
+    return (
+        f"<h4>Classes regressed since the best (step {_e(selection.best_step)}) to step {_e(selection.latest_step)}"
+        f'</h4><table class="values regressed"><tr>{head}</tr>{rows}</table>'
+    )
+
+
+def _selection(family: FamilyFolder, problems: list[str]) -> str:
+    """The checkpoint selection of the family's folder (``selection.json``): its lines, the set over the curve, the
+    classes that regressed."""
+    from beyondlabels.reporting.media_figures import figure_png
+    from beyondlabels.reporting.selection import selection_figure, selection_lines
+
+    try:
+        selection = read_selection(family.path)
+    except (OSError, ValueError) as exc:
+        problems.append(f"{family.prefix}: checkpoint selection not read: {exc}")
+        return ""
+    if selection is None:
+        return ""
+    records = family.run.records if family.run is not None else []
+    curve = [(int(r["step"]), float(r[selection.key])) for r in records if is_number(r.get(selection.key))]
+    try:
+        picture = f"<figure>{_img(figure_png(selection_figure(selection, curve)), 'checkpoint selection')}</figure>"
+    except (ValueError, TypeError, OSError) as exc:
+        problems.append(f"{family.prefix}: the checkpoint selection could not be drawn: {exc}")
+        picture = ""
+    lines = "".join(f"<li>{_e(line)}</li>" for line in selection_lines(selection))
+    return (
+        f'<div class="selection" data-prefix="{_e(family.prefix)}"><h4>Checkpoint selection: {_e(selection.monitor)}'
+        f"</h4><ul>{lines}</ul>{picture}{_regressed_table(selection)}</div>"
+    )
+
+
 def _family_section(family: FamilyFolder, anchor: str) -> str:
     problems = list(family.problems)
     overview = "".join(f"<div>{part}</div>" for part in (_values_table(family), _band_charts(family, problems)) if part)
     body = (
         (f'<div class="overview">{overview}</div>' if overview else "")
+        + _selection(family, problems)
         + _media(family, problems)
         + _folder_images(family, problems)
     )

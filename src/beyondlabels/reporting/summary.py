@@ -13,8 +13,10 @@ The keys shown are the family's **headline keys**, declared with its output sche
 headline=...)``, kept in ``schema.json``); a schema that declares none (a family of one's own, a folder written
 before headlines existed) shows its first four scalar keys with a direction and an interval, else with a direction.
 Below them, one line each where they exist: the counts the schema lists as ``notes`` (the label audit's
-suspects), the convergence events of the family's keys (:func:`beyondlabels.io.metrics_csv.read_convergence_events`,
-or those a training passes in), and the failed evaluations. Then the paths: the full table of every key
+suspects), the checkpoint selection of the family's folder (``selection.json``: the steps as good as the best and
+the best value corrected for the selection, :func:`beyondlabels.reporting.selection.selection_lines`), the
+convergence events of the family's keys (:func:`beyondlabels.io.metrics_csv.read_convergence_events`, or those a
+training passes in), and the failed evaluations. Then the paths: the full table of every key
 (:func:`summary_markdown`, ``metrics.md`` in the run folder), ``report.html``, the CSV / TensorBoard / MLflow
 locations and the exact ``wandb sync`` command of the offline W&B run (:func:`run_locations`).
 
@@ -58,6 +60,7 @@ from beyondlabels._internal.checks import is_number
 from beyondlabels.io.atomic import write_text
 from beyondlabels.io.metrics_csv import read_convergence_events
 from beyondlabels.io.run_files import EvaluationRun, find_evaluation_runs, read_evaluation_run
+from beyondlabels.io.selection_file import read_selection
 from beyondlabels.reporting.tables import ARROWS, format_value
 from beyondlabels.schema import OutputSchema
 
@@ -141,6 +144,7 @@ class FamilySummary:
     failures: list[tuple[int, str]] = field(default_factory=list)
     events: list[ConvergenceEvent] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    selection: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -217,6 +221,15 @@ def summarize_family(run: EvaluationRun) -> FamilySummary:
     if records and run.schema is not None:
         last = records[-1]
         summary.notes = [(label, v) for k, label in run.schema.notes.items() if (v := _number(last.get(k))) is not None]
+    try:
+        selection = read_selection(run.path) if records else None
+    except (OSError, ValueError) as exc:
+        summary.problems.append(f"checkpoint selection not read: {str(exc).replace(f'{run.path}{os.sep}', '')}")
+    else:
+        if selection is not None:
+            from beyondlabels.reporting.selection import selection_lines
+
+            summary.selection = selection_lines(selection)
     return summary
 
 
@@ -360,6 +373,27 @@ def _cut(text: str, width: int = _WIDTH) -> str:
     return text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
 
 
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, broken after its ``"; "`` (and, in a part still too long, after
+    its ``", "``)."""
+    pieces: list[str] = []
+    parts = text.split("; ")
+    for number, part in enumerate(parts):
+        tail = ";" if number < len(parts) - 1 else ""
+        if cell_len(part) + 2 <= width:
+            pieces.append(part + tail)
+            continue
+        items = part.split(", ")
+        pieces.extend(item + ("," if i < len(items) - 1 else tail) for i, item in enumerate(items))
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if cell_len(lines[-1]) + 1 + cell_len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append(piece)
+    return lines
+
+
 def _events_line(monitor: str, events: Sequence[ConvergenceEvent]) -> str:
     parts = []
     for event in events[:_EVENTS_SHOWN]:
@@ -381,6 +415,7 @@ def _family_notes(family: FamilySummary) -> list[tuple[str, str]]:
     lines = []
     if family.notes:
         lines.append(("", ", ".join(f"{format_value(v, True)} {label}" for label, v in family.notes)))
+    lines.extend(("green", part) for text in family.selection for part in _wrapped(text, _WIDTH - 2))
     for monitor, events in _grouped_events(family.events).items():
         lines.append(("yellow", _events_line(monitor.split("/", 1)[1] if "/" in monitor else monitor, events)))
     if family.failures:
