@@ -804,6 +804,7 @@ class EvaluationCore:
         self._sink_errors = []
         if not occasion.one_off:
             self.last_per_query = (step, results.get("per_query"))
+        extra = self._select(trainer, step, results, occasion)
         if trainer.is_global_zero:
             if not occasion.one_off:
                 problems = self._write_outputs(trainer, results, record, timings, occasion)
@@ -812,13 +813,16 @@ class EvaluationCore:
                 self.history.append(record)
                 if self.files is not None:
                     problems += self.files.write_history(self.history)
-        failed, seconds = trainer.strategy.broadcast((bool(problems), record.get(EVAL_SECONDS, 0.0)), src=0)
+        # rank 0's wall time and selection scalars (its own seconds among them) on every rank: logged values must be
+        # the same on every rank (a rank's own time would clash with the reduced one in callback_metrics)
+        failed, seconds, extra = trainer.strategy.broadcast(
+            (bool(problems), record.get(EVAL_SECONDS, 0.0), extra), src=0
+        )
         record[EVAL_SECONDS] = float(seconds)
         if not trainer.is_global_zero and not occasion.one_off:
             self.history.append(record)
         timings["total"] = float(seconds)
         self.last_timings = timings
-        extra = self._select(trainer, step, results, occasion)
         self._log_scalars(trainer, pl_module, record, occasion, extra)
         self.metric.reset()
         if failed:

@@ -704,6 +704,13 @@ INLINE: dict[str, Inline] = {
             covered="tests/entrypoints/test_cli.py::test_a_run_of_a_users_own_trainer_is_a_run_folder",
         )
     ),
+    "beyondlabels task=select runs=[<run>]": Inline(
+        skip=Skip(
+            "a template: the selection over a run's per-query files is made by the task on a run folder",
+            covered="tests/entrypoints/test_evaluate_select.py::test_select_writes_and_prints_the_kernel_s_selection",
+        )
+    ),
+    "python benchmarks/bench_selection.py": Inline(skip=_BENCHMARK),
     "make train": Inline(skip=Skip("the `make` block runs it")),
     "python train.py ckpt_path=<run>/checkpoints/last.ckpt": Inline(run=_resume_finished),
     "python evaluate.py task=compare runs=[<run>]": Inline(run=_compare_one_run),
