@@ -25,7 +25,7 @@ from beyondlabels.metrics.intervals import add_confidence_intervals
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchTools", "EvaluationRunner", "through_strategy"]
+__all__ = ["BatchTools", "EvaluationRunner", "read_batch", "through_strategy"]
 
 Trainer = Any
 LightningModule = Any
@@ -70,6 +70,37 @@ def through_strategy(trainer: Any, pl_module: Any, call: Callable[..., Any], *ar
         restore()
 
 
+def read_batch(
+    batch: Any,
+    keys: tuple[str, str, str],
+    options: tuple[str, str] = ("input_key", "label_key"),
+    parts: tuple[str, str] = ("inputs", "labels"),
+    what: str = "",
+) -> tuple[Any, Any, Any]:
+    """``(first, second, ids or None)`` of an evaluation batch: a dict read with ``keys`` (the first two required, the
+    ids optional) or a ``(first, second)`` / ``(first, second, ids)`` tuple. Anything else is refused with a
+    description of what was received; the messages name the ``options`` that set the keys, the tuple's ``parts`` and
+    ``what`` batches they are (e.g. ``"cross-modal "``)."""
+    first, second, id_key = keys
+    if isinstance(batch, dict):
+        missing = [k for k in (first, second) if k not in batch]
+        if missing:
+            raise KeyError(
+                f"{what}evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set "
+                f"{options[0]} / {options[1]} (and id_key) to the keys of your batches, or batch_transform= to make "
+                "such dicts of them."
+            )
+        return batch[first], batch[second], batch.get(id_key)
+    if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
+        return batch[0], batch[1], batch[2] if len(batch) == 3 else None
+    described = f"a {type(batch).__name__}" + (f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else "")
+    one, two = parts
+    raise TypeError(
+        f"{what}evaluation batches must be dicts (keys {first!r}, {second!r}, optional {id_key!r}) or ({one}, {two}) / "
+        f"({one}, {two}, ids) tuples; got {described}. Set batch_transform= to turn your batches into one of these."
+    )
+
+
 class BatchTools:
     """What a family's ``feed`` uses (a base of :class:`~beyondlabels.callbacks.base.EvaluationCore`): a batch as the
     family reads it, on the module's device in the precision the trainer gives the steps, the module's methods called
@@ -97,24 +128,7 @@ class BatchTools:
         """``(inputs, labels, ids or None)`` of a batch of labelled inputs: a dict (read with the family's
         ``input_key``, ``label_key`` and ``id_key``; the id entry is optional) or an ``(inputs, labels)`` /
         ``(inputs, labels, ids)`` tuple. Anything else is refused with a description of what was received."""
-        input_key, label_key, id_key = self.input_key, self.label_key, self.id_key
-        if isinstance(batch, dict):
-            missing = [k for k in (input_key, label_key) if k not in batch]
-            if missing:
-                raise KeyError(
-                    f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. "
-                    "Set input_key / label_key (and id_key) to the keys of your batches."
-                )
-            return batch[input_key], batch[label_key], batch.get(id_key)
-        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
-            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
-        described = f"a {type(batch).__name__}" + (
-            f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else ""
-        )
-        raise TypeError(
-            f"evaluation batches must be dicts (keys {input_key!r}, {label_key!r}, optional {id_key!r}) "
-            f"or (inputs, labels) / (inputs, labels, ids) tuples; got {described}"
-        )
+        return read_batch(batch, (self.input_key, self.label_key, self.id_key))
 
     def to_device(self, data: Any, pl_module: LightningModule) -> Any:
         """``data`` (a tensor, or a collection holding tensors) as Lightning hands a batch to the module's steps: its
