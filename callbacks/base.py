@@ -34,66 +34,8 @@ module's device), :meth:`EvaluationCore.thumbnail` / :meth:`EvaluationCore.item`
 The base imports neither Lightning package: the hooks use only the trainer and module they receive, and each package
 gets a thin subclass (:mod:`beyondlabels.callbacks.packages`).
 
-What the base guarantees:
-
-- **Schedule.** ``every_n_epochs=N``: at the end of the validation loops of epochs N-1, 2N-1, ... (zero-based), so it
-  shares the trainer's validation cadence (a cadence that meets ``check_val_every_n_epoch`` more rarely than either
-  asks is said at setup); a module without a validation loop (Lightning's own answer, ``Trainer.enable_validation``:
-  also a ``torch.compile``-d module without ``validation_step``, or ``limit_val_batches=0``) is evaluated at the end
-  of the training epoch instead (said once in the log). ``every_n_steps=M``: after every M-th optimiser step. Sanity
-  checks are skipped. ``evaluate_at_fit_end=True`` adds one evaluation when fit ends after the last one, so every
-  run ends with numbers whatever ``max_epochs`` and the cadence are. ``trainer.validate()`` evaluates once (keys
-  ``<prefix>/<key>``), ``trainer.test()`` once on ``test_dataloader`` (keys ``<prefix>/test/<key>``): both are
-  returned by the call and kept out of the history and the files.
-- **Logged as Lightning logs.** An evaluation at the end of a validation loop (or of a training epoch, without one)
-  logs its scalars with ``pl_module.log``: they join the user's row of that loop in every logger (one CSV row, with
-  the user's ``step`` and ``epoch``), ``trainer.callback_metrics`` (ModelCheckpoint, EarlyStopping and sweepers
-  monitor them), ``validate()``'s return value and, for ``prog_bar`` keys, the progress bar. An evaluation after an
-  optimiser step (``every_n_steps``) or at fit end goes to every logger directly, at Lightning's logging step (that of
-  the last training batch, :func:`~beyondlabels.callbacks.packages.logging_step`) with the epoch, never throttled by
-  ``log_every_n_steps``, and into ``callback_metrics`` and the progress bar on every rank. The media go to the loggers
-  at the same step as the scalars. ``history.jsonl``, the per-query files and the media's captions name an
-  evaluation by ``trainer.global_step`` (as ModelCheckpoint names its files): one more than the logging step. A key
-  of ours that the module or another callback also logs is said once (``strict``: raised), since
-  ``callback_metrics`` then holds only one of the two. ``<prefix>/eval_seconds`` is the evaluation's wall time,
-  files and media included (rank 0's, on every rank); :attr:`EvaluationCore.last_timings` splits it into forward,
-  compute, intervals, files and media.
-- **Loader.** The evaluation loader is a datamodule or module method name (``"val_dataloader"`` defined by neither:
-  the validation loaders given to ``fit`` / ``validate``; none anywhere is refused at setup), a DataLoader, or a
-  callable; of several (a list or dict, as Lightning's several validation loaders) ``dataloader_idx`` chooses one,
-  said once. At most ``limit_batches`` batches, else as many as the trainer's ``limit_val_batches`` allows (said once
-  when it cuts; ``fast_dev_run`` sets it). Batches reach the module as they reach its steps: floating-point tensors
-  converted by the trainer's precision plugin (``convert_input``), on its device, and the module's calls run in the
-  plugin's forward context (:meth:`EvaluationCore.module_context`), so every ``precision=`` works. Under DDP the
-  loader is rebuilt with a ``DistributedSampler`` (no shuffling) that keeps the user's ``collate_fn``,
-  ``num_workers``, ``pin_memory``, ``worker_init_fn``, ``persistent_workers``, ``timeout``, ``prefetch_factor``,
-  ``multiprocessing_context``, ``generator`` and batch size (also a ``batch_sampler``'s). The metric drops the copies
-  the sampler adds, by id.
-- **No side effects on training.** Evaluation runs in eval mode without gradients and restores the torch random
-  state, so the training that follows is the same with or without the callback.
-- **Failures.** An evaluation that raises on any rank is skipped on every rank (ranks agree through
-  ``trainer.strategy`` before any collective), recorded in the history and logged as an error; training goes on.
-  With ``strict=True`` it raises on *every* rank — also for errors writing files or media on rank 0.
-- **Files** (rank 0, beside any logger; none under ``fast_dev_run``), under ``save_dir`` (default
-  ``<default_root_dir>/<prefix>``), at a cost
-  that does not grow with the run (:class:`~beyondlabels.callbacks.files.EvaluationFiles`): ``history.jsonl`` (one
-  record per evaluation, appended), ``schema.json`` (kind and direction of every key), ``per_query/step_<step>.npz``
-  (the per-query values: the input of confidence intervals and paired tests; compressed, kept for the latest, the
-  best, and every ``keep_every_n``-th evaluation), one PNG per curve key (at most 8 evaluations' curves) and
-  ``confidence_intervals.png`` (the headline keys over the steps with their bootstrap bands; also a media figure),
-  both redrawn every ``plot_every_n`` evaluations and at the end of fit; ``media/`` (the last evaluation's
-  figures, tables and curves: ``media.json`` and the PNGs it names, :mod:`beyondlabels.io.media_files`). Every
-  write is atomic; a failed one (a full disk) is logged, damages nothing on disk and is retried at the next
-  evaluation; training goes on.
-- **Media** (rank 0): the curves, ``confidence_intervals`` and what the family's ``describe_media`` adds go to
-  every W&B, TensorBoard and MLflow logger of the trainer at the evaluation's step
-  (:mod:`beyondlabels.callbacks._sinks`); other loggers get the scalars only; at the end of fit the ``media/``
-  folder goes once to the loggers that keep files (MLflow). A failing logger stops neither the run nor the others:
-  its first failure in a fit is logged with the traceback, each later one in one line with the count (strict mode
-  raises).
-- **Resume.** ``state_dict`` holds the history and the last evaluated step; ``load_state_dict`` ignores malformed
-  entries with a warning. The first write after a resume makes ``history.jsonl`` hold exactly the restored history
-  (evaluations the killed run made after its checkpoint are dropped; they are made again).
+What the base guarantees (schedule, logging, loader, no side effects on training, failures, files, media, resume) is
+stated once, in the documentation: ``docs/trainer.md``, "What every evaluation callback guarantees".
 """
 
 from __future__ import annotations
@@ -227,9 +169,10 @@ def _check_selection(selection: Any, schema: OutputSchema) -> Any:
 
 
 class EvaluationCore(BatchTools):
-    """Base class of periodic evaluation callbacks (behaviour: the module docstring), importing neither Lightning
-    package: a Trainer gets it as ``EvaluationCallback`` of :mod:`beyondlabels.callbacks` (``pytorch_lightning``) or
-    of :mod:`beyondlabels.callbacks.lightning` (``lightning.pytorch``), which add the package's ``Callback`` base.
+    """Base class of periodic evaluation callbacks (what it guarantees: ``docs/trainer.md``), importing neither
+    Lightning package: a Trainer gets it as ``EvaluationCallback`` of :mod:`beyondlabels.callbacks`
+    (``pytorch_lightning``) or of :mod:`beyondlabels.callbacks.lightning` (``lightning.pytorch``), which add the
+    package's ``Callback`` base.
 
     Args:
         every_n_epochs: Evaluate on every N-th validation epoch.
