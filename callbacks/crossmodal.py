@@ -61,10 +61,8 @@ class CrossModalEvalCore(EvaluationCore):
         precision: Passed to the metric (``"fp32"`` or a fast mode).
         distributed_search: Passed to the metric (split the search between ranks).
         num_misses: Rows of the worst-miss table (0 turns it off).
-        kwargs: Schedule, loader, files and failure options of
-            :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
-            ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
-            ``evaluate_at_fit_end``, ``strict``).
+        kwargs: The schedule, loader, files and failure options of
+            :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Examples:
         >>> from beyondlabels.callbacks import CrossModalEvalCallback
