@@ -198,20 +198,22 @@ class OutputSink:
 
     def select(self, trainer: Trainer, step: int, results: Mapping[str, Any], occasion: Occasion) -> dict[str, float]:
         """The checkpoint selection after an evaluation of fit (every rank alike; ``selection.json`` on rank 0): its
-        scalars, logged with the evaluation's. A failure is logged (strict: raised on every rank, which all fail
-        alike: they compute the same from the same gathered values)."""
+        scalars, logged with the evaluation's: rank 0's on every rank (its ``seconds`` is a wall time, which differs
+        between ranks; logged through ``pl_module.log`` with ``reduce_fx="max"``, another rank's larger value would
+        stand in ``callback_metrics`` and read as a key clash). A failure is logged (strict: raised on every rank,
+        which all fail alike: they compute the same from the same gathered values)."""
         if self.core.selection is None or occasion.one_off:
             return {}
+        scalars: dict[str, float] = {}
         try:
             scalars = self.core.selection.observe(step, results.get("per_query"))
         except Exception as exc:
             if self.core.strict:
                 raise
             log.error("%s: the checkpoint selection failed (%s: %s)", self.core.prefix, type(exc).__name__, exc)
-            return {}
-        if trainer.is_global_zero and self.core.files is not None:
+        if scalars and trainer.is_global_zero and self.core.files is not None:
             self.core.files.attempt([], "selection.json", self.core.selection.write, self.core.files.folder)
-        return scalars
+        return dict(trainer.strategy.broadcast(scalars, src=0))
 
     def write_outputs(
         self,
