@@ -736,6 +736,13 @@ INLINE: dict[str, Inline] = {
     "pip install -e '.[sweep]'": Inline(skip=lambda: _extra_installed("sweep")),
     SWEEP_COMMAND: Inline(run=_the_sweep),
     "python benchmarks/bench_convergence.py": Inline(skip=_BENCHMARK),
+    "python benchmarks/bench_selection.py": Inline(skip=_BENCHMARK),
+    "beyondlabels task=select runs=[<run>]": Inline(
+        skip=Skip(
+            "a template: the selection of a finished run, from the installed wheel's console script",
+            covered="tests/entrypoints/test_evaluate_select.py::test_select_writes_and_prints_the_kernel_s_selection",
+        )
+    ),
     "python benchmarks/bench_text_mapping.py": Inline(skip=_BENCHMARK),
     "python benchmarks/convergence_real_curves.py digits": Inline(skip=_BENCHMARK),
     "python benchmarks/convergence_real_curves.py history <run>/retrieval": Inline(
