@@ -2,8 +2,8 @@
 
 Callbacks only schedule, sample, feed metrics from :mod:`beyondlabels.metrics` and log; the math lives in
 :mod:`beyondlabels.functional`. Their logic is package-neutral (:class:`~beyondlabels.callbacks.base.EvaluationCore`
-and one core per family); each Lightning package gets its own thin classes, made from the family registry
-(:mod:`beyondlabels.families`):
+and one core per family); each Lightning package gets its own thin classes, class statements checked against the
+family registry (:mod:`beyondlabels.families`):
 
 - ``pytorch_lightning``: ``from beyondlabels.callbacks import RetrievalEvalCallback`` (the names below, from
   :mod:`beyondlabels.callbacks.pytorch_lightning`);
@@ -22,10 +22,36 @@ it from.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beyondlabels.callbacks._names import exported
 from beyondlabels.families import deprecated_callbacks
+
+if TYPE_CHECKING:  # what a type checker and an IDE see; at run time the names are imported on first use
+    from beyondlabels.callbacks.pytorch_lightning import (
+        ConvergenceMonitor as ConvergenceMonitor,
+    )
+    from beyondlabels.callbacks.pytorch_lightning import (
+        CrossModalEvalCallback as CrossModalEvalCallback,
+    )
+    from beyondlabels.callbacks.pytorch_lightning import (
+        EvaluationCallback as EvaluationCallback,
+    )
+    from beyondlabels.callbacks.pytorch_lightning import (
+        HierarchyEvalCallback as HierarchyEvalCallback,
+    )
+    from beyondlabels.callbacks.pytorch_lightning import (
+        RetrievalEvalCallback as RetrievalEvalCallback,
+    )
+    from beyondlabels.callbacks.pytorch_lightning import (
+        RPrecisionEvalCallback as RPrecisionEvalCallback,
+    )
+    from beyondlabels.callbacks.pytorch_lightning import (
+        ZeroShotEvalCallback as ZeroShotEvalCallback,
+    )
+    from beyondlabels.callbacks.pytorch_lightning import (
+        shard_loader as shard_loader,
+    )
 
 __all__ = exported()
 

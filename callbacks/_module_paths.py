@@ -12,7 +12,15 @@ from typing import Any
 
 from beyondlabels._internal.checks import check_text
 
-__all__ = ["check_method_path", "resolve_method"]
+__all__ = ["TWO_TOWER_METHODS", "check_method_path", "resolve_method"]
+
+# The method options of a family that embeds images and texts with two towers of the module (cross-modal, zero-shot),
+# with what each method does (``EvaluationCore.check_methods(pl_module, **TWO_TOWER_METHODS)``).
+TWO_TOWER_METHODS = {
+    "image_method": "returns image embeddings [B, D]",
+    "text_method": "returns text embeddings [M, D]",
+    "tokenizer": "maps a list of strings to the tokens text_method takes",
+}
 
 # How many paths to a method of the wanted name an error message proposes.
 _SUGGESTIONS = 3

@@ -9,8 +9,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels._internal.checks import check_int_at_least
+from beyondlabels.callbacks._module_paths import TWO_TOWER_METHODS
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_method_paths, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
+from beyondlabels.callbacks.runner import read_batch
 from beyondlabels.metrics import CrossModalRetrieval
 
 __all__ = ["CrossModalEvalCore"]
@@ -59,10 +61,8 @@ class CrossModalEvalCore(EvaluationCore):
         precision: Passed to the metric (``"fp32"`` or a fast mode).
         distributed_search: Passed to the metric (split the search between ranks).
         num_misses: Rows of the worst-miss table (0 turns it off).
-        kwargs: Schedule, loader, files and failure options of
-            :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
-            ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
-            ``evaluate_at_fit_end``, ``strict``).
+        kwargs: The schedule, loader, files and failure options of
+            :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Examples:
         >>> from beyondlabels.callbacks import CrossModalEvalCallback
@@ -126,12 +126,7 @@ class CrossModalEvalCore(EvaluationCore):
         return {"image_method": self.image_method, "text_method": self.text_method}
 
     def check_module(self, pl_module: LightningModule) -> None:
-        self.check_methods(
-            pl_module,
-            image_method="returns image embeddings [B, D]",
-            text_method="returns text embeddings [M, D]",
-            tokenizer="maps a list of strings to the tokens text_method takes",
-        )
+        self.check_methods(pl_module, **TWO_TOWER_METHODS)
 
     def on_evaluation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._captions = {}
@@ -169,24 +164,8 @@ class CrossModalEvalCore(EvaluationCore):
 
     def _read(self, batch: Any) -> tuple[Any, Any, Any]:
         """``(images, captions, ids or None)`` of a dict batch or an ``(images, captions[, ids])`` tuple."""
-        if isinstance(batch, dict):
-            missing = [k for k in (self.image_key, self.caption_key) if k not in batch]
-            if missing:
-                raise KeyError(
-                    f"evaluation batches lack the keys {missing}; present: {sorted(map(str, batch))}. Set image_key / "
-                    "caption_key, or batch_transform= to make such dicts of your batches."
-                )
-            return batch[self.image_key], batch[self.caption_key], batch.get(self.id_key)
-        if isinstance(batch, (list, tuple)) and len(batch) in (2, 3):
-            return batch[0], batch[1], batch[2] if len(batch) == 3 else None
-        described = f"a {type(batch).__name__}" + (
-            f" of {len(batch)} items" if isinstance(batch, (list, tuple)) else ""
-        )
-        raise TypeError(
-            f"cross-modal evaluation batches must be dicts with keys {self.image_key!r}, {self.caption_key!r} (and "
-            f"{self.id_key!r}) or (images, captions) / (images, captions, ids) tuples; got {described}. Set "
-            "batch_transform= to turn your batches into one of these."
-        )
+        keys = (self.image_key, self.caption_key, self.id_key)
+        return read_batch(batch, keys, ("image_key", "caption_key"), ("images", "captions"), "cross-modal ")
 
     @staticmethod
     def _pretokenised(captions: Any) -> bool:

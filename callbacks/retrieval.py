@@ -95,10 +95,8 @@ class RetrievalEvalCore(EvaluationCore):
             :class:`~beyondlabels.metrics.EmbeddingRetrieval` or :class:`~beyondlabels.metrics.RetrievalWithMismatch`
             (the callback evaluates its own copy). It then brings every metric option (``ks`` to
             ``projection_points`` above, ``profiles`` as its gains); giving one to the callback too is an error.
-        kwargs: Schedule, loader, files and failure options of
-            :class:`~beyondlabels.callbacks.base.EvaluationCore` (``every_n_epochs``, ``every_n_steps``,
-            ``dataloader``, ``prefix``, ``limit_batches``, ``prog_bar``, ``save_dir``, ``save_per_query``,
-            ``evaluate_at_fit_end``, ``strict``).
+        kwargs: The schedule, loader, files and failure options of
+            :class:`~beyondlabels.callbacks.base.EvaluationCore`.
 
     Examples:
         >>> from beyondlabels.callbacks import RetrievalEvalCallback

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from beyondlabels._internal.checks import check_positive_int
+from beyondlabels.callbacks._module_paths import TWO_TOWER_METHODS
 from beyondlabels.callbacks.base import EvaluationCore, LightningModule, Trainer, check_method_paths, check_names
 from beyondlabels.callbacks.media import EvaluationMedia
 from beyondlabels.functional.zeroshot import (
@@ -168,12 +169,7 @@ class ZeroShotEvalCore(EvaluationCore):
         )
 
     def check_module(self, pl_module: LightningModule) -> None:
-        self.check_methods(
-            pl_module,
-            image_method="returns image embeddings [B, D]",
-            text_method="returns text embeddings [M, D]",
-            tokenizer="maps a list of strings to the tokens text_method takes",
-        )
+        self.check_methods(pl_module, **TWO_TOWER_METHODS)
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)

@@ -49,12 +49,12 @@ class FullDiskAt(RetrievalEvalCallback):
         super().__init__(**kwargs)
         self.fault_step, self.after_fault, self.failed_files = fault_step, None, []
 
-    def evaluate(self, trainer, pl_module, final=False):
+    def evaluate(self, trainer, pl_module, final=False, **how):
         if trainer.global_step != self.fault_step:
-            return super().evaluate(trainer, pl_module, final)
+            return super().evaluate(trainer, pl_module, final, **how)
         folder = self.output_folder(trainer)
         with disk_full(folder) as failed:
-            out = super().evaluate(trainer, pl_module, final)
+            out = super().evaluate(trainer, pl_module, final, **how)
         self.failed_files = list(failed)
         self.after_fault = {
             "history": read_history(folder / "history.jsonl"),

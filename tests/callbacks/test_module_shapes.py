@@ -132,7 +132,7 @@ def test_pretokenised_captions_need_one_per_image():
             return self.clip.encode_text(tokens).repeat(2, 1)
 
     callback.metric.reset()
-    callback._offset, callback._positions, callback.eval_trainer = 0, None, None
+    callback._offset, callback.loaders.positions, callback.eval_trainer = 0, None, None
     images, tokens = clip_pairs(4, seed=0).tensors
     with pytest.raises(ValueError, match="paired with the images by position"):
         callback.feed(Doubling(), (images, tokens))

@@ -66,7 +66,7 @@ def test_counts_and_suspects_table_match_the_oracle(tmp_path: Path) -> None:
     assert last["audit_num_excluded"] == 4 and "clean/precision@1" in last
     assert {(5, 20), (7, 30)} == {p for p, c in zip(want["pairs"], want["cross_label"]) if c}
     assert math.isnan(callback.history[0]["audit_suspect_overlap"]) and 0 <= last["audit_suspect_overlap"] <= 1
-    (table,) = [t for t in callback._last_media.tables if t.name == "audit_suspects"]
+    (table,) = [t for t in callback.outputs.last_media.tables if t.name == "audit_suspects"]
     col = {c: j for j, c in enumerate(table.columns)}
     top = want["suspects"][:6]
     assert [row[col["id"]] for row in table.rows] == top
@@ -74,7 +74,7 @@ def test_counts_and_suspects_table_match_the_oracle(tmp_path: Path) -> None:
     assert [row[col["suggested_label"]] for row in table.rows] == [str(want["suggested_label"][i]) for i in top]
     np.testing.assert_allclose([row[col["share"]] for row in table.rows], want["suggested_share"][top], atol=1e-6)
     np.testing.assert_allclose([row[col["label_quality"]] for row in table.rows], want["label_quality"][top], atol=1e-6)
-    (pairs,) = [t for t in callback._last_media.tables if t.name == "audit_duplicates"]
+    (pairs,) = [t for t in callback.outputs.last_media.tables if t.name == "audit_duplicates"]
     assert sorted((row[2], row[3]) for row in pairs.rows) == [(5, 20), (7, 30)]
     logged = (Path(callback_log_dir(tmp_path)) / "metrics.csv").read_text()
     assert "retrieval/audit_num_suspects" in logged and "retrieval/audit_suspect_overlap" in logged

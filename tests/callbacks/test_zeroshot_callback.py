@@ -61,22 +61,19 @@ def test_class_embeddings_are_rebuilt_per_evaluation_and_cached_within_one(tmp_p
     model = DualEncoder(dm, lr=0.5)  # the text tower trains between evaluations
     seen: list[torch.Tensor] = []
 
+    calls_before = []
+
     class Spy(ZeroShotEvalCallback):
+        def on_evaluation_start(self, trainer, pl_module):
+            calls_before.append(pl_module.text_calls)
+            super().on_evaluation_start(trainer, pl_module)
+
         def feed(self, pl_module, batch):
             super().feed(pl_module, batch)
             seen.append(self._classifier.clone())
 
     callback = Spy(templates=TEMPLATES, ks=(1,), every_n_steps=2, text_batch_size=5, strict=True)
     trainer = _trainer(tmp_path, [callback], limit_val_batches=0)
-    calls_before = []
-
-    original = callback.evaluate
-
-    def counting(trainer, pl_module):
-        calls_before.append(pl_module.text_calls)
-        return original(trainer, pl_module)
-
-    callback.evaluate = counting
     trainer.fit(model, dm)
     assert [h["step"] for h in callback.history] == [2, 4]
     # one evaluation = 8 prompts in chunks of 5 -> 2 text calls, whatever the 5 image batches
