@@ -628,8 +628,8 @@ def _scores(answers: Tensor, nodes: Tensor) -> Tensor:
     between a matrix-vector and a matrix-matrix product and ordered the tied candidates differently. Rounding the
     float32 scores to a grid instead would erase the differences of an encoder whose cosines crowd together. Cost: 3x
     the float32 product's time on CPU, small beside encoding the answers."""
-    out = torch.empty(answers.shape[0], nodes.shape[0], dtype=torch.promote_types(answers.dtype, nodes.dtype))
-    out = out.to(answers.device)
+    dtype = torch.promote_types(answers.dtype, nodes.dtype)
+    out = torch.empty(answers.shape[0], nodes.shape[0], dtype=dtype, device=answers.device)
     wide = answers.double()
     for lo in range(0, nodes.shape[0], _FLOAT64_NODES):
         out[:, lo : lo + _FLOAT64_NODES] = wide @ nodes[lo : lo + _FLOAT64_NODES].double().T
