@@ -39,7 +39,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,22 @@ def _read_json(path: Path, what: str) -> Any:
 
 def _lines(file: Path) -> list[str]:
     return text_lines(decode_text(read_file(file, str(file), MAX_BYTES), str(file)))
+
+
+def _trec_rows(file: Path, what: str, columns: str) -> Iterator[tuple[str, list[str]]]:
+    """``(where, fields)`` of each line of a TREC text file that is not empty or a ``#`` comment; a line without
+    exactly the fields named in ``columns`` is an error naming the file and line."""
+    size = len(columns.split())
+    for number, line in enumerate(_lines(file), start=1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        where = f"{file}:{number}"
+        if len(parts) != size:
+            raise ValueError(
+                f"{where}: a TREC {what} line has {size} columns '{columns}', got {len(parts)}: {line.strip()[:200]!r}"
+            )
+        yield where, parts
 
 
 def _grade(value: Any, where: str) -> int | None:
@@ -150,17 +166,7 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
                 if grade is not g:
                     judgements[doc] = grade
         return data
-    for number, line in enumerate(_lines(file), start=1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        where = f"{file}:{number}"
-        if len(parts) != 4:
-            raise ValueError(
-                f"{where}: a TREC qrels line has 4 columns 'query iteration document grade', got {len(parts)}: "
-                f"{line.strip()[:200]!r}"
-            )
-        query, _, doc, grade = parts
+    for where, (query, _, doc, grade) in _trec_rows(file, "qrels", "query iteration document grade"):
         value = _grade(grade, where)
         judgements = qrels.setdefault(query, {})
         if doc in judgements and judgements[doc] != value:
@@ -210,17 +216,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
                     f"{where}: must map to {{document: score}} or a list of documents, got {type(docs).__name__}"
                 )
         return run
-    for number, line in enumerate(_lines(file), start=1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        where = f"{file}:{number}"
-        if len(parts) != 6:
-            raise ValueError(
-                f"{where}: a TREC run line has 6 columns 'query Q0 document rank score tag', got {len(parts)}: "
-                f"{line.strip()[:200]!r}"
-            )
-        query, _, doc, _, score, _ = parts
+    for where, (query, _, doc, _, score, _) in _trec_rows(file, "run", "query Q0 document rank score tag"):
         value = _score(score, where)
         scores = run.setdefault(query, {})
         if doc in scores:
