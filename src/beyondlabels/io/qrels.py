@@ -68,6 +68,17 @@ def _read_json(path: Path, what: str) -> Any:
     return read_json(path, f"{path}: malformed {what} JSON", max_bytes=MAX_BYTES)
 
 
+def _json_object(file: Path, what: str, layout: str) -> dict[str, Any] | None:
+    """The top-level object of a ``.json`` file (``layout``: what it maps, for the message); None for any other file
+    (TREC text)."""
+    if file.suffix.lower() != ".json":
+        return None
+    data = _read_json(file, what)
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: {what} JSON must be an object {layout}, got {type(data).__name__}")
+    return data
+
+
 def _lines(file: Path) -> list[str]:
     return text_lines(decode_text(read_file(file, str(file), MAX_BYTES), str(file)))
 
@@ -146,14 +157,8 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
             with different grades in one TREC file.
     """
     file = _check_path(path, "qrels")
-    qrels: Qrels = {}
-    if file.suffix.lower() == ".json":
-        data = _read_json(file, "qrels")
-        if not isinstance(data, dict):
-            raise ValueError(
-                f"{file}: qrels JSON must be an object {{query: {{document: grade or null}}}}, "
-                f"got {type(data).__name__}"
-            )
+    data = _json_object(file, "qrels", "{query: {document: grade or null}}")
+    if data is not None:
         for query, judgements in data.items():
             if not isinstance(judgements, dict):
                 raise ValueError(
@@ -166,6 +171,7 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
                 if grade is not g:
                     judgements[doc] = grade
         return data
+    qrels: Qrels = {}
     for where, (query, _, doc, grade) in _trec_rows(file, "qrels", "query iteration document grade"):
         value = _grade(grade, where)
         judgements = qrels.setdefault(query, {})
@@ -188,13 +194,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             twice for one query.
     """
     file = _check_path(path, "run")
+    data = _json_object(file, "run", "{query: {document: score}} or {query: [document, ...]}")
     run: Run = {}
-    if file.suffix.lower() == ".json":
-        data = _read_json(file, "run")
-        if not isinstance(data, dict):
-            raise ValueError(
-                f"{file}: run JSON must be an object {{query: {{document: score}}}} or {{query: [document, ...]}}"
-            )
+    if data is not None:
         for query, docs in data.items():
             where = f"{file}: query {query!r}"
             if isinstance(docs, dict):
