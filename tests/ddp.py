@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -17,6 +18,18 @@ def gloo_store(tmp_path: Path) -> str:
     path = Path(tmp_path) / "gloo-store"
     assert not path.exists(), f"{path} exists: one store per run"
     return str(path)
+
+
+def quiet_trainer_options(root: str | Path) -> dict[str, Any]:
+    """The Trainer options of the multi-process scripts: no logger, checkpoint, progress bar or model summary, and
+    Lightning's own files under `root`."""
+    return {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": str(root),
+    }
 
 
 def init_gloo(rank: int, world: int, store: str) -> None:

@@ -31,6 +31,7 @@ from tests.callbacks.test_crossmodal_callback import (
     DualEncoder,
     PairDataModule,
 )
+from tests.ddp import quiet_trainer_options
 
 TAXONOMY = Taxonomy(
     {"alpha": "first", "beta": "first", "gamma": "second", "delta": "second", "first": "letter", "second": "letter"},
@@ -98,12 +99,8 @@ def main() -> None:
         strategy="ddp" if devices > 1 else "auto",
         max_epochs=1,
         callbacks=list(callbacks.values()),
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(out.parent),
         num_sanity_val_steps=0,
+        **quiet_trainer_options(out.parent),
     )
     trainer.fit(model, dm)
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")

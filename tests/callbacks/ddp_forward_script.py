@@ -20,6 +20,7 @@ import torch
 
 from beyondlabels.callbacks import RetrievalEvalCallback
 from tests.callbacks.toy import LinearEncoder, PointDataModule
+from tests.ddp import quiet_trainer_options
 
 
 class Watched(LinearEncoder):
@@ -57,12 +58,8 @@ def main() -> None:
         strategy=strategy,
         max_epochs=1,
         callbacks=[callback],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(out.parent),
         num_sanity_val_steps=0,
+        **quiet_trainer_options(out.parent),
     )
     trainer.fit(model, PointDataModule())
     result = {

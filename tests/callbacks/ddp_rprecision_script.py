@@ -24,6 +24,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.ddp import quiet_trainer_options
+
 COLOURS = ("red", "blue", "green", "yellow", "purple", "orange", "black")
 SHAPES = ("square", "circle", "triangle", "star", "cross", "ring")
 POOL = [f"a {c} {s}" for c in COLOURS for s in SHAPES]  # 42 distinct prompts
@@ -101,11 +103,7 @@ def main() -> None:
         strategy="ddp" if devices > 1 else "auto",
         max_epochs=1,
         callbacks=[callback],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(out.parent),
+        **quiet_trainer_options(out.parent),
     )
     trainer.fit(
         ToyGenerator(),

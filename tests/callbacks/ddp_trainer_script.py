@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from tests.callbacks.toy import lightning_classes
+from tests.ddp import quiet_trainer_options
 
 CALLBACKS = {"pytorch_lightning": "beyondlabels.callbacks", "lightning.pytorch": "beyondlabels.callbacks.lightning"}
 
@@ -72,11 +73,7 @@ def main() -> None:
         strategy="ddp" if devices > 1 else "auto",
         max_epochs=1,
         callbacks=[callback],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(out.parent),
+        **quiet_trainer_options(out.parent),
     )
     trainer.fit(model, dm)
     logged = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("retrieval/")}

@@ -44,7 +44,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from beyondlabels._internal.files import MAX_FILE_BYTES, open_file, read_file
@@ -492,40 +494,10 @@ def _check_nodes(root: Any, where: str) -> None:
     """:func:`check_structure` on PyYAML's node graph, before construction: an alias is the node it names (counted
     at each place, walked once), a merge key (``<<``) adds the entries of the mappings it merges, as PyYAML's
     constructor would copy them."""
-    counts: dict[int, int] = {}  # id -> values below a node walked whole (itself included)
-    open_ids = {id(root)}
-    stack: list[tuple[Any, Any, int, int]] = [(root, iter(_node_children(root)), 1, 1)]
-    totals = [1]
-    total = 1
-    while stack:
-        node, children, depth, weight = stack[-1]
-        pair = next(children, None)
-        if pair is None:
-            stack.pop()
-            open_ids.discard(id(node))
-            count = totals.pop()
-            counts[id(node)] = count
-            if totals:
-                totals[-1] += count - (1 - weight)
-            continue
-        child, child_weight = pair
-        if id(child) in counts:
-            add = counts[id(child)] - (1 - child_weight)
-            totals[-1] += add
-            total += add
-        elif id(child) in open_ids:
-            raise ValueError(f"{where}: a list or mapping contains itself (a recursive YAML alias)")
-        elif depth + 1 > MAX_DEPTH:
-            raise ValueError(_too_deep(where, MAX_DEPTH))
-        else:
-            stack.append((child, iter(_node_children(child)), depth + 1, child_weight))
-            open_ids.add(id(child))
-            totals.append(1)
-            total += child_weight
-        if total > MAX_VALUES:
-            raise ValueError(
-                f"{where}: more than {MAX_VALUES} values once its aliases are expanded (merge keys << too)"
-            )
+    import yaml
+
+    too_many = " once its aliases are expanded (merge keys << too)"
+    _walk(root, _node_children, yaml.Node, where, MAX_DEPTH, MAX_VALUES, too_many)
 
 
 def check_structure(
@@ -548,44 +520,59 @@ def check_structure(
     """
     if not isinstance(data, (list, tuple, dict)):
         return
-    counts: dict[int, int] = {}  # id -> values below it (itself included), for containers walked whole
-    open_ids: set[int] = set()
-    stack: list[tuple[Any, Any, int]] = [(data, iter(_children(data)), 1)]
-    open_ids.add(id(data))
+    too_many = " once its aliases are expanded" if aliases else ": too large to read"
+    _walk(data, _weighted_children, (list, tuple, dict), where, max_depth, max_values, too_many)
+
+
+def _walk(
+    root: Any,
+    children: Callable[[Any], Iterable[tuple[Any, int]]],
+    containers: type | tuple[type, ...],
+    where: str,
+    max_depth: int,
+    max_values: int,
+    too_many: str,
+) -> None:
+    """The walk of :func:`check_structure` and :func:`_check_nodes`: iterative, depth first, each container walked
+    once (one met again adds its known count). ``children`` gives ``(child, weight)`` of a container: a child of
+    weight 1 counts itself and what is below it, one of weight 0 (a merged YAML mapping) only what is below it; a
+    child that is not an instance of ``containers`` is a value with nothing below it. The message for more than
+    ``max_values`` values ends in ``too_many``."""
+    counts: dict[int, int] = {}  # id -> values below a container walked whole (itself included)
+    open_ids = {id(root)}
+    stack: list[tuple[Any, Any, int, int]] = [(root, iter(children(root)), 1, 1)]
     totals = [1]  # values so far below each open container
     total = 1  # sum(totals): every value counted so far
     while stack:
-        container, children, depth = stack[-1]
-        child = next(children, _END)
-        if child is _END:
+        container, below, depth, weight = stack[-1]
+        pair = next(below, None)
+        if pair is None:
             stack.pop()
             open_ids.discard(id(container))
             count = totals.pop()
             counts[id(container)] = count
             if totals:
-                totals[-1] += count
+                totals[-1] += count - (1 - weight)
             continue
-        if not isinstance(child, (list, tuple, dict)):
-            totals[-1] += 1
-            total += 1
+        child, child_weight = pair
+        if not isinstance(child, containers):
+            totals[-1] += child_weight
+            total += child_weight
         elif id(child) in counts:
-            totals[-1] += counts[id(child)]
-            total += counts[id(child)]
+            add = counts[id(child)] - (1 - child_weight)
+            totals[-1] += add
+            total += add
         elif id(child) in open_ids:
             raise ValueError(f"{where}: a list or mapping contains itself (a recursive YAML alias)")
         elif depth + 1 > max_depth:
             raise ValueError(_too_deep(where, max_depth))
         else:
-            stack.append((child, iter(_children(child)), depth + 1))
+            stack.append((child, iter(children(child)), depth + 1, child_weight))
             open_ids.add(id(child))
             totals.append(1)
-            total += 1
+            total += child_weight
         if total > max_values:
-            expanded = " once its aliases are expanded" if aliases else ": too large to read"
-            raise ValueError(f"{where}: more than {max_values} values{expanded}")
-
-
-_END = object()
+            raise ValueError(f"{where}: more than {max_values} values{too_many}")
 
 
 def _bracket_depth(text: str) -> int:
@@ -608,8 +595,9 @@ def _too_deep(where: str, depth: int) -> str:
     return f"{where}: nested more than {depth} deep (lists or objects inside each other)"
 
 
-def _children(container: Any) -> Any:
-    return container.values() if isinstance(container, dict) else container
+def _weighted_children(container: Any) -> Iterable[tuple[Any, int]]:
+    """``(child, 1)`` of a list, tuple or dict (its values)."""
+    return zip(container.values() if isinstance(container, dict) else container, repeat(1))
 
 
 def load_npz(path: str | os.PathLike[str], where: str, max_bytes: int = MAX_NPZ_BYTES) -> dict[str, Any]:

@@ -115,6 +115,17 @@ def int_vector(
     return torch.from_numpy(a.astype(np.int64))
 
 
+def _image_and_text_npz(
+    path: str | Path, hint: str, *required: str
+) -> tuple[Path, dict[str, np.ndarray], dict[str, Any]]:
+    """``path`` as a Path, the arrays of its ``.npz`` (``image_embeddings``, ``text_embeddings`` and ``required``
+    must be there; ``hint`` says what is expected), and a dict holding the two embeddings as float tensors."""
+    path = Path(path)
+    names = ("image_embeddings", "text_embeddings")
+    arrays = read_npz(path, names + required, hint)
+    return path, arrays, {name: float_matrix(arrays, name, path) for name in names}
+
+
 def load_crossmodal_npz(path: str | Path) -> dict[str, Any]:
     """``image_embeddings`` (N_img×D), ``text_embeddings`` (N_txt×D), ``text_image_index`` (N_txt ints: the row of each
     caption's image) and optional ``image_ids`` / ``text_ids`` of an ``.npz``, as tensors (ids default to the rows).
@@ -123,14 +134,12 @@ def load_crossmodal_npz(path: str | Path) -> dict[str, Any]:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the array that is missing or has the wrong shape or type.
     """
-    path = Path(path)
-    arrays = read_npz(
+    path, arrays, out = _image_and_text_npz(
         path,
-        ("image_embeddings", "text_embeddings", "text_image_index"),
         "task=crossmodal needs image_embeddings (N_img×D), text_embeddings (N_txt×D) and text_image_index (N_txt ints: "
         "the row of each caption's image).",
+        "text_image_index",
     )
-    out: dict[str, Any] = {name: float_matrix(arrays, name, path) for name in ("image_embeddings", "text_embeddings")}
     n_images, n_texts = len(out["image_embeddings"]), len(out["text_embeddings"])
     for name, size in (("text_image_index", n_texts), ("image_ids", n_images), ("text_ids", n_texts)):
         out[name] = int_vector(arrays, name, path, size, default_rows=True)
@@ -146,13 +155,9 @@ def load_rprecision_npz(path: str | Path) -> dict[str, Any]:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the array that is missing or has the wrong shape or type.
     """
-    path = Path(path)
-    arrays = read_npz(
-        path,
-        ("image_embeddings", "text_embeddings"),
-        "task=rprecision needs image_embeddings (N×D) and text_embeddings (N×D, row i the prompt of image i).",
+    path, arrays, out = _image_and_text_npz(
+        path, "task=rprecision needs image_embeddings (N×D) and text_embeddings (N×D, row i the prompt of image i)."
     )
-    out: dict[str, Any] = {name: float_matrix(arrays, name, path) for name in ("image_embeddings", "text_embeddings")}
     n = len(out["image_embeddings"])
     for name in ("ids", "class_ids"):
         if name in arrays:

@@ -39,7 +39,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,8 +68,35 @@ def _read_json(path: Path, what: str) -> Any:
     return read_json(path, f"{path}: malformed {what} JSON", max_bytes=MAX_BYTES)
 
 
+def _json_object(file: Path, what: str, layout: str) -> dict[str, Any] | None:
+    """The top-level object of a ``.json`` file (``layout``: what it maps, for the message); None for any other file
+    (TREC text)."""
+    if file.suffix.lower() != ".json":
+        return None
+    data = _read_json(file, what)
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: {what} JSON must be an object {layout}, got {type(data).__name__}")
+    return data
+
+
 def _lines(file: Path) -> list[str]:
     return text_lines(decode_text(read_file(file, str(file), MAX_BYTES), str(file)))
+
+
+def _trec_rows(file: Path, what: str, columns: str) -> Iterator[tuple[str, list[str]]]:
+    """``(where, fields)`` of each line of a TREC text file that is not empty or a ``#`` comment; a line without
+    exactly the fields named in ``columns`` is an error naming the file and line."""
+    size = len(columns.split())
+    for number, line in enumerate(_lines(file), start=1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        where = f"{file}:{number}"
+        if len(parts) != size:
+            raise ValueError(
+                f"{where}: a TREC {what} line has {size} columns '{columns}', got {len(parts)}: {line.strip()[:200]!r}"
+            )
+        yield where, parts
 
 
 def _grade(value: Any, where: str) -> int | None:
@@ -130,14 +157,8 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
             with different grades in one TREC file.
     """
     file = _check_path(path, "qrels")
-    qrels: Qrels = {}
-    if file.suffix.lower() == ".json":
-        data = _read_json(file, "qrels")
-        if not isinstance(data, dict):
-            raise ValueError(
-                f"{file}: qrels JSON must be an object {{query: {{document: grade or null}}}}, "
-                f"got {type(data).__name__}"
-            )
+    data = _json_object(file, "qrels", "{query: {document: grade or null}}")
+    if data is not None:
         for query, judgements in data.items():
             if not isinstance(judgements, dict):
                 raise ValueError(
@@ -150,17 +171,8 @@ def load_qrels(path: str | os.PathLike[str]) -> Qrels:
                 if grade is not g:
                     judgements[doc] = grade
         return data
-    for number, line in enumerate(_lines(file), start=1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        where = f"{file}:{number}"
-        if len(parts) != 4:
-            raise ValueError(
-                f"{where}: a TREC qrels line has 4 columns 'query iteration document grade', got {len(parts)}: "
-                f"{line.strip()[:200]!r}"
-            )
-        query, _, doc, grade = parts
+    qrels: Qrels = {}
+    for where, (query, _, doc, grade) in _trec_rows(file, "qrels", "query iteration document grade"):
         value = _grade(grade, where)
         judgements = qrels.setdefault(query, {})
         if doc in judgements and judgements[doc] != value:
@@ -182,13 +194,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             twice for one query.
     """
     file = _check_path(path, "run")
+    data = _json_object(file, "run", "{query: {document: score}} or {query: [document, ...]}")
     run: Run = {}
-    if file.suffix.lower() == ".json":
-        data = _read_json(file, "run")
-        if not isinstance(data, dict):
-            raise ValueError(
-                f"{file}: run JSON must be an object {{query: {{document: score}}}} or {{query: [document, ...]}}"
-            )
+    if data is not None:
         for query, docs in data.items():
             where = f"{file}: query {query!r}"
             if isinstance(docs, dict):
@@ -210,17 +218,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
                     f"{where}: must map to {{document: score}} or a list of documents, got {type(docs).__name__}"
                 )
         return run
-    for number, line in enumerate(_lines(file), start=1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        where = f"{file}:{number}"
-        if len(parts) != 6:
-            raise ValueError(
-                f"{where}: a TREC run line has 6 columns 'query Q0 document rank score tag', got {len(parts)}: "
-                f"{line.strip()[:200]!r}"
-            )
-        query, _, doc, _, score, _ = parts
+    for where, (query, _, doc, _, score, _) in _trec_rows(file, "run", "query Q0 document rank score tag"):
         value = _score(score, where)
         scores = run.setdefault(query, {})
         if doc in scores:

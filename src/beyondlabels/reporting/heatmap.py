@@ -10,18 +10,9 @@ from typing import Any
 import numpy as np
 
 from beyondlabels._internal.charts import plain_text
-from beyondlabels.io.atomic import save_figure
+from beyondlabels.reporting._figures import png_figure
 
 __all__ = ["save_null_histogram_png", "save_similarity_heatmap_png"]
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 @plain_text
@@ -36,21 +27,14 @@ def save_similarity_heatmap_png(
     m = np.asarray(similarity, dtype=float)
     if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] != len(classes):
         raise ValueError(f"`similarity` must be [C, C] with C = len(classes) = {len(classes)}, got shape {m.shape}.")
-    plt = _pyplot()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     size = min(14.0, 2.5 + 0.35 * len(classes))
-    fig, ax = plt.subplots(figsize=(size, size * 0.85), dpi=110)
-    try:
+    with png_figure(path, figsize=(size, size * 0.85), dpi=110) as (fig, ax):
         image = ax.imshow(m, vmin=0.0, vmax=1.0, cmap="viridis")
         ax.set_xticks(range(len(classes)), labels=list(classes), rotation=90, fontsize=7)
         ax.set_yticks(range(len(classes)), labels=list(classes), fontsize=7)
         ax.set_title(title)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-        fig.tight_layout()
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
     return path
 
 
@@ -70,19 +54,12 @@ def save_null_histogram_png(
     values = np.asarray(null, dtype=float).ravel()
     if values.size == 0 or not np.isfinite(values).all():
         raise ValueError("`null` must hold at least one finite trial statistic.")
-    plt = _pyplot()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(5.5, 3.5), dpi=120)
-    try:
+    with png_figure(path, figsize=(5.5, 3.5), dpi=120) as (_, ax):
         ax.hist(values, bins=50, color="0.6", label=f"null ({values.size} trials)")
         ax.axvline(float(observed), color="crimson", lw=2, label=f"observed {float(observed):.3f}")
         ax.set_xlabel("mean similarity of the mismatches")
         ax.set_ylabel("trials")
         ax.set_title(title + (f"  (p = {p_value:.2g})" if p_value is not None else ""))
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
     return path

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from beyondlabels._internal.checks import is_number
-from beyondlabels.io import find_evaluation_runs, read_evaluation_run
 from beyondlabels.io.atomic import write_text
 from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.run_folders import (
@@ -62,6 +61,7 @@ from beyondlabels.io.run_folders import (
 from beyondlabels.io.run_lock import writing
 from beyondlabels.io.selection_file import Selection, read_selection
 from beyondlabels.io.sweeps import SEED_KEYS
+from beyondlabels.reporting._runs import read_folder_runs
 from beyondlabels.reporting.sweeps import DAGGER, plot_sweep, sweep_comparison, sweep_headline_keys
 from beyondlabels.reporting.tables import ARROWS
 
@@ -467,16 +467,11 @@ def sweep_table_html(
 def _sweep_runs(sweep: MultirunFolder, notes: list[str]) -> list[EvaluationRun]:
     """The evaluations of a multirun's jobs as ``task=compare`` reads them; an unreadable one is left out and noted."""
     try:
-        files = find_evaluation_runs(sweep.path)
+        runs, unread = read_folder_runs(sweep.path)
     except FileNotFoundError as exc:
         notes.append(f"the jobs could not be grouped: {exc}")
         return []
-    runs = []
-    for file in files:
-        try:
-            runs.append(read_evaluation_run(file))
-        except (OSError, ValueError) as exc:
-            notes.append(f"left out of the grouped table: {exc}")
+    notes.extend(f"left out of the grouped table: {exc}" for _, exc in unread)
     return runs
 
 

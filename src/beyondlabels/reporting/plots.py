@@ -7,7 +7,7 @@ from pathlib import Path
 
 from beyondlabels._internal.charts import plain_text
 from beyondlabels._internal.checks import check_positive_int
-from beyondlabels.io.atomic import save_figure
+from beyondlabels.reporting._figures import png_figure, pyplot
 
 
 def save_precision_curve_png(
@@ -22,15 +22,8 @@ def save_curves_png(
     curves: Mapping[str, Sequence[float]], path: str | Path, title: str, ylabel: str, xlabel: str = "k"
 ) -> Path:
     """Plot one line per entry of ``curves`` (``name -> [y at x=1, y at x=2, ...]``) into ``path``; integer x ticks."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
-    try:
+    with png_figure(path, figsize=(5, 3.5), dpi=120) as (_, ax):
         for name, curve in curves.items():
             ks = range(1, len(curve) + 1)
             ax.plot(ks, list(curve), marker="o", markersize=3, label=name)
@@ -44,10 +37,6 @@ def save_curves_png(
         ax.grid(alpha=0.3)
         if len(curves) > 1:
             ax.legend()
-        fig.tight_layout()
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
     return path
 
 
@@ -78,15 +67,8 @@ def save_history_band_png(
             series[key] = rows
     if not series:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7.5, 3.8), dpi=120)
-    try:
+    with png_figure(path, figsize=(7.5, 3.8), dpi=120) as (_, ax):
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -99,10 +81,6 @@ def save_history_band_png(
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.tight_layout()
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
     return path
 
 
@@ -156,19 +134,13 @@ def save_embedding_projection_png(
         raise ValueError(f"`explained` must hold the explained variance ratio of the 2 axes, got {ratio.size} values.")
     shares = ["n/a" if not np.isfinite(r) else f"{100 * r:.1f}%" for r in ratio]
     full_title = f"{title}\nPC1 {shares[0]}, PC2 {shares[1]} of the variance"
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     num_classes = len(names)
     marker_size = float(np.clip(4000 / xy.shape[0], 2, 30))
-    fig, ax = plt.subplots(figsize=(6.5 if num_classes <= 20 else 5.5, 5), dpi=120)
-    try:
+    width = 6.5 if num_classes <= 20 else 5.5
+    with png_figure(path, figsize=(width, 5), dpi=120, metadata={"Title": full_title}) as (_, ax):
         if num_classes <= 20:
-            cmap = plt.get_cmap("tab10" if num_classes <= 10 else "tab20")
+            cmap = pyplot().get_cmap("tab10" if num_classes <= 10 else "tab20")
             for c in np.unique(raw):
                 rows = raw == c
                 ax.scatter(
@@ -193,10 +165,6 @@ def save_embedding_projection_png(
         ax.set_ylabel(f"PC2 ({shares[1]})")
         ax.set_title(full_title, fontsize=9)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        save_figure(fig, path, metadata={"Title": full_title})
-    finally:
-        plt.close(fig)
     return path
 
 
@@ -229,18 +197,11 @@ def save_image_grid_png(
     if len(titles) != pictures.shape[0]:
         raise ValueError(f"`titles` must hold one title per picture ({pictures.shape[0]}), got {len(titles)}.")
     columns = check_positive_int(columns, "columns")
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     n = pictures.shape[0]
     cols = min(columns, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.5 * rows), dpi=100, squeeze=False)
-    try:
+    with png_figure(path, rows, cols, figsize=(2.2 * cols, 2.5 * rows), dpi=100, squeeze=False) as (fig, axes):
         for ax in axes.flat:
             ax.axis("off")
         for ax, picture, text in zip(axes.flat, pictures, titles):
@@ -248,8 +209,4 @@ def save_image_grid_png(
             ax.set_title("\n".join(textwrap.wrap(str(text), 26)), fontsize=7)
         if title:
             fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
     return path

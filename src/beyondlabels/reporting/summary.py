@@ -59,8 +59,9 @@ from rich.cells import cell_len, set_cell_size
 from beyondlabels._internal.checks import is_number
 from beyondlabels.io.atomic import write_text
 from beyondlabels.io.metrics_csv import read_convergence_events
-from beyondlabels.io.run_files import EvaluationRun, find_evaluation_runs, read_evaluation_run
+from beyondlabels.io.run_files import EvaluationRun
 from beyondlabels.io.selection_file import read_selection
+from beyondlabels.reporting._runs import read_folder_runs
 from beyondlabels.reporting.tables import ARROWS, format_value
 from beyondlabels.schema import OutputSchema
 
@@ -300,20 +301,13 @@ def summarize_run_folder(
     """:func:`summarize_runs` of every evaluation history in a run folder (none: a summary with a problem line)."""
     folder = Path(folder)
     try:
-        files = find_evaluation_runs(folder)
+        runs, unread = read_folder_runs(folder)
     except FileNotFoundError as exc:
         summary = summarize_runs([], folder, events, extra)
         summary.problems.append(str(exc).split(":", 1)[0])
         return summary
-    runs = []
-    problems = []
-    for file in files:
-        try:
-            runs.append(read_evaluation_run(file))
-        except (OSError, ValueError) as exc:
-            problems.append(f"{file.parent.name}: not read ({exc})")
     summary = summarize_runs(runs, folder, events, extra)
-    summary.problems.extend(problems)
+    summary.problems.extend(f"{file.parent.name}: not read ({exc})" for file, exc in unread)
     return summary
 
 

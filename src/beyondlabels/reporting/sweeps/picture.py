@@ -11,6 +11,7 @@ from typing import Any
 
 from beyondlabels._internal.charts import plain_text
 from beyondlabels.io.sweeps import override_name
+from beyondlabels.reporting._figures import png_figure
 from beyondlabels.reporting.tables import ARROWS
 
 __all__ = ["plot_sweep"]
@@ -51,13 +52,6 @@ def plot_sweep(table: Mapping[str, Any], stem: str | Path) -> list[Path]:
     """One PNG per key, ``<stem>.<key>.png`` (``/`` and other characters unsafe in a file name as ``_``): the value
     against the swept setting (a numeric axis when its values are numbers), a line per combination of the other
     differing overrides, the band the across-seed t interval, the baseline group ringed."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    from beyondlabels.io.atomic import save_figure
-
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     x_key, settings = _setting_values(table)
@@ -77,8 +71,8 @@ def plot_sweep(table: Mapping[str, Any], stem: str | Path) -> list[Path]:
             lo = summary["mean"] if lo is None or math.isnan(lo) else lo
             hi = summary["mean"] if hi is None or math.isnan(hi) else hi
             lines.setdefault(other, []).append((x, summary["mean"], lo, hi, name))
-        fig, ax = plt.subplots(figsize=(5, 3.4), dpi=100)
-        try:
+        path = stem.parent / f"{stem.name}.{_slug(key)}.png"
+        with png_figure(path, figsize=(5, 3.4), dpi=100) as (_, ax):
             for label, points in lines.items():
                 points.sort()
                 xs, ys, los, his, names = zip(*points)
@@ -105,10 +99,5 @@ def plot_sweep(table: Mapping[str, Any], stem: str | Path) -> list[Path]:
             ax.grid(alpha=0.3)
             if len(lines) > 1:
                 ax.legend(fontsize=7)
-            fig.tight_layout()
-            path = stem.parent / f"{stem.name}.{_slug(key)}.png"
-            save_figure(fig, path)
-            paths.append(path)
-        finally:
-            plt.close(fig)
+        paths.append(path)
     return paths
