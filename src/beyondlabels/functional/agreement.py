@@ -134,6 +134,7 @@ def spearman(x: Any, y: Any) -> Correlation:
 
 
 def _spearman(a: Tensor, b: Tensor, n: int) -> Correlation:
+    """:func:`spearman` of ``n >= 3`` pairs without a NaN."""
     ra, rb = _ranks(a) - (n + 1) / 2.0, _ranks(b) - (n + 1) / 2.0
     denominator = math.sqrt(float((ra**2).sum()) * float((rb**2).sum()))
     if denominator == 0.0:
@@ -164,6 +165,7 @@ def kendall_tau(x: Any, y: Any, chunk_size: int = 1024) -> Correlation:
 
 
 def _kendall_tau(a: Tensor, b: Tensor, n: int, chunk_size: int) -> Correlation:
+    """:func:`kendall_tau` of ``n >= 2`` pairs without a NaN (sign products ``chunk_size`` rows at a time)."""
     s = 0.0
     for start in range(0, n, chunk_size):
         sa = torch.sign(a[start : start + chunk_size, None] - a[None, :])
