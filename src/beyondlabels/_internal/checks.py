@@ -252,6 +252,46 @@ def check_int_vector(x: object, name: str, length: int, device: torch.device) ->
     return x.to(device=device, dtype=torch.long)
 
 
+def check_index_vector(
+    value: object, name: str, length: int, device: torch.device, *, items: str, vector: str, rows: str
+) -> Tensor:
+    """``value`` (a tensor, or anything ``torch.as_tensor`` takes: a list, a numpy array) as a 1-D int64 tensor of
+    ``length`` entries on ``device``. The messages say what the entries are (``items``: "integer sample ids"), what
+    the tensor must be (``vector``: "a 1-D integer tensor [B] of global sample ids") and what ``length`` counts
+    (``rows``: "a batch of 4").
+
+    Examples:
+        >>> check_index_vector([3, 1], "ids", 2, torch.device("cpu"), items="integer ids", vector="1-D", rows="2")
+        tensor([3, 1])
+        >>> check_index_vector([3], "ids", 2, torch.device("cpu"), items="integer ids", vector="1-D", rows="2 rows")
+        Traceback (most recent call last):
+        ValueError: `ids` has 1 entries for 2 rows; they must match.
+    """
+    if not isinstance(value, Tensor):
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"`{name}` must be {items}, got {type(value).__name__}: {exc}") from exc
+    if value.dim() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise ValueError(f"`{name}` must be {vector}, got {tuple(value.shape)} {value.dtype}.")
+    if value.shape[0] != length:
+        raise ValueError(f"`{name}` has {value.shape[0]} entries for {rows}; they must match.")
+    return value.to(device=device, dtype=torch.long)
+
+
+def check_same_space(
+    first: Tensor, first_name: str, second: Tensor, second_name: str, *, width: str, device: str
+) -> None:
+    """Raise unless the 2-D embeddings ``first`` and ``second`` have one width and lie on one device; ``width`` and
+    ``device`` say what to do about each (e.g. "embed both with one evaluator", "use one device")."""
+    if first.shape[1] != second.shape[1]:
+        raise ValueError(
+            f"`{first_name}` has dimension {first.shape[1]} but `{second_name}` has {second.shape[1]}; {width}."
+        )
+    if first.device != second.device:
+        raise ValueError(f"`{first_name}` is on {first.device} but `{second_name}` on {second.device}; {device}.")
+
+
 def check_matrix(similarity: Any, name: str = "similarity") -> Tensor:
     m = torch.as_tensor(similarity, dtype=torch.float64)
     if m.dim() != 2 or m.shape[0] != m.shape[1] or m.shape[0] < 2:

@@ -8,7 +8,7 @@ checks of ``confidence``, ``rounds`` and ``seed`` are :mod:`beyondlabels._intern
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -51,14 +51,8 @@ class Interval:
         return bool(self.low <= value <= self.high)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "estimate": self.estimate,
-            "low": self.low,
-            "high": self.high,
-            "confidence": self.confidence,
-            "method": self.method,
-            "n": self.n,
-        }
+        """Every field, in field order."""
+        return asdict(self)
 
 
 def vector(values: Any, name: str) -> Tensor:

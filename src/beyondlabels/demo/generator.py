@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from beyondlabels._internal.checks import check_choice, check_positive_int
-from beyondlabels.demo.optim import adamw_warmup_cosine
+from beyondlabels.demo.optim import module_optimizers
 
 __all__ = ["ShapeGenerator", "caption_grams"]
 
@@ -209,10 +209,4 @@ class ShapeGenerator(pl.LightningModule):
         self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_warmup_cosine(
-            self.named_parameters(),
-            lr=self.hparams.lr,
-            weight_decay=self.hparams.weight_decay,
-            warmup_steps=self.hparams.warmup_steps,
-            total_steps=self.trainer.estimated_stepping_batches,
-        )
+        return module_optimizers(self)

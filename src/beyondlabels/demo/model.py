@@ -14,7 +14,7 @@ from open_clip.tokenizer import SimpleTokenizer
 from torch import nn
 
 from beyondlabels._internal.checks import check_choice
-from beyondlabels.demo.optim import adamw_warmup_cosine
+from beyondlabels.demo.optim import module_optimizers
 
 VISION_TOWERS = ("conv", "vit")
 
@@ -163,14 +163,8 @@ class TinyCLIP(pl.LightningModule):
         self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_warmup_cosine(
-            self.named_parameters(),
-            lr=self.hparams.lr,
-            weight_decay=self.hparams.weight_decay,
-            warmup_steps=self.hparams.warmup_steps,
-            total_steps=self.trainer.estimated_stepping_batches,
-            betas=(0.9, 0.98),
-            no_decay=lambda name, param: param.ndim < 2 or "logit_scale" in name,
+        return module_optimizers(
+            self, betas=(0.9, 0.98), no_decay=lambda name, param: param.ndim < 2 or "logit_scale" in name
         )
 
 

@@ -48,3 +48,17 @@ def adamw_warmup_cosine(
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def module_optimizers(module: Any, **options: Any) -> dict[str, Any]:
+    """:func:`adamw_warmup_cosine` of a demo ``LightningModule``: its parameters, its ``lr``, ``weight_decay`` and
+    ``warmup_steps`` hyperparameters, over its trainer's steps; ``options`` are the other keywords (``betas``,
+    ``no_decay``)."""
+    return adamw_warmup_cosine(
+        module.named_parameters(),
+        lr=module.hparams.lr,
+        weight_decay=module.hparams.weight_decay,
+        warmup_steps=module.hparams.warmup_steps,
+        total_steps=module.trainer.estimated_stepping_batches,
+        **options,
+    )

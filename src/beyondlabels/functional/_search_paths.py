@@ -48,20 +48,6 @@ def available(n_gallery: int, excl: Tensor | None) -> int:
     return n_gallery - int(bool((excl >= 0).any()))
 
 
-def search_normalized(
-    gn: Tensor,
-    depth: int | Tensor,
-    qn: Tensor | None,
-    excl: Tensor | None,
-    share: tuple[int, int] | None,
-    chunk_size: int,
-    lowp: torch.dtype | None,
-) -> Iterator[Neighbors]:
-    """:func:`search_space` of the cosine space of unit fp32 rows ``gn`` (gallery) and ``qn`` (queries, None:
-    leave-one-out)."""
-    return search_space(Space.cosine(gn, qn), depth, excl, share, chunk_size, lowp)
-
-
 ChunkSearch = Callable[[Tensor, "Tensor | None", int, Workspace], "tuple[Tensor, Tensor]"]
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -52,6 +52,10 @@ class GuardrailCheck:
     breached: bool
     n: int
     higher_is_better: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, in field order."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -95,16 +99,7 @@ class ABResult:
             "interval": self.interval.to_json(),
             "disagree": self.disagree,
             "unmatched": self.unmatched,
-            "guardrails": {
-                name: {
-                    "difference": g.difference,
-                    "worse_by": g.worse_by,
-                    "breached": g.breached,
-                    "n": g.n,
-                    "higher_is_better": g.higher_is_better,
-                }
-                for name, g in self.guardrails.items()
-            },
+            "guardrails": {name: g.to_json() for name, g in self.guardrails.items()},
         }
 
 

@@ -18,6 +18,7 @@ Examples:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,15 @@ def _pairs(x: Any, y: Any) -> tuple[Tensor, Tensor]:
     return a[keep], b[keep]
 
 
+def _correlation(x: Any, y: Any, least: int, correlate: Callable[[Tensor, Tensor, int], Correlation]) -> Correlation:
+    """``correlate(a, b, n)`` of the ``n`` pairs of ``x`` and ``y`` without a NaN; NaN with fewer than ``least``."""
+    a, b = _pairs(x, y)
+    n = a.numel()
+    if n < least:
+        return Correlation(math.nan, math.nan, n)
+    return correlate(a, b, n)
+
+
 def spearman(x: Any, y: Any) -> Correlation:
     """Spearman's rank correlation with its two-sided p-value (t approximation; pairs with a NaN left out).
 
@@ -120,10 +130,11 @@ def spearman(x: Any, y: Any) -> Correlation:
         >>> round(r.statistic, 2), r.n
         (0.8, 5)
     """
-    a, b = _pairs(x, y)
-    n = a.numel()
-    if n < 3:
-        return Correlation(math.nan, math.nan, n)
+    return _correlation(x, y, 3, _spearman)
+
+
+def _spearman(a: Tensor, b: Tensor, n: int) -> Correlation:
+    """:func:`spearman` of ``n >= 3`` pairs without a NaN."""
     ra, rb = _ranks(a) - (n + 1) / 2.0, _ranks(b) - (n + 1) / 2.0
     denominator = math.sqrt(float((ra**2).sum()) * float((rb**2).sum()))
     if denominator == 0.0:
@@ -150,10 +161,11 @@ def kendall_tau(x: Any, y: Any, chunk_size: int = 1024) -> Correlation:
         >>> round(r.statistic, 2), r.n
         (0.6, 5)
     """
-    a, b = _pairs(x, y)
-    n = a.numel()
-    if n < 2:
-        return Correlation(math.nan, math.nan, n)
+    return _correlation(x, y, 2, lambda a, b, n: _kendall_tau(a, b, n, chunk_size))
+
+
+def _kendall_tau(a: Tensor, b: Tensor, n: int, chunk_size: int) -> Correlation:
+    """:func:`kendall_tau` of ``n >= 2`` pairs without a NaN (sign products ``chunk_size`` rows at a time)."""
     s = 0.0
     for start in range(0, n, chunk_size):
         sa = torch.sign(a[start : start + chunk_size, None] - a[None, :])

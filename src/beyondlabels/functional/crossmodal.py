@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_int_vector, check_ks, check_non_negative_int
+from beyondlabels._internal.checks import check_int_vector, check_ks, check_non_negative_int, check_same_space
 from beyondlabels.functional.retrieval import retrieval_per_query
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
@@ -105,16 +105,14 @@ def _check_pairs(image_embeddings: Tensor, text_embeddings: Tensor, text_image_i
     # Validated here under their own names (the search would name them `queries` / `embeddings`).
     normalize_rows(image_embeddings, "image_embeddings")
     normalize_rows(text_embeddings, "text_embeddings")
-    if image_embeddings.shape[1] != text_embeddings.shape[1]:
-        raise ValueError(
-            f"`image_embeddings` has dimension {image_embeddings.shape[1]} but `text_embeddings` has "
-            f"{text_embeddings.shape[1]}; both must live in one joint space."
-        )
-    if image_embeddings.device != text_embeddings.device:
-        raise ValueError(
-            f"`image_embeddings` is on {image_embeddings.device} "
-            f"but `text_embeddings` on {text_embeddings.device}; use one device."
-        )
+    check_same_space(
+        image_embeddings,
+        "image_embeddings",
+        text_embeddings,
+        "text_embeddings",
+        width="both must live in one joint space",
+        device="use one device",
+    )
     index = check_int_vector(text_image_index, "text_image_index", text_embeddings.shape[0], image_embeddings.device)
     n_img = image_embeddings.shape[0]
     bad = (index < 0) | (index >= n_img)

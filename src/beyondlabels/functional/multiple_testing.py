@@ -34,6 +34,7 @@ Examples:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,18 @@ def _finite_pvalues(pvalues: Any) -> tuple[np.ndarray, np.ndarray]:
     return p, np.flatnonzero(finite)
 
 
+def _adjusted(pvalues: Any, adjust: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``pvalues`` adjusted in the order given: ``adjust`` maps the ``m`` finite p-values, sorted ascending, to their
+    adjusted values; NaN entries stay NaN."""
+    p, index = _finite_pvalues(pvalues)
+    out = np.full_like(p, np.nan)
+    if index.size == 0:
+        return out
+    order = index[np.argsort(p[index], kind="stable")]
+    out[order] = adjust(p[order])
+    return out
+
+
 def benjamini_hochberg(pvalues: Any) -> np.ndarray:
     """Benjamini–Hochberg adjusted p-values (definition: the module docstring), in the order given.
 
@@ -74,39 +87,23 @@ def benjamini_hochberg(pvalues: Any) -> np.ndarray:
         >>> benjamini_hochberg([0.01, 0.04, 0.03, float("nan")]).round(3).tolist()
         [0.03, 0.04, 0.04, nan]
     """
-    p, index = _finite_pvalues(pvalues)
-    out = np.full_like(p, np.nan)
-    if index.size == 0:
-        return out
-    order = index[np.argsort(p[index], kind="stable")]
-    m = order.size
-    scaled = np.minimum(1.0, m * p[order] / np.arange(1, m + 1))
-    out[order] = np.minimum.accumulate(scaled[::-1])[::-1]
-    return out
+
+    def adjust(p: np.ndarray) -> np.ndarray:
+        m = p.size
+        return np.minimum.accumulate(np.minimum(1.0, m * p / np.arange(1, m + 1))[::-1])[::-1]
+
+    return _adjusted(pvalues, adjust)
 
 
 def holm_adjust(pvalues: Any) -> np.ndarray:
-    """Holm–Bonferroni adjusted p-values (definition: the module docstring), in the order given.
-
-    Args:
-        pvalues: A 1-D sequence of p-values in [0, 1]; NaN entries stay NaN and are not counted.
-
-    Raises:
-        ValueError: for a p-value outside [0, 1] or input that is not 1-D.
+    """Holm–Bonferroni adjusted p-values (definition: the module docstring), in the order given; ``pvalues`` and
+    errors as for :func:`benjamini_hochberg`.
 
     Examples:
         >>> holm_adjust([0.02, float("nan"), 0.001]).tolist()
         [0.02, nan, 0.002]
     """
-    p, index = _finite_pvalues(pvalues)
-    out = np.full_like(p, np.nan)
-    if index.size == 0:
-        return out
-    order = index[np.argsort(p[index], kind="stable")]
-    m = order.size
-    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
-    out[order] = np.maximum.accumulate(scaled)
-    return out
+    return _adjusted(pvalues, lambda p: np.maximum.accumulate(np.minimum(1.0, (p.size - np.arange(p.size)) * p)))
 
 
 def paired_randomization_test(differences: Any, *, rounds: int = 9999, seed: int = 11) -> Any:

@@ -70,7 +70,7 @@ from beyondlabels._internal.checks import (
     check_share,
 )
 from beyondlabels.functional._distances import Space, prepare_space, unit_rows
-from beyondlabels.functional._search_paths import Neighbors, available, search_normalized, search_space
+from beyondlabels.functional._search_paths import Neighbors, available, search_space
 
 __all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
 
@@ -284,7 +284,7 @@ def cosine_topk(
         )
     out_v = torch.empty((qn.shape[0], k), dtype=torch.float32, device=qn.device)
     out_i = torch.empty((qn.shape[0], k), dtype=torch.long, device=qn.device)
-    for chunk in search_normalized(gn, k, qn, excl, None, chunk_size, lowp):
+    for chunk in search_space(Space.cosine(gn, qn), k, excl, None, chunk_size, lowp):
         out_v[chunk.rows] = chunk.scores[:, :k]
         out_i[chunk.rows] = chunk.indices[:, :k]
     return out_v, out_i

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_embeddings, check_ks, check_positive_int
+from beyondlabels._internal.checks import check_embeddings, check_ks, check_positive_int, check_same_space
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -144,15 +144,9 @@ def zeroshot_scores(image_embeddings: Tensor, class_embeddings: Tensor) -> Tenso
     """
     images = normalize_rows(image_embeddings, "image_embeddings")
     classes = normalize_rows(class_embeddings, "class_embeddings")
-    if images.shape[1] != classes.shape[1]:
-        raise ValueError(
-            f"`image_embeddings` has dimension {images.shape[1]} but `class_embeddings` has {classes.shape[1]}; "
-            "they must match."
-        )
-    if images.device != classes.device:
-        raise ValueError(
-            f"`image_embeddings` is on {images.device} but `class_embeddings` on {classes.device}; use one device."
-        )
+    check_same_space(
+        images, "image_embeddings", classes, "class_embeddings", width="they must match", device="use one device"
+    )
     return images @ classes.T
 
 

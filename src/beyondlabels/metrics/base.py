@@ -43,7 +43,14 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat, rank_zero_warn
 from torchmetrics.utilities.distributed import gather_all_tensors
 
-from beyondlabels._internal.checks import check_bool
+from beyondlabels._internal.checks import (
+    check_bool,
+    check_index_vector,
+    check_ks,
+    check_non_negative_int,
+    check_positive_int,
+    check_precision,
+)
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = ["GatheredSamples", "PerSampleMetric"]
@@ -171,6 +178,22 @@ class PerSampleMetric(Metric):
         if agree:
             self._agreeing_states.append(name)
 
+    def keep_search_settings(
+        self, ks: Any, chunk_size: Any, precision: Any, return_neighbors: Any, distributed_search: Any
+    ) -> None:
+        """The settings of the exact search a family runs at :meth:`compute`, checked now (the kernel checks them
+        again; here a bad config fails at construction, not at compute()) and kept as ``ks`` (sorted distinct ints),
+        ``chunk_size``, ``precision``, ``return_neighbors`` and ``distributed_search`` (a bool: each process searches
+        its share of the queries)."""
+        self.ks = check_ks(ks)
+        check_positive_int(chunk_size, "chunk_size")
+        check_precision(precision)
+        check_non_negative_int(return_neighbors, "return_neighbors")
+        self.chunk_size = chunk_size
+        self.precision = precision
+        self.return_neighbors = return_neighbors
+        self.distributed_search = bool(distributed_search)
+
     @classmethod
     def example(cls) -> PerSampleMetric:
         """A small evaluation of this metric: an instance updated with a few seeded samples, ready for ``compute()``.
@@ -194,20 +217,34 @@ class PerSampleMetric(Metric):
                     "(DistributedSampler repeats some). Pass each sample's global index, e.g. its dataset index."
                 )
             return torch.full((batch_size,), _NO_ID, dtype=torch.long, device=device)
-        if not isinstance(ids, Tensor):
-            try:
-                ids = torch.as_tensor(ids)
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise ValueError(f"`ids` must be integer sample ids, got {type(ids).__name__}: {exc}") from exc
-        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(
-                f"`ids` must be a 1-D integer tensor [B] of global sample ids, got {tuple(ids.shape)} {ids.dtype}."
-            )
-        if ids.shape[0] != batch_size:
-            raise ValueError(f"`ids` has {ids.shape[0]} entries for a batch of {batch_size}; they must match.")
+        ids = check_index_vector(
+            ids,
+            "ids",
+            batch_size,
+            device,
+            items="integer sample ids",
+            vector="a 1-D integer tensor [B] of global sample ids",
+            rows=f"a batch of {batch_size}",
+        )
         if self.validate_args and bool((ids == _NO_ID).any()):
             raise ValueError(f"`ids` may not hold {_NO_ID} (reserved for samples without ids).")
-        return ids.to(device=device, dtype=torch.long)
+        return ids
+
+    def check_embedding_batch(self, value: Any, name: str, state: str, *, same_width: str, finite: str) -> Tensor:
+        """A batch of embeddings checked for ``update``: a 2-D float tensor ``[B, D]`` with ``D >= 1``, as wide as the
+        rows already appended to the per-sample state ``state``, and (with ``validate_args``) finite; returned
+        detached as fp32. ``same_width`` and ``finite`` end the messages of those two errors with what to check."""
+        if not isinstance(value, Tensor) or value.dim() != 2 or not value.is_floating_point() or value.shape[1] == 0:
+            shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise ValueError(f"`{name}` must be a 2-D float tensor [B, D] with D >= 1, got {shape}.")
+        earlier = getattr(self, state)
+        if earlier and isinstance(earlier, list) and earlier[-1].shape[1] != value.shape[1]:
+            raise ValueError(
+                f"`{name}` has dimension {value.shape[1]} but earlier updates had {earlier[-1].shape[1]}; {same_width}"
+            )
+        if self.validate_args and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"`{name}` contains NaN or Inf values; {finite}")
+        return value.detach().to(torch.float32)
 
     def append_samples(self, ids: Tensor, **values: Tensor) -> None:
         """Append one batch: ``ids`` from :meth:`check_ids` and a ``[B, ...]`` tensor for every declared state."""

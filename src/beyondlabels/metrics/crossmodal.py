@@ -9,10 +9,7 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import (
-    check_ks,
-    check_non_negative_int,
-    check_positive_int,
-    check_precision,
+    check_index_vector,
 )
 from beyondlabels.functional.crossmodal import aggregate_crossmodal, crossmodal_output_schema, crossmodal_per_query
 from beyondlabels.metrics.base import PerSampleMetric
@@ -78,14 +75,7 @@ class CrossModalRetrieval(PerSampleMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(validate_args=validate_args, **kwargs)
-        self.ks = check_ks(ks)
-        check_positive_int(chunk_size, "chunk_size")
-        check_precision(precision)
-        check_non_negative_int(return_neighbors, "return_neighbors")
-        self.chunk_size = chunk_size
-        self.precision = precision
-        self.return_neighbors = return_neighbors
-        self.distributed_search = bool(distributed_search)
+        self.keep_search_settings(ks, chunk_size, precision, return_neighbors, distributed_search)
         self.add_sample_state("embeddings")
         self.add_sample_state("image_ids", agree=True)  # an image's own id; a caption's image
 
@@ -104,31 +94,26 @@ class CrossModalRetrieval(PerSampleMetric):
 
     # ---- update --------------------------------------------------------------------------------------------------
     def _check_embeddings(self, value: Any, name: str) -> Tensor:
-        if not isinstance(value, Tensor) or value.dim() != 2 or not value.is_floating_point() or value.shape[1] == 0:
-            shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-            raise ValueError(f"`{name}` must be a 2-D float tensor [B, D] with D >= 1, got {shape}.")
-        if self.embeddings and isinstance(self.embeddings, list) and self.embeddings[-1].shape[1] != value.shape[1]:
-            raise ValueError(
-                f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.embeddings[-1].shape[1]}; "
-                "images and captions must be embedded into one space of one width."
-            )
-        if self.validate_args and not bool(torch.isfinite(value).all()):
-            raise ValueError(f"`{name}` contains NaN or Inf values; check the model outputs.")
-        return value.detach().to(torch.float32)
+        return self.check_embedding_batch(
+            value,
+            name,
+            "embeddings",
+            same_width="images and captions must be embedded into one space of one width.",
+            finite="check the model outputs.",
+        )
 
     def _check_id_vector(self, value: Any, name: str, length: int, device: torch.device) -> Tensor:
         if value is None:
             raise ValueError(f"`{name}` is required: images and captions are matched and deduplicated by id.")
-        if not isinstance(value, Tensor):
-            try:
-                value = torch.as_tensor(value)
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise ValueError(f"`{name}` must be integer ids, got {type(value).__name__}: {exc}") from exc
-        if value.dim() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-            raise ValueError(f"`{name}` must be a 1-D integer tensor, got {tuple(value.shape)} {value.dtype}.")
-        if value.shape[0] != length:
-            raise ValueError(f"`{name}` has {value.shape[0]} entries for {length} embeddings; they must match.")
-        value = value.to(device=device, dtype=torch.long)
+        value = check_index_vector(
+            value,
+            name,
+            length,
+            device,
+            items="integer ids",
+            vector="a 1-D integer tensor",
+            rows=f"{length} embeddings",
+        )
         if self.validate_args and value.numel() and bool(((value < 0) | (value >= _MAX_ID)).any()):
             raise ValueError(
                 f"`{name}` must lie in [0, 2**62), got {value[(value < 0) | (value >= _MAX_ID)][:5].tolist()}."

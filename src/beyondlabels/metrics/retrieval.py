@@ -12,10 +12,7 @@ from beyondlabels._internal.checks import (
     check_deep_metrics,
     check_distance,
     check_int,
-    check_ks,
-    check_non_negative_int,
     check_positive_int,
-    check_precision,
 )
 from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors
 from beyondlabels.functional.labels import encode_labels
@@ -148,13 +145,10 @@ class EmbeddingRetrieval(PerSampleMetric):
                 f"`audit` reads cosine scores (its duplicate threshold is a cosine), so it needs distance='cosine', "
                 f"got distance={self.distance!r}; drop the audit or evaluate it with a cosine metric."
             )
-        self.ks = check_ks(ks)
+        self.keep_search_settings(ks, chunk_size, precision, return_neighbors, distributed_search)
         # The kernel's own argument checks, run here so that a bad config fails at construction, not at compute().
-        check_positive_int(chunk_size, "chunk_size")
-        check_precision(precision)
         if curve_max_k is not None:
             check_positive_int(curve_max_k, "curve_max_k")
-        check_non_negative_int(return_neighbors, "return_neighbors")
         if max_queries is not None:
             check_positive_int(max_queries, "max_queries")
         check_int(query_seed, "query_seed")
@@ -165,15 +159,11 @@ class EmbeddingRetrieval(PerSampleMetric):
                 raise ValueError(f"`graded` must hold ClassGains matrices, got {type(g).__name__}.")
         if len({g.name for g in graded}) != len(graded):
             raise ValueError(f"`graded` matrices need distinct names, got {[g.name for g in graded]}.")
-        self.chunk_size = chunk_size
-        self.precision = precision
         self.curve_max_k = curve_max_k
         self.graded = graded
-        self.return_neighbors = return_neighbors
         self.max_queries = max_queries
         self.query_seed = query_seed
         self.deep_metrics = deep_metrics
-        self.distributed_search = bool(distributed_search)
         self._label_names: dict[int, str] = {}  # code -> string label seen by this process (kept until `reset`)
         self.add_sample_state("embeddings")
         self.add_sample_state("labels", agree=True)

@@ -15,6 +15,7 @@ from beyondlabels.functional.rprecision import (
     rprecision_output_schema,
     text_image_r_precision,
 )
+from beyondlabels.functional.rprecision.settings import check_candidate_sets
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -88,13 +89,7 @@ class TextImageRPrecision(PerSampleMetric):
         self.top_r, self.near_duplicate_threshold = check_rprecision_settings(
             num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, chunk_size
         )
-        if candidate_sets is not None and not isinstance(candidate_sets, CandidateSets):
-            raise ValueError(
-                "`candidate_sets` must be CandidateSets (see `load_candidate_sets`), "
-                f"got {type(candidate_sets).__name__}."
-            )
-        if candidate_sets is not None and protocol != "folds":
-            raise ValueError("`candidate_sets` pin one draw; use them with `protocol='folds'`.")
+        check_candidate_sets(candidate_sets, protocol)
         self.num_candidates = num_candidates
         self.r = r
         self.protocol = protocol
@@ -138,21 +133,18 @@ class TextImageRPrecision(PerSampleMetric):
 
     # ---- update --------------------------------------------------------------------------------------------------
     def _embeddings(self, value: Any, name: str, rows: int | None) -> Tensor:
-        if not isinstance(value, Tensor) or value.dim() != 2 or not value.is_floating_point() or value.shape[1] == 0:
-            shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-            raise ValueError(f"`{name}` must be a 2-D float tensor [B, D] with D >= 1, got {shape}.")
+        value = self.check_embedding_batch(
+            value,
+            name,
+            "images",
+            same_width="use one evaluator.",
+            finite="check the generated images and the evaluator.",
+        )
         if rows is not None and value.shape[0] != rows:
             raise ValueError(
                 f"`{name}` has {value.shape[0]} rows but `image_embeddings` has {rows}; row i of both is one sample."
             )
-        if self.images and isinstance(self.images, list) and self.images[-1].shape[1] != value.shape[1]:
-            raise ValueError(
-                f"`{name}` has dimension {value.shape[1]} but earlier updates had {self.images[-1].shape[1]}; "
-                "use one evaluator."
-            )
-        if self.validate_args and not bool(torch.isfinite(value).all()):
-            raise ValueError(f"`{name}` contains NaN or Inf values; check the generated images and the evaluator.")
-        return value.detach().to(torch.float32)
+        return value
 
     def _codes(self, value: Any, name: str, n: int, device: torch.device) -> Tensor:
         if value is None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_ks, check_positive_int
+from beyondlabels._internal.checks import check_index_vector, check_ks, check_positive_int
 from beyondlabels.functional.zeroshot import classification_metrics, topk_classes, zeroshot_output_schema
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
@@ -88,18 +88,15 @@ class ZeroShotClassification(PerSampleMetric):
             raise ValueError(
                 f"`scores` has {scores.shape[1]} columns but num_classes={self.num_classes}; pass one score per class."
             )
-        if not isinstance(labels, Tensor):
-            try:
-                labels = torch.as_tensor(labels)
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise ValueError(f"`labels` must be integer class indices, got {type(labels).__name__}: {exc}") from exc
-        if labels.dim() != 1 or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-            raise ValueError(f"`labels` must be 1-D integer class indices, got {tuple(labels.shape)} {labels.dtype}.")
-        if labels.shape[0] != scores.shape[0]:
-            raise ValueError(
-                f"`labels` has {labels.shape[0]} entries for {scores.shape[0]} score rows; they must match."
-            )
-        labels = labels.to(device=scores.device, dtype=torch.long)
+        labels = check_index_vector(
+            labels,
+            "labels",
+            scores.shape[0],
+            scores.device,
+            items="integer class indices",
+            vector="1-D integer class indices",
+            rows=f"{scores.shape[0]} score rows",
+        )
         if self.validate_args and labels.numel() and bool(((labels < 0) | (labels >= self.num_classes)).any()):
             bad = labels[(labels < 0) | (labels >= self.num_classes)][:5].tolist()
             raise ValueError(f"`labels` must be class indices in [0, {self.num_classes}), got {bad}.")

@@ -10,7 +10,7 @@ quality, the near-duplicate pairs, the top outliers and the counts per class), t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -50,42 +50,31 @@ def audit_section(audit: Mapping[str, Any], label_names: Mapping[int, str], top:
     audit = {part: {key: torch.atleast_1d(v) for key, v in values.items()} for part, values in audit.items()}
     audit["duplicates"]["ids"] = audit["duplicates"]["ids"].reshape(-1, 2)
     audit["duplicates"]["labels"] = audit["duplicates"]["labels"].reshape(-1, 2)
-    s = audit["suspects"]
-    suspects = [
+    suspects = _records(
+        audit["suspects"],
         {
-            "id": int(s["ids"][i]),
-            "given_label": name(s["labels"][i]),
-            "suggested_label": name(s["suggested_labels"][i]),
-            "share": float(s["suggested_shares"][i]),
-            "label_quality": float(s["label_quality"][i]),
-        }
-        for i in range(min(top, s["ids"].numel()))
-    ]
-    o = audit["outliers"]
-    outliers = [
-        {"id": int(o["ids"][i]), "label": name(o["labels"][i]), "score": float(o["scores"][i])}
-        for i in range(o["ids"].numel())
-    ]
-    d = audit["duplicates"]
+            "id": ("ids", int),
+            "given_label": ("labels", name),
+            "suggested_label": ("suggested_labels", name),
+            "share": ("suggested_shares", float),
+            "label_quality": ("label_quality", float),
+        },
+        top,
+    )
+    outliers = _records(audit["outliers"], {"id": ("ids", int), "label": ("labels", name), "score": ("scores", float)})
+    duplicates = _records(
+        audit["duplicates"],
+        {
+            "ids": ("ids", lambda row: [int(v) for v in row]),
+            "labels": ("labels", lambda row: [name(v) for v in row]),
+            "cosine": ("scores", float),
+        },
+    )
     pairs = {True: [], False: []}
-    for p in range(d["ids"].shape[0]):
-        pairs[bool(d["cross_label"][p])].append(
-            {
-                "ids": [int(v) for v in d["ids"][p]],
-                "labels": [name(v) for v in d["labels"][p]],
-                "cosine": float(d["scores"][p]),
-            }
-        )
-    c = audit["per_class"]
-    per_class = [
-        {
-            "label": name(c["label"][i]),
-            "items": int(c["items"][i]),
-            "suspects": int(c["suspects"][i]),
-            "outliers": int(c["outliers"][i]),
-        }
-        for i in range(c["label"].numel())
-    ]
+    for pair, cross_label in zip(duplicates, audit["duplicates"]["cross_label"]):
+        pairs[bool(cross_label)].append(pair)
+    counts = {key: (key, int) for key in ("items", "suspects", "outliers")}
+    per_class = _records(audit["per_class"], {"label": ("label", name), **counts})
     return {
         "suspects": suspects,
         "outliers": outliers,
@@ -93,6 +82,18 @@ def audit_section(audit: Mapping[str, Any], label_names: Mapping[int, str], top:
         "same_label_duplicates": pairs[False],
         "per_class": per_class,
     }
+
+
+def _records(
+    table: Mapping[str, Any], columns: Mapping[str, tuple[str, Callable[[Any], Any]]], limit: int | None = None
+) -> list[dict[str, Any]]:
+    """One dict per row of the columnar ``table`` (its first ``limit`` rows; all by default): ``{key: read(value)}``
+    for every ``key: (column, read)`` of ``columns``, ``value`` the row's entry of that column."""
+    n = len(table[next(iter(columns.values()))[0]])
+    return [
+        {key: read(table[column][i]) for key, (column, read) in columns.items()}
+        for i in range(n if limit is None else min(limit, n))
+    ]
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

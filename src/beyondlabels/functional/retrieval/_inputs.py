@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_int_vector
+from beyondlabels._internal.checks import check_int_vector, check_same_space
 from beyondlabels.functional._distances import Space, prepare_space
 from beyondlabels.functional._search_paths import available
 from beyondlabels.functional.relevance import ClassGains
@@ -76,12 +76,7 @@ def _problem(
             exclusion_index(gid, gid, device, "ids")  # rejects duplicated ids
         q_labels, excl = g_labels, torch.arange(gn.shape[0], device=device)
     else:
-        if qn.device != device:
-            raise ValueError(f"`query_embeddings` is on {qn.device} but `embeddings` on {device}; use one device.")
-        if qn.shape[1] != gn.shape[1]:
-            raise ValueError(
-                f"`query_embeddings` has dimension {qn.shape[1]} but `embeddings` has {gn.shape[1]}; they must match."
-            )
+        check_same_space(qn, "query_embeddings", gn, "embeddings", width="they must match", device="use one device")
         if query_labels is None:
             raise ValueError("`query_labels` is required with `query_embeddings` (relevance = same label).")
         q_labels = check_int_vector(query_labels, "query_labels", qn.shape[0], device)

@@ -157,17 +157,22 @@ def _put_graded_values(
     out.put(f"{state.name}_ndcg", torch.where(ok.unsqueeze(1), g_dcg / g_ideal, nan))
 
 
-def _put_chunk(
-    out: _RowCollector,
-    chunk: Neighbors,
-    p: _Problem,
-    cut: _Cutoffs,
-    hits_k: int,
-    deep_metrics: bool,
-    graded_state: Sequence[_GradedState],
-    return_neighbors: int,
-) -> None:
+@dataclass(frozen=True)
+class _Plan:
+    """What the values of every chunk and the output dict depend on: the problem, the cut-offs, the width of ``hits``,
+    whether the deep metrics are computed, the prepared gain matrices and the neighbours returned per query."""
+
+    p: _Problem
+    cut: _Cutoffs
+    hits_k: int
+    deep_metrics: bool
+    graded_state: Sequence[_GradedState]
+    return_neighbors: int
+
+
+def _put_chunk(out: _RowCollector, chunk: Neighbors, plan: _Plan) -> None:
     """Every per-query value of one searched chunk, written into ``out``."""
+    p, cut, hits_k, return_neighbors = plan.p, plan.cut, plan.hits_k, plan.return_neighbors
     rows, vals, idx = chunk.rows, chunk.scores, chunk.indices
     # index_select, not x[rows]: the same values without a parallel region.
     ql, rq, ok = p.q_labels.index_select(0, rows), p.r.index_select(0, rows), ~p.lone.index_select(0, rows)
@@ -176,30 +181,23 @@ def _put_chunk(
     out.next_rows(rows.shape[0])
     out.put("query_index", rows)
     out.put("hits", cum[:, :hits_k])
-    if deep_metrics:
+    if plan.deep_metrics:
         _put_deep_values(out, p, rows, ql, rel, cum, rq, ok)
     rq_safe = rq.clamp(min=1)
     dcg = torch.cumsum(rel[:, : cut.kmax].to(torch.float64) * cut.discount, dim=1)
     ideal = cut.binary_ideal[torch.minimum(rq_safe.unsqueeze(1), cut.index.unsqueeze(0) + 1) - 1]
     out.put("ndcg", torch.where(ok.unsqueeze(1), dcg[:, cut.index] / ideal, float("nan")))
-    for state in graded_state:
+    for state in plan.graded_state:
         _put_graded_values(out, state, cut, p, rows, idx, ql, ok)
     if return_neighbors:
         out.put("neighbor_indices", idx[:, :return_neighbors])
         out.put("neighbor_scores", vals[:, :return_neighbors])
 
 
-def _collected(
-    out: _RowCollector,
-    p: _Problem,
-    cut: _Cutoffs,
-    hits_k: int,
-    deep_metrics: bool,
-    graded_state: Sequence[_GradedState],
-    return_neighbors: int,
-) -> dict[str, Tensor]:
+def _collected(out: _RowCollector, plan: _Plan) -> dict[str, Tensor]:
     """The output dict of :func:`~beyondlabels.functional.retrieval.retrieval_per_query` from the rows collected in
     ``out``."""
+    p, cut, return_neighbors = plan.p, plan.cut, plan.return_neighbors
     device = p.gn.device
 
     def get(key: str, empty_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
@@ -209,15 +207,15 @@ def _collected(
     result = {
         "query_index": rows_all,
         "num_relevant": p.r.index_select(0, rows_all),
-        "hits": get("hits", (0, hits_k), torch.int32).to(torch.long),
+        "hits": get("hits", (0, plan.hits_k), torch.int32).to(torch.long),
     }
-    if deep_metrics:
+    if plan.deep_metrics:
         for key in ("r_precision", "map@r", "first_relevant_rank"):
             result[key] = get(key, (0,), torch.float64)
     ndcg_all = get("ndcg", (0, len(cut.ks)), torch.float64)
     for j, k in enumerate(cut.ks):
         result[f"ndcg@{k}"] = ndcg_all[:, j]
-    for state in graded_state:
+    for state in plan.graded_state:
         for stat in state.stats:
             key = f"{state.name}_mistake_{stat}"
             result[key] = get(key, (0,), torch.float64)

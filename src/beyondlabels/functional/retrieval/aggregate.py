@@ -91,7 +91,8 @@ def aggregate_retrieval(
         per_query_out["first_relevant_rank"] = pq["first_relevant_rank"]
     out["per_query"] = per_query_out
     if query_pool is not None:
-        out.update(_standard_errors(per_query_out, ok_rows, query_pool, ks_t, graded, deep_metrics))
+        keys = micro_keys(ks_t, graded, deep_metrics)
+        out.update(_standard_errors(per_query_out, ok_rows, query_pool, keys))
         out["num_query_pool"] = torch.tensor(query_pool, dtype=torch.long, device=device)
     if "neighbor_indices" in pq:
         out["neighbors"] = {"indices": pq["neighbor_indices"], "scores": pq["neighbor_scores"]}
@@ -160,19 +161,15 @@ def _means(
 
 
 def _standard_errors(
-    per_query: Mapping[str, Tensor],
-    ok_rows: Tensor,
-    query_pool: int,
-    ks: tuple[int, ...],
-    graded: Sequence[str],
-    deep_metrics: bool,
+    per_query: Mapping[str, Tensor], ok_rows: Tensor, query_pool: int, keys: Sequence[str]
 ) -> dict[str, Tensor]:
-    """``<key>_se`` of every micro-averaged metric of a sample of ``query_pool`` queries (NaN below 2 queries)."""
+    """``<key>_se`` of every micro-averaged metric ``keys`` (:func:`micro_keys`) of a sample of ``query_pool`` queries
+    (NaN below 2 queries)."""
     n_ok = int(ok_rows.numel())
     nan = torch.tensor(float("nan"), dtype=torch.float64, device=ok_rows.device)
     fpc = math.sqrt(max(query_pool - n_ok, 0) / (query_pool - 1)) if query_pool > 1 else 0.0
     out: dict[str, Tensor] = {}
-    for key in micro_keys(ks, graded, deep_metrics):
+    for key in keys:
         values = per_query[key.replace("mean_", "")] if key.startswith("mean_") else per_query[key]
         values = values.index_select(0, ok_rows)
         se = values.std(unbiased=True) / math.sqrt(n_ok) * fpc if n_ok > 1 else nan

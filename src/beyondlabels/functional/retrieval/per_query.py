@@ -18,7 +18,7 @@ from beyondlabels._internal.checks import (
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval._chunks import _SHALLOW_JOIN_ELEMENTS, _joined, _search_depths, _searched_chunks
 from beyondlabels.functional.retrieval._inputs import _check_depth_limits, _check_graded, _problem
-from beyondlabels.functional.retrieval._values import _collected, _Cutoffs, _GradedState, _put_chunk
+from beyondlabels.functional.retrieval._values import _collected, _Cutoffs, _GradedState, _Plan, _put_chunk
 
 __all__ = ["retrieval_per_query"]
 
@@ -70,11 +70,11 @@ def retrieval_per_query(
     avail = _check_depth_limits(p, ks_t, curve_max_k, return_neighbors)
     hits_k = max(curve_max_k, ks_t[-1])
     depths = _search_depths(p.r, max(hits_k, return_neighbors), avail, deep_metrics)
-    cut = _Cutoffs.of(ks_t, p.gn.device)
     graded_state = [_GradedState.of(g, p) for g in graded]
+    plan = _Plan(p, _Cutoffs.of(ks_t, p.gn.device), hits_k, deep_metrics, graded_state, return_neighbors)
     out, chunks = _searched_chunks(p, depths, query_rows, share, chunk_size, lowp)
     if not deep_metrics:
         chunks = _joined(chunks, _SHALLOW_JOIN_ELEMENTS)
     for chunk in chunks:
-        _put_chunk(out, chunk, p, cut, hits_k, deep_metrics, graded_state, return_neighbors)
-    return _collected(out, p, cut, hits_k, deep_metrics, graded_state, return_neighbors)
+        _put_chunk(out, chunk, plan)
+    return _collected(out, plan)

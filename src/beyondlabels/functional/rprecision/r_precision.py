@@ -8,13 +8,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_positive_int
+from beyondlabels._internal.checks import check_positive_int, check_same_space
 from beyondlabels.functional.rprecision._draw import _draw, _hard
 from beyondlabels.functional.rprecision._hash import _base_key, _mix
 from beyondlabels.functional.rprecision._pairs import _candidate_scores, _ranks
 from beyondlabels.functional.rprecision._pool import _check_pool, _Pool
 from beyondlabels.functional.rprecision._sets import CandidateSets, _rows_of
-from beyondlabels.functional.rprecision.settings import check_rprecision_settings
+from beyondlabels.functional.rprecision.settings import check_candidate_sets, check_rprecision_settings
 from beyondlabels.functional.search import normalize_rows
 
 __all__ = ["fold_assignment", "text_image_r_precision"]
@@ -92,12 +92,11 @@ def text_image_r_precision(
     top_r, threshold = check_rprecision_settings(
         num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, chunk_size
     )
+    check_candidate_sets(candidate_sets, protocol)
     img = _check_images(image_embeddings, text_embeddings)
     txt, sid, cls, cap, order = _check_pool(text_embeddings, ids, class_ids, caption_codes)
     img, pool, n, device = img[order], _Pool(sid, cls, cap), sid.shape[0], sid.device
     if candidate_sets is not None:
-        if protocol != "folds":
-            raise ValueError("`candidate_sets` pin one draw; use them with `protocol='folds'` (resample redraws).")
         draws = [(_rows_of(candidate_sets, sid, num_candidates), None)]
     else:
         reps = range(repeats) if protocol == "resample" else range(1)
@@ -133,16 +132,14 @@ def _check_images(image_embeddings: Tensor, text_embeddings: Tensor) -> Tensor:
             f"`image_embeddings` has {img.shape[0]} rows but `text_embeddings` has {text_embeddings.shape[0]}; row i "
             "of both must be one sample (an image and its prompt)."
         )
-    if text_embeddings.shape[1] != img.shape[1]:
-        raise ValueError(
-            f"`image_embeddings` has dimension {img.shape[1]} but `text_embeddings` has {text_embeddings.shape[1]}; "
-            "embed both with one evaluator."
-        )
-    if text_embeddings.device != img.device:
-        raise ValueError(
-            f"`text_embeddings` is on {text_embeddings.device} but `image_embeddings` on {img.device}; "
-            "put them on one device."
-        )
+    check_same_space(
+        img,
+        "image_embeddings",
+        text_embeddings,
+        "text_embeddings",
+        width="embed both with one evaluator",
+        device="put them on one device",
+    )
     return img
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from beyondlabels._internal.checks import check_choice, check_number, check_positive_int, check_seed, is_int
+from beyondlabels.functional.rprecision._sets import CandidateSets
 
-__all__ = ["PROTOCOLS", "check_rprecision_settings", "check_threshold", "check_top_r"]
+__all__ = ["PROTOCOLS", "check_candidate_sets", "check_rprecision_settings", "check_threshold", "check_top_r"]
 
 # Aggregation protocols of text-to-image R-precision.
 PROTOCOLS = ("folds", "resample")
@@ -35,6 +36,18 @@ def check_top_r(top_r: object, r: int, num_candidates: int) -> tuple[int, ...]:
             f"`top_r` / `r` values {too_big} exceed `num_candidates` {num_candidates}; a rank is at most R."
         )
     return tuple(sorted({int(v) for v in top_r}))
+
+
+def check_candidate_sets(candidate_sets: object, protocol: object) -> None:
+    """``candidate_sets``: None, or :class:`CandidateSets` pinning the one draw of ``protocol="folds"``."""
+    if candidate_sets is None:
+        return
+    if not isinstance(candidate_sets, CandidateSets):
+        raise ValueError(
+            f"`candidate_sets` must be CandidateSets (see `load_candidate_sets`), got {type(candidate_sets).__name__}."
+        )
+    if protocol != "folds":
+        raise ValueError("`candidate_sets` pin one draw; use them with `protocol='folds'` (resample redraws).")
 
 
 def check_rprecision_settings(
