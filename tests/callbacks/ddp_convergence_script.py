@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from beyondlabels.callbacks import ConvergenceMonitor, RetrievalEvalCallback  # noqa: E402
 from tests.callbacks.toy import LinearEncoder, PointDataModule
+from tests.ddp import quiet_trainer_options
 
 MAX_EPOCHS = 40
 WINDOW, ROUNDS = 5, 500
@@ -107,12 +108,8 @@ def main() -> None:
         strategy="ddp" if devices > 1 else "auto",
         max_epochs=MAX_EPOCHS,
         callbacks=callbacks,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         num_sanity_val_steps=0,
-        default_root_dir=str(out.parent),
+        **quiet_trainer_options(out.parent),
     )
     trainer.fit(module, datamodule=data)
     path = out.with_name(f"{out.stem}.rank{trainer.global_rank}.json")
