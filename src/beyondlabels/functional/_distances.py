@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_embeddings
+from beyondlabels._internal.checks import check_embeddings, check_same_space
 
 __all__ = ["L2Rows", "Space", "finite_rows", "prepare_space", "times_pow2", "unit_rows"]
 
@@ -156,10 +156,8 @@ def prepare_space(
         return Space.cosine(unit_rows(gallery, names[0]), None if queries is None else unit_rows(queries, names[1]))
     g = finite_rows(gallery, names[0])
     q = None if queries is None else finite_rows(queries, names[1])
-    if q is not None and q.device != g.device:
-        raise ValueError(f"`{names[1]}` is on {q.device} but `{names[0]}` is on {g.device}; put them on one device.")
-    if q is not None and q.shape[1] != g.shape[1]:
-        raise ValueError(f"`{names[1]}` has dimension {q.shape[1]} but `{names[0]}` has {g.shape[1]}; they must match.")
+    if q is not None:
+        check_same_space(q, names[1], g, names[0], width="they must match", device="put them on one device")
     if distance == "dot":
         return _dot_space(g, q)
     return _euclidean_space(g, q)

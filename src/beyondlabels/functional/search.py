@@ -67,6 +67,7 @@ from beyondlabels._internal.checks import (
     check_int_vector,
     check_positive_int,
     check_precision,
+    check_same_space,
     check_share,
 )
 from beyondlabels.functional._distances import Space, prepare_space, unit_rows
@@ -206,10 +207,8 @@ def search_neighbors(
     else:
         space = prepare_space(gallery, queries, distance)
     gn, qn = space.gallery, space.queries
-    if qn is not None and qn.device != gn.device:
-        raise ValueError(f"`queries` is on {qn.device} but `gallery` is on {gn.device}; put them on one device.")
-    if qn is not None and qn.shape[1] != gn.shape[1]:
-        raise ValueError(f"`queries` has dimension {qn.shape[1]} but `gallery` has {gn.shape[1]}; they must match.")
+    if qn is not None:
+        check_same_space(qn, "queries", gn, "gallery", width="they must match", device="put them on one device")
     if exclude is not None and queries is not None:
         exclude = check_int_vector(exclude, "exclude", qn.shape[0], gn.device)
     yield from search_space(space, depth, exclude, check_share(share), chunk_size, lowp)
@@ -266,12 +265,9 @@ def cosine_topk(
     lowp = check_precision(precision)
     qn = normalize_rows(queries, "queries")
     gn = normalize_rows(gallery, "gallery")
-    if qn.device != gn.device:
-        raise ValueError(f"`queries` is on {qn.device} but `gallery` is on {gn.device}; put them on one device.")
-    if qn.shape[1] != gn.shape[1]:
-        raise ValueError(
-            f"`queries` has dimension {qn.shape[1]} but `gallery` has {gn.shape[1]}; embeddings must share a dimension."
-        )
+    check_same_space(
+        qn, "queries", gn, "gallery", width="embeddings must share a dimension", device="put them on one device"
+    )
     qid = None if query_ids is None else check_int_vector(query_ids, "query_ids", qn.shape[0], qn.device)
     gid = None if gallery_ids is None else check_int_vector(gallery_ids, "gallery_ids", gn.shape[0], gn.device)
     excl = exclusion_index(qid, gid, gn.device)

@@ -8,9 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import (
-    check_index_vector,
-)
+from beyondlabels._internal.checks import check_index_vector
 from beyondlabels.functional.crossmodal import aggregate_crossmodal, crossmodal_output_schema, crossmodal_per_query
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema

@@ -34,9 +34,6 @@ def png_figure(
     try:
         yield fig, axes
         fig.tight_layout()
-        if metadata is None:
-            save_figure(fig, path)
-        else:
-            save_figure(fig, path, metadata=metadata)
+        save_figure(fig, path, metadata=metadata)
     finally:
         plt.close(fig)
