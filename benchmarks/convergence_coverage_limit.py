@@ -16,7 +16,8 @@ of the run is uncovered (no flag). Its threshold lets at most ``--budget`` of th
 uncovered over the whole run (what that costs: the falls of those runs are no longer found).
 
 Printed, per null model and slow correlation: the share of flat two-scale runs flagged by the rule at its defaults,
-and the share flagged before the oracle uncovers them (a real test, which knows neither model, does no better).
+and the share flagged before the oracle uncovers them (a real test knows neither model: at each look it is no more
+powerful than the oracle's).
 """
 
 from __future__ import annotations
