@@ -27,7 +27,7 @@ import functools
 
 import numpy as np
 import torch
-from bench_convergence import _ar1
+from bench_convergence import _ar1, _first, _two_scale
 
 from beyondlabels.functional.convergence import ConvergenceRule
 
@@ -69,10 +69,6 @@ def _difference_covariance(model: tuple[str, float], n: int) -> tuple[np.ndarray
     return np.linalg.inv(cov), float(np.linalg.slogdet(cov)[1])
 
 
-def _first(mask: np.ndarray) -> np.ndarray:
-    return np.where(mask.any(axis=1), mask.argmax(axis=1), mask.shape[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -91,8 +87,7 @@ def main() -> None:
             alternative = ("two-scale", slow)
             ratio = _log_ratios(null_runs, null, alternative)
             threshold = np.quantile(ratio.max(axis=1), 1 - args.budget)
-            white = np.random.default_rng(int(slow * 100) + 7).normal(0, SD * np.sqrt(0.5), (args.runs, args.length))
-            curves = white + _ar1(slow, SD * np.sqrt(0.5), args.runs, args.length, seed=int(slow * 1000) + 3)
+            curves = _two_scale(slow, args.runs, args.length, int(slow * 100) + 7, int(slow * 1000) + 3)
             flags = np.zeros(curves.shape, dtype=bool)
             flags[:, 2 * WINDOW - 1 :] = rule.series_tests(torch.as_tensor(curves))["downturn"].numpy() > 0
             ratio = _log_ratios(curves, null, alternative)
