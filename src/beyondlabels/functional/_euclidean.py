@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from beyondlabels.functional._distances import L2Rows, times_pow2
-from beyondlabels.functional._leave_one_out import block_search
 from beyondlabels.functional._low_precision import Gallery
+from beyondlabels.functional._pair_shares import Exchange, shared_block_search
 from beyondlabels.functional._topk import Workspace, from_keys, mask_excluded, score_block, to_keys, to_l2
 
 # fp32's rounding unit.
@@ -99,15 +99,15 @@ class L2Gallery:
         return vals, idx
 
     def leave_one_out(
-        self, depths: Tensor, share: tuple[int, int], chunk_size: int
+        self, depths: Tensor, share: tuple[int, int], chunk_size: int, exchange: Exchange | None = None
     ) -> Iterator[tuple[Tensor, Tensor, Tensor]] | None:
         """The leave-one-out search of share ``share`` with its coarse pass in symmetric blocks
-        (:func:`~beyondlabels.functional._leave_one_out.block_search`, half the products), each row searched
+        (:func:`~beyondlabels.functional._pair_shares.shared_block_search`, half the products), each row searched
         ``depth + max(16, depth / 8)`` deep; a row whose candidates may lie deeper is searched again by rows
         (:meth:`search`). None when the symmetric blocks do not apply (search by rows then)."""
         n = self.g.shape[0]
         wide = torch.clamp(depths + torch.clamp(depths // 8, min=16), max=n - 1)
-        parts = block_search(self.g, wide, share, chunk_size, sq=self.l2.g_sq)
+        parts = shared_block_search(self.g, wide, share, chunk_size, sq=self.l2.g_sq, exchange=exchange)
         if parts is None:
             return None
         return self._rescored_parts(parts, depths, chunk_size)

@@ -66,15 +66,16 @@ def block_search(
     ``chunk_size`` rows in ascending order of depth; None when the running top lists would not fit the budget and the
     depths do not suit the candidate search (search in row chunks then).
 
-    Shares are whole runs of blocks. The path is chosen from every share's size, so all shares take the same one.
+    Shares are whole runs of blocks; each multiplies every block pair that touches its rows (processes that search
+    together split the pairs instead: :mod:`beyondlabels.functional._pair_shares`). The path is chosen from every
+    share's size, so all shares take the same one.
     """
     n = gn.shape[0]
     index, count = share
-    block = _symmetric_block(n, chunk_size)
+    block, candidates = search_plan(n, depths, chunk_size)
     n_blocks = -(-n // block)
     bounds = [min(n, (i * n_blocks // count) * block) for i in range(count + 1)]
-    deepest = int(depths.max())
-    if _CANDIDATE_MIN_DEPTH <= deepest and _CANDIDATE_DEPTH_RATIO * deepest <= n:
+    if candidates:
         return _candidate_runs(gn, depths, block, bounds[index], bounds[index + 1], chunk_size, sq)
     fits = all(
         (bounds[i + 1] - bounds[i]) * int(depths[bounds[i] : bounds[i + 1]].max()) * 8 <= _BUFFER_BYTES
@@ -84,6 +85,13 @@ def block_search(
     if fits:
         return _running_lists(gn, depths, block, bounds[index], bounds[index + 1], chunk_size, sq)
     return None
+
+
+def search_plan(n: int, depths: Tensor, chunk_size: int) -> tuple[int, bool]:
+    """The block side of the leave-one-out search of ``n`` rows and whether it takes the candidate search (deepest
+    depth from ``_CANDIDATE_MIN_DEPTH`` to ``n / _CANDIDATE_DEPTH_RATIO``) rather than running top lists."""
+    deepest = int(depths.max())
+    return _symmetric_block(n, chunk_size), _CANDIDATE_MIN_DEPTH <= deepest and _CANDIDATE_DEPTH_RATIO * deepest <= n
 
 
 def _symmetric_block(n: int, chunk_size: int) -> int:
@@ -100,26 +108,39 @@ def _symmetric_block(n: int, chunk_size: int) -> int:
 
 
 def _symmetric_blocks(
-    g: Tensor, block: int, lo: int, hi: int, ws: Workspace, sq: Tensor | None = None
+    g: Tensor,
+    block: int,
+    lo: int,
+    hi: int,
+    ws: Workspace,
+    sq: Tensor | None = None,
+    part: tuple[int, int] | None = None,
 ) -> Iterator[tuple[int, int, int, int, bool, bool, Tensor]]:
     """The score blocks ``(a, b)``, ``a <= b``, of ``g @ g.T`` (diagonal at -inf) that touch rows ``lo:hi``, each
     computed once: ``(a, a_end, b, b_end, a_owned, b_owned, scores)``, where ``a_owned`` says the rows of block ``a``
     lie in ``lo:hi`` and ``b_owned`` that the transposed block updates the rows of block ``b``. A pair's score comes
-    from the same block product whatever ``lo:hi`` is. ``scores`` lives in ``ws`` until the next block."""
+    from the same block product whatever ``lo:hi`` is. ``scores`` lives in ``ws`` until the next block. With
+    ``part = (i, n)`` only the i-th of n even slices of the rows of each block ``a`` is multiplied (``a:a_end`` is
+    that slice; with BLAS libraries whose dot products do not depend on the block position, the scores are those of
+    the whole block)."""
     n = g.shape[0]
-    for a in range(0, n, block):
-        a_end = min(a + block, n)
-        a_owned = lo <= a < hi
-        for b in range(a, n, block):
+    index, count = part or (0, 1)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        a, a_end = start + index * (stop - start) // count, start + (index + 1) * (stop - start) // count
+        a_owned = lo <= start < hi
+        if a_end <= a:
+            continue
+        for b in range(start, n, block):
             b_end = min(b + block, n)
-            b_owned = lo <= b < hi and a != b
+            b_owned = lo <= b < hi and start != b
             if not (a_owned or b_owned):
                 continue
             scores = score_block(g[a:a_end], g[b:b_end], ws)
             if sq is not None:
                 to_l2(scores, sq[a:a_end], sq[b:b_end])
-            if a == b:
-                scores.fill_diagonal_(float("-inf"))
+            if start == b:
+                scores.diagonal(a - start).fill_(float("-inf"))
             yield a, a_end, b, b_end, a_owned, b_owned, scores
 
 
@@ -151,6 +172,21 @@ def _leave_one_out_topk(
     multiples of ``block``, or ``hi == n``). Every row keeps its running top ``depth`` as ranking keys (`to_keys`),
     so merging a block into it is one ``torch.topk``.
     """
+    best = leave_one_out_keys(g, depth, block, lo, hi, sq)
+    return from_keys(torch.sort(best, dim=1, descending=True).values)
+
+
+def leave_one_out_keys(
+    g: Tensor,
+    depth: int,
+    block: int,
+    lo: int,
+    hi: int,
+    sq: Tensor | None = None,
+    part: tuple[int, int] | None = None,
+) -> Tensor:
+    """The running top lists of `_leave_one_out_topk` (keys ``[hi - lo, depth]``, in no order; ``_LOWEST_KEY`` where
+    a row met fewer than ``depth`` items), over the slice ``part`` of the blocks' rows (`_symmetric_blocks`)."""
     best = torch.full((hi - lo, depth), _LOWEST_KEY, dtype=torch.int64, device=g.device)
     ws = Workspace(g.device)
 
@@ -158,12 +194,12 @@ def _leave_one_out_topk(
         rows = slice(start - lo, stop - lo)
         best[rows] = topk_keys(scores, depth, col0, transposed, best[rows], ws)
 
-    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws, sq):
+    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws, sq, part):
         if a_owned:
             merge(a, a_end, scores, b, False)
         if b_owned:
             merge(b, b_end, scores, a, True)
-    return from_keys(torch.sort(best, dim=1, descending=True).values)
+    return best
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -243,8 +279,8 @@ def _leave_one_out_candidates(
     depth = int(need.max())
     bound = _sampled_bounds(g, need, block, lo, hi, sq)
     _select.release_free_memory(device)
-    buffers = _CandidateBuffers(hi - lo, depth, _candidate_cap(depth, hi - lo), bound)
-    _collect_candidates(g, block, lo, hi, buffers, sq)
+    buffers = CandidateBuffers(hi - lo, depth, _candidate_cap(depth, hi - lo), bound)
+    collect_candidates(g, block, lo, hi, buffers, sq)
     _search_short_rows(g, buffers, need, lo, chunk_size, sq)
     for start in range(0, hi - lo, chunk_size):
         local = order[start : start + chunk_size]
@@ -272,7 +308,7 @@ def _row_and_col(flat: Tensor, nb: int) -> tuple[Tensor, Tensor]:
     return row, flat.sub_(row * nb)
 
 
-class _CandidateBuffers:
+class CandidateBuffers:
     """The candidate lists of the rows of one run: per row a bound, a buffer of ``cap`` ranking keys, its fill and
     whether it was compacted (cut to its top ``depth`` keys, its bound raised to the lowest of them)."""
 
@@ -349,14 +385,20 @@ class _CandidateBuffers:
         return from_keys(_select.sort_rows_descending(self.buf.index_select(0, rows), in_place=True)[:, :d])
 
 
-def _collect_candidates(
-    g: Tensor, block: int, lo: int, hi: int, buffers: _CandidateBuffers, sq: Tensor | None = None
+def collect_candidates(
+    g: Tensor,
+    block: int,
+    lo: int,
+    hi: int,
+    buffers: CandidateBuffers,
+    sq: Tensor | None = None,
+    part: tuple[int, int] | None = None,
 ) -> None:
-    """One pass over the symmetric blocks touching rows ``lo:hi``: every row's items reaching its bound go to its
-    buffer."""
+    """One pass over the symmetric blocks touching rows ``lo:hi`` (the slice ``part`` of their rows,
+    `_symmetric_blocks`): every row's items reaching its bound go to its buffer."""
     ws = Workspace(g.device)
     bound = buffers.bound
-    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws, sq):
+    for a, a_end, b, b_end, a_owned, b_owned, scores in _symmetric_blocks(g, block, lo, hi, ws, sq, part):
         # One read of the block finds the entries reaching the bound of their row (rows of block a) and those
         # reaching the bound of their column (rows of block b).
         reaching_a, reaching_b = _select.flat_reaching(
@@ -370,20 +412,25 @@ def _collect_candidates(
 
 
 def _search_short_rows(
-    g: Tensor, buffers: _CandidateBuffers, need: Tensor, lo: int, chunk_size: int, sq: Tensor | None = None
+    g: Tensor, buffers: CandidateBuffers, need: Tensor, lo: int, chunk_size: int, sq: Tensor | None = None
 ) -> None:
     """Rows whose guessed bound was too high (never compacted, fewer than ``need`` items), searched again against
     the whole gallery, all together; their buffer then holds exactly their top keys."""
     short = torch.nonzero(~buffers.compacted & (buffers.fill < need)).flatten()
-    gal = Gallery(g, None)
     for start in range(0, short.numel(), chunk_size):
         rows = short[start : start + chunk_size]
         d = int(need[rows].max())
-        if sq is None:
-            vals, idx = search_chunk(gal, g[lo + rows], lo + rows, d)
-        else:
-            scores = to_l2(score_block(g[lo + rows], g), sq[lo + rows], sq)
-            scores[torch.arange(rows.numel(), device=g.device), lo + rows] = float("-inf")
-            vals, idx = exact_topk(scores, d)
         buffers.buf[rows] = _LOWEST_KEY
-        buffers.buf[rows, :d] = to_keys(vals, idx)
+        buffers.buf[rows, :d] = searched_again(g, lo + rows, d, sq)
+
+
+def searched_again(g: Tensor, rows: Tensor, d: int, sq: Tensor | None = None) -> Tensor:
+    """Keys of the exact top ``d`` of the gallery rows ``rows`` against the whole gallery (self excluded), by the
+    row-chunk search: for rows whose candidate lists ran short."""
+    if sq is None:
+        vals, idx = search_chunk(Gallery(g, None), g[rows], rows, d)
+    else:
+        scores = to_l2(score_block(g[rows], g), sq[rows], sq)
+        scores[torch.arange(rows.numel(), device=g.device), rows] = float("-inf")
+        vals, idx = exact_topk(scores, d)
+    return to_keys(vals, idx)

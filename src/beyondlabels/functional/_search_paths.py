@@ -17,8 +17,8 @@ from torch import Tensor
 from beyondlabels._internal.checks import check_depths
 from beyondlabels.functional._distances import Space
 from beyondlabels.functional._euclidean import L2Gallery
-from beyondlabels.functional._leave_one_out import block_search
 from beyondlabels.functional._low_precision import Gallery, search_chunk
+from beyondlabels.functional._pair_shares import Exchange, shared_block_search
 from beyondlabels.functional._topk import Workspace
 
 
@@ -67,9 +67,12 @@ def search_space(
     share: tuple[int, int] | None,
     chunk_size: int,
     lowp: torch.dtype | None,
+    exchange: Exchange | None = None,
 ) -> Iterator[Neighbors]:
     """:func:`~beyondlabels.functional.search.search_neighbors` of the prepared rows ``space``, exclusions ``excl``
-    and the low-precision dtype ``lowp`` (None: fp32); scores in the user's units (:meth:`Space.user_scores`)."""
+    and the low-precision dtype ``lowp`` (None: fp32); scores in the user's units (:meth:`Space.user_scores`). With
+    ``exchange`` the processes of ``share`` split a leave-one-out fp32 search by block pairs
+    (:mod:`beyondlabels.functional._pair_shares`)."""
     gn = space.gallery
     n = gn.shape[0]
     device = gn.device
@@ -83,9 +86,9 @@ def search_space(
         return
     if leave_one_out and lowp is None:
         if space.distance == "euclidean":
-            parts = L2Gallery(gn, space.l2, gn, None).leave_one_out(depths, (index, count), chunk_size)
+            parts = L2Gallery(gn, space.l2, gn, None).leave_one_out(depths, (index, count), chunk_size, exchange)
         else:
-            parts = block_search(gn, depths, (index, count), chunk_size)
+            parts = shared_block_search(gn, depths, (index, count), chunk_size, exchange=exchange)
         if parts is not None:
             for rows, vals, idx in parts:
                 yield Neighbors(rows, space.user_scores(vals), idx)

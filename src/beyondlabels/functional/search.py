@@ -71,9 +71,10 @@ from beyondlabels._internal.checks import (
     check_share,
 )
 from beyondlabels.functional._distances import Space, prepare_space, unit_rows
+from beyondlabels.functional._pair_shares import Exchange
 from beyondlabels.functional._search_paths import Neighbors, available, search_space
 
-__all__ = ["Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
+__all__ = ["Exchange", "Neighbors", "cosine_topk", "exclusion_index", "normalize_rows", "search_neighbors"]
 
 
 def normalize_rows(x: Tensor, name: str = "embeddings") -> Tensor:
@@ -157,6 +158,7 @@ def search_neighbors(
     precision: str = "fp32",
     normalized: bool = False,
     distance: str = "cosine",
+    exchange: Exchange | None = None,
 ) -> Iterator[Neighbors]:
     """Exact top-``depth`` search, yielded chunk by chunk (definitions in the module docstring).
 
@@ -173,6 +175,11 @@ def search_neighbors(
         exclude: Optional int64 ``[Q]`` gallery index each query must not retrieve (``-1``: none); see
             :func:`exclusion_index`. Ignored (the diagonal is excluded) for leave-one-out search.
         share: ``(i, n)`` to search only the i-th of n disjoint shares of the queries (distributed evaluation).
+        exchange: With ``share``, the ``n`` processes that search together (:class:`Exchange`, e.g.
+            :class:`beyondlabels.metrics.base.ProcessExchange`): a leave-one-out fp32 search is then split by slices
+            of its symmetric blocks, so no score is computed twice (``docs/search.md``, "Shares"); every process must
+            call this with the same arguments but its own share. Without it each share computes every block that
+            touches its rows.
         chunk_size: Queries per chunk; peak memory of a chunk is ``O(chunk_size * N)`` scores.
         precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (same results; see the module docstring).
         normalized: Set True when the rows are already unit fp32 rows from :func:`normalize_rows` (skips the copy;
@@ -211,7 +218,7 @@ def search_neighbors(
         check_same_space(qn, "queries", gn, "gallery", width="they must match", device="put them on one device")
     if exclude is not None and queries is not None:
         exclude = check_int_vector(exclude, "exclude", qn.shape[0], gn.device)
-    yield from search_space(space, depth, exclude, check_share(share), chunk_size, lowp)
+    yield from search_space(space, depth, exclude, check_share(share), chunk_size, lowp, exchange)
 
 
 def cosine_topk(

@@ -53,7 +53,7 @@ from beyondlabels._internal.checks import (
 )
 from beyondlabels.schema import KeySpec, OutputSchema
 
-__all__ = ["GatheredSamples", "PerSampleMetric"]
+__all__ = ["GatheredSamples", "PerSampleMetric", "ProcessExchange"]
 
 _NO_ID = torch.iinfo(torch.int64).min
 
@@ -121,6 +121,42 @@ def _check_label_kinds(kinds: list[set[str]]) -> None:
             "(beyondlabels.functional.labels), so 3 and '3' are two classes and the ranks' samples would be compared "
             "wrongly; give every process labels of one kind (e.g. map names to ids, or ids to str, in the dataset)."
         )
+
+
+class ProcessExchange:
+    """The :class:`~beyondlabels.functional._pair_shares.Exchange` of the processes of ``group`` (the default group
+    when None): ``all_gather`` through ``torch.distributed.all_gather``, ``all_to_all`` through point-to-point sends
+    and receives (parts of different shapes, empty ones skipped on both sides), which gloo and NCCL both offer."""
+
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
+        self.rank, self.world = _world(group)
+
+    def all_gather(self, value: Tensor) -> list[Tensor]:
+        value = value.contiguous()
+        out = [torch.empty_like(value) for _ in range(self.world)]
+        torch.distributed.all_gather(out, value, group=self.group)
+        return out
+
+    def all_to_all(self, parts: list[Tensor], shapes: list[tuple[int, ...]]) -> list[Tensor]:
+        mine = parts[self.rank]
+        got: list[Tensor] = []
+        ops = []
+        for k, part in enumerate(parts):
+            if k == self.rank:
+                got.append(mine)
+                continue
+            peer = k if self.group is None else torch.distributed.get_global_rank(self.group, k)
+            buf = torch.empty(shapes[k], dtype=mine.dtype, device=mine.device)
+            got.append(buf)
+            if part.numel():
+                ops.append(torch.distributed.P2POp(torch.distributed.isend, part.contiguous(), peer, self.group))
+            if buf.numel():
+                ops.append(torch.distributed.P2POp(torch.distributed.irecv, buf, peer, self.group))
+        if ops:
+            for request in torch.distributed.batch_isend_irecv(ops):
+                request.wait()
+        return got
 
 
 @dataclass(frozen=True)
@@ -376,6 +412,13 @@ class PerSampleMetric(Metric):
         if world > 1 and self._states_gathered:
             return rank, world
         return None
+
+    def exchange(self) -> ProcessExchange | None:
+        """The processes of :meth:`work_share` as an :class:`~beyondlabels.functional._pair_shares.Exchange` (what a
+        kernel searching with them passes its tensors through), None when :meth:`compute` does not split work."""
+        if self.work_share() is None:
+            return None
+        return ProcessExchange(self.process_group)
 
     def gather_rows(self, rows: dict[str, Tensor]) -> dict[str, Tensor]:
         """Concatenate every process's rows of per-query tensors (uneven counts allowed), rank by rank."""

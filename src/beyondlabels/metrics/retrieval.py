@@ -305,6 +305,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             query_rows=query_rows,
             deep_metrics=self.deep_metrics,
             distance=self.distance,
+            exchange=None if share is None else self.exchange(),
         )
         rows = self.gather_rows(rows) if share is not None else rows
         out = aggregate_retrieval(

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from beyondlabels.functional._pair_shares import Exchange
 from beyondlabels.functional._search_paths import Neighbors, search_space
 from beyondlabels.functional.retrieval._inputs import _Problem
 
@@ -47,11 +48,14 @@ def _searched_chunks(
     share: tuple[int, int] | None,
     chunk_size: int,
     lowp: torch.dtype | None,
+    exchange: Exchange | None = None,
 ) -> tuple[_RowCollector, Iterator[Neighbors]]:
     """The search of every query (or of ``query_rows``, rows then given as query positions) and a collector sized
     for its rows."""
     if query_rows is None:
-        return _RowCollector(p.q_labels.shape[0]), search_space(p.space, depths, p.excl, share, chunk_size, lowp)
+        return _RowCollector(p.q_labels.shape[0]), search_space(
+            p.space, depths, p.excl, share, chunk_size, lowp, exchange
+        )
     n_queries = p.q_labels.shape[0]
     if not isinstance(query_rows, Tensor) or query_rows.dim() != 1 or query_rows.is_floating_point():
         raise ValueError("`query_rows` must be a 1-D integer tensor of query positions.")

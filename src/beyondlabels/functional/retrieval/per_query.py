@@ -15,6 +15,7 @@ from beyondlabels._internal.checks import (
     check_positive_int,
     check_precision,
 )
+from beyondlabels.functional._pair_shares import Exchange
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval._chunks import _SHALLOW_JOIN_ELEMENTS, _joined, _search_depths, _searched_chunks
 from beyondlabels.functional.retrieval._inputs import _check_depth_limits, _check_graded, _problem
@@ -41,6 +42,7 @@ def retrieval_per_query(
     query_rows: Tensor | None = None,
     deep_metrics: bool = True,
     distance: str = "cosine",
+    exchange: Exchange | None = None,
 ) -> dict[str, Tensor]:
     """Per-query values of the queries in ``share`` (all by default), the input of
     :func:`~beyondlabels.functional.retrieval.aggregate_retrieval`.
@@ -50,7 +52,10 @@ def retrieval_per_query(
     :func:`~beyondlabels.functional.search.search_neighbors`). Concatenating the results of all shares and passing them
     to :func:`~beyondlabels.functional.retrieval.aggregate_retrieval` gives exactly the values of a single call.
     ``query_rows`` (int64 positions, e.g. from :func:`~beyondlabels.functional.retrieval.sample_queries`) searches only
-    those queries, each against the whole gallery; shares then split them.
+    those queries, each against the whole gallery; shares then split them. ``exchange`` (with ``share``; the
+    processes that each call this function for one share, passing tensors between them) splits a leave-one-out search
+    by block pairs instead of rows, so that no pair of samples is multiplied twice (``docs/search.md``, "Shares"); the
+    rows returned are the same.
 
     Returns:
         A dict of tensors with one row per query of the share: ``query_index`` (position in the query set),
@@ -72,7 +77,7 @@ def retrieval_per_query(
     depths = _search_depths(p.r, max(hits_k, return_neighbors), avail, deep_metrics)
     graded_state = [_GradedState.of(g, p) for g in graded]
     plan = _Plan(p, _Cutoffs.of(ks_t, p.gn.device), hits_k, deep_metrics, graded_state, return_neighbors)
-    out, chunks = _searched_chunks(p, depths, query_rows, share, chunk_size, lowp)
+    out, chunks = _searched_chunks(p, depths, query_rows, share, chunk_size, lowp, exchange)
     if not deep_metrics:
         chunks = _joined(chunks, _SHALLOW_JOIN_ELEMENTS)
     for chunk in chunks:

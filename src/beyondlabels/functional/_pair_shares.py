@@ -1,0 +1,218 @@
+"""Leave-one-out search split between processes: each score of the symmetric blocks is computed by one process.
+
+Internal. The block grid is that of the single search (:mod:`beyondlabels.functional._leave_one_out`); process ``i``
+of ``W`` multiplies the i-th of ``W`` even slices of the rows of every block pair ``(a, b)``, ``a <= b``, so every
+process multiplies ``N^2 / (2 W)`` scores (one process multiplies ``N^2 / 2``) and none is multiplied twice. The rows
+are cut into ``W`` even shares; share ``i`` is owned by process ``i``. A process keeps top lists (running lists, or
+the candidate buffers of deep searches) for every row its slices touch, then hands each owner the lists of the
+owner's rows (:class:`Exchange`); the owner merges them. The merged lists are the exact top of each row (the top
+``d`` of the union of lists that each hold either every item reaching the row's bound or their own top ``d``), and
+a pair's score is the product the single search computes (with BLAS libraries whose dot products do not depend on
+the block position, as the row-chunk search assumes: ``docs/search.md``), so the rows are bitwise those of one
+process. The derivations are in ``docs/search.md`` ("Shares").
+
+The processes meet only through the :class:`Exchange` they are given: this module holds no collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from beyondlabels.functional import _select
+from beyondlabels.functional._leave_one_out import (
+    _BUFFER_BYTES,
+    _LOWEST_KEY,
+    CandidateBuffers,
+    Part,
+    _candidate_cap,
+    _chunk_depths,
+    _sampled_bounds,
+    block_search,
+    collect_candidates,
+    leave_one_out_keys,
+    search_plan,
+    searched_again,
+)
+from beyondlabels.functional._topk import from_keys
+
+__all__ = ["Exchange", "shared_block_search"]
+
+
+class Exchange(Protocol):
+    """How the processes of one search pass tensors to each other (every process calls each method together).
+
+    Attributes:
+        rank: This process's share index.
+        world: The number of processes.
+    """
+
+    rank: int
+    world: int
+
+    def all_gather(self, value: Tensor) -> list[Tensor]:
+        """Every process's ``value`` (the same shape and dtype on every process), in rank order."""
+        ...
+
+    def all_to_all(self, parts: list[Tensor], shapes: list[tuple[int, ...]]) -> list[Tensor]:
+        """Send ``parts[k]`` to process ``k``; return what each process sent here, in rank order (process ``k``'s
+        part has the shape ``shapes[k]``, the dtype and device of ``parts``)."""
+        ...
+
+
+def shared_block_search(
+    gn: Tensor,
+    depths: Tensor,
+    share: tuple[int, int],
+    chunk_size: int,
+    sq: Tensor | None = None,
+    exchange: Exchange | None = None,
+) -> Iterator[Part] | None:
+    """:func:`~beyondlabels.functional._leave_one_out.block_search` of share ``share``; with ``exchange`` (more than
+    one process) split by slices of the blocks as in the module docstring: the rows of share ``i`` of ``n`` even
+    shares, by candidate lists or running top lists as the single search chooses (None when the running lists of all
+    ``N`` rows would not fit the budget: search in row chunks then), in chunks of ``chunk_size`` rows in ascending
+    order of depth."""
+    index, count = share
+    if exchange is None or count == 1:
+        return block_search(gn, depths, share, chunk_size, sq)
+    if (exchange.rank, exchange.world) != (index, count):
+        raise ValueError(f"`share` {share} is not the exchange's (rank {exchange.rank} of {exchange.world}).")
+    n = gn.shape[0]
+    block, candidates = search_plan(n, depths, chunk_size)
+    bounds = [i * n // count for i in range(count + 1)]  # rows owned: any cut will do, an even one balances
+    part = (index, count)
+    if candidates:
+        return _candidate_pairs(gn, depths, block, bounds, chunk_size, exchange, sq, part)
+    if n * int(depths.max()) * 8 > _BUFFER_BYTES:
+        return None
+    return _running_pairs(gn, depths, block, bounds, chunk_size, exchange, sq, part)
+
+
+def _merged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: list[int], depth: int) -> Tensor:
+    """This process's rows of the top lists ``keys`` (rows ``lo:lo + len(keys)``; row ``r`` holds its ``held[r]``
+    keys first, then ``_LOWEST_KEY``) of every process, merged: the top ``depth`` keys of each row, in ranking order
+    (``_LOWEST_KEY`` after the keys a row has). Only the widest list of each part crosses."""
+    stop = lo + keys.shape[0]
+    spans = [(max(lo, bounds[k]), min(stop, bounds[k + 1])) for k in range(exchange.world)]
+    rows = [slice(max(0, a - lo), max(0, b - lo)) for a, b in spans]
+    widths = torch.tensor([int(held[r].max()) if r.stop > r.start else 0 for r in rows], dtype=torch.int64)
+    every = exchange.all_gather(widths.to(keys.device))
+    me = exchange.rank
+    a, b = spans[me]
+    got = exchange.all_to_all(
+        [keys[r, : int(w)] for r, w in zip(rows, widths)], [(max(0, b - a), int(w[me])) for w in every]
+    )
+    union = torch.cat(got, dim=1)
+    if union.shape[1] < depth:
+        pad = torch.full((union.shape[0], depth - union.shape[1]), _LOWEST_KEY, dtype=torch.int64, device=keys.device)
+        union = torch.cat([union, pad], dim=1)
+    # A whole sort of the union (numpy's vectorised sort) costs less than a selection followed by a sort of the top.
+    return _select.sort_rows_descending(union, in_place=True)[:, :depth]
+
+
+def _in_depth_chunks(keys: Tensor, depths: Tensor, lo: int, chunk_size: int) -> Iterator[Part]:
+    """The merged rows ``lo:lo + len(keys)`` in chunks of ``chunk_size`` in ascending order of depth, each chunk as
+    deep as its deepest row."""
+    order = torch.argsort(depths, stable=True)
+    for start in range(0, order.numel(), chunk_size):
+        local = order[start : start + chunk_size]
+        vals, idx = from_keys(keys[local, : int(depths[local].max())])
+        yield local + lo, vals, idx
+
+
+def _running_pairs(
+    gn: Tensor,
+    depths: Tensor,
+    block: int,
+    bounds: list[int],
+    chunk_size: int,
+    exchange: Exchange,
+    sq: Tensor | None,
+    part: tuple[int, int],
+) -> Iterator[Part]:
+    """Running top lists of every row over this process's pairs, merged by the owners."""
+    n, depth = gn.shape[0], int(depths.max())
+    keys = _select.sort_rows_descending(leave_one_out_keys(gn, depth, block, 0, n, sq, part), in_place=True)
+    lo, hi = bounds[exchange.rank], bounds[exchange.rank + 1]
+    mine = _merged(exchange, keys, (keys != _LOWEST_KEY).sum(dim=1), 0, bounds, depth)
+    del keys
+    yield from _in_depth_chunks(mine, depths[lo:hi], lo, chunk_size)
+
+
+def _pair_needs(depths: Tensor, bounds: list[int], run: int, chunk_size: int) -> Tensor:
+    """Every row's ``need``: the deepest depth of its chunk, chunks formed among the rows of one share within one run
+    in ascending order of depth (as the owner yields them)."""
+    n = depths.shape[0]
+    need = torch.empty_like(depths)
+    for start in range(0, n, run):
+        stop = min(start + run, n)
+        for k in range(len(bounds) - 1):
+            a, b = max(start, bounds[k]), min(stop, bounds[k + 1])
+            if b > a:
+                need[a:b] = _chunk_depths(depths[a:b], chunk_size)[1]
+    return need
+
+
+def _candidate_pairs(
+    gn: Tensor,
+    depths: Tensor,
+    block: int,
+    bounds: list[int],
+    chunk_size: int,
+    exchange: Exchange,
+    sq: Tensor | None,
+    part: tuple[int, int],
+) -> Iterator[Part]:
+    """Candidate lists over this process's pairs, run by run (runs whose buffers fit the budget, as one process
+    searches them); each owner merges its rows of a run and searches again the rows still short of their need."""
+    n = gn.shape[0]
+    me = exchange.rank
+    run = block * max(1, _BUFFER_BYTES // (_candidate_cap(int(depths.max())) * 8 * block))
+    need = _pair_needs(depths, bounds, run, chunk_size)
+    lo, hi = bounds[me], bounds[me + 1]
+    widest = max(bounds[k + 1] - bounds[k] for k in range(exchange.world))
+    own = torch.full((widest,), torch.finfo(torch.float32).min, dtype=torch.float32, device=gn.device)
+    own[: hi - lo] = _sampled_bounds(gn, need[lo:hi], block, lo, hi, sq)
+    every = exchange.all_gather(own)
+    bound = torch.cat([every[k][: bounds[k + 1] - bounds[k]] for k in range(exchange.world)])
+    for start in range(0, n, run):
+        stop = min(start + run, n)
+        depth = int(need[start:stop].max())
+        buffers = CandidateBuffers(stop - start, depth, _candidate_cap(depth, stop - start), bound[start:stop].clone())
+        collect_candidates(gn, block, start, stop, buffers, sq, part)
+        partial, held = _partial_lists(buffers, depth)
+        buffers = None
+        a, b = max(start, lo), min(stop, hi)
+        mine = _merged(exchange, partial, held, start, bounds, depth)
+        del partial
+        if b > a:
+            _search_short(gn, mine, need[a:b], a, chunk_size, sq)
+            yield from _in_depth_chunks(mine, depths[a:b], a, chunk_size)
+        _select.release_free_memory(gn.device)
+
+
+def _partial_lists(buffers: CandidateBuffers, depth: int) -> tuple[Tensor, Tensor]:
+    """Each row's top ``depth`` keys of its buffer, its keys first (in no order), and how many keys each row holds.
+    A buffer is filled from its start, so only rows holding more than ``depth`` keys need a selection."""
+    held = buffers.fill.clamp(max=depth)
+    keys = buffers.buf[:, : int(held.max()) if held.numel() else 0].clone()
+    over = torch.nonzero(buffers.fill > depth).flatten()
+    if over.numel():
+        keys[over] = _select.top_rows(buffers.buf.index_select(0, over), depth)
+    return keys, held
+
+
+def _search_short(gn: Tensor, keys: Tensor, need: Tensor, lo: int, chunk_size: int, sq: Tensor | None) -> None:
+    """Rows of the merged lists ``keys`` (rows ``lo:``) holding fewer than their ``need`` keys: every process's
+    guessed bound was above the row's ``need``-th score, so it is searched again against the whole gallery."""
+    held = (keys != _LOWEST_KEY).sum(dim=1)
+    short = torch.nonzero(held < need).flatten()
+    for start in range(0, short.numel(), chunk_size):
+        rows = short[start : start + chunk_size]
+        d = int(need[rows].max())
+        keys[rows] = _LOWEST_KEY
+        keys[rows, :d] = searched_again(gn, lo + rows, d, sq)

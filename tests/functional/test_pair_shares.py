@@ -1,0 +1,157 @@
+"""Leave-one-out search split between processes by slices of the symmetric blocks (an `exchange` between shares):
+the rows of every share against a brute-force full sort and the single search, bit for bit, and every score
+computed by one process only. The processes are threads here, meeting through an in-memory exchange."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+import beyondlabels.functional._leave_one_out as kernel
+import beyondlabels.functional._pair_shares as pairs
+from beyondlabels.functional import aggregate_retrieval, embedding_retrieval_metrics, retrieval_per_query
+from beyondlabels.functional.search import search_neighbors
+from tests.functional.test_search_deep import collect, full_sort, planted
+from tests.oracles.outputs import assert_same_outputs
+from tests.oracles.retrieval_data import clustered
+
+
+class _Hub:
+    """What `world` threads pass each other: every call is a rendezvous of all of them."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.barrier = threading.Barrier(world, timeout=60)
+        self.slots: list = [None] * world
+
+    def swap(self, rank: int, value):
+        self.slots[rank] = value
+        self.barrier.wait()
+        every = list(self.slots)
+        self.barrier.wait()
+        return every
+
+
+class _ThreadExchange:
+    def __init__(self, hub: _Hub, rank: int) -> None:
+        self.hub, self.rank, self.world = hub, rank, hub.world
+
+    def all_gather(self, value):
+        return [v.clone() for v in self.hub.swap(self.rank, value)]
+
+    def all_to_all(self, parts, shapes):
+        every = self.hub.swap(self.rank, parts)
+        got = [every[k][self.rank].clone() for k in range(self.world)]
+        assert [tuple(g.shape) for g in got] == [tuple(s) for s in shapes]
+        return got
+
+
+def in_threads(world: int, work):
+    """``work(rank, exchange)`` in ``world`` threads at once, results in rank order."""
+    hub = _Hub(world)
+    with ThreadPoolExecutor(world) as pool:
+        futures = [pool.submit(work, rank, _ThreadExchange(hub, rank)) for rank in range(world)]
+        return [f.result() for f in futures]
+
+
+@pytest.fixture(scope="module")
+def ties():
+    g = planted(1500, 12, 6, seed=3, copies=200)
+    return g, full_sort(g)
+
+
+def _assert_rows_equal(g, depth, oracle, world, **kw):
+    o_scores, o_idx = oracle
+    found = in_threads(world, lambda r, ex: collect(g, depth, share=(r, world), exchange=ex, **kw))
+    seen = set()
+    for scores, indices in found:
+        assert not seen & set(indices)
+        seen |= set(indices)
+        for row in indices:
+            d = int(depth[row])
+            np.testing.assert_array_equal(indices[row][:d].numpy(), o_idx[row, :d], err_msg=f"row {row}")
+            np.testing.assert_array_equal(scores[row][:d].numpy().view(np.int32), o_scores[row, :d].view(np.int32))
+    assert seen == set(range(g.shape[0]))
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_candidate_shares_equal_the_full_sort(ties, world, monkeypatch):
+    g, oracle = ties
+    depth = torch.randint(64, 180, (g.shape[0],), generator=torch.Generator().manual_seed(world))
+    merged = []
+    real = pairs._merged
+
+    def spying(*args, **kw):
+        merged.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(pairs, "_merged", spying)
+    _assert_rows_equal(g, depth, oracle, world, chunk_size=100)
+    assert merged, "the candidate search by slices was not used"
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_running_list_shares_equal_the_full_sort(ties, world):
+    g, oracle = ties
+    depth = torch.randint(1, 30, (g.shape[0],), generator=torch.Generator().manual_seed(7))
+    _assert_rows_equal(g, depth, oracle, world, chunk_size=128)
+
+
+def test_short_rows_and_runs_under_a_small_budget(ties, monkeypatch):
+    """Bounds guessed too high (a negative margin) leave rows short after the merge, which are searched again; a
+    small buffer budget cuts the rows into several runs, each merged on its own."""
+    g, oracle = ties
+    monkeypatch.setattr(kernel, "_CANDIDATE_SIGMAS", -2.0)
+    monkeypatch.setattr(pairs, "_BUFFER_BYTES", 120 * 300 * 8)
+    again = []
+    real = pairs.searched_again
+
+    def spying(gn, rows, d, sq=None):
+        again.append(rows.numel())
+        return real(gn, rows, d, sq)
+
+    monkeypatch.setattr(pairs, "searched_again", spying)
+    depth = torch.full((g.shape[0],), 100)
+    _assert_rows_equal(g, depth, oracle, 3, chunk_size=100)
+    assert sum(again) > 0
+
+
+@pytest.mark.parametrize("depth", [8, 150])
+def test_every_score_is_computed_once(depth, monkeypatch):
+    """The slices of all processes multiply exactly the scores of the single search's symmetric blocks, and each
+    process its 1/W of them."""
+    emb, _ = clustered(2400, 8, 5, seed=1)
+    counted: dict[int, int] = {}
+    real = kernel._symmetric_blocks
+
+    def counting(*args, **kw):
+        for item in real(*args, **kw):
+            key = threading.get_ident()
+            counted[key] = counted.get(key, 0) + item[-1].numel()
+            yield item
+
+    monkeypatch.setattr(kernel, "_symmetric_blocks", counting)
+    list(search_neighbors(emb, depth, chunk_size=128))
+    (whole,) = counted.values()
+    counted.clear()
+    in_threads(4, lambda r, ex: list(search_neighbors(emb, depth, chunk_size=128, share=(r, 4), exchange=ex)))
+    per_process = list(counted.values())
+    assert len(per_process) == 4
+    assert sum(per_process) == whole
+    assert max(per_process) <= whole / 4 * 1.01
+
+
+@pytest.mark.parametrize("distance", ["cosine", "euclidean", "dot"])
+def test_retrieval_rows_of_the_shares_give_the_single_result(distance):
+    emb, labels = clustered(1200, 16, 9, seed=4, noise=1.6)
+    ids = torch.arange(1200) * 2 + 5
+    kw = dict(ks=(1, 5, 10), chunk_size=100, return_neighbors=3, distance=distance)
+    single = embedding_retrieval_metrics(emb, labels, ids, **kw)
+    parts = in_threads(3, lambda r, ex: retrieval_per_query(emb, labels, ids, share=(r, 3), exchange=ex, **kw))
+    joined = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    out = aggregate_retrieval(joined, labels, ks=kw["ks"], query_ids=ids)
+    assert_same_outputs(out, single, distance)
