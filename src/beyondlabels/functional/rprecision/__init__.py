@@ -97,7 +97,6 @@ from beyondlabels.functional.rprecision.r_precision import (
     aggregate_rprecision,
     fold_assignment,
     rprecision_per_query,
-    share_span,
     text_image_r_precision,
 )
 from beyondlabels.functional.rprecision.scores import candidate_scores
@@ -114,7 +113,6 @@ __all__ = [
     "candidate_scores",
     "rprecision_output_schema",
     "rprecision_per_query",
-    "share_span",
     "text_image_r_precision",
 ]
 

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_choice, check_positive_int, check_same_space, check_seed, check_share
+from beyondlabels._internal.checks import check_choice, check_positive_int, check_same_space, check_seed
+from beyondlabels._internal.shares import share_span
 from beyondlabels.functional.rprecision._draw import _draw, _hard
 from beyondlabels.functional.rprecision._hash import _base_key, _mix
 from beyondlabels.functional.rprecision._pairs import _candidate_scores, _ranks
@@ -27,7 +28,6 @@ __all__ = [
     "aggregate_rprecision",
     "fold_assignment",
     "rprecision_per_query",
-    "share_span",
     "text_image_r_precision",
 ]
 
@@ -124,18 +124,6 @@ def text_image_r_precision(
     )
 
 
-def share_span(n: int, share: tuple[int, int] | None) -> tuple[int, int]:
-    """The pool positions ``[lo, hi)`` of the ``i``-th of ``count`` contiguous near-equal shares of ``n`` queries
-    (``share=(i, count)``; None: all of them). Shares in the order ``0, 1, ...`` cover the pool in id order.
-
-    Examples:
-        >>> [share_span(10, (i, 3)) for i in range(3)], share_span(2, (3, 4))
-        ([(0, 3), (3, 6), (6, 10)], (1, 2))
-    """
-    index, count = check_share(share)
-    return index * n // count, (index + 1) * n // count
-
-
 def rprecision_per_query(
     image_embeddings: Tensor,
     text_embeddings: Tensor,
@@ -156,10 +144,10 @@ def rprecision_per_query(
     """The per-query rows of the queries of ``share``, the input of :func:`aggregate_rprecision`.
 
     Arguments are those of :func:`text_image_r_precision` (without ``r`` and ``top_r``, which only aggregation reads),
-    plus ``share=(i, n)``: only the queries of the i-th of n contiguous near-equal runs of the id-ordered pool
-    (:func:`share_span`). Every query is drawn, scored and ranked against the whole pool, so a query's rows do not
-    depend on the share; concatenating the rows of shares ``0, 1, ..., n − 1`` (key by key) gives the rows of one
-    call, and aggregating them the values of :func:`text_image_r_precision`, bit for bit.
+    plus ``share=(i, n)``: only the queries at pool positions ``i·N // n`` to ``(i + 1)·N // n − 1`` (the i-th of n
+    contiguous near-equal runs of the id-ordered pool). Every query is drawn, scored and ranked against the whole
+    pool, so a query's rows do not depend on the share; concatenating the rows of shares ``0, 1, ..., n − 1`` (key by
+    key) gives the rows of one call, and aggregating them the values of :func:`text_image_r_precision`, bit for bit.
 
     Returns:
         In ascending id order, one row per query of the share: ``query_id`` (int64 ``[c]``), ``image_to_text_ranks``
