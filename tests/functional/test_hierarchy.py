@@ -12,9 +12,11 @@ import torch
 
 from beyondlabels.functional import (
     ClassGains,
+    aggregate_hierarchy,
     embedding_retrieval_metrics,
     hierarchical_precision_recall,
     hierarchy_output_schema,
+    hierarchy_per_query,
     lca_depth,
     mistake_lca_depth,
     node_indices,
@@ -22,6 +24,7 @@ from beyondlabels.functional import (
     taxonomy_class_gains,
 )
 from beyondlabels.taxonomy import Taxonomy
+from tests.oracles.outputs import assert_same_outputs
 
 
 def random_tree(seed: int, size: int, window: int) -> tuple[dict[str, str], str]:
@@ -196,6 +199,23 @@ def test_results_do_not_depend_on_chunk_size():
         got = hierarchical_precision_recall(pred, gt, tax, chunk_size=chunk)
         for key in hierarchy_output_schema():
             assert torch.equal(got[key], ref[key]) or (got[key].isnan().all() and ref[key].isnan().all()), key
+
+
+def test_shares_of_the_samples_concatenate_to_one_call_bit_for_bit():
+    parent, root = random_tree(4, 60, 4)
+    tax = Taxonomy(parent, root)
+    g = torch.Generator().manual_seed(2)
+    pred = torch.randint(0, len(tax), (101,), generator=g)
+    gt = torch.randint(1, len(tax), (101,), generator=g)
+    settings = dict(include_root=True, abstention_precision=0.5)
+    ref = hierarchical_precision_recall(pred, gt, tax, **settings)
+    assert 0 < int(ref["abstentions"]) and 0 < float(ref["hP"]) < 1
+    for count in (2, 3, 4, 200):  # 200 shares: most are empty
+        parts = [hierarchy_per_query(pred, gt, tax, share=(i, count), chunk_size=5, **settings) for i in range(count)]
+        assert sum(part["hP"].numel() for part in parts) == 101 and max(part["hP"].numel() for part in parts) <= 51
+        rows = {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+        got = aggregate_hierarchy(rows, tax, **settings)
+        assert_same_outputs(got, ref, count)
 
 
 # ---- edge cases ------------------------------------------------------------------------------------------------------

@@ -12,10 +12,12 @@ from torchmetrics.retrieval import RetrievalHitRate
 from beyondlabels.functional import rprecision  # noqa: E402
 from beyondlabels.functional.rprecision import (  # noqa: E402
     CandidateSets,
+    aggregate_rprecision,
     candidate_scores,
     draw_candidate_sets,
     fold_assignment,
     rprecision_output_schema,
+    rprecision_per_query,
     text_image_r_precision,
 )
 from beyondlabels.io.candidate_sets import load_candidate_sets, save_candidate_sets  # noqa: E402
@@ -355,6 +357,60 @@ def test_outputs_are_bitwise_the_same_for_any_chunk_size_and_order():
                 chunk_size=chunk,
             )
             assert torch.equal(a.distractor_ids, b.distractor_ids) and torch.equal(a.query_ids, b.query_ids)
+
+
+def _shares_concatenated(count: int, *args, **kwargs) -> dict[str, torch.Tensor]:
+    parts = [rprecision_per_query(*args, share=(i, count), **kwargs) for i in range(count)]
+    sizes = [part["query_id"].numel() for part in parts]
+    assert max(sizes) - min(sizes) <= 1  # near-equal shares
+    return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(protocol="folds", hard_negatives=True, near_duplicate_threshold=0.7),
+        dict(protocol="resample", repeats=3, near_duplicate_threshold=None),
+        dict(protocol="folds", pinned=True),
+    ],
+)
+def test_shares_of_the_queries_concatenate_to_one_call_bit_for_bit(settings):
+    img, txt = _pairs(61, d=16, noise=2.5, seed=21)
+    txt[50] = txt[3] + 0.01  # a near-duplicate pair
+    ids = torch.randperm(400, generator=_gen(5))[:61] * 3 - 50
+    kwargs = dict(class_ids=ids % 4, caption_codes=ids % 29, num_candidates=12, **settings)
+    if kwargs.pop("pinned", False):
+        kwargs["candidate_sets"] = draw_candidate_sets(txt, ids, num_candidates=12, seed=9, class_ids=ids % 4)
+    ref = text_image_r_precision(img, txt, ids, top_r=(1, 3), **kwargs)
+    assert 0.05 < ref["r_precision"].item() < 0.95
+    whole = rprecision_per_query(img, txt, ids, chunk_size=7, **kwargs)
+    assert torch.equal(whole["query_id"], torch.sort(ids).values)
+    for count in (2, 3, 4, 100):  # 100 shares: most are empty
+        rows = _shares_concatenated(count, img, txt, ids, chunk_size=5, **kwargs)
+        assert rows.keys() == whole.keys()
+        for key in rows:
+            assert rows[key].dtype == whole[key].dtype and torch.equal(rows[key], whole[key]), (count, key)
+        aggregated = aggregate_rprecision(
+            rows,
+            num_candidates=12,
+            top_r=(1, 3),
+            **{k: v for k, v in kwargs.items() if k in ("protocol", "repeats", "seed")},
+        )
+        assert_same_outputs(aggregated, ref, count)
+
+
+def test_a_share_reports_its_smallest_query_short_of_distractors():
+    img, txt = _pairs(30, d=16, seed=3)
+    txt[20:] = txt[20] + 1e-3 * torch.randn(10, 16, generator=_gen(4))  # ids 20..29: nine near-duplicates each
+    settings = dict(num_candidates=24, near_duplicate_threshold=0.8)
+    with pytest.raises(ValueError, match="sample id 20 has only 20 eligible") as whole:
+        text_image_r_precision(img, txt, **settings)
+    for share in ((0, 2), (0, 3)):  # ids 0..14 and 0..9: every query has 29 eligible samples
+        assert rprecision_per_query(img, txt, **settings, share=share)["query_id"].numel() == 30 // share[1]
+    for share in ((1, 2), (2, 3)):
+        with pytest.raises(ValueError) as error:
+            rprecision_per_query(img, txt, **settings, share=share)
+        assert str(error.value) == str(whole.value)
 
 
 @pytest.mark.parametrize("threshold", [None, 0.9])

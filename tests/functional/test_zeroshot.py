@@ -10,13 +10,16 @@ import pytest
 import torch
 
 from beyondlabels.functional import (
+    aggregate_classification,
     class_prompts,
     classification_metrics,
+    classification_per_query,
     prompt_ensemble,
     topk_classes,
     zeroshot_output_schema,
     zeroshot_scores,
 )
+from tests.oracles.outputs import assert_same_outputs
 
 
 def test_hand_computation_with_two_templates():
@@ -102,6 +105,23 @@ def test_accuracies_match_scikit_learn():
     np.testing.assert_array_equal(
         m["confusion_matrix"].numpy(), metrics.confusion_matrix(labels, predicted, labels=np.arange(c))
     )
+
+
+def test_shares_of_the_samples_concatenate_to_one_call_bit_for_bit():
+    g = torch.Generator().manual_seed(6)
+    labels = torch.randint(0, 7, (53,), generator=g)
+    predictions = topk_classes(torch.randn(53, 7, generator=g) + torch.nn.functional.one_hot(labels, 7), 3)
+    ids = torch.randperm(1000, generator=g)[:53]
+    ref = classification_metrics(predictions, labels, num_classes=7, ks=(1, 3), ids=ids)
+    assert 0 < float(ref["top1"]) < float(ref["top3"]) < 1
+    for count in (2, 3, 60):  # 60 shares: some are empty
+        parts = [
+            classification_per_query(predictions, labels, num_classes=7, ks=(1, 3), ids=ids, share=(i, count))
+            for i in range(count)
+        ]
+        assert sum(part["label"].numel() for part in parts) == 53 and max(part["label"].numel() for part in parts) <= 27
+        rows = {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+        assert_same_outputs(aggregate_classification(rows, num_classes=7, ks=(1, 3)), ref, count)
 
 
 def test_ties_rank_the_smaller_class_first():

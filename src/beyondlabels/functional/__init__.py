@@ -22,8 +22,10 @@ from beyondlabels.functional.crossmodal import (
     crossmodal_retrieval_metrics,
 )
 from beyondlabels.functional.hierarchy import (
+    aggregate_hierarchy,
     hierarchical_precision_recall,
     hierarchy_output_schema,
+    hierarchy_per_query,
     lca_depth,
     mapping_quality,
     mistake_lca_depth,
@@ -60,10 +62,12 @@ from beyondlabels.functional.retrieval import (
 )
 from beyondlabels.functional.rprecision import (
     CandidateSets,
+    aggregate_rprecision,
     candidate_scores,
     draw_candidate_sets,
     fold_assignment,
     rprecision_output_schema,
+    rprecision_per_query,
     text_image_r_precision,
 )
 from beyondlabels.functional.search import Neighbors, cosine_topk, exclusion_index, normalize_rows, search_neighbors
@@ -76,8 +80,10 @@ from beyondlabels.functional.sweeps import (
     seed_summary,
 )
 from beyondlabels.functional.zeroshot import (
+    aggregate_classification,
     class_prompts,
     classification_metrics,
+    classification_per_query,
     prompt_ensemble,
     topk_classes,
     zeroshot_output_schema,
@@ -109,6 +115,8 @@ __all__ = [
     "fold_assignment",
     "rprecision_output_schema",
     "text_image_r_precision",
+    "aggregate_rprecision",
+    "rprecision_per_query",
     "class_mean_cosine",
     "class_pair_spearman",
     "feature_similarity",
@@ -142,6 +150,8 @@ __all__ = [
     "aggregate_retrieval",
     "class_prompts",
     "classification_metrics",
+    "aggregate_classification",
+    "classification_per_query",
     "crossmodal_output_schema",
     "crossmodal_per_query",
     "crossmodal_retrieval_metrics",
@@ -150,6 +160,8 @@ __all__ = [
     "encode_labels",
     "exclusion_index",
     "hierarchical_precision_recall",
+    "aggregate_hierarchy",
+    "hierarchy_per_query",
     "hierarchy_output_schema",
     "label_code",
     "lca_depth",

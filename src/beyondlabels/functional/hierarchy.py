@@ -70,14 +70,17 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_bool, check_number, check_positive_int, gain_labels
+from beyondlabels._internal.shares import share_span
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.schema import KeySpec, OutputSchema
 from beyondlabels.taxonomy.text import RULES, TextToNode
 from beyondlabels.taxonomy.tree import Taxonomy
 
 __all__ = [
+    "aggregate_hierarchy",
     "check_abstention_precision",
     "hierarchical_precision_recall",
+    "hierarchy_per_query",
     "hierarchy_output_schema",
     "lca_depth",
     "mapping_quality",
@@ -223,28 +226,92 @@ def hierarchical_precision_recall(
             ground truth at the root while the root is excluded (its positions are named), or an
             ``abstention_precision`` outside ``[0, 1]``.
     """
+    rows = hierarchy_per_query(
+        pred,
+        gt,
+        taxonomy,
+        include_root=include_root,
+        chunk_size=chunk_size,
+        abstention_precision=abstention_precision,
+    )
+    return aggregate_hierarchy(rows, taxonomy, include_root=include_root, abstention_precision=abstention_precision)
+
+
+def hierarchy_per_query(
+    pred: Tensor,
+    gt: Tensor,
+    taxonomy: Taxonomy,
+    include_root: bool = False,
+    chunk_size: int = DEFAULT_CHUNK,
+    abstention_precision: float = 0.0,
+    share: tuple[int, int] | None = None,
+) -> dict[str, Tensor]:
+    """The per-sample values of the samples of ``share``, the input of :func:`aggregate_hierarchy`.
+
+    Arguments are those of :func:`hierarchical_precision_recall`, plus ``share=(i, n)``: only the samples at positions
+    ``i·N // n`` to ``(i + 1)·N // n − 1`` (the i-th of n contiguous near-equal runs; every input is checked whole).
+    Concatenating the rows of shares ``0, 1, ..., n − 1`` gives the rows of one call.
+
+    Returns:
+        The ``per_query`` dict of :func:`hierarchical_precision_recall` for the samples of the share.
+    """
     include_root = check_bool(include_root, "include_root")
     abstention_precision = check_abstention_precision(abstention_precision)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     pred, gt = _check_pair(pred, gt, taxonomy, include_root)
-    device = pred.device
-    depth = taxonomy.depth.to(device)
+    lo, hi = share_span(pred.numel(), share)
+    pred, gt = pred[lo:hi], gt[lo:hi]
     shared_depth, _ = lca_depth(pred, gt, taxonomy, chunk_size)
-    offset = 1 if include_root else 0
-    shared = (shared_depth + offset).to(torch.float64)
-    n_pred = (depth[pred] + offset).to(torch.float64)
-    n_gt = (depth[gt] + offset).to(torch.float64)
+    n_pred, n_gt, shared = _set_sizes(pred, gt, shared_depth, taxonomy, include_root)
     at_root = pred == 0
-    abstained = torch.full_like(shared, abstention_precision)
-    p = torch.where(at_root, abstained, shared / torch.where(n_pred == 0, torch.ones_like(n_pred), n_pred))
+    p = torch.where(
+        at_root,
+        torch.full_like(shared, abstention_precision),
+        shared / torch.where(n_pred == 0, torch.ones_like(n_pred), n_pred),
+    )
     r = shared / n_gt
-    f = _harmonic(p, r)
+    return {
+        "hP": p,
+        "hR": r,
+        "hF_sample_mean": _harmonic(p, r),
+        "exact_match": (pred == gt).to(torch.float64),
+        "lca_depth": shared_depth,
+        "pred": pred,
+        "gt": gt,
+    }
+
+
+def _set_sizes(
+    pred: Tensor, gt: Tensor, shared_depth: Tensor, taxonomy: Taxonomy, include_root: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``|anc(pred)|``, ``|anc(gt)|`` and ``|anc(pred) ∩ anc(gt)|`` of each sample, float64."""
+    depth = taxonomy.depth.to(pred.device)
+    offset = 1 if include_root else 0
+    return (
+        (depth[pred] + offset).to(torch.float64),
+        (depth[gt] + offset).to(torch.float64),
+        (shared_depth + offset).to(torch.float64),
+    )
+
+
+def aggregate_hierarchy(
+    rows: dict[str, Tensor], taxonomy: Taxonomy, include_root: bool = False, abstention_precision: float = 0.0
+) -> dict[str, Any]:
+    """The values of :func:`hierarchical_precision_recall` from every sample's rows of :func:`hierarchy_per_query`
+    (the shares' rows concatenated in share order), with the settings given to it."""
+    include_root = check_bool(include_root, "include_root")
+    abstention_precision = check_abstention_precision(abstention_precision)
+    pred, gt, shared_depth = rows["pred"], rows["gt"], rows["lca_depth"]
+    p, r = rows["hP"], rows["hR"]
+    device = pred.device
+    n_pred, n_gt, shared = _set_sizes(pred, gt, shared_depth, taxonomy, include_root)
+    at_root = pred == 0
     hp, hr = p.mean(), r.mean()
     sum_pred = n_pred.sum()
+    abstained = torch.full_like(shared, abstention_precision)
     credited = torch.where(at_root, abstained * n_pred, shared).sum()  # Σ|∩| exactly when nothing abstains
     micro_p = torch.where(sum_pred > 0, credited / sum_pred.clamp_min(1), sum_pred.new_tensor(abstention_precision))
     micro_r = shared.sum() / n_gt.sum()
-    exact = (pred == gt).to(torch.float64)
     errors = pred != gt
     num_errors = errors.sum()
     error_depths = shared_depth[errors]
@@ -256,26 +323,18 @@ def hierarchical_precision_recall(
         "hP": hp,
         "hR": hr,
         "hF": _harmonic(hp, hr),
-        "hF_sample_mean": f.mean(),
+        "hF_sample_mean": rows["hF_sample_mean"].mean(),
         "micro_hP": micro_p,
         "micro_hR": micro_r,
         "micro_hF": _harmonic(micro_p, micro_r),
-        "exact_match": exact.mean(),
+        "exact_match": rows["exact_match"].mean(),
         "mean_error_lca_depth": mean_error_depth,
         "num_samples": torch.tensor(pred.numel(), device=device),
         "num_errors": num_errors,
         "abstentions": at_root.sum(),
         "abstention_rate": at_root.to(torch.float64).mean(),
         "error_lca_depth_fraction": fraction,
-        "per_query": {
-            "hP": p,
-            "hR": r,
-            "hF_sample_mean": f,
-            "exact_match": exact,
-            "lca_depth": shared_depth,
-            "pred": pred,
-            "gt": gt,
-        },
+        "per_query": dict(rows),
     }
 
 

@@ -45,12 +45,15 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_embeddings, check_ks, check_positive_int, check_same_space
+from beyondlabels._internal.shares import share_span
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = [
+    "aggregate_classification",
     "class_prompts",
     "classification_metrics",
+    "classification_per_query",
     "prompt_ensemble",
     "topk_classes",
     "zeroshot_output_schema",
@@ -216,6 +219,26 @@ def classification_metrics(
         >>> m["top1"], m["top2"], m["confusion_matrix"][1].tolist()
         (tensor(0.6667, dtype=torch.float64), tensor(0.6667, dtype=torch.float64), [1, 0, 0])
     """
+    rows = classification_per_query(predictions, labels, num_classes=num_classes, ks=ks, ids=ids)
+    return aggregate_classification(rows, num_classes=num_classes, ks=ks)
+
+
+def classification_per_query(
+    predictions: Tensor,
+    labels: Tensor,
+    *,
+    num_classes: int,
+    ks: Sequence[int] = (1, 5),
+    ids: Tensor | None = None,
+    share: tuple[int, int] | None = None,
+) -> dict[str, Tensor]:
+    """The ``per_query`` rows of :func:`classification_metrics` for the samples of ``share``, the input of
+    :func:`aggregate_classification`.
+
+    Arguments are those of :func:`classification_metrics`, plus ``share=(i, n)``: only the samples at positions
+    ``i·N // n`` to ``(i + 1)·N // n − 1`` (the i-th of n contiguous near-equal runs; every input is checked whole).
+    Concatenating the rows of shares ``0, 1, ..., n − 1`` gives the rows of one call.
+    """
     ks_t = check_ks(ks)
     check_positive_int(num_classes, "num_classes")
     if (
@@ -245,20 +268,28 @@ def classification_metrics(
         bad = (value < 0) | (value >= num_classes)
         if bool(bad.any()):
             raise ValueError(f"`{name}` must be class indices in [0, {num_classes}); got {value[bad][:5].tolist()}.")
+    lo, hi = share_span(n, share)
+    ids = torch.arange(n, device=device) if ids is None else ids.to(device=device, dtype=torch.long)
+    labels, predictions = labels[lo:hi], predictions[lo:hi]
+    correct = torch.cumsum((predictions[:, : ks_t[-1]] == labels.unsqueeze(1)).to(torch.float64), dim=1)
+    rows = {"query_id": ids[lo:hi], "label": labels, "prediction": predictions[:, 0].clone()}
+    rows.update({f"top{k}": correct[:, k - 1].contiguous() for k in ks_t})
+    return rows
+
+
+def aggregate_classification(
+    rows: dict[str, Tensor], *, num_classes: int, ks: Sequence[int] = (1, 5)
+) -> dict[str, Tensor | dict[str, Tensor]]:
+    """The values of :func:`classification_metrics` from every sample's rows of :func:`classification_per_query` (the
+    shares' rows concatenated in share order)."""
+    ks_t = check_ks(ks)
+    check_positive_int(num_classes, "num_classes")
+    labels, prediction = rows["label"], rows["prediction"]
+    n, device = labels.shape[0], labels.device
     nan = torch.tensor(float("nan"), dtype=torch.float64, device=device)
-    hit_rank = (predictions[:, : ks_t[-1]] == labels.unsqueeze(1)).to(torch.float64)
-    correct = torch.cumsum(hit_rank, dim=1)
-    out: dict[str, Tensor | dict[str, Tensor]] = {}
-    per_query: dict[str, Tensor] = {
-        "query_id": torch.arange(n, device=device) if ids is None else ids.to(device=device, dtype=torch.long),
-        "label": labels,
-        "prediction": predictions[:, 0].clone(),
-    }
-    for k in ks_t:
-        per_query[f"top{k}"] = correct[:, k - 1]
-        out[f"top{k}"] = correct[:, k - 1].mean() if n else nan
+    out: dict[str, Tensor | dict[str, Tensor]] = {f"top{k}": rows[f"top{k}"].mean() if n else nan for k in ks_t}
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
-    confusion.index_add_(0, labels * num_classes + predictions[:, 0], torch.ones_like(labels))
+    confusion.index_add_(0, labels * num_classes + prediction, torch.ones_like(labels))
     confusion = confusion.view(num_classes, num_classes)
     support = confusion.sum(dim=1)
     present = support > 0
@@ -268,5 +299,5 @@ def classification_metrics(
     out["num_samples"] = torch.tensor(n, dtype=torch.long, device=device)
     out["num_classes"] = torch.tensor(num_classes, dtype=torch.long, device=device)
     out["confusion_matrix"] = confusion
-    out["per_query"] = per_query
+    out["per_query"] = dict(rows)
     return out

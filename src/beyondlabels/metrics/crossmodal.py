@@ -10,6 +10,7 @@ from torch import Tensor
 
 from beyondlabels._internal.checks import check_index_vector
 from beyondlabels.functional.crossmodal import aggregate_crossmodal, crossmodal_output_schema, crossmodal_per_query
+from beyondlabels.metrics._shares import shared_rows
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -29,7 +30,9 @@ class CrossModalRetrieval(PerSampleMetric):
     direction (definitions: :mod:`beyondlabels.functional.crossmodal`).
 
     Distributed use: ids are required; with ``distributed_search=True`` (default) each process searches its share of
-    both directions' queries and the per-query values are gathered, so world sizes 1 and W give identical numbers.
+    both directions' queries (about 1/W of each) against the whole gallery and the per-query values are gathered, so
+    world sizes 1 and W give identical numbers, bit for bit; an error in any process's share is raised on every
+    process. ``distributed_search=False``: every process searches every query.
 
     Args:
         ks: Cut-offs of ``image_to_text_recall@k`` and ``text_to_image_recall@k``.
@@ -165,18 +168,21 @@ class CrossModalRetrieval(PerSampleMetric):
                 f"captions {text_ids[unknown][:5].tolist()} belong to images {text_pairs[unknown][:5].tolist()} "
                 "that were never passed as images; every caption's image must be in the evaluation set."
             )
-        share = self.work_share() if self.distributed_search else None
-        rows = crossmodal_per_query(
-            emb[~is_text],
-            emb[is_text],
-            row,
-            ks=self.ks,
-            chunk_size=self.chunk_size,
-            precision=self.precision,
-            return_neighbors=self.return_neighbors,
-            share=share,
-        )
-        rows = self.gather_rows(rows) if share is not None else rows
+        images, texts = emb[~is_text], emb[is_text]
+
+        def rows_of(share: tuple[int, int] | None) -> dict[str, Tensor]:
+            return crossmodal_per_query(
+                images,
+                texts,
+                row,
+                ks=self.ks,
+                chunk_size=self.chunk_size,
+                precision=self.precision,
+                return_neighbors=self.return_neighbors,
+                share=share,
+            )
+
+        rows = shared_rows(self, rows_of, split=self.distributed_search)
         out = aggregate_crossmodal(rows, row, ks=self.ks, image_ids=image_ids, text_ids=text_ids)
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
         if "neighbors" in out:

@@ -10,12 +10,14 @@ from torch import Tensor
 from beyondlabels._internal.checks import check_bool, check_positive_int
 from beyondlabels.functional.hierarchy import (
     DEFAULT_CHUNK,
+    aggregate_hierarchy,
     check_abstention_precision,
-    hierarchical_precision_recall,
     hierarchy_output_schema,
+    hierarchy_per_query,
     node_indices,
 )
 from beyondlabels.io.taxonomy_files import load_taxonomy
+from beyondlabels.metrics._shares import shared_rows
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 from beyondlabels.taxonomy import Taxonomy
@@ -32,7 +34,9 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
     the pooled ``micro_hP`` / ``micro_hR`` / ``micro_hF``, ``exact_match``, the depth of the LCA of each error
     (``error_lca_depth_fraction``, ``mean_error_lca_depth``), the predictions at the root (``abstentions``,
     ``abstention_rate``) and per-sample values. Definitions (root excluded by default, an abstention worth no
-    precision by default, ...): :mod:`beyondlabels.functional.hierarchy`.
+    precision by default, ...): :mod:`beyondlabels.functional.hierarchy`. Under DDP each process computes the
+    per-sample values of its share of the samples and they are gathered: every process returns the numbers of one
+    process, bit for bit.
 
     Args:
         taxonomy: a :class:`~beyondlabels.taxonomy.Taxonomy`, or what
@@ -126,14 +130,25 @@ class HierarchicalPrecisionRecall(PerSampleMetric):
         self.append_samples(ids, pred=pred, gt=gt)
 
     def compute(self) -> dict[str, Any]:
-        """Deduplicate the gathered samples by id and return every metric (keys: :meth:`output_schema`)."""
+        """Deduplicate the gathered samples by id and return every metric (keys: :meth:`output_schema`); under DDP
+        each process computes its share of the per-sample values and they are gathered."""
         samples = self.gathered_samples()
-        out = hierarchical_precision_recall(
-            samples.values["pred"],
-            samples.values["gt"],
+
+        def rows_of(share: tuple[int, int] | None) -> dict[str, Tensor]:
+            return hierarchy_per_query(
+                samples.values["pred"],
+                samples.values["gt"],
+                self.taxonomy,
+                include_root=self.include_root,
+                chunk_size=self.chunk_size,
+                abstention_precision=self.abstention_precision,
+                share=share,
+            )
+
+        out = aggregate_hierarchy(
+            shared_rows(self, rows_of),
             self.taxonomy,
             include_root=self.include_root,
-            chunk_size=self.chunk_size,
             abstention_precision=self.abstention_precision,
         )
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=samples.ids.device)

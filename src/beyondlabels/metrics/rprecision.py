@@ -11,11 +11,13 @@ from torch import Tensor
 from beyondlabels.functional.labels import label_code
 from beyondlabels.functional.rprecision import (
     CandidateSets,
+    aggregate_rprecision,
     check_rprecision_settings,
     rprecision_output_schema,
-    text_image_r_precision,
+    rprecision_per_query,
 )
 from beyondlabels.functional.rprecision.settings import check_candidate_sets
+from beyondlabels.metrics._shares import shared_rows
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -31,7 +33,10 @@ class TextImageRPrecision(PerSampleMetric):
     Each update adds generated images with the embeddings of their prompts and global sample ids; :meth:`compute`
     gathers and deduplicates the samples by id (:class:`~beyondlabels.metrics.base.PerSampleMetric`) and runs the
     kernel once. Candidate sets are a pure function of ``(seed, sample ids)``, so any batch size and world size give
-    identical numbers.
+    identical numbers. Under DDP each process draws, scores and ranks only its share of the queries (a contiguous
+    run of the id-ordered samples, :func:`~beyondlabels.functional.rprecision.rprecision_per_query`) against the whole
+    pool, and the per-query rows are gathered before the values are aggregated: every process returns the same
+    numbers, bit for bit those of one process; an error in any process's share is raised on every process.
 
     Args:
         num_candidates: ``R`` (1 ground truth + ``R − 1`` distractors).
@@ -208,24 +213,38 @@ class TextImageRPrecision(PerSampleMetric):
         return codes
 
     def compute(self) -> dict[str, Any]:
-        """Deduplicate the samples by id and return the kernel's outputs (plus ``num_duplicates``)."""
+        """Deduplicate the samples by id and return the kernel's outputs (plus ``num_duplicates``); under DDP each
+        process draws, scores and ranks its share of the queries and the per-query rows are gathered."""
         samples = self.gathered_samples()
-        out = text_image_r_precision(
-            samples.values["images"],
-            samples.values["texts"],
-            samples.ids,
-            class_ids=self._optional(samples.values["class_ids"], "class_ids"),
-            caption_codes=self._optional(samples.values["caption_codes"], "captions"),
+        class_ids = self._optional(samples.values["class_ids"], "class_ids")
+        caption_codes = self._optional(samples.values["caption_codes"], "captions")
+
+        def rows_of(share: tuple[int, int] | None) -> dict[str, Tensor]:
+            return rprecision_per_query(
+                samples.values["images"],
+                samples.values["texts"],
+                samples.ids,
+                class_ids=class_ids,
+                caption_codes=caption_codes,
+                num_candidates=self.num_candidates,
+                protocol=self.protocol,
+                repeats=self.repeats,
+                seed=self.seed,
+                near_duplicate_threshold=self.near_duplicate_threshold,
+                hard_negatives=self.hard_negatives,
+                candidate_sets=self.candidate_sets,
+                chunk_size=self.chunk_size,
+                share=share,
+            )
+
+        out = aggregate_rprecision(
+            shared_rows(self, rows_of),
             num_candidates=self.num_candidates,
             r=self.r,
             top_r=self.top_r,
             protocol=self.protocol,
             repeats=self.repeats,
             seed=self.seed,
-            near_duplicate_threshold=self.near_duplicate_threshold,
-            hard_negatives=self.hard_negatives,
-            candidate_sets=self.candidate_sets,
-            chunk_size=self.chunk_size,
         )
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=samples.ids.device)
         return out

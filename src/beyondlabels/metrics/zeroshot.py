@@ -9,7 +9,13 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_index_vector, check_ks, check_positive_int
-from beyondlabels.functional.zeroshot import classification_metrics, topk_classes, zeroshot_output_schema
+from beyondlabels.functional.zeroshot import (
+    aggregate_classification,
+    classification_per_query,
+    topk_classes,
+    zeroshot_output_schema,
+)
+from beyondlabels.metrics._shares import shared_rows
 from beyondlabels.metrics.base import PerSampleMetric
 from beyondlabels.schema import OutputSchema
 
@@ -23,7 +29,9 @@ class ZeroShotClassification(PerSampleMetric):
     with every class embedding, :func:`~beyondlabels.functional.zeroshot.zeroshot_scores` of the prompt-ensembled
     classes of :func:`~beyondlabels.functional.zeroshot.prompt_ensemble`) and its true class. Only the ``max(ks)``
     best-ranked classes of a sample are kept (ties: the smaller class index first). :meth:`compute` gathers and
-    deduplicates samples by id (:class:`~beyondlabels.metrics.base.PerSampleMetric`) and returns the values of
+    deduplicates samples by id (:class:`~beyondlabels.metrics.base.PerSampleMetric`; under DDP each process computes
+    the per-sample values of its share, which are gathered, so every process returns the numbers of one process, bit
+    for bit) and returns the values of
     :func:`~beyondlabels.functional.zeroshot.classification_metrics`, whose ``per_query["prediction"]`` (each
     sample's top-1 class) is what label-based families (hierarchical precision / recall) read.
 
@@ -104,14 +112,20 @@ class ZeroShotClassification(PerSampleMetric):
         self.append_samples(ids, predictions=topk_classes(scores.detach(), self.ks[-1]), labels=labels)
 
     def compute(self) -> dict[str, Any]:
-        """Deduplicate samples by id; top-k, balanced accuracy, confusion matrix and per-sample values."""
+        """Deduplicate samples by id; top-k, balanced accuracy, confusion matrix and per-sample values (under DDP each
+        process computes the per-sample values of its share, which are gathered)."""
         samples = self.gathered_samples()
-        out = classification_metrics(
-            samples.values["predictions"],
-            samples.values["labels"],
-            num_classes=self.num_classes,
-            ks=self.ks,
-            ids=samples.ids,
-        )
+
+        def rows_of(share: tuple[int, int] | None) -> dict[str, Tensor]:
+            return classification_per_query(
+                samples.values["predictions"],
+                samples.values["labels"],
+                num_classes=self.num_classes,
+                ks=self.ks,
+                ids=samples.ids,
+                share=share,
+            )
+
+        out = aggregate_classification(shared_rows(self, rows_of), num_classes=self.num_classes, ks=self.ks)
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=samples.ids.device)
         return out

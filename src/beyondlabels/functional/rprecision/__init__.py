@@ -72,7 +72,9 @@ Other keys
 Modules (every name importable from this package): :mod:`~beyondlabels.functional.rprecision.settings` the
 checks of the settings; :mod:`~beyondlabels.functional.rprecision.candidates` the candidate draw;
 :mod:`~beyondlabels.functional.rprecision.scores` the candidates' scores;
-:mod:`~beyondlabels.functional.rprecision.r_precision` the metric and its folds; the output keys are declared here
+:mod:`~beyondlabels.functional.rprecision.r_precision` the metric and its folds, as one call or as per-query rows of
+a share of the queries (:func:`rprecision_per_query`, what each process computes under DDP) and their aggregation
+(:func:`aggregate_rprecision`); the output keys are declared here
 (:func:`rprecision_output_schema`).
 
 Examples:
@@ -91,7 +93,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from beyondlabels.functional.rprecision.candidates import CandidateSets, draw_candidate_sets
-from beyondlabels.functional.rprecision.r_precision import fold_assignment, text_image_r_precision
+from beyondlabels.functional.rprecision.r_precision import (
+    aggregate_rprecision,
+    fold_assignment,
+    rprecision_per_query,
+    text_image_r_precision,
+)
 from beyondlabels.functional.rprecision.scores import candidate_scores
 from beyondlabels.functional.rprecision.settings import PROTOCOLS, check_rprecision_settings
 from beyondlabels.schema import KeySpec, OutputSchema
@@ -99,11 +106,13 @@ from beyondlabels.schema import KeySpec, OutputSchema
 __all__ = [
     "PROTOCOLS",
     "CandidateSets",
+    "aggregate_rprecision",
     "check_rprecision_settings",
     "draw_candidate_sets",
     "fold_assignment",
     "candidate_scores",
     "rprecision_output_schema",
+    "rprecision_per_query",
     "text_image_r_precision",
 ]
 

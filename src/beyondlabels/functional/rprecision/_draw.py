@@ -139,41 +139,53 @@ def _draw(
     threshold: float | None,
     chunk_size: int,
     img: Tensor | None = None,
+    span: tuple[int, int] | None = None,
 ) -> list[tuple[Tensor, Tensor | None]]:
-    """Per repeat, the distractor *rows* ``[N, R − 1]`` (into the id-ordered pool) of the seeded draw and, with
-    ``img`` and a near-duplicate filter, their image -> text scores (else None)."""
-    n, device = pool.n, txt.device
+    """Per repeat, the distractor *rows* ``[c, R − 1]`` (into the id-ordered pool) of the seeded draw of the queries
+    at pool positions ``span = (lo, hi)`` (default: all, ``c = hi − lo``) and, with ``img`` and a near-duplicate
+    filter, their image -> text scores (else None). A query's draw does not depend on the span or the chunks."""
+    device = txt.device
+    lo, hi = span or (0, pool.n)
     k = num_candidates - 1
     _check_enough(txt, pool, k, threshold)
     fused = img is not None and threshold is not None
     out = []
     for repeat in repeats:
         base = _base_key(seed, repeat, device)
-        rows = torch.empty(n, k, dtype=torch.long, device=device)
-        i2t = torch.empty(n, k, dtype=torch.float32, device=device) if fused else None
+        rows = torch.empty(hi - lo, k, dtype=torch.long, device=device)
+        i2t = torch.empty(hi - lo, k, dtype=torch.float32, device=device) if fused else None
         if k > 0:
-            for start in range(0, n, chunk_size):
-                chunk = torch.arange(start, min(start + chunk_size, n), device=device)
-                rows[chunk], chunk_i2t = _draw_chunk(txt, pool, chunk, k, base, threshold, img)
+            for start in range(lo, hi, chunk_size):
+                chunk = torch.arange(start, min(start + chunk_size, hi), device=device)
+                rows[chunk - lo], chunk_i2t = _draw_chunk(txt, pool, chunk, k, base, threshold, img)
                 if fused:
-                    i2t[chunk] = chunk_i2t
+                    i2t[chunk - lo] = chunk_i2t
         out.append((rows, i2t))
     return out
 
 
-def _hard(txt: Tensor, pool: _Pool, num_candidates: int, threshold: float | None, chunk_size: int) -> Tensor:
-    """Hard-negative rows ``[N, R − 1]``: per query the exact top ``R − 1`` eligible text scores (ties: smaller id)."""
-    n, device = pool.n, txt.device
+def _hard(
+    txt: Tensor,
+    pool: _Pool,
+    num_candidates: int,
+    threshold: float | None,
+    chunk_size: int,
+    span: tuple[int, int] | None = None,
+) -> Tensor:
+    """Hard-negative rows ``[c, R − 1]`` of the queries at pool positions ``span = (lo, hi)`` (default: all): per
+    query the exact top ``R − 1`` eligible text scores (ties: smaller id)."""
+    device = txt.device
+    lo, hi = span or (0, pool.n)
     k = num_candidates - 1
     _check_enough(txt, pool, k, threshold)
-    rows = torch.empty(n, k, dtype=torch.long, device=device)
+    rows = torch.empty(hi - lo, k, dtype=torch.long, device=device)
     if k == 0:
         return rows
-    for start in range(0, n, chunk_size):
-        chunk = torch.arange(start, min(start + chunk_size, n), device=device)
+    for start in range(lo, hi, chunk_size):
+        chunk = torch.arange(start, min(start + chunk_size, hi), device=device)
         sims = _masked_text_scores(txt, pool, chunk, threshold)
         # the pool is in id order, so the core's tie rule (smaller index first) is "smaller id first"
-        vals, rows[chunk] = exact_topk(sims, k)
+        vals, rows[chunk - lo] = exact_topk(sims, k)
         short = vals[:, -1] == float("-inf")  # an ineligible sample made the top k: fewer than k eligible
         if bool(short.any()):
             bad = int(torch.nonzero(short)[0])

@@ -66,14 +66,16 @@ def _pair_scores(
     return out if extra is None else (out, extra)
 
 
-def _candidate_scores(img: Tensor, txt: Tensor, rows: Tensor, direction: str) -> Tensor:
-    n = img.shape[0]
-    queries = torch.arange(n, device=img.device)
+def _candidate_scores(img: Tensor, txt: Tensor, rows: Tensor, direction: str, first: int = 0) -> Tensor:
+    """Scores ``[c, R]`` of the queries at pool positions ``first .. first + c − 1`` (``rows``: their ``[c, R − 1]``
+    distractor rows): column 0 the ground truth, then the distractors."""
+    n = rows.shape[0]
+    queries = torch.arange(first, first + n, device=img.device)
     cands = torch.cat([queries.unsqueeze(1), rows], dim=1)
     q = queries.repeat_interleave(cands.shape[1])
     if direction == "image_to_text":
-        return _pair_scores(img, txt, q, cands.flatten()).view(n, -1)
-    return _pair_scores(img, txt, cands.flatten(), q, queries_left=False).view(n, -1)
+        return _pair_scores(img, txt, q, cands.flatten()).view(n, cands.shape[1])
+    return _pair_scores(img, txt, cands.flatten(), q, queries_left=False).view(n, cands.shape[1])
 
 
 def _ranks(scores: Tensor) -> Tensor:

@@ -3,21 +3,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
 
-from beyondlabels._internal.checks import check_positive_int, check_same_space
+from beyondlabels._internal.checks import check_choice, check_positive_int, check_same_space, check_seed
+from beyondlabels._internal.shares import share_span
 from beyondlabels.functional.rprecision._draw import _draw, _hard
 from beyondlabels.functional.rprecision._hash import _base_key, _mix
 from beyondlabels.functional.rprecision._pairs import _candidate_scores, _ranks
 from beyondlabels.functional.rprecision._pool import _check_pool, _Pool
 from beyondlabels.functional.rprecision._sets import CandidateSets, _rows_of
-from beyondlabels.functional.rprecision.settings import check_candidate_sets, check_rprecision_settings
+from beyondlabels.functional.rprecision.settings import (
+    PROTOCOLS,
+    check_candidate_sets,
+    check_rprecision_settings,
+    check_threshold,
+    check_top_r,
+)
 from beyondlabels.functional.search import normalize_rows
 
-__all__ = ["fold_assignment", "text_image_r_precision"]
+__all__ = [
+    "aggregate_rprecision",
+    "fold_assignment",
+    "rprecision_per_query",
+    "text_image_r_precision",
+]
 
 
 def fold_assignment(ids: Tensor, seed: int, folds: int) -> Tensor:
@@ -89,27 +101,119 @@ def text_image_r_precision(
         ValueError: On bad embeddings (NaN, wrong shapes, mismatched row counts), ids, settings, or a pool too small
             for ``num_candidates`` after the exclusions.
     """
-    top_r, threshold = check_rprecision_settings(
+    top_r, _ = check_rprecision_settings(
         num_candidates, r, top_r, protocol, repeats, seed, near_duplicate_threshold, chunk_size
     )
+    rows = rprecision_per_query(
+        image_embeddings,
+        text_embeddings,
+        ids,
+        class_ids=class_ids,
+        caption_codes=caption_codes,
+        num_candidates=num_candidates,
+        protocol=protocol,
+        repeats=repeats,
+        seed=seed,
+        near_duplicate_threshold=near_duplicate_threshold,
+        hard_negatives=hard_negatives,
+        candidate_sets=candidate_sets,
+        chunk_size=chunk_size,
+    )
+    return aggregate_rprecision(
+        rows, num_candidates=num_candidates, r=r, top_r=top_r, protocol=protocol, repeats=repeats, seed=seed
+    )
+
+
+def rprecision_per_query(
+    image_embeddings: Tensor,
+    text_embeddings: Tensor,
+    ids: Tensor | None = None,
+    *,
+    class_ids: Tensor | None = None,
+    caption_codes: Tensor | None = None,
+    num_candidates: int = 100,
+    protocol: str = "folds",
+    repeats: int = 10,
+    seed: int = 0,
+    near_duplicate_threshold: float | None = 0.8,
+    hard_negatives: bool = False,
+    candidate_sets: CandidateSets | None = None,
+    chunk_size: int = 256,
+    share: tuple[int, int] | None = None,
+) -> dict[str, Tensor]:
+    """The per-query rows of the queries of ``share``, the input of :func:`aggregate_rprecision`.
+
+    Arguments are those of :func:`text_image_r_precision` (without ``r`` and ``top_r``, which only aggregation reads),
+    plus ``share=(i, n)``: only the queries at pool positions ``i·N // n`` to ``(i + 1)·N // n − 1`` (the i-th of n
+    contiguous near-equal runs of the id-ordered pool). Every query is drawn, scored and ranked against the whole
+    pool, so a query's rows do not depend on the share; concatenating the rows of shares ``0, 1, ..., n − 1`` (key by
+    key) gives the rows of one call, and aggregating them the values of :func:`text_image_r_precision`, bit for bit.
+
+    Returns:
+        In ascending id order, one row per query of the share: ``query_id`` (int64 ``[c]``), ``image_to_text_ranks``
+        and ``text_to_image_ranks`` (int64 ``[c, draws]``: the ground truth's rank in each draw),
+        ``ground_truth_score`` (fp32 ``[c]``: ``s(q, q)``) and, with ``hard_negatives``, ``hard_rank`` (int64 ``[c]``).
+
+    Raises:
+        ValueError: As :func:`text_image_r_precision`; a pool too small for some query is reported for the smallest
+            such id of the share.
+    """
+    for value, name in ((num_candidates, "num_candidates"), (repeats, "repeats"), (chunk_size, "chunk_size")):
+        check_positive_int(value, name)
+    check_choice(protocol, "protocol", PROTOCOLS)
+    check_seed(seed)
+    threshold = check_threshold(near_duplicate_threshold)
     check_candidate_sets(candidate_sets, protocol)
     img = _check_images(image_embeddings, text_embeddings)
     txt, sid, cls, cap, order = _check_pool(text_embeddings, ids, class_ids, caption_codes)
-    img, pool, n, device = img[order], _Pool(sid, cls, cap), sid.shape[0], sid.device
+    img, pool = img[order], _Pool(sid, cls, cap)
+    lo, hi = share_span(pool.n, share)
     if candidate_sets is not None:
-        draws = [(_rows_of(candidate_sets, sid, num_candidates), None)]
+        draws = [(_rows_of(candidate_sets, sid, num_candidates)[lo:hi], None)]
     else:
         reps = range(repeats) if protocol == "resample" else range(1)
-        draws = _draw(txt, pool, num_candidates, seed, list(reps), threshold, chunk_size, img)
-    i2t_ranks, t2i_ranks, i2t_scores = _ranked_draws(img, txt, draws)
+        draws = _draw(txt, pool, num_candidates, seed, list(reps), threshold, chunk_size, img, (lo, hi))
+    i2t_ranks, t2i_ranks, i2t_scores = _ranked_draws(img, txt, draws, lo)
+    rows = {
+        "query_id": sid[lo:hi],
+        "image_to_text_ranks": i2t_ranks.T.contiguous(),
+        "text_to_image_ranks": t2i_ranks.T.contiguous(),
+        "ground_truth_score": i2t_scores[0][:, 0].contiguous(),  # s(q, q)
+    }
+    if hard_negatives:
+        hard = _hard(txt, pool, num_candidates, threshold, chunk_size, (lo, hi))
+        rows["hard_rank"] = _ranks(_candidate_scores(img, txt, hard, "image_to_text", lo))
+    return rows
+
+
+def aggregate_rprecision(
+    rows: Mapping[str, Tensor],
+    *,
+    num_candidates: int = 100,
+    r: int = 1,
+    top_r: Sequence[int] = (1, 5, 10),
+    protocol: str = "folds",
+    repeats: int = 10,
+    seed: int = 0,
+) -> dict[str, Tensor | dict[str, Tensor]]:
+    """The values of :func:`text_image_r_precision` from every query's rows of :func:`rprecision_per_query`, in
+    ascending id order (the shares' rows concatenated in share order), with the settings given to it.
+
+    ``hard_r_precision`` is reported when the rows hold ``hard_rank``.
+    """
+    top_r = check_top_r(top_r, check_positive_int(r, "r"), check_positive_int(num_candidates, "num_candidates"))
+    check_choice(protocol, "protocol", PROTOCOLS)
+    sid = rows["query_id"]
+    n, device = sid.shape[0], sid.device
+    i2t_ranks = rows["image_to_text_ranks"].T.contiguous()  # [draws, N]
+    t2i_ranks = rows["text_to_image_ranks"].T.contiguous()
     folds = (fold_assignment(sid, seed, min(repeats, n)), min(repeats, n)) if protocol == "folds" else None
     out, per_query = _rank_values(i2t_ranks, t2i_ranks, sid, r, top_r, folds)
-    if hard_negatives:
-        hard = _hard(txt, pool, num_candidates, threshold, chunk_size)
-        hard_hit = (_ranks(_candidate_scores(img, txt, hard, "image_to_text")) <= r).to(torch.float64)
+    if "hard_rank" in rows:
+        hard_hit = (rows["hard_rank"] <= r).to(torch.float64)
         out["hard_r_precision"] = hard_hit.mean()
         per_query["hard_r_precision"] = hard_hit
-    cos = i2t_scores[0][:, 0].to(torch.float64).clamp(min=0)  # s(q, q)
+    cos = rows["ground_truth_score"].to(torch.float64).clamp(min=0)  # s(q, q)
     out["clip_score"] = 100.0 * cos.mean()
     out["clip_score_w2.5"] = 2.5 * cos.mean()
     per_query["clip_score"] = 100.0 * cos
@@ -144,14 +248,17 @@ def _check_images(image_embeddings: Tensor, text_embeddings: Tensor) -> Tensor:
 
 
 def _ranked_draws(
-    img: Tensor, txt: Tensor, draws: list[tuple[Tensor, Tensor | None]]
+    img: Tensor, txt: Tensor, draws: list[tuple[Tensor, Tensor | None]], first: int = 0
 ) -> tuple[Tensor, Tensor, list[Tensor]]:
-    """The ranks ``[draws, N]`` of each query's ground truth in both directions, and the image -> text scores of
-    every draw (``draws``: the distractor rows of each draw and the image -> text scores its filter kept, or None)."""
-    t2i_scores = [_candidate_scores(img, txt, d, "text_to_image") for d, _ in draws]
+    """The ranks ``[draws, c]`` of each query's ground truth in both directions, and the image -> text scores of
+    every draw (``draws``: the distractor rows of each draw and the image -> text scores its filter kept, or None),
+    for the ``c`` queries at pool positions ``first, first + 1, ...``."""
+    t2i_scores = [_candidate_scores(img, txt, d, "text_to_image", first) for d, _ in draws]
     # the draw's near-duplicate filter already scored the kept pairs image -> text; column 0, s(q, q), is shared
     i2t_scores = [
-        _candidate_scores(img, txt, d, "image_to_text") if fused is None else torch.cat([t2i[:, :1], fused], dim=1)
+        _candidate_scores(img, txt, d, "image_to_text", first)
+        if fused is None
+        else torch.cat([t2i[:, :1], fused], dim=1)
         for (d, fused), t2i in zip(draws, t2i_scores)
     ]
     return torch.stack([_ranks(s) for s in i2t_scores]), torch.stack([_ranks(s) for s in t2i_scores]), i2t_scores

@@ -1,0 +1,179 @@
+"""Cross-modal retrieval, R-precision, hierarchy and zero-shot under DDP: each rank computes only its share of the
+queries (the kernel is spied on in every rank: it is called once, with the rank's share, and returns that share's
+rows), and every output of every rank equals the single-process result bit for bit, at W=4 (the default group) and
+W=2 (a subgroup of ranks 0 and 1: the metrics' ``process_group``), from DistributedSampler shards (uneven, padded with
+repeated samples, in batches). A query short of distractors in one rank's share only is raised, with W=1's message,
+on every rank. One spawn of 4 processes serves every assertion."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from beyondlabels.metrics import (
+    CrossModalRetrieval,
+    HierarchicalPrecisionRecall,
+    TextImageRPrecision,
+    ZeroShotClassification,
+)
+from beyondlabels.taxonomy import Taxonomy
+from tests.ddp import gloo_store, init_gloo
+from tests.oracles.outputs import assert_same_outputs
+
+N = 45  # samples (images for cross-modal): uneven over 2 and 4 ranks
+KERNELS = {  # the per-query kernel each metric module calls, by family
+    "crossmodal": ("beyondlabels.metrics.crossmodal", "crossmodal_per_query"),
+    "rprecision": ("beyondlabels.metrics.rprecision", "rprecision_per_query"),
+    "hierarchy": ("beyondlabels.metrics.hierarchy", "hierarchy_per_query"),
+    "zeroshot": ("beyondlabels.metrics.zeroshot", "classification_per_query"),
+}
+TREE = Taxonomy({f"n{i}": ("root" if i < 3 else f"n{(i - 3) // 2}") for i in range(20)}, root="root")
+RP_SETTINGS = dict(num_candidates=8, top_r=(1, 3), repeats=4, seed=7, hard_negatives=True, near_duplicate_threshold=0.9)
+
+
+def make_data() -> dict:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randperm(1000, generator=g)[:N] * 3 + 5  # scattered ids
+    images = torch.randn(N, 8, generator=g)
+    owner = torch.repeat_interleave(torch.arange(N), torch.randint(1, 4, (N,), generator=g))
+    texts = images[owner] + 1.1 * torch.randn(owner.numel(), 8, generator=g)
+    prompts = torch.randn(N, 8, generator=g)
+    short = prompts.clone()
+    short[-9:] = short[-9] + 1e-3 * torch.randn(9, 8, generator=g)  # 9 near-duplicates: the largest ids go short
+    labels = torch.randint(0, 6, (N,), generator=g)
+    return {
+        "ids": ids,
+        "crossmodal": (images, texts, owner, torch.randperm(5000, generator=g)[: owner.numel()]),
+        "rprecision": (prompts + 1.2 * torch.randn(N, 8, generator=g), prompts, torch.randint(0, 3, (N,), generator=g)),
+        "short": (torch.randn(N, 8, generator=g), short),
+        "hierarchy": (torch.randint(0, len(TREE), (N,), generator=g), torch.randint(1, len(TREE), (N,), generator=g)),
+        "zeroshot": (torch.randn(N, 6, generator=g) + 1.5 * torch.nn.functional.one_hot(labels, 6), labels),
+    }
+
+
+def sampler_shard(rank: int, world: int) -> torch.Tensor:
+    """The sample positions DistributedSampler(shuffle=True, seed=3) gives `rank` (padded with repeated samples)."""
+    order = torch.randperm(N, generator=torch.Generator().manual_seed(3)).tolist()
+    total = -(-N // world) * world
+    order += order[: total - N]
+    return torch.tensor(order[rank:total:world])
+
+
+def build(family: str, data: dict, rows: torch.Tensor, **kwargs):
+    """The family's metric updated with the samples at `rows`, in batches of 4."""
+    ids = data["ids"]
+    if family == "crossmodal":
+        images, texts, owner, text_ids = data["crossmodal"]
+        m = CrossModalRetrieval(ks=(1, 3), return_neighbors=2, chunk_size=4, **kwargs)
+        for part in rows.split(4):
+            t = torch.nonzero(torch.isin(owner, part)).flatten()
+            m.update(images[part], ids[part], texts[t], ids[owner[t]], text_ids[t])
+    elif family in ("rprecision", "short"):
+        settings = {**RP_SETTINGS, "num_candidates": 40} if family == "short" else RP_SETTINGS
+        m = TextImageRPrecision(**settings, chunk_size=5, **kwargs)
+        img, txt = data[family][:2]
+        for part in rows.split(4):
+            m.update(img[part], txt[part], ids[part], class_ids=None if family == "short" else data[family][2][part])
+    elif family == "hierarchy":
+        pred, gt = data["hierarchy"]
+        m = HierarchicalPrecisionRecall(TREE, chunk_size=3, **kwargs)
+        for part in rows.split(4):
+            m.update(pred[part], gt[part], ids[part])
+    else:
+        scores, labels = data["zeroshot"]
+        m = ZeroShotClassification(num_classes=6, ks=(1, 2), **kwargs)
+        for part in rows.split(4):
+            m.update(scores[part], labels[part], ids[part])
+    return m
+
+
+def _spy(calls: list) -> None:
+    """Record, for every call of a family's kernel, its share and the number of query rows it returned."""
+    import importlib
+
+    for family, (module_name, name) in KERNELS.items():
+        module = importlib.import_module(module_name)
+        kernel = getattr(module, name)
+
+        def spied(*args, _kernel=kernel, _family=family, **kwargs):
+            out = _kernel(*args, **kwargs)
+            if _family == "crossmodal":
+                counts = (out["image_to_text/query_index"].numel(), out["text_to_image/query_index"].numel())
+            else:
+                counts = (next(iter(out.values())).shape[0],)
+            calls.append((_family, kwargs.get("share"), counts))
+            return out
+
+        setattr(module, name, spied)
+
+
+def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> None:
+    init_gloo(rank, world, store)
+    try:
+        calls: list = []
+        _spy(calls)
+        pair = dist.new_group([0, 1])  # every rank takes part in creating it
+        results: dict = {}
+        for size, group in ((world, None), (2, pair)):
+            if rank >= size:
+                continue
+            rows = sampler_shard(rank, size)
+            for family in ("crossmodal", "rprecision", "hierarchy", "zeroshot", "short"):
+                kwargs = {} if group is None else {"process_group": group}
+                before = len(calls)
+                try:
+                    results[family, size] = build(family, data, rows, **kwargs).compute()
+                except ValueError as exc:
+                    results[family, size] = str(exc)
+                results[family, size, "calls"] = calls[before:]
+        torch.save(results, f"{out_path}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def _expected_duplicates(family: str, data: dict, world: int) -> int:
+    """The samples a sampler repeats to even out the ranks (for cross-modal: the repeated images and their captions)."""
+    repeated = -(-N // world) * world - N
+    if family != "crossmodal":
+        return repeated
+    again = torch.randperm(N, generator=torch.Generator().manual_seed(3))[:repeated]
+    return repeated + int(torch.isin(data["crossmodal"][2], again).sum())
+
+
+def _expected_counts(family: str, data: dict, rank: int, world: int) -> tuple[int, ...]:
+    if family == "crossmodal":  # the core's search interleaves each direction's queries between the shares
+        n_txt = data["crossmodal"][2].numel()
+        return len(range(rank, N, world)), len(range(rank, n_txt, world))
+    return ((rank + 1) * N // world - rank * N // world,)  # a contiguous run of the id-ordered samples
+
+
+@pytest.mark.slow
+def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_path):
+    data = make_data()
+    single = {}
+    for family in ("crossmodal", "rprecision", "hierarchy", "zeroshot"):
+        single[family] = build(family, data, torch.arange(N)).compute()
+    with pytest.raises(ValueError, match=r"has only \d+ eligible distractors") as short:
+        build("short", data, torch.arange(N)).compute()
+    assert 0.1 < float(single["rprecision"]["r_precision"]) < 0.9  # a value that a wrong split would change
+    out_path = str(tmp_path / "out")
+    mp.spawn(_worker, args=(4, gloo_store(tmp_path), data, out_path), nprocs=4, join=True)
+    got = [torch.load(f"{out_path}.{rank}", weights_only=False) for rank in range(4)]
+    for world in (4, 2):
+        for rank in range(world):
+            result = got[rank]
+            for family, ref in single.items():
+                context = (family, world, rank)
+                out = result[family, world]
+                assert int(out["num_duplicates"]) == _expected_duplicates(family, data, world), context
+                assert_same_outputs(out, ref, context, ignore=("num_duplicates",))
+                if family == "crossmodal":
+                    assert torch.equal(out["neighbors"]["image_ids"], ref["neighbors"]["image_ids"])
+                # the kernel ran once, on this rank's share only
+                assert result[family, world, "calls"] == [
+                    (family, (rank, world), _expected_counts(family, data, rank, world))
+                ], context
+            # the short queries (the 9 largest ids) lie in the last rank's share alone; every rank raises W=1's error
+            assert result["short", world] == str(short.value), (world, rank)
