@@ -106,14 +106,15 @@ def confidence_intervals(
         means = [resampled_means(g.matrix, rounds, seed) if g.bootstrap else None for g in groups]
         return _bounds(groups, means, confidence)
     failure: BaseException | None = None
-    groups, means = [], []
+    groups, means, digest = [], [], ""
     try:
         rounds, seed, confidence = check_rounds(rounds), check_seed(seed), check_confidence(confidence)
         groups = _key_groups(per_query, keys, max_bootstrap_n)
         means = [resampled_means(g.matrix, rounds, seed, share=share) if g.bootstrap else None for g in groups]
+        digest = _digest(groups, rounds, seed)
     except Exception as exc:  # noqa: BLE001 - told to every process below, then raised on every process
         failure = exc
-    means = _gathered_means(groups, means, failure, share, process_group)
+    means = _gathered_means(means, failure, share, process_group, digest)
     if means is None:  # the processes hold different values: each bootstraps its own whole
         means = [resampled_means(g.matrix, rounds, seed) if g.bootstrap else None for g in groups]
     return _bounds(groups, means, confidence)
@@ -180,9 +181,10 @@ def _process_share(process_group: Any) -> tuple[int, int] | None:
     return (torch.distributed.get_rank(process_group), world) if world > 1 else None
 
 
-def _digest(groups: list[_KeyGroup]) -> str:
-    """A fingerprint of what is bootstrapped (keys and values), to tell whether every process holds the same."""
-    digest = hashlib.blake2b(digest_size=16)
+def _digest(groups: list[_KeyGroup], rounds: int, seed: int) -> str:
+    """A fingerprint of what is bootstrapped (keys, values, rounds, seed), to tell whether every process holds the
+    same."""
+    digest = hashlib.blake2b(repr((rounds, seed)).encode(), digest_size=16)
     for group in groups:
         digest.update(repr((group.members, tuple(group.matrix.shape), group.bootstrap)).encode())
         digest.update(group.matrix.contiguous().numpy().tobytes())
@@ -190,16 +192,17 @@ def _digest(groups: list[_KeyGroup]) -> str:
 
 
 def _gathered_means(
-    groups: list[_KeyGroup],
     means: list[Tensor | None],
     failure: BaseException | None,
     share: tuple[int, int],
     process_group: Any,
+    digest: str,
 ) -> list[Tensor | None] | None:
     """Every process's share of the resampled means, joined in rank order (the whole rounds, in order), after one
-    ``all_gather_object``; None when the processes hold different values. Raises on every process when any failed."""
+    ``all_gather_object``; None when the processes hold different values (``digest``: :func:`_digest`). Raises on
+    every process when any failed."""
     rank, world = share
-    mine = (None, repr(failure), None) if failure is not None else (_digest(groups), None, means)
+    mine = (None, repr(failure), None) if failure is not None else (digest, None, means)
     every: list[Any] = [None] * world
     torch.distributed.all_gather_object(every, mine, group=process_group)
     if failure is not None:
