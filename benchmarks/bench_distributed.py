@@ -20,7 +20,8 @@ retrieval's results (``add_confidence_intervals`` over every headline key, 2,000
 The table: each rank's CPU seconds; the busiest rank's against W = 1 (``vs W=1``) and against the ideal
 (``/ideal`` = (busiest / W=1) / (1/W): 1.00 is a perfect split, W would mean every rank does the whole work); the
 peak added by the busiest rank (in memory) and its ratio to W = 1; ``equal``: every scalar of ``compute()`` (and
-every interval bound) equal to W = 1's bit for bit, on every rank (NaN equal to NaN).
+every interval bound) equal to W = 1's bit for bit, on every rank (NaN equal to NaN), but ``num_duplicates`` (the
+sampler's padding copies, which depend on W).
 
 ``--memory`` runs retrieval alone at N = 200,000, D = 256 (the memory criterion: the peak a rank adds in retrieval's
 ``compute()`` at W = 4 against W = 1). The projection (:func:`projection`) uses the rate measured at W = 1.
@@ -194,7 +195,10 @@ def sampler_rows(n: int, rank: int, world: int) -> torch.Tensor:
 
 
 def scalar_values(metric: Any, out: dict[str, Any]) -> dict[str, torch.Tensor]:
-    return {key: torch.as_tensor(out[key]).cpu() for key in metric.output_schema().scalar_keys() if key in out}
+    """Every scalar of ``out`` but ``num_duplicates`` (the copies the sampler pads with: it depends on W by design,
+    0 wherever W divides N)."""
+    keys = [k for k in metric.output_schema().scalar_keys() if k in out and k != "num_duplicates"]
+    return {key: torch.as_tensor(out[key]).cpu() for key in keys}
 
 
 # ---- one rank -------------------------------------------------------------------------------------------------------
