@@ -255,7 +255,11 @@ class EvaluationRunner:
                 mark = time.perf_counter()
                 results = self.core.after_compute(self.core.metric.compute())
                 timings["compute"] = time.perf_counter() - mark
-                if self.core.ci_keys:
+            except Exception as exc:  # noqa: BLE001
+                error = exc
+            # The ranks share the bootstrap rounds (a collective): only if every rank has its results.
+            if self.core.ci_keys and trainer.strategy.reduce_boolean_decision(error is None, all=True):
+                try:
                     mark = time.perf_counter()
                     results, _ = add_confidence_intervals(
                         results,
@@ -263,10 +267,11 @@ class EvaluationRunner:
                         self.core.ci_keys,
                         rounds=self.core.bootstrap_rounds,
                         seed=self.core.ci_seed,
+                        distributed=True,
                     )
                     timings["intervals"] = time.perf_counter() - mark
-            except Exception as exc:  # noqa: BLE001
-                error = exc
+                except Exception as exc:  # noqa: BLE001
+                    error = exc
         return results, error
 
     def run(

@@ -7,7 +7,9 @@ which the metric must drop by id so that the numbers equal a single-process run.
 MODE: "dicts" (dict batches with ids), "tuples" ((point, label) batches without ids: the evaluation uses dataset
 indices), "strict_file_error" (strict mode and an unwritable save_dir: rank 0 fails writing, every rank must raise),
 "empty_rank" (the callback feeds no sample on rank 1, as a filter of a user's might leave it none), "rank0_shard" (one
-process evaluating only the items rank 0 holds under two processes: the even indices).
+process evaluating only the items rank 0 holds under two processes: the even indices), "compute_error_last_rank"
+(the results fail on the last rank after the metric's compute, before the intervals, whose rounds the ranks share:
+the evaluation must fail on every rank, with no rank left waiting, and training go on).
 PACKAGE: the Lightning package of the Trainer, module and callback: "pytorch_lightning" (default) or
 "lightning.pytorch".
 """
@@ -62,6 +64,16 @@ def main() -> None:
                     super().feed(pl_module, batch)
 
         RetrievalEvalCallback = FedOnRankZero  # noqa: N806
+    if mode == "compute_error_last_rank":
+
+        class FailsOnLastRank(RetrievalEvalCallback):
+            def after_compute(self, results):
+                trainer = self.eval_trainer
+                if trainer.global_rank == trainer.world_size - 1:
+                    raise RuntimeError("results refused on the last rank (injected)")
+                return super().after_compute(results)
+
+        RetrievalEvalCallback = FailsOnLastRank  # noqa: N806
     if mode == "strict_file_error":
         blocker = out.parent / "not_a_folder"
         blocker.write_text("a file where the evaluation folder should go")

@@ -98,6 +98,18 @@ def test_strict_file_errors_on_rank_zero_stop_every_rank(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_a_failure_on_one_rank_after_compute_fails_the_evaluation_on_every_rank(tmp_path: Path):
+    """The last rank fails between the metric's compute and the intervals (a collective: the ranks share the
+    bootstrap rounds): every rank records the failure, none waits in the intervals, training finishes."""
+    ranks = _run(tmp_path, 2, "compute_error_last_rank")
+    assert len(ranks) == 2
+    for rank in ranks:
+        assert len(rank["history"]) == 1 and "error" in rank["history"][0], rank["history"]
+        assert "retrieval/precision@1" not in rank["logged"]
+    assert "injected" in ranks[1]["history"][0]["error"]
+
+
+@pytest.mark.slow
 def test_a_rank_without_samples_contributes_nothing(tmp_path: Path):
     """Rank 1 feeds no sample: the evaluation completes, and both ranks log what one process computes on rank 0's
     samples (gloo aborted the job with a collective mismatch before)."""

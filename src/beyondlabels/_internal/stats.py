@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -21,6 +22,9 @@ from beyondlabels._internal.checks import check_seed as check_seed
 
 # Resampled values held at once by the bootstrap (rounds are processed in chunks of at most this many values).
 CHUNK_VALUES = 1 << 22
+# Resampling rounds come in blocks of this many, each drawn from its own generator (`resampled_means`), so that any
+# split of the blocks between processes gives the same rounds.
+ROUNDS_PER_BLOCK = 50
 
 
 @dataclass(frozen=True)
@@ -97,29 +101,64 @@ def t_sf(t: float, df: float) -> float:
 # ---- resampling -----------------------------------------------------------------------------------------------------
 
 
-def resampled_means(values: Tensor, rounds: int, generator: torch.Generator) -> Tensor:
-    """Means ``[rounds, K]`` of ``rounds`` resamples (with replacement) of the rows of ``values`` ``[n, K]``.
+def block_seed(seed: int, stream: int, block: int) -> int:
+    """The seed of the generator that draws round block ``block`` of stream ``stream``: the first 64-bit word of
+    numpy's ``SeedSequence([seed mod 2**64, stream, block])`` (well mixed: neighbouring seeds and blocks give unrelated
+    streams)."""
+    words = np.random.SeedSequence([seed % 2**64, stream, block]).generate_state(1, dtype=np.uint64)
+    return int(words[0])
 
-    One set of resamples serves every column: each round's multiplicities (counts of each row) times the matrix.
-    Rounds are drawn in chunks, so memory is bounded by ``CHUNK_VALUES``, and the numbers do not depend on the chunk.
+
+def round_blocks(rounds: int, share: tuple[int, int] | None = None) -> range:
+    """The round blocks (of ``ROUNDS_PER_BLOCK`` rounds, the last one shorter) that ``share = (rank, world)``
+    computes: the ``rank``-th of ``world`` contiguous runs of nearly equal length (every block when None). Taken in
+    rank order, the shares' rounds are the rounds ``0 .. rounds - 1`` in order.
+
+    Examples:
+        >>> [list(round_blocks(120, (rank, 2))) for rank in range(2)], list(round_blocks(120))
+        ([[0], [1, 2]], [0, 1, 2])
     """
-    n = values.shape[0]
+    blocks = -(-rounds // ROUNDS_PER_BLOCK)
+    if share is None:
+        return range(blocks)
+    rank, world = share
+    return range(blocks * rank // world, blocks * (rank + 1) // world)
+
+
+def resampled_means(
+    values: Tensor, rounds: int, seed: int, *, stream: int = 0, share: tuple[int, int] | None = None
+) -> Tensor:
+    """Means ``[R, K]`` of resamples (with replacement) of the rows of ``values`` ``[n, K]``: every round
+    (``R = rounds``), or with ``share = (rank, world)`` only the rounds of that share's blocks (:func:`round_blocks`).
+
+    The draw rule (what makes a split exact): round ``r`` belongs to block ``b = r // ROUNDS_PER_BLOCK``; the rounds
+    of block ``b`` draw their row indices in order, ``n`` per round, as ``torch.randint(n, ...)`` from a CPU
+    generator seeded with :func:`block_seed` ``(seed, stream, b)``. A round's draws therefore depend on
+    ``(seed, stream, r)`` alone, not on which process computes it, and the shares of ``world`` processes
+    concatenated in rank order equal the whole. One set of resamples serves every column (each round's row counts
+    times the matrix); a block is drawn in chunks so memory is bounded by ``CHUNK_VALUES`` (the numbers do not depend
+    on the chunk).
+    """
+    n, width = values.shape
     chunk = max(1, CHUNK_VALUES // max(n, 1))
-    parts = []
-    for start in range(0, rounds, chunk):
-        size = min(chunk, rounds - start)
-        index = torch.randint(n, (size, n), generator=generator)
-        counts = torch.zeros(size, n, dtype=torch.float64).scatter_add_(
-            1, index, torch.ones(size, n, dtype=torch.float64)
-        )
-        parts.append(counts @ values / n)
+    parts = [torch.empty(0, width, dtype=values.dtype)]
+    for block in round_blocks(rounds, share):
+        generator = torch.Generator(device="cpu").manual_seed(block_seed(seed, stream, block))
+        start, stop = block * ROUNDS_PER_BLOCK, min(rounds, (block + 1) * ROUNDS_PER_BLOCK)
+        for first in range(start, stop, chunk):
+            size = min(chunk, stop - first)
+            index = torch.randint(n, (size, n), generator=generator)
+            counts = torch.zeros(size, n, dtype=torch.float64).scatter_add_(
+                1, index, torch.ones(size, n, dtype=torch.float64)
+            )
+            parts.append(counts @ values / n)
     return torch.cat(parts)
 
 
 def bootstrap_means(groups: Sequence[Tensor], rounds: int, seed: int) -> list[Tensor]:
-    """Resampled means ``[rounds]`` of each vector in ``groups`` (independent resamples, one generator)."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    return [resampled_means(values.unsqueeze(1), rounds, generator)[:, 0] for values in groups]
+    """Resampled means ``[rounds]`` of each vector in ``groups`` (independent resamples: group ``i`` is stream ``i``
+    of :func:`resampled_means`)."""
+    return [resampled_means(values.unsqueeze(1), rounds, seed, stream=i)[:, 0] for i, values in enumerate(groups)]
 
 
 def interval_from(

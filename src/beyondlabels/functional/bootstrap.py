@@ -4,13 +4,15 @@ Pure torch (float64 on the CPU). Every evaluation writes one value per query (``
 such vectors.
 
 Definitions (stated once)
-Definitions (stated once)
     - **Missing values.** NaN entries (lone queries, queries a metric leaves out) are dropped before any statistic;
       ``n`` counts what is left. A paired difference is NaN when either side is.
-    - **Bootstrap** (:func:`bootstrap_ci`): ``rounds`` resamples of the ``n`` values with replacement, drawn by a
-      CPU ``torch.Generator`` seeded with ``seed`` (so the same seed gives the same interval on any device and world
-      size); the statistic is the mean. ``"percentile"``: the ``(1-c)/2`` and ``(1+c)/2`` quantiles (linear
-      interpolation) of the resampled means. ``"bca"`` (bias-corrected and accelerated, Efron 1987): bias
+    - **Bootstrap** (:func:`bootstrap_ci`): ``rounds`` resamples of the ``n`` values with replacement; the statistic
+      is the mean. The draws are a function of ``seed`` alone (the same seed gives the same interval on any device
+      and world size): rounds come in blocks of 50, block ``b``'s drawn in order by a CPU ``torch.Generator`` seeded
+      from ``(seed, b)`` (the rule: ``resampled_means`` in ``beyondlabels._internal.stats``), so processes can share
+      the rounds and still get one process's interval bit for bit. ``"percentile"``: the ``(1-c)/2`` and
+      ``(1+c)/2`` quantiles (linear interpolation) of the resampled means. ``"bca"`` (bias-corrected and
+      accelerated, Efron 1987): bias
       ``z0 = Phi^-1((#{m* < m} + #{m* <= m}) / (2B))`` and acceleration ``a = sum(d^3) / (6 (sum d^2)^1.5)`` with
       ``d_i`` the jackknife deviations ``mean(theta_(.)) - theta_(i)``; the quantile levels become
       ``Phi(z0 + (z0 + z) / (1 - a (z0 + z)))`` for ``z = Phi^-1`` of each percentile level. ``n == 1`` or constant
