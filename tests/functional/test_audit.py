@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from beyondlabels.functional.audit import (
+    audit_label_shares,
     audit_neighbors,
     join_neighbors,
     suspect_overlap,
@@ -54,6 +55,33 @@ def test_audit_matches_numpy_oracle(seed: int, k: int) -> None:
     assert got.class_items.tolist() == [int((labels == c).sum()) for c in classes]
     assert got.class_suspects.tolist() == [int(want["is_suspect"][labels == c].sum()) for c in classes]
     assert got.class_outliers.tolist() == [int(want["is_outlier"][labels == c].sum()) for c in classes]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 200])
+def test_label_shares_computed_share_by_share_match_the_oracle(count: int) -> None:
+    """The per-item part of the audit, computed share by share (as the processes of a distributed evaluation do) and
+    joined in share order, is the oracle's; the audit built from it equals the oracle's (more shares than items:
+    some shares are empty)."""
+    x, labels = _clustered(4)
+    nb = _neighbors(x, 6)
+    y = torch.from_numpy(labels)
+    parts = [audit_label_shares(nb, y, share=(i, count)) for i in range(count)]
+    joined = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+    want = audit_oracle(nb.indices.numpy(), nb.scores.double().numpy(), labels)
+    for key in ("own_share", "suggested_share"):
+        np.testing.assert_allclose(joined[key].numpy(), want[key], rtol=1e-9, atol=1e-12, err_msg=key)
+    np.testing.assert_array_equal(joined["suggested_label"].numpy(), want["suggested_label"])
+    got = audit_neighbors(nb, y, label_shares=joined)
+    assert got.suspects.tolist() == want["suspects"]
+    np.testing.assert_allclose(got.label_quality.numpy(), want["label_quality"], rtol=1e-9, atol=1e-12)
+
+
+def test_label_shares_of_the_wrong_length_are_refused() -> None:
+    x, labels = _clustered(4)
+    nb, y = _neighbors(x, 6), torch.from_numpy(labels)
+    half = audit_label_shares(nb, y, share=(0, 2))
+    with pytest.raises(ValueError, match="label_shares"):
+        audit_neighbors(nb, y, label_shares=half)
 
 
 def test_planted_cases_are_found() -> None:

@@ -1,9 +1,10 @@
-"""Cross-modal retrieval, R-precision, hierarchy and zero-shot under DDP: each rank computes only its share of the
-queries (the kernel is spied on in every rank: it is called once, with the rank's share, and returns that share's
-rows), and every output of every rank equals the single-process result bit for bit, at W=4 (the default group) and
-W=2 (a subgroup of ranks 0 and 1: the metrics' ``process_group``), from DistributedSampler shards (uneven, padded with
-repeated samples, in batches). A query short of distractors in one rank's share only is raised, with W=1's message,
-on every rank. One spawn of 4 processes serves every assertion."""
+"""Retrieval, cross-modal retrieval, R-precision, hierarchy and zero-shot under DDP: each rank computes only its share
+of the queries (the kernel is spied on in every rank: it is called once, with the rank's share, and returns that
+share's rows; retrieval's leave-one-out search multiplies 1/W of the single search's scores, none twice), and every
+output of every rank equals the single-process result bit for bit, at W=4 (the default group) and W=2 (a subgroup of
+ranks 0 and 1: the metrics' ``process_group``), from DistributedSampler shards (uneven, padded with repeated samples,
+in batches). A query short of distractors in one rank's share only is raised, with W=1's message, on every rank. One
+spawn of 4 processes serves every assertion."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import beyondlabels.functional._leave_one_out as search
 from beyondlabels.metrics import (
     CrossModalRetrieval,
+    EmbeddingRetrieval,
     HierarchicalPrecisionRecall,
     TextImageRPrecision,
     ZeroShotClassification,
@@ -28,8 +31,14 @@ KERNELS = {  # the per-query kernel each metric module calls, by family
     "rprecision": ("beyondlabels.metrics.rprecision", "rprecision_per_query"),
     "hierarchy": ("beyondlabels.metrics.hierarchy", "hierarchy_per_query"),
     "zeroshot": ("beyondlabels.metrics.zeroshot", "classification_per_query"),
+    "retrieval": ("beyondlabels.metrics.retrieval", "audit_label_shares"),  # the label audit's per-item part
 }
 TREE = Taxonomy({f"n{i}": ("root" if i < 3 else f"n{(i - 3) // 2}") for i in range(20)}, root="root")
+RETRIEVAL = {  # leave-one-out: the candidate search (deep R), running top lists (shallow), with the label audit
+    "retrieval": dict(ks=(1, 5), return_neighbors=3, chunk_size=64, audit={"k": 5, "exclude_suspects": True}),
+    "retrieval_shallow": dict(ks=(1, 4), deep_metrics=False, chunk_size=16, distance="euclidean"),
+}
+N_RETRIEVAL = 1100  # 11 classes: R about 100, deep enough for the candidate search
 RP_SETTINGS = dict(num_candidates=8, top_r=(1, 3), repeats=4, seed=7, hard_negatives=True, near_duplicate_threshold=0.9)
 
 
@@ -50,13 +59,18 @@ def make_data() -> dict:
         "short": (torch.randn(N, 8, generator=g), short),
         "hierarchy": (torch.randint(0, len(TREE), (N,), generator=g), torch.randint(1, len(TREE), (N,), generator=g)),
         "zeroshot": (torch.randn(N, 6, generator=g) + 1.5 * torch.nn.functional.one_hot(labels, 6), labels),
+        "retrieval": (
+            torch.randn(11, 12, generator=g)[torch.arange(N_RETRIEVAL) % 11]
+            + 1.3 * torch.randn(N_RETRIEVAL, 12, generator=g),
+            torch.arange(N_RETRIEVAL) % 11,
+        ),
     }
 
 
-def sampler_shard(rank: int, world: int) -> torch.Tensor:
+def sampler_shard(rank: int, world: int, n: int = N) -> torch.Tensor:
     """The sample positions DistributedSampler(shuffle=True, seed=3) gives `rank` (padded with repeated samples)."""
-    order = torch.randperm(N, generator=torch.Generator().manual_seed(3)).tolist()
-    total = -(-N // world) * world
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(3)).tolist()
+    total = -(-n // world) * world
     order += order[: total - N]
     return torch.tensor(order[rank:total:world])
 
@@ -64,7 +78,12 @@ def sampler_shard(rank: int, world: int) -> torch.Tensor:
 def build(family: str, data: dict, rows: torch.Tensor, **kwargs):
     """The family's metric updated with the samples at `rows`, in batches of 4."""
     ids = data["ids"]
-    if family == "crossmodal":
+    if family in RETRIEVAL:
+        emb, labels = data["retrieval"]
+        m = EmbeddingRetrieval(**RETRIEVAL[family], **kwargs)
+        for part in rows.split(100):
+            m.update(emb[part], labels[part], part * 7 + 2)
+    elif family == "crossmodal":
         images, texts, owner, text_ids = data["crossmodal"]
         m = CrossModalRetrieval(ks=(1, 3), return_neighbors=2, chunk_size=4, **kwargs)
         for part in rows.split(4):
@@ -108,6 +127,15 @@ def _spy(calls: list) -> None:
 
         setattr(module, name, spied)
 
+    blocks = search._symmetric_blocks
+
+    def counted(*args, **kwargs):  # the scores of the symmetric blocks this process multiplies
+        for item in blocks(*args, **kwargs):
+            calls.append(("scores", item[-1].numel()))
+            yield item
+
+    search._symmetric_blocks = counted
+
 
 def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> None:
     init_gloo(rank, world, store)
@@ -119,8 +147,8 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
         for size, group in ((world, None), (2, pair)):
             if rank >= size:
                 continue
-            rows = sampler_shard(rank, size)
-            for family in ("crossmodal", "rprecision", "hierarchy", "zeroshot", "short"):
+            for family in ("crossmodal", "rprecision", "hierarchy", "zeroshot", "short", *RETRIEVAL):
+                rows = sampler_shard(rank, size, N_RETRIEVAL if family in RETRIEVAL else N)
                 kwargs = {} if group is None else {"process_group": group}
                 before = len(calls)
                 try:
@@ -135,7 +163,8 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
 
 def _expected_duplicates(family: str, data: dict, world: int) -> int:
     """The samples a sampler repeats to even out the ranks (for cross-modal: the repeated images and their captions)."""
-    repeated = -(-N // world) * world - N
+    n = N_RETRIEVAL if family in RETRIEVAL else N
+    repeated = -(-n // world) * world - n
     if family != "crossmodal":
         return repeated
     again = torch.randperm(N, generator=torch.Generator().manual_seed(3))[:repeated]
@@ -150,11 +179,25 @@ def _expected_counts(family: str, data: dict, rank: int, world: int) -> tuple[in
 
 
 @pytest.mark.slow
-def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_path):
+def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_path, monkeypatch):
     data = make_data()
-    single = {}
+    single, scores = {}, {}
     for family in ("crossmodal", "rprecision", "hierarchy", "zeroshot"):
         single[family] = build(family, data, torch.arange(N)).compute()
+    blocks = search._symmetric_blocks
+    for family in RETRIEVAL:  # and the scores its search multiplies
+        counts: list = []
+
+        def counted(*args, _counts=counts, **kwargs):
+            for item in blocks(*args, **kwargs):
+                _counts.append(item[-1].numel())
+                yield item
+
+        monkeypatch.setattr(search, "_symmetric_blocks", counted)
+        single[family] = build(family, data, torch.arange(N_RETRIEVAL)).compute()
+        scores[family] = sum(counts)
+    monkeypatch.undo()
+    assert int(single["retrieval"]["audit_num_suspects"]) > 0  # the audit has something to report
     with pytest.raises(ValueError, match=r"has only \d+ eligible distractors") as short:
         build("short", data, torch.arange(N)).compute()
     assert 0.1 < float(single["rprecision"]["r_precision"]) < 0.9  # a value that a wrong split would change
@@ -171,6 +214,18 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
                 assert_same_outputs(out, ref, context, ignore=("num_duplicates",))
                 if family == "crossmodal":
                     assert torch.equal(out["neighbors"]["image_ids"], ref["neighbors"]["image_ids"])
+                if family in RETRIEVAL:  # 1/W of the single search's scores, and the audit's tables
+                    every = [
+                        sum(call[1] for call in got[r][family, world, "calls"] if call[0] == "scores")
+                        for r in range(world)
+                    ]
+                    assert sum(every) == scores[family] and max(every) <= scores[family] / world * 1.02, context
+                    if "audit" in ref:
+                        assert_same_outputs(out["audit"], ref["audit"], context)
+                        audit_calls = [c for c in result[family, world, "calls"] if c[0] == family]
+                        span = (rank + 1) * N_RETRIEVAL // world - rank * N_RETRIEVAL // world
+                        assert audit_calls == [(family, (rank, world), (span,))], context
+                    continue
                 # the kernel ran once, on this rank's share only
                 assert result[family, world, "calls"] == [
                     (family, (rank, world), _expected_counts(family, data, rank, world))

@@ -12,7 +12,13 @@ flips, per-class regressions and forgetting events between checkpoints.
 
 from beyondlabels.functional.abtest import ABResult, ab_test, paired_differences, paired_t_ci, sample_size
 from beyondlabels.functional.agreement import Correlation, cohen_kappa, kendall_tau, spearman
-from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors, suspect_overlap
+from beyondlabels.functional.audit import (
+    AuditSettings,
+    LabelAudit,
+    audit_label_shares,
+    audit_neighbors,
+    suspect_overlap,
+)
 from beyondlabels.functional.bootstrap import Interval, bootstrap_ci, bootstrap_difference_ci
 from beyondlabels.functional.convergence import ConvergenceRule
 from beyondlabels.functional.crossmodal import (
@@ -93,6 +99,7 @@ from beyondlabels.functional.zeroshot import (
 __all__ = [
     "AuditSettings",
     "LabelAudit",
+    "audit_label_shares",
     "audit_neighbors",
     "suspect_overlap",
     "ConvergenceRule",

@@ -9,10 +9,11 @@ from beyondlabels.functional.label_audit import (
     QUALITY_THRESHOLD,
     AuditSettings,
     LabelAudit,
+    audit_label_shares,
     audit_neighbors,
     join_neighbors,
     suspect_overlap,
 )
 
-__all__ = ["AuditSettings", "LabelAudit", "audit_neighbors", "join_neighbors", "suspect_overlap"]
+__all__ = ["AuditSettings", "LabelAudit", "audit_label_shares", "audit_neighbors", "join_neighbors", "suspect_overlap"]
 __all__ += ["DUPLICATE_THRESHOLD", "OUTLIER_THRESHOLD", "QUALITY_THRESHOLD"]

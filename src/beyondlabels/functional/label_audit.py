@@ -47,9 +47,10 @@ import torch
 from torch import Tensor
 
 from beyondlabels._internal.checks import check_bool, check_number, check_positive_int
+from beyondlabels._internal.shares import share_span
 from beyondlabels.functional._search_paths import Neighbors
 
-__all__ = ["AuditSettings", "LabelAudit", "audit_neighbors", "join_neighbors", "suspect_overlap"]
+__all__ = ["AuditSettings", "LabelAudit", "audit_label_shares", "audit_neighbors", "join_neighbors", "suspect_overlap"]
 
 QUALITY_THRESHOLD = 0.5
 OUTLIER_THRESHOLD = 3.5
@@ -244,6 +245,7 @@ def audit_neighbors(
     quality_threshold: float = QUALITY_THRESHOLD,
     outlier_threshold: float = OUTLIER_THRESHOLD,
     duplicate_threshold: float = DUPLICATE_THRESHOLD,
+    label_shares: Mapping[str, Tensor] | None = None,
 ) -> LabelAudit:
     """Audit ``N`` labelled items from their leave-one-out neighbours (definitions in the module docstring).
 
@@ -254,6 +256,8 @@ def audit_neighbors(
         quality_threshold: Suspects have ``label_quality`` below it (and another suggested label).
         outlier_threshold: Outliers have ``outlier_score`` above it.
         duplicate_threshold: Near-duplicate pairs have a cosine score of at least it.
+        label_shares: The per-item part, computed beforehand (e.g. share by share by several processes):
+            :func:`audit_label_shares` of every item, the shares' values concatenated in share order.
 
     Returns:
         A :class:`LabelAudit`.
@@ -278,7 +282,10 @@ def audit_neighbors(
     _check_thresholds(quality_threshold, outlier_threshold, duplicate_threshold)
     classes, y_code = torch.unique(y, return_inverse=True)
     n_classes = classes.numel()
-    own, suggested, suggested_share = _label_shares(idx, s, y_code, classes)
+    if label_shares is None:
+        own, suggested, suggested_share = _label_shares(idx, s, y_code, classes, 0)
+    else:
+        own, suggested, suggested_share = _given_shares(label_shares, y.shape[0])
     counts = torch.bincount(y_code, minlength=n_classes)
     rate_c = torch.zeros(n_classes, dtype=torch.float64, device=y.device).index_add_(0, y_code, own) / counts
     rate = rate_c[y_code]
@@ -313,15 +320,54 @@ def audit_neighbors(
     )
 
 
-def _label_shares(idx: Tensor, s: Tensor, y_code: Tensor, classes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def audit_label_shares(
+    neighbors: Neighbors, labels: Tensor, *, k: int | None = None, share: tuple[int, int] | None = None
+) -> dict[str, Tensor]:
+    """The per-item part of :func:`audit_neighbors` for the items of ``share=(i, n)`` (the i-th of n contiguous
+    near-equal runs of the items; all by default): float64 ``own_share``, int64 ``suggested_label`` and float64
+    ``suggested_share`` (definitions in the module docstring). :func:`audit_neighbors` takes the shares' values back,
+    concatenated in share order, as ``label_shares``.
+
+    Examples:
+        >>> from beyondlabels.functional.search import search_neighbors
+        >>> x = torch.tensor([[1.0, 0.1], [1.0, 0.2], [1.0, 0.0], [1.0, 0.15], [0.1, 1.0], [0.2, 1.0], [0.0, 1.0]])
+        >>> nb, y = join_neighbors(search_neighbors(x, 2), 7), torch.tensor([0, 0, 0, 1, 1, 1, 1])
+        >>> parts = [audit_label_shares(nb, y, share=(i, 2)) for i in range(2)]
+        >>> joined = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+        >>> audit_neighbors(nb, y, label_shares=joined).suspects.tolist()
+        [3]
+    """
+    idx, s, y, k = _check_inputs(neighbors, labels, k)
+    classes, y_code = torch.unique(y, return_inverse=True)
+    lo, hi = share_span(y.shape[0], share)
+    own, suggested, suggested_share = _label_shares(idx[lo:hi], s[lo:hi], y_code, classes, lo)
+    return {"own_share": own, "suggested_label": suggested, "suggested_share": suggested_share}
+
+
+def _given_shares(label_shares: Mapping[str, Tensor], n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``own_share``, ``suggested_label`` and ``suggested_share`` of :func:`audit_label_shares`, checked."""
+    if not isinstance(label_shares, Mapping) or not all(
+        isinstance(label_shares.get(key), Tensor) and label_shares[key].shape == (n,) for key in _SHARE_KEYS
+    ):
+        raise ValueError(
+            f"`label_shares` must map {list(_SHARE_KEYS)} to [{n}] tensors (audit_label_shares of every item)."
+        )
+    return tuple(label_shares[key] for key in _SHARE_KEYS)  # type: ignore[return-value]
+
+
+_SHARE_KEYS = ("own_share", "suggested_label", "suggested_share")
+
+
+def _label_shares(idx: Tensor, s: Tensor, y_code: Tensor, classes: Tensor, lo: int) -> tuple[Tensor, Tensor, Tensor]:
     """Each item's weighted share of neighbours with its own label, its suggested label (the label of the largest
-    weighted share, the smaller label on ties) and that share."""
-    n, n_classes, device = y_code.shape[0], classes.numel(), y_code.device
-    nl = y_code[idx]  # [N, k] neighbour class positions
+    weighted share, the smaller label on ties) and that share, for the items ``lo, lo + 1, ...`` whose neighbours
+    ``idx`` and scores ``s`` are given (``y_code``: every item's class position)."""
+    n, n_classes, device = idx.shape[0], classes.numel(), y_code.device
+    nl = y_code[idx]  # [n, k] neighbour class positions
     w = s.clamp(min=0)
     w = torch.where(w.sum(dim=1, keepdim=True) > 0, w, torch.ones_like(w))
     w = w / w.sum(dim=1, keepdim=True)
-    own = (w * (nl == y_code[:, None])).sum(dim=1)
+    own = (w * (nl == y_code[lo : lo + n, None])).sum(dim=1)
 
     # Weighted share of every (item, label) present among the neighbours, then the largest per item.
     key = torch.arange(n, device=device)[:, None] * n_classes + nl

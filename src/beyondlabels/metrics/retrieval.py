@@ -14,7 +14,7 @@ from beyondlabels._internal.checks import (
     check_int,
     check_positive_int,
 )
-from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_neighbors
+from beyondlabels.functional.audit import AuditSettings, LabelAudit, audit_label_shares, audit_neighbors
 from beyondlabels.functional.labels import encode_labels
 from beyondlabels.functional.relevance import ClassGains
 from beyondlabels.functional.retrieval import (
@@ -24,6 +24,7 @@ from beyondlabels.functional.retrieval import (
     sample_queries,
 )
 from beyondlabels.functional.search import Neighbors
+from beyondlabels.metrics._shares import shared_rows
 from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
 from beyondlabels.schema import KeySpec, OutputSchema
 
@@ -326,6 +327,7 @@ class EmbeddingRetrieval(PerSampleMetric):
         found = out["neighbors"]
         n = ids.numel()
         nb = Neighbors(torch.arange(n, device=ids.device), found["scores"][:, :k], found["indices"][:, :k])
+        per_item = shared_rows(self, lambda part: audit_label_shares(nb, labels, k=k, share=part), share is not None)
         a = audit_neighbors(
             nb,
             labels,
@@ -333,6 +335,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             quality_threshold=settings.quality_threshold,
             outlier_threshold=settings.outlier_threshold,
             duplicate_threshold=settings.duplicate_threshold,
+            label_shares=per_item,
         )
         if self.return_neighbors:
             out["neighbors"] = {key: value[:, : self.return_neighbors] for key, value in found.items()}
