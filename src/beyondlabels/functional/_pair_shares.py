@@ -17,6 +17,7 @@ The processes meet only through the :class:`Exchange` they are given: this modul
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -84,12 +85,36 @@ def shared_block_search(
     n = gn.shape[0]
     block, candidates = search_plan(n, depths, chunk_size)
     bounds = [i * n // count for i in range(count + 1)]  # rows owned: any cut will do, an even one balances
-    part = (index, count)
+    split = _Split(gn, sq, block, bounds, chunk_size, exchange)
     if candidates:
-        return _candidate_pairs(gn, depths, block, bounds, chunk_size, exchange, sq, part)
+        return _candidate_search(split, depths)
     if n * int(depths.max()) * 8 > _BUFFER_BYTES:
         return None
-    return _running_pairs(gn, depths, block, bounds, chunk_size, exchange, sq, part)
+    return _running_search(split, depths)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """One process's part of a search split by slices: the unit rows ``gn`` (Euclidean coarse scores with their
+    squared norms ``sq``), the block side, the rows each process owns (``bounds[k]:bounds[k + 1]``), the chunk size
+    of what is yielded and the exchange between the processes."""
+
+    gn: Tensor
+    sq: Tensor | None
+    block: int
+    bounds: list[int]
+    chunk_size: int
+    exchange: Exchange
+
+    @property
+    def part(self) -> tuple[int, int]:
+        """The slice of every block's rows this process multiplies."""
+        return self.exchange.rank, self.exchange.world
+
+    @property
+    def own(self) -> tuple[int, int]:
+        """The rows this process owns."""
+        return self.bounds[self.exchange.rank], self.bounds[self.exchange.rank + 1]
 
 
 def _merged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: list[int], depth: int) -> Tensor:
@@ -124,28 +149,20 @@ def _in_depth_chunks(keys: Tensor, depths: Tensor, lo: int, chunk_size: int) -> 
         yield local + lo, vals, idx
 
 
-def _running_pairs(
-    gn: Tensor,
-    depths: Tensor,
-    block: int,
-    bounds: list[int],
-    chunk_size: int,
-    exchange: Exchange,
-    sq: Tensor | None,
-    part: tuple[int, int],
-) -> Iterator[Part]:
-    """Running top lists of every row over this process's pairs, merged by the owners."""
-    n, depth = gn.shape[0], int(depths.max())
-    keys = _select.sort_rows_descending(leave_one_out_keys(gn, depth, block, 0, n, sq, part), in_place=True)
-    lo, hi = bounds[exchange.rank], bounds[exchange.rank + 1]
-    mine = _merged(exchange, keys, (keys != _LOWEST_KEY).sum(dim=1), 0, bounds, depth)
+def _running_search(split: _Split, depths: Tensor) -> Iterator[Part]:
+    """Running top lists of every row over this process's slices, merged by the owners."""
+    n, depth = split.gn.shape[0], int(depths.max())
+    keys = leave_one_out_keys(split.gn, depth, split.block, 0, n, split.sq, split.part)
+    keys = _select.sort_rows_descending(keys, in_place=True)
+    lo, hi = split.own
+    mine = _merged(split.exchange, keys, (keys != _LOWEST_KEY).sum(dim=1), 0, split.bounds, depth)
     del keys
-    yield from _in_depth_chunks(mine, depths[lo:hi], lo, chunk_size)
+    yield from _in_depth_chunks(mine, depths[lo:hi], lo, split.chunk_size)
 
 
 def _pair_needs(depths: Tensor, bounds: list[int], run: int, chunk_size: int) -> Tensor:
-    """Every row's ``need``: the deepest depth of its chunk, chunks formed among the rows of one share within one run
-    in ascending order of depth (as the owner yields them)."""
+    """Every row's ``need``: the deepest depth of its chunk, chunks formed among the rows one process owns within one
+    run, in ascending order of depth (as the owner yields them)."""
     n = depths.shape[0]
     need = torch.empty_like(depths)
     for start in range(0, n, run):
@@ -157,23 +174,14 @@ def _pair_needs(depths: Tensor, bounds: list[int], run: int, chunk_size: int) ->
     return need
 
 
-def _candidate_pairs(
-    gn: Tensor,
-    depths: Tensor,
-    block: int,
-    bounds: list[int],
-    chunk_size: int,
-    exchange: Exchange,
-    sq: Tensor | None,
-    part: tuple[int, int],
-) -> Iterator[Part]:
-    """Candidate lists over this process's pairs, run by run (runs whose buffers fit the budget, as one process
+def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
+    """Candidate lists over this process's slices, run by run (runs whose buffers fit the budget, as one process
     searches them); each owner merges its rows of a run and searches again the rows still short of their need."""
+    gn, sq, block, bounds, exchange = split.gn, split.sq, split.block, split.bounds, split.exchange
     n = gn.shape[0]
-    me = exchange.rank
     run = block * max(1, _BUFFER_BYTES // (_candidate_cap(int(depths.max())) * 8 * block))
-    need = _pair_needs(depths, bounds, run, chunk_size)
-    lo, hi = bounds[me], bounds[me + 1]
+    need = _pair_needs(depths, bounds, run, split.chunk_size)
+    lo, hi = split.own
     widest = max(bounds[k + 1] - bounds[k] for k in range(exchange.world))
     own = torch.full((widest,), torch.finfo(torch.float32).min, dtype=torch.float32, device=gn.device)
     own[: hi - lo] = _sampled_bounds(gn, need[lo:hi], block, lo, hi, sq)
@@ -183,15 +191,15 @@ def _candidate_pairs(
         stop = min(start + run, n)
         depth = int(need[start:stop].max())
         buffers = CandidateBuffers(stop - start, depth, _candidate_cap(depth, stop - start), bound[start:stop].clone())
-        collect_candidates(gn, block, start, stop, buffers, sq, part)
+        collect_candidates(gn, block, start, stop, buffers, sq, split.part)
         partial, held = _partial_lists(buffers, depth)
         buffers = None
         a, b = max(start, lo), min(stop, hi)
         mine = _merged(exchange, partial, held, start, bounds, depth)
         del partial
         if b > a:
-            _search_short(gn, mine, need[a:b], a, chunk_size, sq)
-            yield from _in_depth_chunks(mine, depths[a:b], a, chunk_size)
+            _search_short(gn, mine, need[a:b], a, split.chunk_size, sq)
+            yield from _in_depth_chunks(mine, depths[a:b], a, split.chunk_size)
         _select.release_free_memory(gn.device)
 
 
