@@ -155,3 +155,23 @@ def test_retrieval_rows_of_the_shares_give_the_single_result(distance):
     joined = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     out = aggregate_retrieval(joined, labels, ks=kw["ks"], query_ids=ids)
     assert_same_outputs(out, single, distance)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 9, 70])
+@pytest.mark.parametrize("world", [3, 4])
+def test_more_processes_than_rows_or_blocks(n, world):
+    """Tiny sets under many processes: shares and slices of blocks without rows give the single search's rows bit
+    for bit (at this size BLAS may round a product of four dimensions otherwise than a full matrix product does, so
+    the single search is the reference)."""
+    g = planted(n, 4, 2, seed=n, copies=n // 3)
+    depth = min(3, n - 1)
+    scores, indices = collect(g, depth, chunk_size=4)
+    found = in_threads(world, lambda r, ex: collect(g, depth, share=(r, world), exchange=ex, chunk_size=4))
+    rows = {}
+    for part_scores, part_indices in found:
+        assert not set(rows) & set(part_indices)
+        rows.update({r: (part_scores[r], part_indices[r]) for r in part_indices})
+    assert sorted(rows) == list(range(n))
+    for r, (s, i) in rows.items():
+        assert torch.equal(i[:depth], indices[r][:depth]), r
+        assert torch.equal(s[:depth].view(torch.int32), scores[r][:depth].view(torch.int32)), r
