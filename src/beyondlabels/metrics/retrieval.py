@@ -51,11 +51,15 @@ class EmbeddingRetrieval(PerSampleMetric):
 
     Distributed use: samples are gathered and deduplicated by id (:class:`~beyondlabels.metrics.base.PerSampleMetric`),
     then ordered by id, so ties are broken by the smaller id and results are identical for any world size and
-    sharding. With ``distributed_search=True`` (default) each process searches only its share of the queries against
-    the whole gathered gallery and the per-query values are gathered: W processes do the work of one search, not W.
+    sharding. With ``distributed_search=True`` (default) the processes split the search: the leave-one-out search
+    computes each score of its symmetric blocks on one process, which hands the top lists of the rows it does not own
+    to their owners (``docs/search.md``, "Shares"); a sampled or separate query set is split by queries; the audit's
+    per-item values are split by items. The per-query values are then gathered: W processes do the work of one
+    search, not W.
 
-    Memory: the states hold ``N x D`` embeddings plus ``N`` labels and ids; the search peaks at ``chunk_size x N``
-    scores (plus, for leave-one-out, the running top lists of a share).
+    Memory: the states hold ``N x D`` embeddings plus ``N`` labels and ids, and every process holds the whole gathered
+    set at :meth:`compute`; the search peaks at ``chunk_size x N`` scores (plus, for leave-one-out, top lists or
+    candidate buffers of at most 512 MB at a time).
 
     Args:
         ks: Cut-offs for every ``@k`` metric.
