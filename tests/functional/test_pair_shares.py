@@ -83,13 +83,13 @@ def test_candidate_shares_equal_the_full_sort(ties, world, monkeypatch):
     g, oracle = ties
     depth = torch.randint(64, 180, (g.shape[0],), generator=torch.Generator().manual_seed(world))
     merged = []
-    real = pairs._merged
+    real = pairs._candidate_search
 
     def spying(*args, **kw):
         merged.append(1)
         return real(*args, **kw)
 
-    monkeypatch.setattr(pairs, "_merged", spying)
+    monkeypatch.setattr(pairs, "_candidate_search", spying)
     _assert_rows_equal(g, depth, oracle, world, chunk_size=100)
     assert merged, "the candidate search by slices was not used"
 
@@ -118,6 +118,34 @@ def test_short_rows_and_runs_under_a_small_budget(ties, monkeypatch):
     depth = torch.full((g.shape[0],), 100)
     _assert_rows_equal(g, depth, oracle, 3, chunk_size=100)
     assert sum(again) > 0
+
+
+def test_candidate_buffers_fall_with_the_processes(ties, monkeypatch):
+    """The processes of a split search share one process's buffer budget: each holds at most ``1 / W`` of it (the
+    single search fills it), and the rows stay those of the full sort."""
+    g, oracle = ties
+    budget = 3 * 2 * 164 * 8 * 384  # two blocks of 384 rows per run at W = 3 (depth 100: 164 keys a row)
+    monkeypatch.setattr(kernel, "_BUFFER_BYTES", budget)
+    monkeypatch.setattr(pairs, "_BUFFER_BYTES", budget)
+    held: dict[int, int] = {}
+
+    class Recording(kernel.CandidateBuffers):
+        def __init__(self, *args, **kw) -> None:
+            super().__init__(*args, **kw)
+            key = threading.get_ident()
+            held[key] = max(held.get(key, 0), self.flat.numel() * 8)
+
+    monkeypatch.setattr(kernel, "CandidateBuffers", Recording)
+    monkeypatch.setattr(pairs, "CandidateBuffers", Recording)
+    depth = torch.full((g.shape[0],), 100)
+    _assert_rows_equal(g, depth, oracle, 1, chunk_size=100)
+    (single,) = held.values()
+    held.clear()
+    _assert_rows_equal(g, depth, oracle, 3, chunk_size=100)
+    assert len(held) == 3
+    assert single > budget / 3
+    assert max(held.values()) <= budget // 3 + 8
+    assert max(held.values()) <= 0.4 * single
 
 
 @pytest.mark.parametrize("depth", [8, 150])

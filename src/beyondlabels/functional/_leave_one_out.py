@@ -217,12 +217,12 @@ def _candidate_runs(
         yield from _leave_one_out_candidates(gn, depths[start:stop], block, start, stop, chunk_size, sq)
 
 
-def _candidate_cap(depth: int, rows: int = 0) -> int:
+def _candidate_cap(depth: int, rows: int = 0, budget: int = _BUFFER_BYTES) -> int:
     """Keys a row of the candidate search holds before it is compacted to ``depth``: at least
     ``depth + max(depth // 4, 64)``, and up to ``depth * 3 / 2 + 64`` while ``rows`` such rows fit the buffer budget
-    (fewer rows overflow the sampled guess, so fewer are compacted)."""
+    (``budget`` bytes; fewer rows overflow the sampled guess, so fewer are compacted)."""
     least = depth + max(depth // 4, 64)
-    fits = _BUFFER_BYTES // (8 * max(rows, 1))
+    fits = budget // (8 * max(rows, 1))
     return max(least, min(depth + depth // 2 + 64, fits))
 
 

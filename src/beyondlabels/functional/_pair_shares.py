@@ -3,7 +3,8 @@
 Internal. The block grid is that of the single search (:mod:`beyondlabels.functional._leave_one_out`); process ``i``
 of ``W`` multiplies the i-th of ``W`` even slices of the rows of every block pair ``(a, b)``, ``a <= b``, so every
 process multiplies ``N^2 / (2 W)`` scores (one process multiplies ``N^2 / 2``) and none is multiplied twice. The rows
-are cut into ``W`` even shares; share ``i`` is owned by process ``i``. A process keeps top lists (running lists, or
+are cut into ``W`` even shares (the candidate search: each run of rows is), share ``i`` owned by process ``i``; the
+candidate search's processes share one process's buffer budget. A process keeps top lists (running lists, or
 the candidate buffers of deep searches) for every row its slices touch, then hands each owner the lists of the
 owner's rows (:class:`Exchange`); the owner merges them. The merged lists are the exact top of each row (the top
 ``d`` of the union of lists that each hold either every item reaching the row's bound or their own top ``d``), and
@@ -121,6 +122,12 @@ def _merged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: lis
     """This process's rows of the top lists ``keys`` (rows ``lo:lo + len(keys)``; row ``r`` holds its ``held[r]``
     keys first, then ``_LOWEST_KEY``) of every process, merged: the top ``depth`` keys of each row, in ranking order
     (``_LOWEST_KEY`` after the keys a row has). Only the widest list of each part crosses."""
+    return _union_top(_exchanged(exchange, keys, held, lo, bounds), depth)
+
+
+def _exchanged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: list[int]) -> list[Tensor]:
+    """What every process holds of this process's rows of the lists ``keys`` (as in `_merged`), in rank order; this
+    process's own part is a copy, so ``keys`` can go before the parts are merged."""
     stop = lo + keys.shape[0]
     spans = [(max(lo, bounds[k]), min(stop, bounds[k + 1])) for k in range(exchange.world)]
     rows = [slice(max(0, a - lo), max(0, b - lo)) for a, b in spans]
@@ -131,9 +138,16 @@ def _merged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: lis
     got = exchange.all_to_all(
         [keys[r, : int(w)] for r, w in zip(rows, widths)], [(max(0, b - a), int(w[me])) for w in every]
     )
+    got[me] = got[me].clone()
+    return got
+
+
+def _union_top(got: list[Tensor], depth: int) -> Tensor:
+    """The top ``depth`` keys of each row of the union of the parts ``got`` (emptied), in ranking order."""
     union = torch.cat(got, dim=1)
+    got.clear()
     if union.shape[1] < depth:
-        pad = torch.full((union.shape[0], depth - union.shape[1]), _LOWEST_KEY, dtype=torch.int64, device=keys.device)
+        pad = torch.full((union.shape[0], depth - union.shape[1]), _LOWEST_KEY, dtype=torch.int64, device=union.device)
         union = torch.cat([union, pad], dim=1)
     # A whole sort of the union (numpy's vectorised sort) costs less than a selection followed by a sort of the top.
     return _select.sort_rows_descending(union, in_place=True)[:, :depth]
@@ -160,46 +174,61 @@ def _running_search(split: _Split, depths: Tensor) -> Iterator[Part]:
     yield from _in_depth_chunks(mine, depths[lo:hi], lo, split.chunk_size)
 
 
-def _pair_needs(depths: Tensor, bounds: list[int], run: int, chunk_size: int) -> Tensor:
+def _run_cuts(start: int, stop: int, world: int) -> list[int]:
+    """The rows of one run of the candidate search that each process owns: ``cuts[k]:cuts[k + 1]`` (even slices, so
+    every owner merges about ``1 / world`` of the run's lists)."""
+    return [start + k * (stop - start) // world for k in range(world + 1)]
+
+
+def _pair_needs(depths: Tensor, run: int, world: int, chunk_size: int) -> Tensor:
     """Every row's ``need``: the deepest depth of its chunk, chunks formed among the rows one process owns within one
-    run, in ascending order of depth (as the owner yields them)."""
+    run (`_run_cuts`), in ascending order of depth (as the owner yields them)."""
     n = depths.shape[0]
     need = torch.empty_like(depths)
     for start in range(0, n, run):
-        stop = min(start + run, n)
-        for k in range(len(bounds) - 1):
-            a, b = max(start, bounds[k]), min(stop, bounds[k + 1])
+        cuts = _run_cuts(start, min(start + run, n), world)
+        for a, b in zip(cuts[:-1], cuts[1:]):
             if b > a:
                 need[a:b] = _chunk_depths(depths[a:b], chunk_size)[1]
     return need
 
 
 def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
-    """Candidate lists over this process's slices, run by run (runs whose buffers fit the budget, as one process
-    searches them); each owner merges its rows of a run and searches again the rows still short of their need."""
+    """Candidate lists over this process's slices, run by run; each owner merges its slice of a run's rows and
+    searches again the rows still short of their need.
+
+    The processes share one process's buffer budget, so a run holds ``1 / world`` of the rows one process's run
+    holds: the buffers a process keeps fall as ``1 / world``, and its products do not grow (each run multiplies only
+    this process's slices of the blocks that touch it)."""
     gn, sq, block, bounds, exchange = split.gn, split.sq, split.block, split.bounds, split.exchange
-    n = gn.shape[0]
-    run = block * max(1, _BUFFER_BYTES // (_candidate_cap(int(depths.max())) * 8 * block))
-    need = _pair_needs(depths, bounds, run, split.chunk_size)
-    lo, hi = split.own
-    widest = max(bounds[k + 1] - bounds[k] for k in range(exchange.world))
+    n, world, me = gn.shape[0], exchange.world, exchange.rank
+    budget = _BUFFER_BYTES // world
+    run = block * max(1, budget // (_candidate_cap(int(depths.max())) * 8 * block))
+    need = _pair_needs(depths, run, world, split.chunk_size)
+    lo, hi = split.own  # the rows whose guessed bounds this process computes
+    widest = max(bounds[k + 1] - bounds[k] for k in range(world))
     own = torch.full((widest,), torch.finfo(torch.float32).min, dtype=torch.float32, device=gn.device)
     own[: hi - lo] = _sampled_bounds(gn, need[lo:hi], block, lo, hi, sq)
     every = exchange.all_gather(own)
-    bound = torch.cat([every[k][: bounds[k + 1] - bounds[k]] for k in range(exchange.world)])
+    bound = torch.cat([every[k][: bounds[k + 1] - bounds[k]] for k in range(world)])
+    del every
     for start in range(0, n, run):
         stop = min(start + run, n)
         depth = int(need[start:stop].max())
-        buffers = CandidateBuffers(stop - start, depth, _candidate_cap(depth, stop - start), bound[start:stop].clone())
+        cap = _candidate_cap(depth, stop - start, budget)
+        buffers = CandidateBuffers(stop - start, depth, cap, bound[start:stop].clone())
         collect_candidates(gn, block, start, stop, buffers, sq, split.part)
         partial, held = _partial_lists(buffers, depth)
         buffers = None
-        a, b = max(start, lo), min(stop, hi)
-        mine = _merged(exchange, partial, held, start, bounds, depth)
+        cuts = _run_cuts(start, stop, world)
+        got = _exchanged(exchange, partial, held, start, cuts)
         del partial
+        mine = _union_top(got, depth)
+        a, b = cuts[me], cuts[me + 1]
         if b > a:
             _search_short(gn, mine, need[a:b], a, split.chunk_size, sq)
             yield from _in_depth_chunks(mine, depths[a:b], a, split.chunk_size)
+        del mine
         _select.release_free_memory(gn.device)
 
 
