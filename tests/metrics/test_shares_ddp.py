@@ -3,8 +3,10 @@ of the queries (the kernel is spied on in every rank: it is called once, with th
 share's rows; retrieval's leave-one-out search multiplies 1/W of the single search's scores, none twice), and every
 output of every rank equals the single-process result bit for bit, at W=4 (the default group) and W=2 (a subgroup of
 ranks 0 and 1: the metrics' ``process_group``), from DistributedSampler shards (uneven, padded with repeated samples,
-in batches). A query short of distractors in one rank's share only is raised, with W=1's message, on every rank. One
-spawn of 4 processes serves every assertion."""
+in batches). A query short of distractors in one rank's share only is raised, with W=1's message, on every rank.
+``compute()`` holds the deduplicated samples in place of the gathered copies and gives each process its own states
+back (a second ``compute()`` equals the first; two deduplications within one sync count the same copies). One spawn
+of 4 processes serves every assertion."""
 
 from __future__ import annotations
 
@@ -152,10 +154,23 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
                 kwargs = {} if group is None else {"process_group": group}
                 before = len(calls)
                 try:
-                    results[family, size] = build(family, data, rows, **kwargs).compute()
+                    metric = build(family, data, rows, **kwargs)
+                    results[family, size] = metric.compute()
                 except ValueError as exc:
                     results[family, size] = str(exc)
                 results[family, size, "calls"] = calls[before:]
+                if family == "zeroshot":  # compute() again: the process's own states came back
+                    metric.compute_with_cache = False
+                    results["again", size] = metric.compute()
+                    results["local", size] = sorted(torch.cat(metric.ids).tolist()), rows.tolist()
+                    metric.sync()  # twice within one sync: the second call counts the copies the first dropped
+                    first, second = metric.gathered_samples(), metric.gathered_samples()
+                    metric.unsync()
+                    results["twice", size] = (
+                        first.num_duplicates,
+                        second.num_duplicates,
+                        torch.equal(first.ids, second.ids),
+                    )
         torch.save(results, f"{out_path}.{rank}")
     finally:
         dist.destroy_process_group()
@@ -230,5 +245,13 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
                 assert result[family, world, "calls"] == [
                     (family, (rank, world), _expected_counts(family, data, rank, world))
                 ], context
+            # compute() holds the deduplicated samples in place of the gathered ones, then gives the states back
+            again = result["again", world]
+            assert int(again["num_duplicates"]) == _expected_duplicates("zeroshot", data, world)
+            assert_same_outputs(again, single["zeroshot"], ("again", world, rank), ignore=("num_duplicates",))
+            local, shard = result["local", world]
+            repeated = _expected_duplicates("zeroshot", data, world)
+            assert result["twice", world] == (repeated, repeated, True), (world, rank)
+            assert local == sorted(data["ids"][shard].tolist()), (world, rank)
             # the short queries (the 9 largest ids) lie in the last rank's share alone; every rank raises W=1's error
             assert result["short", world] == str(short.value), (world, rank)

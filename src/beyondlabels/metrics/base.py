@@ -198,6 +198,7 @@ class PerSampleMetric(Metric):
         self._sample_states: list[str] = []
         self._agreeing_states: list[str] = []
         self._states_gathered = False  # set by `sync`: the states now hold every process's samples
+        self._copies_dropped = 0  # copies `gathered_samples` dropped from the gathered states (until `unsync`)
         self._label_kinds: set[str] = set()  # "int" and/or "text": the labels this process saw (note_label_kinds)
         self.add_state("ids", default=[], dist_reduce_fx="cat")
 
@@ -349,6 +350,7 @@ class PerSampleMetric(Metric):
         super().unsync(should_unsync=should_unsync)
         if should_unsync:
             self._states_gathered = False
+            self._copies_dropped = 0
 
     # ---- compute -----------------------------------------------------------------------------------------------------
     def gathered_samples(self) -> GatheredSamples:
@@ -394,7 +396,16 @@ class PerSampleMetric(Metric):
                     f"`{name}` disagrees between copies of the same sample id (ids {bad}); every copy of an id must "
                     f"carry one {name} value. Check that ids are unique per sample."
                 )
-        num_duplicates = int(ids.numel() - keep.numel())
+        num_duplicates = int(ids.numel() - keep.numel()) + self._copies_dropped
+        samples = GatheredSamples(ids[keep], {name: v[keep] for name, v in values.items()}, num_duplicates)
+        del values
+        if self._states_gathered:
+            # The gathered states are this compute's own copies (`unsync` restores the process's): holding the
+            # deduplicated samples in their place frees the gathered ones now rather than after compute().
+            self.ids = samples.ids
+            for name, value in samples.values.items():
+                setattr(self, name, value)
+            self._copies_dropped = num_duplicates
         world = _world(self.process_group)[1] if self._states_gathered else 1
         if num_duplicates > world - 1:
             rank_zero_warn(
@@ -403,7 +414,7 @@ class PerSampleMetric(Metric):
                 "per sample and that the evaluation set is not fed twice.",
                 UserWarning,
             )
-        return GatheredSamples(ids[keep], {name: v[keep] for name, v in values.items()}, num_duplicates)
+        return samples
 
     def work_share(self) -> tuple[int, int] | None:
         """``(rank, world_size)`` when :meth:`compute` should split work across the processes holding the same
