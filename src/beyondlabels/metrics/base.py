@@ -33,6 +33,7 @@ Nothing here imports Lightning.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -309,6 +310,23 @@ class PerSampleMetric(Metric):
         return None
 
     # ---- synchronisation -------------------------------------------------------------------------------------------
+    def _copy_state_dict(self) -> dict[str, Any]:
+        """torchmetrics' copy of the states (kept before a sync, restored by ``unsync``), without copying the
+        per-sample tensors: nothing writes them in place (updates append batches; sync and compute set new tensors),
+        so their lists are copied and the tensors shared. Under DDP that spares every rank a copy of its whole share
+        in ``compute()``. Other states are copied as torchmetrics copies them."""
+        samples = {"ids", *self._sample_states}
+        cache: dict[str, Any] = {}
+        for name in self._defaults:
+            value = getattr(self, name)
+            if name in samples:
+                cache[name] = list(value) if isinstance(value, list) else value
+            elif isinstance(value, Tensor):
+                cache[name] = value.detach().clone()
+            else:
+                cache[name] = [v.detach().clone() if isinstance(v, Tensor) else copy.deepcopy(v) for v in value]
+        return cache
+
     def sync(
         self,
         dist_sync_fn: Any = None,
