@@ -53,6 +53,9 @@ import torch.multiprocessing as mp
 from torch.utils.data import DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_retrieval import make_clusters  # noqa: E402
 
 from beyondlabels.metrics import (  # noqa: E402
     CrossModalRetrieval,
@@ -126,18 +129,11 @@ class PeakMeter:
 
 # ---- data and feeding ---------------------------------------------------------------------------------------------
 def clustered(n: int, d: int, classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Unit embeddings ``[n, d]`` (class centre + noise, written in float32 slices), labels ``[n]``, the unit
-    centres ``[classes, d]``."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, classes, size=n)
-    centres = rng.normal(size=(classes, d)).astype(np.float32)
-    emb = np.empty((n, d), dtype=np.float32)
-    for a in range(0, n, 8192):
-        b = min(a + 8192, n)
-        emb[a:b] = centres[labels[a:b]] + 1.5 * rng.standard_normal(size=(b - a, d), dtype=np.float32)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    """Unit embeddings ``[n, d]`` (class centre + noise 1.5: `bench_retrieval.make_clusters`), labels ``[n]``, the
+    unit centres ``[classes, d]``."""
+    emb, labels, centres = make_clusters(n, d, classes, noise=1.5, seed=seed)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    return torch.from_numpy(emb), torch.from_numpy(labels), torch.from_numpy(centres)
+    return emb, labels, torch.from_numpy(centres)
 
 
 def tree(classes: int) -> Taxonomy:

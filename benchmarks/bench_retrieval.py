@@ -55,6 +55,14 @@ MAX_K = max(KS)
 def make_data(
     n: int, d: int, classes: int, noise: float, seed: int = 0, centre_scale: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    emb, labels, _ = make_clusters(n, d, classes, noise, seed, centre_scale)
+    return emb, labels
+
+
+def make_clusters(
+    n: int, d: int, classes: int, noise: float, seed: int = 0, centre_scale: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Unit embeddings ``[n, d]`` (scaled class centre + noise), labels ``[n]`` and the class centres drawn."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, classes, size=n)
     centres = rng.normal(size=(classes, d)).astype(np.float32)
@@ -65,7 +73,7 @@ def make_data(
         b = min(a + 8192, n)
         emb[a:b] = centre_scale * centres[labels[a:b]] + noise * rng.standard_normal(size=(b - a, d), dtype=np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    return torch.from_numpy(emb), torch.from_numpy(labels)
+    return torch.from_numpy(emb), torch.from_numpy(labels), centres
 
 
 def metrics_from_neighbors(nbr: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
