@@ -47,6 +47,8 @@ _BUFFER_BYTES = 512 * 2**20
 _MAX_BLOCK = 4096
 # Column stride of the sample that gives the candidate search its first bounds (`_sampled_bounds`).
 _CANDIDATE_STRIDE = 16
+# Scores of one product of the sampled bounds (rows times sampled columns: 16 MB of fp32), whatever the gallery size.
+_SAMPLED_SCORES = 2**22
 # Margin of the sampled bound, in standard deviations of the sampled count (`_candidate_strides`).
 _CANDIDATE_SIGMAS = 3.0
 # The candidate search is used when the deepest depth is at least the minimum and at most 1 / ratio of the gallery
@@ -240,13 +242,14 @@ def _sampled_bounds(g: Tensor, need: Tensor, block: int, lo: int, hi: int, sq: T
     exceeds the sample get the lowest finite fp32 (every item survives, the excluded self at ``-inf`` does not).
     """
     s = _CANDIDATE_STRIDE
-    sample = g[::s]
+    sample = g[::s].contiguous()  # one copy, not one per product
     m = sample.shape[0]
     lowest = torch.finfo(torch.float32).min
     bound = torch.full((hi - lo,), lowest, dtype=torch.float32, device=g.device)
     k = _candidate_strides(need, s)
-    for a in range(lo, hi, block):
-        a_end = min(a + block, hi)
+    step = max(16, min(block, _SAMPLED_SCORES // max(m, 1)))  # rows a product: its scores stay within the limit
+    for a in range(lo, hi, step):
+        a_end = min(a + step, hi)
         kr = k[a - lo : a_end - lo]
         usable = kr <= m - 1  # the row itself may be one of the sampled columns
         if not bool(usable.any()):

@@ -27,6 +27,7 @@ from torch import Tensor
 from beyondlabels.functional import _select
 from beyondlabels.functional._leave_one_out import (
     _BUFFER_BYTES,
+    _COMPACTION_ROWS,
     _LOWEST_KEY,
     CandidateBuffers,
     Part,
@@ -219,10 +220,10 @@ def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
         buffers = CandidateBuffers(stop - start, depth, cap, bound[start:stop].clone())
         collect_candidates(gn, block, start, stop, buffers, sq, split.part)
         partial, held = _partial_lists(buffers, depth)
-        buffers = None
         cuts = _run_cuts(start, stop, world)
         got = _exchanged(exchange, partial, held, start, cuts)
         del partial
+        buffers = None
         mine = _union_top(got, depth)
         a, b = cuts[me], cuts[me + 1]
         if b > a:
@@ -233,14 +234,14 @@ def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
 
 
 def _partial_lists(buffers: CandidateBuffers, depth: int) -> tuple[Tensor, Tensor]:
-    """Each row's top ``depth`` keys of its buffer, its keys first (in no order), and how many keys each row holds.
-    A buffer is filled from its start, so only rows holding more than ``depth`` keys need a selection."""
+    """Each row's top ``depth`` keys of its buffer, its keys first (in no order), and how many keys each row holds:
+    a view of the buffer, whose rows holding more than ``depth`` keys are cut to their top ``depth`` in place (a
+    buffer is filled from its start; the buffer is not searched again afterwards)."""
     held = buffers.fill.clamp(max=depth)
-    keys = buffers.buf[:, : int(held.max()) if held.numel() else 0].clone()
     over = torch.nonzero(buffers.fill > depth).flatten()
-    if over.numel():
-        keys[over] = _select.top_rows(buffers.buf.index_select(0, over), depth)
-    return keys, held
+    for rows in over.split(_COMPACTION_ROWS):
+        buffers.buf[rows, :depth] = _select.top_rows(buffers.buf.index_select(0, rows), depth)
+    return buffers.buf[:, : int(held.max()) if held.numel() else 0], held
 
 
 def _search_short(gn: Tensor, keys: Tensor, need: Tensor, lo: int, chunk_size: int, sq: Tensor | None) -> None:
