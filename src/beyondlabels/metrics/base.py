@@ -6,8 +6,9 @@ whole set at :meth:`compute`. This base owns what they share:
 - one ``ids`` state plus the family's per-sample states, all with ``dist_reduce_fx="cat"``;
 - deduplication after gathering: Lightning's ``DistributedSampler`` repeats samples to even out ranks, so one copy
   per id is kept (the first one gathered; samples come out in ascending id order), copies whose *agreeing* states
-  (labels, ...) differ raise, and ``num_duplicates`` counts the copies dropped — with a warning when there are more
-  than the padding a sampler adds (``world_size - 1``);
+  (labels, ...) differ raise, and ``num_duplicates`` counts the copies dropped — with a warning when they copy more
+  items than the padding a sampler adds (``world_size - 1``; an item is a sample, or what ``item_state`` names: an
+  image with its captions);
 - ids are optional on one process: without them every sample's id is its position in the order samples arrived
   (ids are resolved at :meth:`compute`, so ``forward``, ``reset`` and split updates never reuse an id);
 - ``forward``: a gallery metric has no per-batch value (one batch is not a gallery), so by default ``metric(x, y)``
@@ -189,6 +190,9 @@ class PerSampleMetric(Metric):
     higher_is_better: bool | None = None  # outputs mix directions: read `output_schema()` per key
     full_state_update = False
     batch_value = False
+    # The per-sample state that names the data set item a sample belongs to (None: the sample is the item). A
+    # DistributedSampler repeats items, so the warning about copies counts the items repeated, not the samples.
+    item_state: str | None = None
 
     ids: list[Tensor]
 
@@ -200,6 +204,7 @@ class PerSampleMetric(Metric):
         self._agreeing_states: list[str] = []
         self._states_gathered = False  # set by `sync`: the states now hold every process's samples
         self._copies_dropped = 0  # copies `gathered_samples` dropped from the gathered states (until `unsync`)
+        self._items_repeated = 0  # the items those copies belong to
         self._label_kinds: set[str] = set()  # "int" and/or "text": the labels this process saw (note_label_kinds)
         self.add_state("ids", default=[], dist_reduce_fx="cat")
 
@@ -368,7 +373,7 @@ class PerSampleMetric(Metric):
         super().unsync(should_unsync=should_unsync)
         if should_unsync:
             self._states_gathered = False
-            self._copies_dropped = 0
+            self._copies_dropped = self._items_repeated = 0
 
     # ---- compute -----------------------------------------------------------------------------------------------------
     def gathered_samples(self) -> GatheredSamples:
@@ -415,6 +420,9 @@ class PerSampleMetric(Metric):
                     f"carry one {name} value. Check that ids are unique per sample."
                 )
         num_duplicates = int(ids.numel() - keep.numel()) + self._copies_dropped
+        dropped = order[~first]
+        items = values[self.item_state][dropped].unique().numel() if self.item_state else dropped.numel()
+        items += self._items_repeated
         samples = GatheredSamples(ids[keep], {name: v[keep] for name, v in values.items()}, num_duplicates)
         del values
         if self._states_gathered:
@@ -423,13 +431,13 @@ class PerSampleMetric(Metric):
             self.ids = samples.ids
             for name, value in samples.values.items():
                 setattr(self, name, value)
-            self._copies_dropped = num_duplicates
+            self._copies_dropped, self._items_repeated = num_duplicates, items
         world = _world(self.process_group)[1] if self._states_gathered else 1
-        if num_duplicates > world - 1:
+        if items > world - 1:
             rank_zero_warn(
-                f"{type(self).__name__}: {num_duplicates} samples repeated an id already seen and were dropped "
-                f"(more than the at most {world - 1} copies a DistributedSampler adds). Check that ids are unique "
-                "per sample and that the evaluation set is not fed twice.",
+                f"{type(self).__name__}: {num_duplicates} samples repeated an id already seen and were dropped, "
+                f"copies of {items} items (more than the at most {world - 1} a DistributedSampler repeats). Check "
+                "that ids are unique per sample and that the evaluation set is not fed twice.",
                 UserWarning,
             )
         return samples

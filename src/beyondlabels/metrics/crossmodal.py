@@ -64,6 +64,7 @@ class CrossModalRetrieval(PerSampleMetric):
 
     embeddings: list[Tensor]
     image_ids: list[Tensor]
+    item_state = "image_ids"  # a sampler repeats an image with its captions: one item
 
     def __init__(
         self,
