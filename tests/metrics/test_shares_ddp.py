@@ -178,6 +178,12 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
                         second.num_duplicates,
                         torch.equal(first.ids, second.ids),
                     )
+                    metric.sync()  # a compute() that raises after the gather leaves the metric synced ...
+                    metric.gathered_samples()
+                    metric.reset()  # ... and the runner resets it: the process's states come back, then clear
+                    scores, labels = data["zeroshot"]
+                    metric.update(scores[rows], labels[rows], data["ids"][rows])
+                    results["after failure", size] = metric.compute()
         torch.save(results, f"{out_path}.{rank}")
     finally:
         dist.destroy_process_group()
@@ -258,6 +264,9 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
             again = result["again", world]
             assert int(again["num_duplicates"]) == _expected_duplicates("zeroshot", data, world)
             assert_same_outputs(again, single["zeroshot"], ("again", world, rank), ignore=("num_duplicates",))
+            after = result["after failure", world]
+            assert int(after["num_duplicates"]) == _expected_duplicates("zeroshot", data, world)
+            assert_same_outputs(after, single["zeroshot"], ("after failure", world, rank), ignore=("num_duplicates",))
             local, shard = result["local", world]
             repeated = _expected_duplicates("zeroshot", data, world)
             assert result["twice", world] == (repeated, repeated, True), (world, rank)

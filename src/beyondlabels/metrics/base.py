@@ -304,6 +304,11 @@ class PerSampleMetric(Metric):
         self._label_kinds |= label_kinds(labels)
 
     def reset(self) -> None:
+        """torchmetrics' ``reset``; after a ``compute()`` that raised under a distributed sync (torchmetrics then
+        leaves the gathered tensors in place of the process's lists, which its ``reset`` cannot clear), the process's
+        own states are restored first."""
+        if self._is_synced:
+            self.unsync()
         super().reset()
         self._label_kinds = set()
 
