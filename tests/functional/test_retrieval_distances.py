@@ -382,3 +382,33 @@ def test_a_chunk_gives_every_row_its_exact_top_at_the_chunks_depth():
                 if r < 5:
                     want = 5 + 61 * r + order[r][: chunk.depth]
                     assert chunk.depth == 40 and chunk.indices[i].tolist() == want.tolist(), (r, options.keys())
+
+
+def test_normalized_unit_rows_give_the_values_of_the_raw_rows():
+    from beyondlabels.functional.retrieval import retrieval_per_query
+    from beyondlabels.functional.search import normalize_rows
+
+    g = torch.Generator().manual_seed(3)
+    emb = torch.randn(300, 12, generator=g) * torch.rand(300, 1, generator=g) * 50
+    labels = torch.randint(0, 4, (300,), generator=g)
+    raw = retrieval_per_query(emb, labels, ks=(1, 5), return_neighbors=4)
+    unit = retrieval_per_query(normalize_rows(emb), labels, ks=(1, 5), return_neighbors=4, normalized=True)
+    assert raw.keys() == unit.keys()
+    assert all(torch.equal(raw[key].nan_to_num(-7.0), unit[key].nan_to_num(-7.0)) for key in raw)
+    with pytest.raises(ValueError, match="normalized=True.*distance='dot'"):
+        retrieval_per_query(emb, labels, distance="dot", normalized=True)
+    with pytest.raises(ValueError, match="`embeddings` with `normalized=True` must be the fp32 unit rows.*float64"):
+        retrieval_per_query(normalize_rows(emb).double(), labels, normalized=True)
+
+
+def test_rows_past_the_first_block_are_named_when_not_finite():
+    emb = torch.randn(20000, 3)
+    emb[[5, 17000], 1] = float("inf")
+    with pytest.raises(ValueError, match=r"`gallery` contains NaN or Inf values \(rows \[5, 17000\]"):
+        list(search_neighbors(emb, 2))
+    emb[5, 1] = 0.0
+    with pytest.raises(ValueError, match=r"\(rows \[17000\]\.\.\.\)"):
+        list(search_neighbors(emb, 2, distance="euclidean"))
+    emb[8190:8200, 0] = float("nan")  # the first five, across two blocks of rows
+    with pytest.raises(ValueError, match=r"\(rows \[8190, 8191, 8192, 8193, 8194\]\.\.\.\)"):
+        list(search_neighbors(emb, 2))

@@ -36,11 +36,7 @@ _FP32_MAX = torch.finfo(torch.float32).max
 
 def unit_rows(x: Tensor, name: str = "embeddings") -> Tensor:
     """The rows of ``x`` L2-normalised in fp32 (:func:`beyondlabels.functional.search.normalize_rows`)."""
-    x = check_embeddings(x, name)
-    finite = torch.isfinite(x).all(dim=1)
-    if not bool(finite.all()):
-        bad = torch.nonzero(~finite).flatten()[:5].tolist()
-        raise ValueError(f"`{name}` contains NaN or Inf values (rows {bad}...); remove or fix those rows.")
+    x = finite_rows(x, name)
     x32 = x.to(torch.float32)
     norms = torch.linalg.vector_norm(x32, dim=1, keepdim=True)
     out = x32 / norms
@@ -64,10 +60,27 @@ def unit_rows(x: Tensor, name: str = "embeddings") -> Tensor:
 def finite_rows(x: Tensor, name: str) -> Tensor:
     """``x`` checked to be a non-empty 2-D float tensor of finite values (zero rows allowed)."""
     x = check_embeddings(x, name)
-    finite = torch.isfinite(x).all(dim=1)
-    if not bool(finite.all()):
-        bad = torch.nonzero(~finite).flatten()[:5].tolist()
+    bad: list[int] = []
+    for start in range(0, x.shape[0], _ROW_BLOCK):  # by blocks: no [N, D] mask beside the rows
+        finite = torch.isfinite(x[start : start + _ROW_BLOCK]).all(dim=1)
+        if not bool(finite.all()):
+            bad += (torch.nonzero(~finite).flatten()[: 5 - len(bad)] + start).tolist()
+            if len(bad) == 5:
+                break
+    if bad:
         raise ValueError(f"`{name}` contains NaN or Inf values (rows {bad}...); remove or fix those rows.")
+    return x
+
+
+def given_unit_rows(x: Tensor, name: str) -> Tensor:
+    """``x`` checked to be the non-empty 2-D fp32 rows :func:`unit_rows` returns (``normalized=True``: taken as
+    they are, with no copy; their norms are not checked)."""
+    x = check_embeddings(x, name)
+    if x.dtype != torch.float32:
+        raise ValueError(
+            f"`{name}` with `normalized=True` must be the fp32 unit rows of `normalize_rows`, got dtype {x.dtype}; "
+            "pass the raw rows with `normalized=False` instead."
+        )
     return x
 
 
@@ -149,9 +162,19 @@ def prepare_space(
     queries: Tensor | None,
     distance: str,
     names: tuple[str, str] = ("gallery", "queries"),
+    normalized: bool = False,
 ) -> Space:
     """``gallery`` and ``queries`` (None: leave-one-out) checked and prepared for the search under ``distance``
-    (``names``: the arguments named in errors)."""
+    (``names``: the arguments named in errors; ``normalized``: they are already the unit rows of :func:`unit_rows`,
+    cosine only)."""
+    if normalized:
+        if distance != "cosine":
+            raise ValueError(
+                f"`normalized=True` means unit rows of the cosine search; with distance={distance!r} drop it."
+            )
+        return Space.cosine(
+            given_unit_rows(gallery, names[0]), None if queries is None else given_unit_rows(queries, names[1])
+        )
     if distance == "cosine":
         return Space.cosine(unit_rows(gallery, names[0]), None if queries is None else unit_rows(queries, names[1]))
     g = finite_rows(gallery, names[0])

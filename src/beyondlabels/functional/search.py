@@ -207,12 +207,7 @@ def search_neighbors(
     check_positive_int(chunk_size, "chunk_size")
     lowp = check_precision(precision)
     distance = check_distance(distance)
-    if normalized and distance != "cosine":
-        raise ValueError(f"`normalized=True` means unit rows of the cosine search; with distance={distance!r} drop it.")
-    if normalized:
-        space = Space.cosine(gallery, queries)
-    else:
-        space = prepare_space(gallery, queries, distance)
+    space = prepare_space(gallery, queries, distance, normalized=normalized)
     gn, qn = space.gallery, space.queries
     if qn is not None:
         check_same_space(qn, "queries", gn, "gallery", width="they must match", device="put them on one device")

@@ -61,10 +61,11 @@ def _problem(
     query_labels: Tensor | None,
     query_ids: Tensor | None,
     distance: str = "cosine",
+    normalized: bool = False,
 ) -> _Problem:
     """The validated problem of :func:`~beyondlabels.functional.retrieval.retrieval_per_query`'s inputs, with ``R`` per
     query."""
-    space = prepare_space(embeddings, query_embeddings, distance, ("embeddings", "query_embeddings"))
+    space = prepare_space(embeddings, query_embeddings, distance, ("embeddings", "query_embeddings"), normalized)
     gn, qn = space.gallery, space.queries
     device = gn.device
     g_labels = check_int_vector(labels, "labels", gn.shape[0], device)

@@ -43,6 +43,7 @@ def retrieval_per_query(
     deep_metrics: bool = True,
     distance: str = "cosine",
     exchange: Exchange | None = None,
+    normalized: bool = False,
 ) -> dict[str, Tensor]:
     """Per-query values of the queries in ``share`` (all by default), the input of
     :func:`~beyondlabels.functional.retrieval.aggregate_retrieval`.
@@ -55,7 +56,9 @@ def retrieval_per_query(
     those queries, each against the whole gallery; shares then split them. ``exchange`` (with ``share``; the
     processes that each call this function for one share, passing tensors between them) splits a leave-one-out search
     by block pairs instead of rows, so that no pair of samples is multiplied twice (``docs/search.md``, "Shares"); the
-    rows returned are the same.
+    rows returned are the same. ``normalized=True`` (cosine only): ``embeddings`` (and ``query_embeddings``) are
+    already the fp32 unit rows of :func:`~beyondlabels.functional.search.normalize_rows`, searched as they are with no
+    second copy; the values are those of the raw rows.
 
     Returns:
         A dict of tensors with one row per query of the share: ``query_index`` (position in the query set),
@@ -71,7 +74,9 @@ def retrieval_per_query(
     check_non_negative_int(return_neighbors, "return_neighbors")
     deep_metrics = check_deep_metrics(deep_metrics)
     graded = _check_graded(graded)
-    p = _problem(embeddings, labels, ids, query_embeddings, query_labels, query_ids, check_distance(distance))
+    p = _problem(
+        embeddings, labels, ids, query_embeddings, query_labels, query_ids, check_distance(distance), normalized
+    )
     avail = _check_depth_limits(p, ks_t, curve_max_k, return_neighbors)
     hits_k = max(curve_max_k, ks_t[-1])
     depths = _search_depths(p.r, max(hits_k, return_neighbors), avail, deep_metrics)
