@@ -448,3 +448,61 @@ def test_scalars_are_the_schemas_scalar_keys_as_floats(data):
     assert not {"per_query", "precision_curve", "label_names"} & {k.split("/", 1)[1] for k in logged}
     with pytest.raises(ValueError, match="prefix"):
         metric.scalars(results, prefix=None)
+
+
+def test_prepare_returns_the_prepared_rows_and_names_bad_states(data):
+    from beyondlabels.functional.search import normalize_rows
+
+    emb, labels, ids = data
+    m = EmbeddingRetrieval(ks=KS)
+    m.update(emb, labels, ids)
+    order = torch.argsort(ids)
+    samples = m.gathered_samples(prepare={"embeddings": normalize_rows})
+    assert torch.equal(samples.values["embeddings"], normalize_rows(emb[order]))
+    assert torch.equal(samples.values["labels"], labels[order])
+    # without a sync the states are the process's own and stay raw: a plain call gives the raw rows again
+    assert torch.equal(m.gathered_samples().values["embeddings"], emb[order])
+    with pytest.raises(ValueError, match=r"`prepare` names \['emb'\], which are not per-sample states"):
+        m.gathered_samples(prepare={"emb": normalize_rows})
+
+
+def test_cosine_compute_frees_the_raw_rows_before_the_search(data, monkeypatch):
+    """The search holds the unit rows alone: the deduplicated raw copy is gone before it starts (cosine only)."""
+    import weakref
+
+    import beyondlabels.metrics.retrieval as module
+
+    emb, labels, ids = data
+    seen: dict = {}
+    normalize, search = module.normalize_rows, module.retrieval_per_query
+
+    def spied_normalize(x, *args, **kwargs):
+        seen["raw"] = weakref.ref(x)
+        return normalize(x, *args, **kwargs)
+
+    def spied_search(embeddings, *args, **kwargs):
+        seen["raw alive"] = seen["raw"]() is not None if "raw" in seen else None
+        seen["normalized"] = kwargs["normalized"]
+        return search(embeddings, *args, **kwargs)
+
+    monkeypatch.setattr(module, "normalize_rows", spied_normalize)
+    monkeypatch.setattr(module, "retrieval_per_query", spied_search)
+    order = torch.argsort(ids)
+    audit = {"k": 5, "exclude_suspects": True}
+    for distance in ("cosine", "euclidean"):
+        seen.clear()
+        m = EmbeddingRetrieval(ks=KS, distance=distance, audit=audit if distance == "cosine" else None)
+        m.update(emb, labels, ids)
+        out = m.compute()
+        if distance == "cosine":  # the search and the audit's clean re-run both take the unit rows
+            assert seen["raw alive"] is False and seen["normalized"] is True
+        else:
+            assert "raw" not in seen and seen["normalized"] is False
+        # the values are those of the raw rows, bit for bit
+        ref = embedding_retrieval_metrics(emb[order], labels[order], ids[order], ks=KS, distance=distance)
+        mine = {key: value for key, value in out.items() if key in ref}
+        mine["per_query"] = {key: value for key, value in out["per_query"].items() if key in ref["per_query"]}
+        assert_same(mine, ref)
+        if distance == "cosine":
+            assert int(out["audit_num_excluded"]) == 0  # no cross-label duplicates: the clean run is the whole set
+            assert all(torch.equal(out[f"clean/{key}"], ref[key]) for key in ("precision@1", "map@r", "r_precision"))

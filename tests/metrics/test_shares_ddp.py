@@ -11,6 +11,7 @@ of 4 processes serves every assertion."""
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import beyondlabels.functional._leave_one_out as search
+from beyondlabels.functional.search import normalize_rows
 from beyondlabels.metrics import (
     CrossModalRetrieval,
     EmbeddingRetrieval,
@@ -166,6 +168,26 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
                 except ValueError as exc:
                     results[family, size] = str(exc)
                 results[family, size, "calls"] = calls[before:]
+                if family == "retrieval":  # within a sync the prepared rows stand in for the gathered state
+                    metric.sync()
+                    prepare = {"embeddings": normalize_rows}
+                    first = metric.gathered_samples(prepare=prepare).values["embeddings"]
+                    second = metric.gathered_samples(prepare=prepare).values["embeddings"]
+                    held = metric.embeddings
+                    try:
+                        metric.gathered_samples()
+                        refused = ""
+                    except ValueError as exc:
+                        refused = str(exc)
+                    metric.unsync()
+                    results["prepared", size] = (first, torch.equal(first, second), held is second, refused)
+                if family == "zeroshot":  # the batches are joined before the gather, in the states and the cache
+                    fresh = build(family, data, rows, **kwargs)
+                    names = ["ids", *fresh._sample_states]
+                    batches = {name: len(getattr(fresh, name)) for name in names}
+                    first = weakref.ref(getattr(fresh, names[1])[0])
+                    fresh.compute()
+                    results["joined", size] = batches, {name: len(getattr(fresh, name)) for name in names}, first()
                 if family == "zeroshot":  # compute() again: the process's own states came back
                     metric.compute_with_cache = False
                     results["again", size] = metric.compute()
@@ -260,6 +282,11 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
                 assert result[family, world, "calls"] == [
                     (family, (rank, world), _expected_counts(family, data, rank, world))
                 ], context
+            batches, joined, first = result["joined", world]
+            assert min(batches.values()) > 1 and set(joined.values()) == {1} and first is None, (world, rank)
+            unit, again_equal, held, refused = result["prepared", world]
+            assert torch.equal(unit, normalize_rows(data["retrieval"][0])), (world, rank)
+            assert again_equal and held and "already replaced by prepared rows" in refused, (world, rank)
             # compute() holds the deduplicated samples in place of the gathered ones, then gives the states back
             again = result["again", world]
             assert int(again["num_duplicates"]) == _expected_duplicates("zeroshot", data, world)

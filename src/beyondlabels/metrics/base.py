@@ -35,7 +35,8 @@ Nothing here imports Lightning.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +206,7 @@ class PerSampleMetric(Metric):
         self._states_gathered = False  # set by `sync`: the states now hold every process's samples
         self._copies_dropped = 0  # copies `gathered_samples` dropped from the gathered states (until `unsync`)
         self._items_repeated = 0  # the items those copies belong to
+        self._prepared: set[str] = set()  # gathered states `gathered_samples(prepare=...)` replaced (until `unsync`)
         self._label_kinds: set[str] = set()  # "int" and/or "text": the labels this process saw (note_label_kinds)
         self.add_state("ids", default=[], dist_reduce_fx="cat")
 
@@ -372,22 +374,59 @@ class PerSampleMetric(Metric):
             if layout is not None and mine["states"][name] is None:
                 dtype, trailing = layout
                 setattr(self, name, [torch.empty((0, *trailing), dtype=getattr(torch, dtype), device=self.device)])
+        self._join_batches(names)
         super()._sync_dist(dist_sync_fn, process_group)
+
+    def _join_batches(self, names: list[str]) -> None:
+        """Each of the states ``names`` as one tensor, in the states and in torchmetrics' pre-sync cache alike (the
+        same values, restored by ``unsync``). torchmetrics concatenates a list state before it gathers it; joined
+        here, the batches are freed, so the gather does not hold a copy of the process's share beside them."""
+        cache = getattr(self, "_cache", None)
+        for name in names:
+            batches = getattr(self, name)
+            if not isinstance(batches, list) or len(batches) < 2:
+                continue
+            try:
+                joined = torch.cat(batches)
+            except RuntimeError:
+                continue  # shapes that do not fit: torchmetrics' own concatenation raises
+            setattr(self, name, [joined])
+            cached = cache.get(name) if isinstance(cache, dict) else None
+            if isinstance(cached, list) and len(cached) == len(batches) and all(map(operator.is_, cached, batches)):
+                cache[name] = [joined]
 
     def unsync(self, should_unsync: bool = True) -> None:
         super().unsync(should_unsync=should_unsync)
         if should_unsync:
             self._states_gathered = False
             self._copies_dropped = self._items_repeated = 0
+            self._prepared = set()
 
     # ---- compute -----------------------------------------------------------------------------------------------------
-    def gathered_samples(self) -> GatheredSamples:
+    def gathered_samples(self, prepare: Mapping[str, Callable[[Tensor], Tensor]] | None = None) -> GatheredSamples:
         """Concatenate (and, after a distributed sync, gather) the states; deduplicate by id; order by id.
 
+        Args:
+            prepare: ``{state: fn}``: return ``fn(rows)`` in place of the deduplicated rows of those states (for
+                instance the unit rows a cosine search multiplies), so that a ``compute`` need not hold both. After a
+                distributed sync the prepared rows also stand in for the gathered state until ``unsync`` (a later
+                call in the same sync returns them again, and must ask for the same states to be prepared).
+
         Raises:
-            ValueError: when nothing was seen, when some updates had ids and others not, or when copies of one id
-                disagree on an agreeing state (the ids are named).
+            ValueError: when nothing was seen, when some updates had ids and others not, when copies of one id
+                disagree on an agreeing state (the ids are named), or when ``prepare`` names no per-sample state or
+                leaves out one this sync already prepared.
         """
+        prepare = dict(prepare or {})
+        unknown = sorted(set(prepare) - set(self._sample_states))
+        if unknown:
+            raise ValueError(f"`prepare` names {unknown}, which are not per-sample states of {type(self).__name__}.")
+        left_out = sorted(self._prepared - set(prepare))
+        if left_out:
+            raise ValueError(
+                f"the gathered {left_out} of this sync were already replaced by prepared rows; ask for them "
+                "prepared again, or call `unsync()` and `sync()` to gather them anew."
+            )
         if isinstance(self.ids, list) and sum(t.numel() for t in self.ids) == 0:
             raise ValueError(f"{type(self).__name__}.compute() was called before any sample was passed to `update`.")
         ids = dim_zero_cat(self.ids)
@@ -437,6 +476,13 @@ class PerSampleMetric(Metric):
             for name, value in samples.values.items():
                 setattr(self, name, value)
             self._copies_dropped, self._items_repeated = num_duplicates, items
+        for name, fn in prepare.items():
+            if name in self._prepared:
+                continue  # the states already hold this sync's prepared rows
+            samples.values[name] = fn(samples.values[name])  # the unprepared rows are freed here, not after compute
+            if self._states_gathered:
+                setattr(self, name, samples.values[name])
+                self._prepared.add(name)
         world = _world(self.process_group)[1] if self._states_gathered else 1
         if items > world - 1:
             rank_zero_warn(

@@ -23,7 +23,7 @@ from beyondlabels.functional.retrieval import (
     retrieval_per_query,
     sample_queries,
 )
-from beyondlabels.functional.search import Neighbors
+from beyondlabels.functional.search import Neighbors, normalize_rows
 from beyondlabels.metrics._shares import shared_rows
 from beyondlabels.metrics.base import GatheredSamples, PerSampleMetric
 from beyondlabels.schema import KeySpec, OutputSchema
@@ -270,11 +270,16 @@ class EmbeddingRetrieval(PerSampleMetric):
         self.append_samples(ids, embeddings=embeddings.detach().to(torch.float32), labels=codes.to(embeddings.device))
 
     def compute(self) -> dict[str, Any]:
-        """Deduplicate the gathered samples by id and return all metrics from one search."""
-        return self.results_of(self.gathered_samples())
+        """Deduplicate the gathered samples by id and return all metrics from one search (cosine: the gathered rows
+        are replaced by their unit rows, so that the search holds one copy of the set)."""
+        if self.distance != "cosine":
+            return self.results_of(self.gathered_samples())
+        return self.results_of(self.gathered_samples(prepare={"embeddings": normalize_rows}), normalized=True)
 
-    def results_of(self, samples: GatheredSamples) -> dict[str, Any]:
-        """Every metric of the deduplicated ``samples`` from one search (the body of :meth:`compute`)."""
+    def results_of(self, samples: GatheredSamples, normalized: bool = False) -> dict[str, Any]:
+        """Every metric of the deduplicated ``samples`` from one search (the body of :meth:`compute`;
+        ``normalized``: their embeddings are already the unit rows of
+        :func:`~beyondlabels.functional.search.normalize_rows`, cosine only)."""
         emb, labels, ids = samples.values["embeddings"], samples.values["labels"], samples.ids
         share = self.work_share() if self.distributed_search else None
         query_rows = None if self.max_queries is None else sample_queries(ids, self.max_queries, self.query_seed)
@@ -283,10 +288,10 @@ class EmbeddingRetrieval(PerSampleMetric):
             raise ValueError(
                 f"the audit needs at least 2 samples, got {ids.numel()}; feed more samples or turn `audit` off."
             )
-        out = self._retrieval(emb, labels, ids, share, query_rows, max(self.return_neighbors, audit_k))
+        out = self._retrieval(emb, labels, ids, share, query_rows, max(self.return_neighbors, audit_k), normalized)
         out["num_duplicates"] = torch.tensor(samples.num_duplicates, dtype=torch.long, device=emb.device)
         if self.audit is not None:
-            self._add_audit(out, emb, labels, ids, share, audit_k)
+            self._add_audit(out, emb, labels, ids, share, audit_k, normalized)
         if "neighbors" in out:
             idx = out["neighbors"]["indices"]
             out["neighbors"] = {"ids": ids[idx], "labels": labels[idx], "scores": out["neighbors"]["scores"]}
@@ -294,7 +299,14 @@ class EmbeddingRetrieval(PerSampleMetric):
         return out
 
     def _retrieval(
-        self, emb: Tensor, labels: Tensor, ids: Tensor, share: Any, query_rows: Tensor | None, return_neighbors: int
+        self,
+        emb: Tensor,
+        labels: Tensor,
+        ids: Tensor,
+        share: Any,
+        query_rows: Tensor | None,
+        return_neighbors: int,
+        normalized: bool,
     ) -> dict[str, Any]:
         rows = retrieval_per_query(
             emb,
@@ -311,6 +323,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             deep_metrics=self.deep_metrics,
             distance=self.distance,
             exchange=None if share is None else self.exchange(),
+            normalized=normalized,
         )
         rows = self.gather_rows(rows) if share is not None else rows
         out = aggregate_retrieval(
@@ -325,7 +338,9 @@ class EmbeddingRetrieval(PerSampleMetric):
         )
         return out
 
-    def _add_audit(self, out: dict[str, Any], emb: Tensor, labels: Tensor, ids: Tensor, share: Any, k: int) -> None:
+    def _add_audit(
+        self, out: dict[str, Any], emb: Tensor, labels: Tensor, ids: Tensor, share: Any, k: int, normalized: bool
+    ) -> None:
         """The audit from the searched neighbours in ``out`` (trimmed back to ``return_neighbors`` afterwards)."""
         settings = self.audit
         found = out["neighbors"]
@@ -391,7 +406,7 @@ class EmbeddingRetrieval(PerSampleMetric):
             drop[pairs[a.cross_label].flatten()] = True
             keep = torch.nonzero(~drop).flatten()
             out["audit_num_excluded"] = count(n - keep.numel())
-            clean = self._retrieval(emb[keep], labels[keep], ids[keep], share, None, 0)
+            clean = self._retrieval(emb[keep], labels[keep], ids[keep], share, None, 0, normalized)
             schema = retrieval_output_schema(self.ks, [g.name for g in self.graded], deep_metrics=self.deep_metrics)
             for key in schema.scalar_keys():
                 out[f"clean/{key}"] = clean[key]
