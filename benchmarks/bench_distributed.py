@@ -313,8 +313,9 @@ def projection(
     runtime, the model and the allocator's slack are left out.
 
     - ``design="gathered"`` (today): every rank all-gathers every item (it receives ``(W-1)/W`` of the set; the
-      gather holds the shards and their concatenation at once, so 2x the set), then searches its ``1/W`` of the
-      symmetric half of the products (``n (n-1) / 2 d / W`` multiply-adds: the ideal split).
+      gather holds the shards and their concatenation at once, so 2x the set), then searches with one copy (cosine:
+      the unit rows replace the deduplicated samples) its ``1/W`` of the symmetric half of the products
+      (``n (n-1) / 2 d / W`` multiply-adds: the ideal split). Its peak is the larger of the two phases.
     - ``design="sharded"``: each rank keeps its shard ``n/W`` and passes gallery shards round a ring (``W - 1``
       steps, two shard buffers: the one scored and the one arriving); its queries meet every shard, so it computes
       ``n/W x n x d`` multiply-adds (the symmetry is not used: twice the gathered design's share). The top lists
@@ -326,7 +327,7 @@ def projection(
     tops = shard * depth * 12
     if design == "gathered":
         received = (world - 1) / world * n * item + per_query
-        memory = 2 * n * item + chunk * n * 4 + tops + n * metrics * 8
+        memory = max(2 * n * item, n * item + chunk * n * 4 + tops) + n * metrics * 8
         products = n * (n - 1) / 2 * d / world
     elif design == "sharded":
         received = (world - 1) * shard * item + per_query
