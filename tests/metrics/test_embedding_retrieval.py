@@ -473,7 +473,9 @@ def test_cosine_compute_frees_the_raw_rows_before_the_search(data, monkeypatch):
     import beyondlabels.metrics.retrieval as module
 
     emb, labels, ids = data
-    seen: dict = {}
+    emb, labels = emb.clone(), labels.clone()
+    emb[1], labels[1] = emb[0], (labels[0] + 1) % 9  # a cross-label duplicate: the audit's clean re-run drops both
+    seen: dict = {"alive": [], "normalized": []}
     normalize, search = module.normalize_rows, module.retrieval_per_query
 
     def spied_normalize(x, *args, **kwargs):
@@ -481,28 +483,37 @@ def test_cosine_compute_frees_the_raw_rows_before_the_search(data, monkeypatch):
         return normalize(x, *args, **kwargs)
 
     def spied_search(embeddings, *args, **kwargs):
-        seen["raw alive"] = seen["raw"]() is not None if "raw" in seen else None
-        seen["normalized"] = kwargs["normalized"]
+        seen["alive"].append(seen["raw"]() is not None if "raw" in seen else None)
+        seen["normalized"].append(kwargs["normalized"])
         return search(embeddings, *args, **kwargs)
 
     monkeypatch.setattr(module, "normalize_rows", spied_normalize)
     monkeypatch.setattr(module, "retrieval_per_query", spied_search)
     order = torch.argsort(ids)
     audit = {"k": 5, "exclude_suspects": True}
+
+    def same_as_kernel(out: dict, rows: torch.Tensor, distance: str, prefix: str = "") -> None:
+        """``out``'s values (under ``prefix``) are the kernel's on the raw rows ``rows`` (positions), bit for bit."""
+        ref = embedding_retrieval_metrics(emb[rows], labels[rows], ids[rows], ks=KS, distance=distance)
+        mine = {key: out[prefix + key] for key in ref if prefix + key in out}
+        if not prefix:
+            mine["per_query"] = {key: value for key, value in out["per_query"].items() if key in ref["per_query"]}
+        assert_same(mine, {key: value for key, value in ref.items() if key in mine})
+        assert len(mine) > 10
+
     for distance in ("cosine", "euclidean"):
-        seen.clear()
+        seen.update(alive=[], normalized=[])
+        seen.pop("raw", None)
         m = EmbeddingRetrieval(ks=KS, distance=distance, audit=audit if distance == "cosine" else None)
         m.update(emb, labels, ids)
         out = m.compute()
-        if distance == "cosine":  # the search and the audit's clean re-run both take the unit rows
-            assert seen["raw alive"] is False and seen["normalized"] is True
-        else:
-            assert "raw" not in seen and seen["normalized"] is False
-        # the values are those of the raw rows, bit for bit
-        ref = embedding_retrieval_metrics(emb[order], labels[order], ids[order], ks=KS, distance=distance)
-        mine = {key: value for key, value in out.items() if key in ref}
-        mine["per_query"] = {key: value for key, value in out["per_query"].items() if key in ref["per_query"]}
-        assert_same(mine, ref)
-        if distance == "cosine":
-            assert int(out["audit_num_excluded"]) == 0  # no cross-label duplicates: the clean run is the whole set
-            assert all(torch.equal(out[f"clean/{key}"], ref[key]) for key in ("precision@1", "map@r", "r_precision"))
+        same_as_kernel(out, order, distance)
+        if distance == "euclidean":
+            assert "raw" not in seen and seen["normalized"] == [False]
+            continue
+        # the search and the audit's clean re-run both take the unit rows, the raw copy already gone
+        assert seen["alive"] == [False, False] and seen["normalized"] == [True, True]
+        dup = out["audit"]["duplicates"]
+        dropped = dup["ids"][dup["cross_label"]].flatten()
+        assert sorted(dropped.tolist()) == sorted(ids[:2].tolist()) and int(out["audit_num_excluded"]) == 2
+        same_as_kernel(out, order[~torch.isin(ids[order], ids[:2])], distance, prefix="clean/")
