@@ -78,6 +78,48 @@ def _assert_rows_equal(g, depth, oracle, world, **kw):
     assert seen == set(range(g.shape[0]))
 
 
+@pytest.mark.parametrize("lo", [0, 10])
+def test_owners_merge_ragged_lists_as_numpy_sorts_them(lo):
+    """The owners' merge (`_merged`): only the keys a row holds cross, not the padding of its part (a process's
+    part for an owner is the rows' counts, then their keys), and each owner's rows are the top ``depth`` of the
+    union of every process's lists in descending order, ``_LOWEST_KEY`` after them, as numpy sorts them."""
+    world, rows_n, width, depth = 3, 50, 40, 25
+    rng = np.random.default_rng(lo)
+    # Every process's lists of the same rows: keys unique across processes (each pair is scored by one process),
+    # some rows empty, some full, the rest in between.
+    unique = rng.choice(2**40, world * rows_n * width, replace=False) - 2**39
+    keys = torch.from_numpy(unique.reshape(world, rows_n, width))
+    held = torch.from_numpy(rng.integers(0, width + 1, (world, rows_n)))
+    held[:, :3], held[0, 3:6] = 0, width
+    keys[torch.arange(width) >= held.unsqueeze(-1)] = kernel._LOWEST_KEY
+    bounds = [lo + k * rows_n // world for k in range(world + 1)]
+    sent: dict[tuple[int, int], int] = {}
+
+    class Recording(_ThreadExchange):
+        def all_to_all(self, parts, shapes):
+            for k, part in enumerate(parts):
+                sent[self.rank, k] = part.numel()
+            return super().all_to_all(parts, shapes)
+
+    hub = _Hub(world)
+    with ThreadPoolExecutor(world) as pool:
+        futures = [
+            pool.submit(pairs._merged, Recording(hub, r), keys[r].clone(), held[r], lo, bounds, depth)
+            for r in range(world)
+        ]
+        merged = [f.result() for f in futures]
+    for owner in range(world):
+        a, b = bounds[owner] - lo, bounds[owner + 1] - lo
+        expected = np.full((b - a, depth), kernel._LOWEST_KEY, dtype=np.int64)
+        for i, row in enumerate(range(a, b)):
+            union = np.concatenate([keys[p, row, : held[p, row]].numpy() for p in range(world)])
+            top = -np.sort(-union)[:depth]
+            expected[i, : top.size] = top
+        np.testing.assert_array_equal(merged[owner].numpy(), expected, err_msg=f"owner {owner}")
+        for p in range(world):
+            assert sent[p, owner] == (b - a) + int(held[p, a:b].sum()), (p, owner)
+
+
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_candidate_shares_equal_the_full_sort(ties, world, monkeypatch):
     g, oracle = ties

@@ -123,6 +123,34 @@ def test_stable_group_order_equals_a_stable_torch_sort(n_groups):
     assert torch.equal(_select.stable_group_order(groups, n_groups), torch.sort(groups, stable=True).indices)
 
 
+@pytest.mark.parametrize("path", ["numpy", "torch"])
+def test_ragged_rows_and_put_ragged_against_a_loop(path, monkeypatch):
+    """`ragged_rows` (the first ``counts[r]`` entries of each row of a strided view, row after row) and `put_ragged`
+    (values written to ``out[r, start[r]:start[r] + counts[r]]``) against plain loops, on the numpy path and on the
+    torch expression other devices take."""
+    if path == "torch":
+        monkeypatch.setattr(_select, "_on_cpu", lambda *tensors: False)
+    g = torch.Generator().manual_seed(11)
+    base = distinct_keys((40, 30), 6)
+    view = base[:, :17]  # strided rows, as the candidate buffers' partial lists are
+    counts = torch.randint(0, 18, (40,), generator=g)
+    counts[:3] = torch.tensor([0, 17, 0])
+    got = _select.ragged_rows(view, counts)
+    expected = [int(view[r, j]) for r in range(40) for j in range(int(counts[r]))]
+    assert got.tolist() == expected
+    out = torch.full((40, 25), -1, dtype=torch.int64)
+    start = torch.randint(0, 8, (40,), generator=g)
+    _select.put_ragged(out, start, counts, got)
+    loop = torch.full((40, 25), -1, dtype=torch.int64)
+    values = iter(expected)
+    for r in range(40):
+        for j in range(int(start[r]), int(start[r] + counts[r])):
+            loop[r, j] = next(values)
+    assert torch.equal(out, loop)
+    empty = torch.zeros(0, dtype=torch.int64)
+    assert _select.ragged_rows(view[:0], empty).numel() == 0
+
+
 CHILD = """
 import json, os, sys, threading
 os.sched_setaffinity(0, {cpus})

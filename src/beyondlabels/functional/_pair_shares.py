@@ -122,34 +122,49 @@ class _Split:
 def _merged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: list[int], depth: int) -> Tensor:
     """This process's rows of the top lists ``keys`` (rows ``lo:lo + len(keys)``; row ``r`` holds its ``held[r]``
     keys first, then ``_LOWEST_KEY``) of every process, merged: the top ``depth`` keys of each row, in ranking order
-    (``_LOWEST_KEY`` after the keys a row has). Only the widest list of each part crosses."""
-    return _union_top(_exchanged(exchange, keys, held, lo, bounds), depth)
+    (``_LOWEST_KEY`` after the keys a row has). Only the keys the rows hold cross (`_exchanged`)."""
+    me = exchange.rank
+    rows_n = max(0, min(lo + keys.shape[0], bounds[me + 1]) - max(lo, bounds[me]))
+    return _union_top(_exchanged(exchange, keys, held, lo, bounds), rows_n, depth)
 
 
 def _exchanged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: list[int]) -> list[Tensor]:
-    """What every process holds of this process's rows of the lists ``keys`` (as in `_merged`), in rank order; this
-    process's own part is a copy, so ``keys`` can go before the parts are merged."""
+    """What every process holds of this process's rows of the lists ``keys`` (as in `_merged`), in rank order: from
+    each process one int64 tensor, its count of keys for each of this process's rows, then those keys row after row
+    (ragged: a row's list crosses without the padding of the rows it shares a part with). Every part is a copy, so
+    ``keys`` can go before the parts are merged."""
     stop = lo + keys.shape[0]
     spans = [(max(lo, bounds[k]), min(stop, bounds[k + 1])) for k in range(exchange.world)]
-    rows = [slice(max(0, a - lo), max(0, b - lo)) for a, b in spans]
-    widths = torch.tensor([int(held[r].max()) if r.stop > r.start else 0 for r in rows], dtype=torch.int64)
-    every = exchange.all_gather(widths.to(keys.device))
+    parts, totals = [], []
+    for a, b in spans:
+        rows = slice(max(0, a - lo), max(0, b - lo))
+        parts.append(_packed(keys[rows], held[rows]))
+        totals.append(parts[-1].numel())
+    every = exchange.all_gather(torch.tensor(totals, dtype=torch.int64, device=keys.device))
     me = exchange.rank
-    a, b = spans[me]
-    got = exchange.all_to_all(
-        [keys[r, : int(w)] for r, w in zip(rows, widths)], [(max(0, b - a), int(w[me])) for w in every]
-    )
-    got[me] = got[me].clone()
-    return got
+    return exchange.all_to_all(parts, [(int(sizes[me]),) for sizes in every])
 
 
-def _union_top(got: list[Tensor], depth: int) -> Tensor:
-    """The top ``depth`` keys of each row of the union of the parts ``got`` (emptied), in ranking order."""
-    union = torch.cat(got, dim=1)
+def _packed(keys: Tensor, held: Tensor) -> Tensor:
+    """Rows ``keys`` (row ``r``'s ``held[r]`` keys first) as one int64 tensor: ``held``, then each row's keys."""
+    held = held.to(torch.int64)
+    return torch.cat([held, _select.ragged_rows(keys, held)])
+
+
+def _union_top(got: list[Tensor], rows_n: int, depth: int) -> Tensor:
+    """The top ``depth`` keys of each of the ``rows_n`` rows of the union of the packed parts ``got`` (`_packed`, of
+    the same rows; emptied), in ranking order, ``_LOWEST_KEY`` after the keys a row has. No item is in two parts
+    (each pair's score is computed by one process), so the order of the parts does not matter."""
+    counts = [part[:rows_n] for part in got]
+    total = torch.stack(counts).sum(dim=0)
+    width = max(depth, int(total.max()) if rows_n else 0)
+    union = torch.full((rows_n, width), _LOWEST_KEY, dtype=torch.int64, device=got[0].device)
+    free = torch.zeros_like(total)  # where each row's next keys go
+    for part, count in zip(got, counts):
+        _select.put_ragged(union, free, count, part[rows_n:])
+        free += count
     got.clear()
-    if union.shape[1] < depth:
-        pad = torch.full((union.shape[0], depth - union.shape[1]), _LOWEST_KEY, dtype=torch.int64, device=union.device)
-        union = torch.cat([union, pad], dim=1)
+    del counts
     # A whole sort of the union (numpy's vectorised sort) costs less than a selection followed by a sort of the top.
     return _select.sort_rows_descending(union, in_place=True)[:, :depth]
 
@@ -224,8 +239,8 @@ def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
         got = _exchanged(exchange, partial, held, start, cuts)
         del partial
         buffers = None
-        mine = _union_top(got, depth)
         a, b = cuts[me], cuts[me + 1]
+        mine = _union_top(got, b - a, depth)
         if b > a:
             _search_short(gn, mine, need[a:b], a, split.chunk_size, sq)
             yield from _in_depth_chunks(mine, depths[a:b], a, split.chunk_size)

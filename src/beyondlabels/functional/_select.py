@@ -199,6 +199,30 @@ def top_rows(x: Tensor, k: int) -> Tensor:
     return torch.from_numpy(out)
 
 
+def ragged_rows(x: Tensor, counts: Tensor) -> Tensor:
+    """``x[torch.arange(x.shape[1]) < counts[:, None]]`` for a 2-D ``x`` (a view will do) and int64 ``counts``: the
+    first ``counts[r]`` entries of each row, row after row, in one 1-D tensor."""
+    if not _on_cpu(x, counts) or x.dim() != 2:
+        return torch.masked_select(x, torch.arange(x.shape[1], device=x.device) < counts.unsqueeze(1))
+    a = x.numpy()
+    return torch.from_numpy(a[np.arange(a.shape[1]) < counts.numpy()[:, None]])
+
+
+def put_ragged(out: Tensor, start: Tensor, counts: Tensor, values: Tensor) -> None:
+    """Write ``values`` (``counts[r]`` values for each row ``r``, row after row) to ``out[r, start[r] : start[r] +
+    counts[r]]`` for a contiguous 2-D ``out``: ``out.masked_scatter_(mask, values)``, ``mask`` the positions
+    ``start[r] <= j < start[r] + counts[r]`` of each row."""
+    cols = torch.arange(out.shape[1], device=out.device)
+    if not _on_cpu(out, start, counts, values) or out.dim() != 2 or not out.is_contiguous():
+        mask = (cols >= start.unsqueeze(1)) & (cols < (start + counts).unsqueeze(1))
+        out.masked_scatter_(mask, values)
+        return
+    c, first = cols.numpy(), start.numpy()[:, None]
+    mask = c >= first
+    mask &= c < first + counts.numpy()[:, None]
+    out.numpy()[mask] = values.numpy()
+
+
 def stable_group_order(groups: Tensor, n_groups: int) -> Tensor:
     """``torch.sort(groups, stable=True).indices`` for a 1-D tensor of values in ``0 .. n_groups - 1`` (int64)."""
     if not _on_cpu(groups) or groups.dim() != 1:
