@@ -27,6 +27,7 @@ from beyondlabels.metrics import (
     TextImageRPrecision,
     ZeroShotClassification,
 )
+from beyondlabels.metrics.base import ProcessExchange
 from beyondlabels.taxonomy import Taxonomy
 from tests.ddp import gloo_store, init_gloo
 from tests.oracles.outputs import assert_same_outputs
@@ -206,9 +207,38 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
                     scores, labels = data["zeroshot"]
                     metric.update(scores[rows], labels[rows], data["ids"][rows])
                     results["after failure", size] = metric.compute()
+            # per-query rows of many dtypes and shapes, uneven (one rank has none), in two gathers
+            exchange = ProcessExchange(group)
+            gathers: list = []
+            real_gather = dist.all_gather
+            dist.all_gather = lambda *a, _seen=gathers, _real=real_gather, **k: (_seen.append(1), _real(*a, **k))[1]
+            try:
+                results["concat", size] = exchange.concat_rows(_rows_of(rank)), len(gathers)
+            finally:
+                dist.all_gather = real_gather
+            try:
+                exchange.concat_rows({"x": torch.zeros(2, 3 + (rank == 1))})
+                results["concat mismatch", size] = ""
+            except ValueError as exc:
+                results["concat mismatch", size] = str(exc)
         torch.save(results, f"{out_path}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def _rows_of(rank: int) -> dict[str, torch.Tensor]:
+    """Rank ``rank``'s per-query rows for `ProcessExchange.concat_rows`: uneven counts (rank 1 none), dtypes of 1,
+    2, 4 and 8 bytes (rows whose bytes are not a multiple of 8 among them), 1-D to 3-D."""
+    n = [2, 0, 3, 1][rank]
+    g = torch.Generator().manual_seed(rank)
+    return {
+        "score": torch.randn(n, generator=g),
+        "curve": torch.randn(n, 5, generator=g, dtype=torch.float64),
+        "index": torch.randint(-(2**40), 2**40, (n, 2, 3), generator=g),
+        "hit": torch.rand(n, 3, generator=g) > 0.5,
+        "half": torch.randn(n, 3, generator=g).half(),
+        "byte": torch.randint(0, 256, (n, 7), generator=g, dtype=torch.uint8),
+    }
 
 
 def _expected_duplicates(family: str, data: dict, world: int) -> int:
@@ -294,6 +324,15 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
             after = result["after failure", world]
             assert int(after["num_duplicates"]) == _expected_duplicates("zeroshot", data, world)
             assert_same_outputs(after, single["zeroshot"], ("after failure", world, rank), ignore=("num_duplicates",))
+            rows, gathers = result["concat", world]
+            assert gathers == 2, (world, rank)
+            every = [_rows_of(r) for r in range(world)]
+            assert list(rows) == list(every[0]), (world, rank)
+            for key, value in rows.items():
+                expected = torch.cat([part[key] for part in every])
+                assert value.dtype == expected.dtype and torch.equal(value, expected), (key, world, rank)
+            mismatch = result["concat mismatch", world]
+            assert "rows `x`" in mismatch and "one dtype and trailing shape" in mismatch, (world, rank, mismatch)
             local, shard = result["local", world]
             repeated = _expected_duplicates("zeroshot", data, world)
             assert result["twice", world] == (repeated, repeated, True), (world, rank)

@@ -35,6 +35,7 @@ Nothing here imports Lightning.
 from __future__ import annotations
 
 import copy
+import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,6 +161,52 @@ class ProcessExchange:
             for request in torch.distributed.batch_isend_irecv(ops):
                 request.wait()
         return got
+
+    def concat_rows(self, rows: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """Every process's tensor of each key of ``rows`` concatenated along dim 0, rank by rank, in two gathers
+        whatever the number of keys: the row counts, then every tensor's bytes in one buffer. Row counts may differ
+        between processes; the keys (in one order), dtypes and trailing shapes are those of one kernel's rows on every
+        process, and a row size that differs raises ``ValueError`` naming the key."""
+        keys = list(rows)
+        if not keys:
+            return {}
+        tensors = [rows[key].contiguous() for key in keys]
+        device = tensors[0].device
+        row_bytes = [math.prod(t.shape[1:]) * t.element_size() for t in tensors]
+        header = torch.tensor([[t.shape[0] for t in tensors], row_bytes], dtype=torch.int64, device=device)
+        every = [h.tolist() for h in self.all_gather(header)]
+        for rank, (_, theirs) in enumerate(every):
+            for key, a, b in zip(keys, theirs, row_bytes):
+                if a != b:
+                    raise ValueError(
+                        f"the rows `{key}` of rank {rank} hold {a} bytes each and this process's {b}: every process "
+                        "must give rows of one dtype and trailing shape"
+                    )
+        starts = [_byte_starts(counts, row_bytes) for counts, _ in every]
+        mine = torch.zeros(max(s[-1] for s in starts), dtype=torch.uint8, device=device)
+        for t, a in zip(tensors, starts[self.rank]):
+            mine[a : a + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
+        del tensors
+        gathered = self.all_gather(mine)
+        del mine
+        out = {}
+        for i, key in enumerate(keys):
+            like = rows[key]
+            parts = []
+            for (counts, _), s, got in zip(every, starts, gathered):
+                raw = got[s[i] : s[i] + counts[i] * row_bytes[i]]
+                parts.append(raw.view(like.dtype).view(counts[i], *like.shape[1:]))
+            out[key] = torch.cat(parts)
+        return out
+
+
+def _byte_starts(counts: list[int], row_bytes: list[int], align: int = 16) -> list[int]:
+    """Where each tensor of ``counts[i]`` rows of ``row_bytes[i]`` bytes starts in one buffer (each at a multiple of
+    ``align`` bytes, so it can be viewed as its dtype), then the buffer's size."""
+    starts = [0]
+    for count, size in zip(counts, row_bytes):
+        starts.append(starts[-1] + -(-count * size // align) * align)
+    return starts
 
 
 @dataclass(frozen=True)
@@ -512,9 +559,7 @@ class PerSampleMetric(Metric):
         """Concatenate every process's rows of per-query tensors (uneven counts allowed), rank by rank."""
         if self.work_share() is None:
             return rows
-        return {
-            key: torch.cat(gather_all_tensors(value.contiguous(), self.process_group)) for key, value in rows.items()
-        }
+        return ProcessExchange(self.process_group).concat_rows(rows)
 
     def scalars(self, results: dict[str, Any], prefix: str = "") -> dict[str, Tensor]:
         """The scalar entries of ``results`` (one :meth:`compute`), each as a 0-d float tensor under
