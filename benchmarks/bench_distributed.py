@@ -5,7 +5,10 @@ Each W is one gloo group of W fresh processes (one thread each; they meet throug
 Every rank builds the same seeded set (N items, D dims, C classes) and feeds its metric the share that
 ``torch.utils.data.DistributedSampler(shuffle=False)`` gives it (strided, padded with repeats of the first items), in
 batches of 1,024, through the metric classes' public API. After a barrier, ``compute()`` is called ``--repeats`` times
-per family (default 3; the least CPU seconds of each rank are shown, memory is the first call's):
+per family (default 3; the least CPU seconds of each rank are shown, memory is the first call's), and the worlds are
+run ``--rounds`` times in turn (default 3, each time in fresh processes; the least over the rounds is shown, and each
+round's ratio on a line of its own: on a shared machine a slow spell lasts longer than one world's calls, and turns
+alternate so that it does not fall on one W alone):
 
 - CPU seconds of this rank (``time.process_time()``, every thread of the process) around ``compute()`` alone;
 - the peak memory the rank adds in ``compute()``: the kernel's high-water mark (VmHWM) reset before the call (writing
@@ -261,12 +264,49 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def unequal_keys(reference: dict[str, torch.Tensor], ranks: list[dict[str, Any]], family: str) -> list[str]:
+    """The keys whose value differs from ``reference`` on any rank, in any round."""
     bad = set()
     for rank in ranks:
-        values = rank[family]["values"]
-        bad |= {k for k in reference if k not in values or not same(reference[k], values[k])}
-        bad |= set(values) - set(reference)
+        for values in rank[family]["every_values"]:
+            bad |= {k for k in reference if k not in values or not same(reference[k], values[k])}
+            bad |= set(values) - set(reference)
     return sorted(bad)
+
+
+def merge_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each rank's measurements over the rounds of one W: the least CPU and wall seconds (the round least disturbed
+    by the machine's other work, as ``--repeats`` does within a round), the first round's memory, and the values of
+    every round (all checked against W = 1)."""
+    merged = []
+    for rank, first in enumerate(rounds[0]):
+        merged.append(
+            {
+                family: {
+                    **row,
+                    "cpu": min(r[rank][family]["cpu"] for r in rounds),
+                    "wall": min(r[rank][family]["wall"] for r in rounds),
+                    "every_values": [r[rank][family]["values"] for r in rounds],
+                }
+                for family, row in first.items()
+            }
+        )
+    return merged
+
+
+def round_lines(by_round: dict[int, list[list[dict[str, Any]]]], families: list[str]) -> list[str]:
+    """Per family and W > 1: the busiest rank's CPU against W = 1's in each round (the spread the least hides)."""
+    base = min(by_round)
+    lines = []
+    for family in families:
+        for world in sorted(by_round):
+            if world == base:
+                continue
+            ratios = [
+                max(r[family]["cpu"] for r in ranks) / max(r[family]["cpu"] for r in base_ranks)
+                for ranks, base_ranks in zip(by_round[world], by_round[base])
+            ]
+            lines.append(f"# {family} W={world} vs W={base}, round by round: " + " ".join(f"{x:.2f}x" for x in ratios))
+    return lines
 
 
 def report(by_world: dict[int, list[dict[str, Any]]], families: list[str]) -> list[str]:
@@ -370,6 +410,13 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=3, help="compute() calls per family and rank; the least CPU s is shown"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds of every W in turn, each in fresh processes (default 3; 1 with --memory): each rank's least CPU s "
+        "over the rounds is shown, memory is round 1's, values are checked in every round",
+    )
     parser.add_argument("--proj-world", type=int, default=8)
     parser.add_argument("--proj-classes", type=int, default=1000)
     args = parser.parse_args()
@@ -378,20 +425,28 @@ def main() -> None:
     args.n = args.n or (4_000 if args.quick else 200_000 if args.memory else 20_000)
     args.dim = args.dim or (256 if args.memory else 128)
     args.worlds = sorted(set(args.worlds))
+    args.rounds = args.rounds or (1 if args.memory or args.quick else 3)
     print(
         f"# N={args.n} D={args.dim} C={args.classes}; gloo, one thread a rank, DistributedSampler shares; "
         f"worlds {args.worlds}; cores {len(os.sched_getaffinity(0))}; load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg()),
         flush=True,
     )
-    by_world = {}
-    for world in args.worlds:
-        started = time.perf_counter()
-        by_world[world] = run_world(world, args)
-        print(f"# W={world}: {time.perf_counter() - started:.0f} s", flush=True)
+    by_round: dict[int, list[list[dict[str, Any]]]] = {world: [] for world in args.worlds}
+    for round_ in range(args.rounds):
+        for world in args.worlds:
+            started = time.perf_counter()
+            by_round[world].append(run_world(world, args))
+            print(f"# round {round_ + 1}, W={world}: {time.perf_counter() - started:.0f} s", flush=True)
+    by_world = {world: merge_rounds(rounds) for world, rounds in by_round.items()}
     first = by_world[args.worlds[0]][0]
-    print(f"# memory by {next(iter(first.values()))['memory_by']}; 'MB added' is the busiest rank's")
+    print(
+        f"# memory by {next(iter(first.values()))['memory_by']}; 'MB added' is the busiest rank's in round 1; CPU "
+        f"and wall s: each rank's least over {args.rounds} round(s) x {args.repeats} call(s)"
+    )
     print("\n".join(report(by_world, args.families)))
+    if args.rounds > 1:
+        print("\n".join(round_lines(by_round, args.families)))
     if "retrieval" in args.families and args.worlds[0] == 1:
         cpu = first["retrieval"]["cpu"]
         print("\n".join(paper_lines(args.n * (args.n - 1) / 2 * args.dim / cpu, args)))
