@@ -10,6 +10,7 @@ of 4 processes serves every assertion."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 
@@ -170,7 +171,9 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
                     results[family, size] = str(exc)
                 results[family, size, "calls"] = calls[before:]
                 if family == "retrieval":  # within a sync the prepared rows stand in for the gathered state
-                    metric.sync()
+                    with _counted_gathers() as gathers:
+                        metric.sync()  # the per-sample states (ids, embeddings, labels) in two gathers
+                    results["sync gathers", size] = len(gathers)
                     prepare = {"embeddings": normalize_rows}
                     first = metric.gathered_samples(prepare=prepare).values["embeddings"]
                     second = metric.gathered_samples(prepare=prepare).values["embeddings"]
@@ -209,13 +212,8 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
                     results["after failure", size] = metric.compute()
             # per-query rows of many dtypes and shapes, uneven (one rank has none), in two gathers
             exchange = ProcessExchange(group)
-            gathers: list = []
-            real_gather = dist.all_gather
-            dist.all_gather = lambda *a, _seen=gathers, _real=real_gather, **k: (_seen.append(1), _real(*a, **k))[1]
-            try:
+            with _counted_gathers() as gathers:
                 results["concat", size] = exchange.concat_rows(_rows_of(rank)), len(gathers)
-            finally:
-                dist.all_gather = real_gather
             try:
                 exchange.concat_rows({"x": torch.zeros(2, 3 + (rank == 1))})
                 results["concat mismatch", size] = ""
@@ -224,6 +222,23 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
         torch.save(results, f"{out_path}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _counted_gathers():
+    """The calls of ``torch.distributed.all_gather`` made inside the block (a list, one entry a call)."""
+    calls: list = []
+    real = dist.all_gather
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    dist.all_gather = counting
+    try:
+        yield calls
+    finally:
+        dist.all_gather = real
 
 
 def _rows_of(rank: int) -> dict[str, torch.Tensor]:
@@ -314,6 +329,7 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
                 ], context
             batches, joined, first = result["joined", world]
             assert min(batches.values()) > 1 and set(joined.values()) == {1} and first is None, (world, rank)
+            assert result["sync gathers", world] == 2, (world, rank)
             unit, again_equal, held, refused = result["prepared", world]
             assert torch.equal(unit, normalize_rows(data["retrieval"][0])), (world, rank)
             assert again_equal and held and "already replaced by prepared rows" in refused, (world, rank)

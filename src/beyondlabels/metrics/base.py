@@ -163,10 +163,15 @@ class ProcessExchange:
         return got
 
     def concat_rows(self, rows: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """Every process's tensor of each key of ``rows`` concatenated along dim 0, rank by rank, in two gathers
-        whatever the number of keys: the row counts, then every tensor's bytes in one buffer. Row counts may differ
-        between processes; the keys (in one order), dtypes and trailing shapes are those of one kernel's rows on every
-        process, and a row size that differs raises ``ValueError`` naming the key."""
+        """Every process's tensor of each key of ``rows`` concatenated along dim 0, rank by rank (`rows_by_rank`)."""
+        return {key: torch.cat(parts) for key, parts in self.rows_by_rank(rows).items()}
+
+    def rows_by_rank(self, rows: Mapping[str, Tensor]) -> dict[str, list[Tensor]]:
+        """Every process's tensor of each key of ``rows``, in rank order, in two gathers whatever the number of keys:
+        the row counts, then every tensor's bytes in one buffer (the tensors returned are views of the gathered
+        buffers). Row counts may differ between processes; the keys (in one order), dtypes and trailing shapes are
+        those of one kernel's rows on every process, and a row size that differs raises ``ValueError`` naming the
+        key."""
         keys = list(rows)
         if not keys:
             return {}
@@ -189,14 +194,13 @@ class ProcessExchange:
         del tensors
         gathered = self.all_gather(mine)
         del mine
-        out = {}
+        out: dict[str, list[Tensor]] = {}
         for i, key in enumerate(keys):
             like = rows[key]
-            parts = []
-            for (counts, _), s, got in zip(every, starts, gathered):
-                raw = got[s[i] : s[i] + counts[i] * row_bytes[i]]
-                parts.append(raw.view(like.dtype).view(counts[i], *like.shape[1:]))
-            out[key] = torch.cat(parts)
+            out[key] = [
+                got[s[i] : s[i] + counts[i] * row_bytes[i]].view(like.dtype).view(counts[i], *like.shape[1:])
+                for (counts, _), s, got in zip(every, starts, gathered)
+            ]
         return out
 
 
@@ -422,7 +426,27 @@ class PerSampleMetric(Metric):
                 dtype, trailing = layout
                 setattr(self, name, [torch.empty((0, *trailing), dtype=getattr(torch, dtype), device=self.device)])
         self._join_batches(names)
+        if dist_sync_fn is gather_all_tensors:  # torchmetrics' own: the per-sample states go in two gathers instead
+            dist_sync_fn = self._sample_states_gathered(names, group)
         super()._sync_dist(dist_sync_fn, process_group)
+
+    def _sample_states_gathered(self, names: list[str], group: Any) -> Callable[..., list[Tensor]]:
+        """torchmetrics' ``dist_sync_fn`` for this sync: the states ``names`` (each one joined tensor) gathered
+        together (`ProcessExchange.rows_by_rank`: two gathers, where torchmetrics' gather takes a barrier and two or
+        three gathers per state), any other tensor by torchmetrics' gather."""
+        joined = {}
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, list) and len(value) == 1 and isinstance(value[0], Tensor):
+                joined[name] = value[0]
+        by_rank = ProcessExchange(group).rows_by_rank(joined)
+        served = {id(joined[name]): parts for name, parts in by_rank.items()}
+
+        def sync_fn(tensor: Tensor, group: Any = None) -> list[Tensor]:
+            parts = served.pop(id(tensor), None) if joined else None  # `joined` keeps the ids from being reused
+            return parts if parts is not None else gather_all_tensors(tensor, group)
+
+        return sync_fn
 
     def _join_batches(self, names: list[str]) -> None:
         """Each of the states ``names`` as one tensor, in the states and in torchmetrics' pre-sync cache alike (the
