@@ -152,6 +152,11 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
         _spy(calls)
         pair = dist.new_group([0, 1])  # every rank takes part in creating it
         results: dict = {}
+        solo = [dist.new_group([r]) for r in range(world)]  # a group of one process has nothing to gather
+        alone = torch.arange(6).view(3, 2)
+        with _counted_gathers() as gathers:
+            got = ProcessExchange(solo[rank]).rows_by_rank({"x": alone})
+        results["solo"] = len(got["x"]) == 1 and got["x"][0] is alone, len(gathers)
         for size, group in ((world, None), (2, pair)):
             if rank >= size:
                 continue
@@ -299,6 +304,7 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
     out_path = str(tmp_path / "out")
     mp.spawn(_worker, args=(4, gloo_store(tmp_path), data, out_path), nprocs=4, join=True)
     got = [torch.load(f"{out_path}.{rank}", weights_only=False) for rank in range(4)]
+    assert all(got[rank]["solo"] == (True, 0) for rank in range(4))
     for world in (4, 2):
         for rank in range(world):
             result = got[rank]

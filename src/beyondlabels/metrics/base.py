@@ -169,10 +169,12 @@ class ProcessExchange:
     def rows_by_rank(self, rows: Mapping[str, Tensor]) -> dict[str, list[Tensor]]:
         """Every process's tensor of each key of ``rows``, in rank order, in two gathers whatever the number of keys:
         the row counts, then every tensor's bytes in one buffer (the tensors returned are views of the gathered
-        buffers). Row counts may differ between processes; the keys (in one order), dtypes and trailing shapes are
-        those of one kernel's rows on every process, and a row size that differs raises ``ValueError`` naming the
-        key."""
+        buffers; in a group of one process, the tensors given, uncopied). Row counts may differ between processes;
+        the keys (in one order), dtypes and trailing shapes are those of one kernel's rows on every process, and a
+        row size that differs raises ``ValueError`` naming the key."""
         keys = list(rows)
+        if self.world == 1:
+            return {key: [rows[key]] for key in keys}  # nothing to gather: no copy (as torchmetrics' gather)
         if not keys:
             return {}
         tensors = [rows[key].contiguous() for key in keys]
