@@ -78,11 +78,14 @@ def _assert_rows_equal(g, depth, oracle, world, **kw):
     assert seen == set(range(g.shape[0]))
 
 
-@pytest.mark.parametrize("lo", [0, 10])
-def test_owners_merge_ragged_lists_as_numpy_sorts_them(lo):
+@pytest.mark.parametrize("lo, group", [(0, 256), (10, 256), (10, 4)])
+def test_owners_merge_ragged_lists_as_numpy_sorts_them(lo, group, monkeypatch):
     """The owners' merge (`_merged`): only the keys a row holds cross, not the padding of its part (a process's
-    part for an owner is the rows' counts, then their keys), and each owner's rows are the top ``depth`` of the
-    union of every process's lists in descending order, ``_LOWEST_KEY`` after them, as numpy sorts them."""
+    part for an owner is the rows' counts, then their keys; the owner's own lists do not cross), and each owner's
+    rows are the top ``depth`` of the union of every process's lists in descending order, ``_LOWEST_KEY`` after
+    them, as numpy sorts them (the union laid out in one group of rows, or in groups of 4 rows, each as wide as its
+    fullest row)."""
+    monkeypatch.setattr(pairs, "_UNION_ROWS", group)
     world, rows_n, width, depth = 3, 50, 40, 25
     rng = np.random.default_rng(lo)
     # Every process's lists of the same rows: keys unique across processes (each pair is scored by one process),
@@ -92,7 +95,9 @@ def test_owners_merge_ragged_lists_as_numpy_sorts_them(lo):
     held = torch.from_numpy(rng.integers(0, width + 1, (world, rows_n)))
     held[:, :3], held[0, 3:6] = 0, width
     keys[torch.arange(width) >= held.unsqueeze(-1)] = kernel._LOWEST_KEY
-    bounds = [lo + k * rows_n // world for k in range(world + 1)]
+    # Each owner's rows in two runs, as the candidate search's owners hold a slice of every block (owner 2 has one
+    # run of a single row and one empty-handed process could own none: `_run_owners` leaves empty slices out).
+    owned = [[(lo, lo + 10), (lo + 25, lo + 38)], [(lo + 10, lo + 25), (lo + 38, lo + 49)], [(lo + 49, lo + 50)]]
     sent: dict[tuple[int, int], int] = {}
 
     class Recording(_ThreadExchange):
@@ -104,20 +109,20 @@ def test_owners_merge_ragged_lists_as_numpy_sorts_them(lo):
     hub = _Hub(world)
     with ThreadPoolExecutor(world) as pool:
         futures = [
-            pool.submit(pairs._merged, Recording(hub, r), keys[r].clone(), held[r], lo, bounds, depth)
+            pool.submit(pairs._merged, Recording(hub, r), [keys[r].clone(), held[r]], lo, owned, depth)
             for r in range(world)
         ]
         merged = [f.result() for f in futures]
     for owner in range(world):
-        a, b = bounds[owner] - lo, bounds[owner + 1] - lo
-        expected = np.full((b - a, depth), kernel._LOWEST_KEY, dtype=np.int64)
-        for i, row in enumerate(range(a, b)):
+        rows = [row - lo for a, b in owned[owner] for row in range(a, b)]
+        expected = np.full((len(rows), depth), kernel._LOWEST_KEY, dtype=np.int64)
+        for i, row in enumerate(rows):
             union = np.concatenate([keys[p, row, : held[p, row]].numpy() for p in range(world)])
             top = -np.sort(-union)[:depth]
             expected[i, : top.size] = top
         np.testing.assert_array_equal(merged[owner].numpy(), expected, err_msg=f"owner {owner}")
-        for p in range(world):
-            assert sent[p, owner] == (b - a) + int(held[p, a:b].sum()), (p, owner)
+        for p in range(world):  # an owner's own lists stay where they are
+            assert sent[p, owner] == (0 if p == owner else len(rows) + int(held[p, rows].sum())), (p, owner)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
@@ -160,6 +165,44 @@ def test_short_rows_and_runs_under_a_small_budget(ties, monkeypatch):
     depth = torch.full((g.shape[0],), 100)
     _assert_rows_equal(g, depth, oracle, 3, chunk_size=100)
     assert sum(again) > 0
+
+
+def test_each_process_owns_the_rows_it_multiplies(ties, monkeypatch):
+    """In the candidate search a process merges and yields exactly the rows it multiplies as block rows (its slice of
+    every block of each run: the rows whose items it mostly scores itself), and its own lists of them never cross:
+    what it sends itself is empty. Several runs (a small budget) and W = 3, so slices of uneven blocks occur."""
+    g, oracle = ties
+    monkeypatch.setattr(pairs, "_BUFFER_BYTES", 3 * 2 * 164 * 8 * 384)  # two blocks of 384 rows per run
+    multiplied: dict[int, set[int]] = {}
+    to_self: dict[int, list[int]] = {}
+    real_blocks = kernel._symmetric_blocks
+
+    def blocks(*args, **kw):
+        for item in real_blocks(*args, **kw):
+            a, a_end, _, _, a_owned = item[:5]
+            if a_owned:
+                multiplied.setdefault(threading.get_ident(), set()).update(range(a, a_end))
+            yield item
+
+    class Recording(_ThreadExchange):
+        def all_to_all(self, parts, shapes):
+            to_self.setdefault(self.rank, []).append(parts[self.rank].numel())
+            return super().all_to_all(parts, shapes)
+
+    monkeypatch.setattr(kernel, "_symmetric_blocks", blocks)
+    depth = torch.full((g.shape[0],), 100)
+    hub = _Hub(3)
+
+    def work(rank):
+        _, indices = collect(g, depth, share=(rank, 3), exchange=Recording(hub, rank), chunk_size=100)
+        return threading.get_ident(), set(indices)
+
+    with ThreadPoolExecutor(3) as pool:
+        yielded = [f.result() for f in [pool.submit(work, r) for r in range(3)]]
+    for rank, (thread, rows) in enumerate(yielded):
+        assert rows == multiplied[thread], rank
+        assert len(to_self[rank]) >= 2 and set(to_self[rank]) == {0}, rank  # one exchange per run, none to itself
+    assert set().union(*(rows for _, rows in yielded)) == set(range(g.shape[0]))
 
 
 def test_candidate_buffers_fall_with_the_processes(ties, monkeypatch):

@@ -2,15 +2,16 @@
 
 Internal. The block grid is that of the single search (:mod:`beyondlabels.functional._leave_one_out`); process ``i``
 of ``W`` multiplies the i-th of ``W`` even slices of the rows of every block pair ``(a, b)``, ``a <= b``, so every
-process multiplies ``N^2 / (2 W)`` scores (one process multiplies ``N^2 / 2``) and none is multiplied twice. The rows
-are cut into ``W`` even shares (the candidate search: each run of rows is), share ``i`` owned by process ``i``; the
-candidate search's processes share one process's buffer budget. A process keeps top lists (running lists, or
-the candidate buffers of deep searches) for every row its slices touch, then hands each owner the lists of the
-owner's rows (:class:`Exchange`); the owner merges them. The merged lists are the exact top of each row (the top
-``d`` of the union of lists that each hold either every item reaching the row's bound or their own top ``d``), and
-a pair's score is the product the single search computes (with BLAS libraries whose dot products do not depend on
-the block position, as the row-chunk search assumes: ``docs/search.md``), so the rows are bitwise those of one
-process. The derivations are in ``docs/search.md`` ("Shares").
+process multiplies ``N^2 / (2 W)`` scores (one process multiplies ``N^2 / 2``) and none is multiplied twice. Each
+row has one owner: in the candidate search (deep searches, run by run; the processes share one process's buffer
+budget) the process that multiplies it as a block row, so process ``i`` owns the i-th slice of every block of a
+run; with running top lists (shallow searches) share ``i`` of ``W`` even shares of the rows. A process keeps top
+lists (running lists, or candidate buffers) for every row its slices touch, then hands each other owner the lists
+of the owner's rows (:class:`Exchange`); the owner merges them with its own. The merged lists are the exact top of
+each row (the top ``d`` of the union of lists that each hold either every item reaching the row's bound or their
+own top ``d``), and a pair's score is the product the single search computes (with BLAS libraries whose dot
+products do not depend on the block position, as the row-chunk search assumes: ``docs/search.md``), so the rows are
+bitwise those of one process. The derivations are in ``docs/search.md`` ("Shares").
 
 The processes meet only through the :class:`Exchange` they are given: this module holds no collective.
 """
@@ -43,6 +44,10 @@ from beyondlabels.functional._leave_one_out import (
 from beyondlabels.functional._topk import from_keys
 
 __all__ = ["Exchange", "shared_block_search"]
+
+# Rows of an owner's union laid out and sorted at a time (`_union_top`): at N = 20,000, W = 4 groups of 256 rows sort
+# 2.2M keys and padding a process where one width for all its rows sorted 3.6M (its keys: 1.6M).
+_UNION_ROWS = 256
 
 
 class Exchange(Protocol):
@@ -98,8 +103,8 @@ def shared_block_search(
 @dataclass(frozen=True)
 class _Split:
     """One process's part of a search split by slices: the unit rows ``gn`` (Euclidean coarse scores with their
-    squared norms ``sq``), the block side, the rows each process owns (``bounds[k]:bounds[k + 1]``), the chunk size
-    of what is yielded and the exchange between the processes."""
+    squared norms ``sq``), the block side, the even shares of the rows (``bounds[k]:bounds[k + 1]``, `own`), the
+    chunk size of what is yielded and the exchange between the processes."""
 
     gn: Tensor
     sq: Tensor | None
@@ -115,68 +120,112 @@ class _Split:
 
     @property
     def own(self) -> tuple[int, int]:
-        """The rows this process owns."""
+        """This process's even share of the rows: those it owns with running lists, and those whose bounds it guesses
+        in the candidate search."""
         return self.bounds[self.exchange.rank], self.bounds[self.exchange.rank + 1]
 
 
-def _merged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: list[int], depth: int) -> Tensor:
-    """This process's rows of the top lists ``keys`` (rows ``lo:lo + len(keys)``; row ``r`` holds its ``held[r]``
-    keys first, then ``_LOWEST_KEY``) of every process, merged: the top ``depth`` keys of each row, in ranking order
-    (``_LOWEST_KEY`` after the keys a row has). Only the keys the rows hold cross (`_exchanged`)."""
+Spans = list[list[tuple[int, int]]]
+"""The rows each process owns, ``spans[k]`` for process ``k``: runs ``(a, b)`` of rows ``a:b``, ascending."""
+
+
+def _owned_rows(spans: list[tuple[int, int]], device: torch.device) -> Tensor:
+    """The rows of ``spans`` (one process's), in order, as an int64 tensor."""
+    if not spans:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    return torch.cat([torch.arange(a, b, dtype=torch.int64, device=device) for a, b in spans])
+
+
+def _merged(exchange: Exchange, lists: list[Tensor], lo: int, owned: Spans, depth: int) -> Tensor:
+    """This process's rows (``owned[rank]``, in order) of the top lists ``lists = [keys, held]`` (emptied; rows
+    ``lo:lo + len(keys)``, row ``r`` holding its ``held[r]`` keys first, then ``_LOWEST_KEY``) of every process,
+    merged: the top ``depth`` keys of each row, in ranking order (``_LOWEST_KEY`` after the keys a row has). Only
+    the keys the rows hold cross (`_exchanged`); this process's own lists of its rows do not cross at all, and are
+    copied out before the union is laid out, so ``keys`` can go first (unless the caller holds it)."""
+    keys, held = lists
+    lists.clear()
+    got = _exchanged(exchange, keys, held, lo, owned)
+    rows = [slice(a - lo, b - lo) for a, b in owned[exchange.rank]]
+    own = torch.cat([keys[r] for r in rows]) if rows else keys[:0]
+    own_held = torch.cat([held[r] for r in rows]) if rows else held[:0]
+    del keys, held
+    return _union_top(got, own, own_held, depth)
+
+
+def _exchanged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, owned: Spans) -> list[Tensor]:
+    """What every other process holds of this process's rows (``owned[rank]``) of the lists ``keys`` (as in
+    `_merged`), in rank order, this process left out: from each process one int64 tensor, its count of keys for
+    each of this process's rows, then those keys row after row (ragged: a row's list crosses without the padding of
+    the rows it shares a part with). Every part is a copy, so only this process's own rows of ``keys`` must stay
+    until the parts are merged."""
     me = exchange.rank
-    rows_n = max(0, min(lo + keys.shape[0], bounds[me + 1]) - max(lo, bounds[me]))
-    return _union_top(_exchanged(exchange, keys, held, lo, bounds), rows_n, depth)
-
-
-def _exchanged(exchange: Exchange, keys: Tensor, held: Tensor, lo: int, bounds: list[int]) -> list[Tensor]:
-    """What every process holds of this process's rows of the lists ``keys`` (as in `_merged`), in rank order: from
-    each process one int64 tensor, its count of keys for each of this process's rows, then those keys row after row
-    (ragged: a row's list crosses without the padding of the rows it shares a part with). Every part is a copy, so
-    ``keys`` can go before the parts are merged."""
-    stop = lo + keys.shape[0]
-    spans = [(max(lo, bounds[k]), min(stop, bounds[k + 1])) for k in range(exchange.world)]
     parts, totals = [], []
-    for a, b in spans:
-        rows = slice(max(0, a - lo), max(0, b - lo))
-        parts.append(_packed(keys[rows], held[rows]))
+    for k, spans in enumerate(owned):
+        rows = [slice(a - lo, b - lo) for a, b in spans] if k != me else []
+        parts.append(_packed([keys[r] for r in rows], [held[r] for r in rows], keys.device))
         totals.append(parts[-1].numel())
     every = exchange.all_gather(torch.tensor(totals, dtype=torch.int64, device=keys.device))
-    me = exchange.rank
-    return exchange.all_to_all(parts, [(int(sizes[me]),) for sizes in every])
+    got = exchange.all_to_all(parts, [(int(sizes[me]),) for sizes in every])
+    del got[me]
+    return got
 
 
-def _packed(keys: Tensor, held: Tensor) -> Tensor:
-    """Rows ``keys`` (row ``r``'s ``held[r]`` keys first) as one int64 tensor: ``held``, then each row's keys."""
-    held = held.to(torch.int64)
-    return torch.cat([held, _select.ragged_rows(keys, held)])
+def _packed(keys: list[Tensor], held: list[Tensor], device: torch.device) -> Tensor:
+    """Runs of rows ``keys`` (row ``r`` of a run holds its ``held[r]`` keys first) as one int64 tensor: every row's
+    count, then each row's keys."""
+    counts = [h.to(torch.int64) for h in held]
+    lists = [_select.ragged_rows(k, c) for k, c in zip(keys, counts)]
+    if not counts:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    return torch.cat(counts + lists)
 
 
-def _union_top(got: list[Tensor], rows_n: int, depth: int) -> Tensor:
-    """The top ``depth`` keys of each of the ``rows_n`` rows of the union of the packed parts ``got`` (`_packed`, of
-    the same rows; emptied), in ranking order, ``_LOWEST_KEY`` after the keys a row has. No item is in two parts
-    (each pair's score is computed by one process), so the order of the parts does not matter."""
+def _union_top(got: list[Tensor], own: Tensor, held: Tensor, depth: int) -> Tensor:
+    """The top ``depth`` keys of each row of the union of the lists of this process's rows: its own ``own`` (row
+    ``r`` holds its ``held[r]`` keys first, then ``_LOWEST_KEY``), and those of the other processes, the packed parts
+    ``got`` (`_packed`, of the same rows; emptied), in ranking order, ``_LOWEST_KEY`` after the keys a row has. No
+    item is in two lists (each pair's score is computed by one process), so the order of the parts does not
+    matter.
+
+    The union is laid out and sorted ``_UNION_ROWS`` rows at a time, each group as wide as its fullest row: a row's
+    union varies with its block (a few rows hold twice the average), and one width for all would sort mostly
+    padding."""
+    rows_n = held.numel()
+    out = torch.empty((rows_n, depth), dtype=torch.int64, device=held.device)
+    if rows_n == 0:
+        got.clear()
+        return out
     counts = [part[:rows_n] for part in got]
-    total = torch.stack(counts).sum(dim=0)
-    width = max(depth, int(total.max()) if rows_n else 0)
-    union = torch.full((rows_n, width), _LOWEST_KEY, dtype=torch.int64, device=got[0].device)
-    free = torch.zeros_like(total)  # where each row's next keys go
-    for part, count in zip(got, counts):
-        _select.put_ragged(union, free, count, part[rows_n:])
-        free += count
+    total = held + torch.stack(counts).sum(dim=0) if counts else held
+    cuts = list(range(0, rows_n, _UNION_ROWS)) + [rows_n]
+    widths = torch.stack([t.max() for t in total.split(_UNION_ROWS)]).clamp_(min=depth).tolist()
+    # Where each group's keys start in each part (its keys follow its counts).
+    starts = [
+        (torch.cumsum(count, 0) + rows_n).index_select(0, torch.tensor(cuts[1:], device=count.device) - 1).tolist()
+        for count in counts
+    ]
+    for g, (r0, r1) in enumerate(zip(cuts[:-1], cuts[1:])):
+        union = torch.full((r1 - r0, widths[g]), _LOWEST_KEY, dtype=torch.int64, device=held.device)
+        union[:, : own.shape[1]] = own[r0:r1]  # every row's own keys first, then the padding that follows them
+        free = held[r0:r1].to(torch.int64, copy=True)  # where each row's next keys go
+        for part, count, ends in zip(got, counts, starts):
+            first = ends[g - 1] if g else rows_n
+            _select.put_ragged(union, free, count[r0:r1], part[first : ends[g]])
+            free += count[r0:r1]
+        # A whole sort of a group (numpy's vectorised sort) costs less than a selection followed by a sort of the top.
+        out[r0:r1] = _select.sort_rows_descending(union, in_place=True)[:, :depth]
     got.clear()
-    del counts
-    # A whole sort of the union (numpy's vectorised sort) costs less than a selection followed by a sort of the top.
-    return _select.sort_rows_descending(union, in_place=True)[:, :depth]
+    return out
 
 
-def _in_depth_chunks(keys: Tensor, depths: Tensor, lo: int, chunk_size: int) -> Iterator[Part]:
-    """The merged rows ``lo:lo + len(keys)`` in chunks of ``chunk_size`` in ascending order of depth, each chunk as
-    deep as its deepest row."""
+def _in_depth_chunks(keys: Tensor, depths: Tensor, rows: Tensor, chunk_size: int) -> Iterator[Part]:
+    """The merged lists ``keys`` of the rows ``rows`` in chunks of ``chunk_size`` in ascending order of depth, each
+    chunk as deep as its deepest row."""
     order = torch.argsort(depths, stable=True)
     for start in range(0, order.numel(), chunk_size):
         local = order[start : start + chunk_size]
         vals, idx = from_keys(keys[local, : int(depths[local].max())])
-        yield local + lo, vals, idx
+        yield rows.index_select(0, local), vals, idx
 
 
 def _running_search(split: _Split, depths: Tensor) -> Iterator[Part]:
@@ -184,28 +233,39 @@ def _running_search(split: _Split, depths: Tensor) -> Iterator[Part]:
     n, depth = split.gn.shape[0], int(depths.max())
     keys = leave_one_out_keys(split.gn, depth, split.block, 0, n, split.sq, split.part)
     keys = _select.sort_rows_descending(keys, in_place=True)
-    lo, hi = split.own
-    mine = _merged(split.exchange, keys, (keys != _LOWEST_KEY).sum(dim=1), 0, split.bounds, depth)
+    owned = [[(a, b)] for a, b in zip(split.bounds[:-1], split.bounds[1:])]
+    mine = _merged(split.exchange, [keys, (keys != _LOWEST_KEY).sum(dim=1)], 0, owned, depth)
     del keys
-    yield from _in_depth_chunks(mine, depths[lo:hi], lo, split.chunk_size)
+    lo, hi = split.own
+    rows = torch.arange(lo, hi, dtype=torch.int64, device=split.gn.device)
+    yield from _in_depth_chunks(mine, depths[lo:hi], rows, split.chunk_size)
 
 
-def _run_cuts(start: int, stop: int, world: int) -> list[int]:
-    """The rows of one run of the candidate search that each process owns: ``cuts[k]:cuts[k + 1]`` (even slices, so
-    every owner merges about ``1 / world`` of the run's lists)."""
-    return [start + k * (stop - start) // world for k in range(world + 1)]
+def _run_owners(start: int, stop: int, block: int, world: int) -> Spans:
+    """The rows of one run of the candidate search that each process owns: the slices of the run's blocks whose rows
+    the process multiplies (`_symmetric_blocks` with ``part``), so each owner merges about ``1 / world`` of the run's
+    lists, with rows from every block position alike, and the lists of its rows of early blocks, whose items the
+    process itself scores, do not cross."""
+    spans: Spans = [[] for _ in range(world)]
+    for a in range(start, stop, block):
+        b = min(a + block, stop)
+        for k in range(world):
+            first, last = a + k * (b - a) // world, a + (k + 1) * (b - a) // world
+            if last > first:
+                spans[k].append((first, last))
+    return spans
 
 
-def _pair_needs(depths: Tensor, run: int, world: int, chunk_size: int) -> Tensor:
+def _pair_needs(depths: Tensor, run: int, block: int, world: int, chunk_size: int) -> Tensor:
     """Every row's ``need``: the deepest depth of its chunk, chunks formed among the rows one process owns within one
-    run (`_run_cuts`), in ascending order of depth (as the owner yields them)."""
+    run (`_run_owners`), in ascending order of depth (as the owner yields them)."""
     n = depths.shape[0]
     need = torch.empty_like(depths)
     for start in range(0, n, run):
-        cuts = _run_cuts(start, min(start + run, n), world)
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            if b > a:
-                need[a:b] = _chunk_depths(depths[a:b], chunk_size)[1]
+        for spans in _run_owners(start, min(start + run, n), block, world):
+            rows = _owned_rows(spans, depths.device)
+            if rows.numel():
+                need[rows] = _chunk_depths(depths[rows], chunk_size)[1]
     return need
 
 
@@ -220,7 +280,7 @@ def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
     n, world, me = gn.shape[0], exchange.world, exchange.rank
     budget = _BUFFER_BYTES // world
     run = block * max(1, budget // (_candidate_cap(int(depths.max())) * 8 * block))
-    need = _pair_needs(depths, run, world, split.chunk_size)
+    need = _pair_needs(depths, run, block, world, split.chunk_size)
     lo, hi = split.own  # the rows whose guessed bounds this process computes
     widest = max(bounds[k + 1] - bounds[k] for k in range(world))
     own = torch.full((widest,), torch.finfo(torch.float32).min, dtype=torch.float32, device=gn.device)
@@ -234,38 +294,37 @@ def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
         cap = _candidate_cap(depth, stop - start, budget)
         buffers = CandidateBuffers(stop - start, depth, cap, bound[start:stop].clone())
         collect_candidates(gn, block, start, stop, buffers, sq, split.part)
-        partial, held = _partial_lists(buffers, depth)
-        cuts = _run_cuts(start, stop, world)
-        got = _exchanged(exchange, partial, held, start, cuts)
-        del partial
-        buffers = None
-        a, b = cuts[me], cuts[me + 1]
-        mine = _union_top(got, b - a, depth)
-        if b > a:
-            _search_short(gn, mine, need[a:b], a, split.chunk_size, sq)
-            yield from _in_depth_chunks(mine, depths[a:b], a, split.chunk_size)
+        lists = _partial_lists(buffers, depth)
+        buffers = None  # its memory goes once `_merged` has sent the lists and copied out its own rows
+        owned = _run_owners(start, stop, block, world)
+        mine = _merged(exchange, lists, start, owned, depth)
+        rows = _owned_rows(owned[me], gn.device)
+        if rows.numel():
+            _search_short(gn, mine, need[rows], rows, split.chunk_size, sq)
+            yield from _in_depth_chunks(mine, depths[rows], rows, split.chunk_size)
         del mine
         _select.release_free_memory(gn.device)
 
 
-def _partial_lists(buffers: CandidateBuffers, depth: int) -> tuple[Tensor, Tensor]:
-    """Each row's top ``depth`` keys of its buffer, its keys first (in no order), and how many keys each row holds:
-    a view of the buffer, whose rows holding more than ``depth`` keys are cut to their top ``depth`` in place (a
-    buffer is filled from its start; the buffer is not searched again afterwards)."""
+def _partial_lists(buffers: CandidateBuffers, depth: int) -> list[Tensor]:
+    """Each row's top ``depth`` keys of its buffer, its keys first (in no order), and how many keys each row holds,
+    as ``[keys, held]`` (a list for `_merged` to empty): ``keys`` is a view of the buffer, whose rows holding more
+    than ``depth`` keys are cut to their top ``depth`` in place (a buffer is filled from its start; the buffer is not
+    searched again afterwards)."""
     held = buffers.fill.clamp(max=depth)
     over = torch.nonzero(buffers.fill > depth).flatten()
     for rows in over.split(_COMPACTION_ROWS):
         buffers.buf[rows, :depth] = _select.top_rows(buffers.buf.index_select(0, rows), depth)
-    return buffers.buf[:, : int(held.max()) if held.numel() else 0], held
+    return [buffers.buf[:, : int(held.max()) if held.numel() else 0], held]
 
 
-def _search_short(gn: Tensor, keys: Tensor, need: Tensor, lo: int, chunk_size: int, sq: Tensor | None) -> None:
-    """Rows of the merged lists ``keys`` (rows ``lo:``) holding fewer than their ``need`` keys: every process's
-    guessed bound was above the row's ``need``-th score, so it is searched again against the whole gallery."""
+def _search_short(gn: Tensor, keys: Tensor, need: Tensor, rows: Tensor, chunk_size: int, sq: Tensor | None) -> None:
+    """Rows ``rows`` of the merged lists ``keys`` holding fewer than their ``need`` keys: every process's guessed
+    bound was above the row's ``need``-th score, so it is searched again against the whole gallery."""
     held = (keys != _LOWEST_KEY).sum(dim=1)
     short = torch.nonzero(held < need).flatten()
     for start in range(0, short.numel(), chunk_size):
-        rows = short[start : start + chunk_size]
-        d = int(need[rows].max())
-        keys[rows] = _LOWEST_KEY
-        keys[rows, :d] = searched_again(gn, lo + rows, d, sq)
+        local = short[start : start + chunk_size]
+        d = int(need[local].max())
+        keys[local] = _LOWEST_KEY
+        keys[local, :d] = searched_again(gn, rows.index_select(0, local), d, sq)
