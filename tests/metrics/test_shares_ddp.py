@@ -11,6 +11,7 @@ of 4 processes serves every assertion."""
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 import weakref
 
@@ -20,6 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import beyondlabels.functional._leave_one_out as search
+import beyondlabels.metrics.base as metrics_base
 from beyondlabels.functional.search import normalize_rows
 from beyondlabels.metrics import (
     CrossModalRetrieval,
@@ -147,6 +149,7 @@ def _spy(calls: list) -> None:
 
 def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> None:
     init_gloo(rank, world, store)
+    piece = metrics_base._GATHER_PIECE_BYTES
     try:
         calls: list = []
         _spy(calls)
@@ -219,6 +222,12 @@ def _worker(rank: int, world: int, store: str, data: dict, out_path: str) -> Non
             exchange = ProcessExchange(group)
             with _counted_gathers() as gathers:
                 results["concat", size] = exchange.concat_rows(_rows_of(rank)), len(gathers)
+            metrics_base._GATHER_PIECE_BYTES = 40  # the buffer in pieces of 40 bytes, a gather each
+            try:
+                with _counted_gathers() as gathers:
+                    results["concat in pieces", size] = exchange.concat_rows(_rows_of(rank)), len(gathers)
+            finally:
+                metrics_base._GATHER_PIECE_BYTES = piece
             try:
                 exchange.concat_rows({"x": torch.zeros(2, 3 + (rank == 1))})
                 results["concat mismatch", size] = ""
@@ -346,13 +355,16 @@ def test_every_rank_computes_its_share_and_every_output_equals_one_process(tmp_p
             after = result["after failure", world]
             assert int(after["num_duplicates"]) == _expected_duplicates("zeroshot", data, world)
             assert_same_outputs(after, single["zeroshot"], ("after failure", world, rank), ignore=("num_duplicates",))
-            rows, gathers = result["concat", world]
-            assert gathers == 2, (world, rank)
             every = [_rows_of(r) for r in range(world)]
-            assert list(rows) == list(every[0]), (world, rank)
-            for key, value in rows.items():
-                expected = torch.cat([part[key] for part in every])
-                assert value.dtype == expected.dtype and torch.equal(value, expected), (key, world, rank)
+            # each process's bytes, every tensor padded to 16 bytes; the fullest process's is the buffer gathered
+            buffer = max(sum(-(-t.numel() * t.element_size() // 16) * 16 for t in part.values()) for part in every)
+            for how, expected_gathers in (("concat", 2), ("concat in pieces", 1 + math.ceil(buffer / 40))):
+                rows, gathers = result[how, world]
+                assert gathers == expected_gathers, (how, world, rank)
+                assert list(rows) == list(every[0]), (how, world, rank)
+                for key, value in rows.items():
+                    expected = torch.cat([part[key] for part in every])
+                    assert value.dtype == expected.dtype and torch.equal(value, expected), (how, key, world, rank)
             mismatch = result["concat mismatch", world]
             assert "rows `x`" in mismatch and "one dtype and trailing shape" in mismatch, (world, rank, mismatch)
             local, shard = result["local", world]
