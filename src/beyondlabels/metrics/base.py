@@ -55,6 +55,7 @@ from beyondlabels._internal.checks import (
     check_positive_int,
     check_precision,
 )
+from beyondlabels.functional._select import release_free_memory
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = ["GatheredSamples", "PerSampleMetric", "ProcessExchange"]
@@ -464,8 +465,11 @@ class PerSampleMetric(Metric):
     def _join_batches(self, names: list[str]) -> None:
         """Each of the states ``names`` as one tensor, in the states and in torchmetrics' pre-sync cache alike (the
         same values, restored by ``unsync``). torchmetrics concatenates a list state before it gathers it; joined
-        here, the batches are freed, so the gather does not hold a copy of the process's share beside them."""
+        here, the batches are freed, so the gather does not hold a copy of the process's share beside them. Their
+        pages go back to the system (`release_free_memory`): batches of a few MB each live in the C heap, which
+        would otherwise keep them through the whole compute (50 MB a rank at N = 200,000, D = 256, W = 4)."""
         cache = getattr(self, "_cache", None)
+        joined_any = False
         for name in names:
             batches = getattr(self, name)
             if not isinstance(batches, list) or len(batches) < 2:
@@ -478,6 +482,10 @@ class PerSampleMetric(Metric):
             cached = cache.get(name) if isinstance(cache, dict) else None
             if isinstance(cached, list) and len(cached) == len(batches) and all(map(operator.is_, cached, batches)):
                 cache[name] = [joined]
+            joined_any = True
+        batches = joined = None  # the last state's batches too, before the trim
+        if joined_any:
+            release_free_memory(self.device)
 
     def unsync(self, should_unsync: bool = True) -> None:
         super().unsync(should_unsync=should_unsync)
