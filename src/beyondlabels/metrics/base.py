@@ -454,11 +454,15 @@ class PerSampleMetric(Metric):
             if isinstance(value, list) and len(value) == 1 and isinstance(value[0], Tensor):
                 joined[name] = value[0]
         by_rank = ProcessExchange(group).rows_by_rank(joined)
-        served = {id(joined[name]): parts for name, parts in by_rank.items()}
+        # Each state's tensor is held beside its parts, so its id cannot be another tensor's while it is served.
+        served = {id(joined[name]): (joined[name], parts) for name, parts in by_rank.items()}
+        del joined, by_rank
 
         def sync_fn(tensor: Tensor, group: Any = None) -> list[Tensor]:
-            parts = served.pop(id(tensor), None) if joined else None  # `joined` keeps the ids from being reused
-            return parts if parts is not None else gather_all_tensors(tensor, group)
+            entry = served.pop(id(tensor), None)
+            if entry is not None and entry[0] is tensor:
+                return entry[1]
+            return gather_all_tensors(tensor, group)
 
         return sync_fn
 
