@@ -174,11 +174,11 @@ class ProcessExchange:
         return {key: torch.cat(parts) for key, parts in self.rows_by_rank(rows).items()}
 
     def rows_by_rank(self, rows: Mapping[str, Tensor]) -> dict[str, list[Tensor]]:
-        """Every process's tensor of each key of ``rows``, in rank order, in two gathers whatever the number of keys:
-        the row counts, then every tensor's bytes in one buffer (the tensors returned are views of the gathered
-        buffers; in a group of one process, the tensors given, uncopied). A buffer larger than
-        ``_GATHER_PIECE_BYTES`` is gathered in pieces of that size, each a gather, so the collective's own flat
-        buffer holds one piece of every process, not the whole set. Row counts may differ between processes; the
+        """Every process's tensor of each key of ``rows``, in rank order, in gathers whose number does not depend on
+        the number of keys: the row counts, then every tensor's bytes in one buffer (the tensors returned are views
+        of the gathered buffers; in a group of one process, the tensors given, uncopied), in pieces of
+        ``_GATHER_PIECE_BYTES``, each a gather, so the collective's own flat buffer holds one piece of every process,
+        not the whole set (two gathers for a buffer of at most one piece). Row counts may differ between processes; the
         keys (in one order), dtypes and trailing shapes are those of one kernel's rows on every process, and a row
         size that differs raises ``ValueError`` naming the key."""
         keys = list(rows)
@@ -440,14 +440,15 @@ class PerSampleMetric(Metric):
                 dtype, trailing = layout
                 setattr(self, name, [torch.empty((0, *trailing), dtype=getattr(torch, dtype), device=self.device)])
         self._join_batches(names)
-        if dist_sync_fn is gather_all_tensors:  # torchmetrics' own: the per-sample states go in two gathers instead
+        if dist_sync_fn is gather_all_tensors:  # torchmetrics' own: the per-sample states go together instead
             dist_sync_fn = self._sample_states_gathered(names, group)
         super()._sync_dist(dist_sync_fn, process_group)
 
     def _sample_states_gathered(self, names: list[str], group: Any) -> Callable[..., list[Tensor]]:
         """torchmetrics' ``dist_sync_fn`` for this sync: the states ``names`` (each one joined tensor) gathered
-        together (`ProcessExchange.rows_by_rank`: two gathers, where torchmetrics' gather takes a barrier and two or
-        three gathers per state), any other tensor by torchmetrics' gather."""
+        together (`ProcessExchange.rows_by_rank`: the counts, then the bytes in pieces of 16 MB a process, where
+        torchmetrics' gather takes a barrier and two or three gathers per state), any other tensor by torchmetrics'
+        gather."""
         joined = {}
         for name in names:
             value = getattr(self, name)
@@ -487,7 +488,7 @@ class PerSampleMetric(Metric):
             if isinstance(cached, list) and len(cached) == len(batches) and all(map(operator.is_, cached, batches)):
                 cache[name] = [joined]
             joined_any = True
-        batches = joined = None  # the last state's batches too, before the trim
+        batches = joined = cached = None  # the last state's batches too (its cache list held them), before the trim
         if joined_any:
             release_free_memory(self.device)
 
