@@ -95,9 +95,9 @@ def test_owners_merge_ragged_lists_as_numpy_sorts_them(lo, group, monkeypatch):
     held = torch.from_numpy(rng.integers(0, width + 1, (world, rows_n)))
     held[:, :3], held[0, 3:6] = 0, width
     keys[torch.arange(width) >= held.unsqueeze(-1)] = kernel._LOWEST_KEY
-    # Each owner's rows in two runs, as the candidate search's owners hold a slice of every block (owner 2 has one
-    # run of a single row and one empty-handed process could own none: `_run_owners` leaves empty slices out).
-    owned = [[(lo, lo + 10), (lo + 25, lo + 38)], [(lo + 10, lo + 25), (lo + 38, lo + 49)], [(lo + 49, lo + 50)]]
+    # Each owner's rows in runs, as the candidate search's owners hold a slice of every block (one run of a single
+    # row among them); owner 2 owns none, as a process whose slices are empty (`_run_owners` leaves them out).
+    owned = [[(lo, lo + 10), (lo + 25, lo + 38), (lo + 49, lo + 50)], [(lo + 10, lo + 25), (lo + 38, lo + 49)], []]
     sent: dict[tuple[int, int], int] = {}
 
     class Recording(_ThreadExchange):
@@ -167,12 +167,14 @@ def test_short_rows_and_runs_under_a_small_budget(ties, monkeypatch):
     assert sum(again) > 0
 
 
-def test_each_process_owns_the_rows_it_multiplies(ties, monkeypatch):
+@pytest.mark.parametrize("world", [3, 5])
+def test_each_process_owns_the_rows_it_multiplies(ties, world, monkeypatch):
     """In the candidate search a process merges and yields exactly the rows it multiplies as block rows (its slice of
     every block of each run: the rows whose items it mostly scores itself), and its own lists of them never cross:
-    what it sends itself is empty. Several runs (a small budget) and W = 3, so slices of uneven blocks occur."""
+    what it sends itself is empty. Several runs (a small budget); at W = 5 no block (384 rows, the last 348) divides
+    evenly, so the slices' rounding must agree too."""
     g, oracle = ties
-    monkeypatch.setattr(pairs, "_BUFFER_BYTES", 3 * 2 * 164 * 8 * 384)  # two blocks of 384 rows per run
+    monkeypatch.setattr(pairs, "_BUFFER_BYTES", 3 * 2 * 164 * 8 * 384)  # runs of one or two blocks of 384 rows
     multiplied: dict[int, set[int]] = {}
     to_self: dict[int, list[int]] = {}
     real_blocks = kernel._symmetric_blocks
@@ -191,14 +193,14 @@ def test_each_process_owns_the_rows_it_multiplies(ties, monkeypatch):
 
     monkeypatch.setattr(kernel, "_symmetric_blocks", blocks)
     depth = torch.full((g.shape[0],), 100)
-    hub = _Hub(3)
+    hub = _Hub(world)
 
     def work(rank):
-        _, indices = collect(g, depth, share=(rank, 3), exchange=Recording(hub, rank), chunk_size=100)
+        _, indices = collect(g, depth, share=(rank, world), exchange=Recording(hub, rank), chunk_size=100)
         return threading.get_ident(), set(indices)
 
-    with ThreadPoolExecutor(3) as pool:
-        yielded = [f.result() for f in [pool.submit(work, r) for r in range(3)]]
+    with ThreadPoolExecutor(world) as pool:
+        yielded = [f.result() for f in [pool.submit(work, r) for r in range(world)]]
     for rank, (thread, rows) in enumerate(yielded):
         assert rows == multiplied[thread], rank
         assert len(to_self[rank]) >= 2 and set(to_self[rank]) == {0}, rank  # one exchange per run, none to itself

@@ -80,10 +80,10 @@ def shared_block_search(
     exchange: Exchange | None = None,
 ) -> Iterator[Part] | None:
     """:func:`~beyondlabels.functional._leave_one_out.block_search` of share ``share``; with ``exchange`` (more than
-    one process) split by slices of the blocks as in the module docstring: the rows of share ``i`` of ``n`` even
-    shares, by candidate lists or running top lists as the single search chooses (None when the running lists of all
-    ``N`` rows would not fit the budget: search in row chunks then), in chunks of ``chunk_size`` rows in ascending
-    order of depth."""
+    one process) split by slices of the blocks as in the module docstring: the rows this process owns (by candidate
+    lists, the i-th slice of every block of each run; by running top lists, share ``i`` of ``n`` even shares), as
+    the single search chooses (None when the running lists of all ``N`` rows would not fit the budget: search in row
+    chunks then), in chunks of ``chunk_size`` rows in ascending order of depth."""
     index, count = share
     if exchange is None or count == 1:
         return block_search(gn, depths, share, chunk_size, sq)
@@ -91,7 +91,8 @@ def shared_block_search(
         raise ValueError(f"`share` {share} is not the exchange's (rank {exchange.rank} of {exchange.world}).")
     n = gn.shape[0]
     block, candidates = search_plan(n, depths, chunk_size)
-    bounds = [i * n // count for i in range(count + 1)]  # rows owned: any cut will do, an even one balances
+    # Even shares of the rows: those owned with running lists, and whose bounds each process guesses for candidates.
+    bounds = [i * n // count for i in range(count + 1)]
     split = _Split(gn, sq, block, bounds, chunk_size, exchange)
     if candidates:
         return _candidate_search(split, depths)
@@ -234,8 +235,9 @@ def _running_search(split: _Split, depths: Tensor) -> Iterator[Part]:
     keys = leave_one_out_keys(split.gn, depth, split.block, 0, n, split.sq, split.part)
     keys = _select.sort_rows_descending(keys, in_place=True)
     owned = [[(a, b)] for a, b in zip(split.bounds[:-1], split.bounds[1:])]
-    mine = _merged(split.exchange, [keys, (keys != _LOWEST_KEY).sum(dim=1)], 0, owned, depth)
-    del keys
+    lists = [keys, (keys != _LOWEST_KEY).sum(dim=1)]
+    del keys  # `_merged` frees the lists once its own rows are copied out
+    mine = _merged(split.exchange, lists, 0, owned, depth)
     lo, hi = split.own
     rows = torch.arange(lo, hi, dtype=torch.int64, device=split.gn.device)
     yield from _in_depth_chunks(mine, depths[lo:hi], rows, split.chunk_size)
