@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from beyondlabels._internal import memory
 from beyondlabels.functional import _select
 
 # 600 x 400 = 240,000 elements: above the parallel threshold, so two threads split the rows.
@@ -251,6 +252,6 @@ def test_a_forked_child_gets_its_own_thread_pool():
 
 def test_release_free_memory_uses_malloc_trim_on_glibc():
     if platform.libc_ver()[0] == "glibc":
-        assert _select._malloc_trim is not None  # the trim the search relies on for its memory bound
-    _select.release_free_memory(torch.device("cpu"))
-    _select.release_free_memory(torch.device("meta"))  # nothing to do off the CPU
+        assert memory._malloc_trim is not None  # the trim the search relies on for its memory bound
+    memory.release_free_memory(torch.device("cpu"))
+    memory.release_free_memory(torch.device("meta"))  # nothing to do off the CPU

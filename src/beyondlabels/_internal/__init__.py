@@ -7,6 +7,7 @@
 - :mod:`~beyondlabels._internal.names`: names in error messages (class and node names, listings);
 - :mod:`~beyondlabels._internal.convert`: tensors and numpy values as plain Python for JSON;
 - :mod:`~beyondlabels._internal.shares`: the share of a per-sample kernel's queries each process computes under DDP.
+- :mod:`~beyondlabels._internal.memory`: freed heap pages handed back to the system (glibc ``malloc_trim``).
 
 A module of a subpackage whose name starts with ``_`` is private to that subpackage; what more than one subpackage
 needs lives here. ``tests/test_layers.py`` holds both rules. Nothing here imports another part of beyondlabels.

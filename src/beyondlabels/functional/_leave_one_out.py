@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.memory import release_free_memory
 from beyondlabels.functional import _select
 from beyondlabels.functional._low_precision import Gallery, search_chunk
 from beyondlabels.functional._topk import (
@@ -281,7 +282,7 @@ def _leave_one_out_candidates(
     order, need = _chunk_depths(depths, chunk_size)
     depth = int(need.max())
     bound = _sampled_bounds(g, need, block, lo, hi, sq)
-    _select.release_free_memory(device)
+    release_free_memory(device)
     buffers = CandidateBuffers(hi - lo, depth, _candidate_cap(depth, hi - lo), bound)
     collect_candidates(g, block, lo, hi, buffers, sq)
     _search_short_rows(g, buffers, need, lo, chunk_size, sq)
@@ -290,7 +291,7 @@ def _leave_one_out_candidates(
         vals, idx = buffers.top(local, int(need[local].max()))
         yield local + lo, vals, idx
     buffers = None  # the buffers go before the heap is trimmed
-    _select.release_free_memory(device)
+    release_free_memory(device)
 
 
 def _chunk_depths(depths: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:

@@ -25,6 +25,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from beyondlabels._internal.memory import release_free_memory
 from beyondlabels.functional import _select
 from beyondlabels.functional._leave_one_out import (
     _BUFFER_BYTES,
@@ -305,7 +306,7 @@ def _candidate_search(split: _Split, depths: Tensor) -> Iterator[Part]:
             _search_short(gn, mine, need[rows], rows, split.chunk_size, sq)
             yield from _in_depth_chunks(mine, depths[rows], rows, split.chunk_size)
         del mine
-        _select.release_free_memory(gn.device)
+        release_free_memory(gn.device)
 
 
 def _partial_lists(buffers: CandidateBuffers, depth: int) -> list[Tensor]:

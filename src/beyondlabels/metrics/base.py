@@ -55,7 +55,7 @@ from beyondlabels._internal.checks import (
     check_positive_int,
     check_precision,
 )
-from beyondlabels.functional._select import release_free_memory
+from beyondlabels._internal.memory import release_free_memory
 from beyondlabels.schema import KeySpec, OutputSchema
 
 __all__ = ["GatheredSamples", "PerSampleMetric", "ProcessExchange"]
